@@ -1,0 +1,104 @@
+#include "capture/analysis/trace_check.h"
+
+#include <nlohmann/json.hpp>
+
+#include "capture/format/flat_map.h"
+
+namespace heaplab::analysis {
+
+using trace::Event;
+using trace::Op;
+
+CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
+  CheckReport rep;
+  auto problem = [&](uint64_t seq, uint32_t thread, std::string msg) {
+    if (rep.listed.size() < max_listed) rep.listed.push_back({seq, thread, std::move(msg)});
+    ++rep.problems;
+  };
+  if (!r.complete()) problem(0, 0, r.warning());
+  {
+    nlohmann::json meta = nlohmann::json::parse(r.metadata(), nullptr, false);
+    if (meta.is_discarded() || !meta.is_object())
+      problem(0, 0, "metadata block is not a JSON object");
+  }
+
+  struct ThreadState {
+    uint64_t events = 0;
+    uint64_t last_time = 0;
+    bool ended = false;
+  };
+  std::vector<ThreadState> threads(r.thread_count());
+  FlatMap<uint8_t> live;  // id -> 1
+  uint64_t max_id = 0;
+  uint64_t expected_seq = 0;
+  uint64_t missing_seqs = 0;
+  bool have_prev = false;
+  uint64_t prev_seq = 0;
+
+  trace::MergedCursor cur(r);
+  std::vector<Event> buf(4096);
+  while (size_t n = cur.next(buf.data(), buf.size())) {
+    for (size_t i = 0; i < n; ++i) {
+      const Event& e = buf[i];
+      ++rep.events;
+      const std::string op(trace::op_name(e.op));
+      if (have_prev && e.seq <= prev_seq) {
+        problem(e.seq, e.thread, "seq " + std::to_string(e.seq) + " appears more than once");
+      } else if (e.seq != expected_seq) {
+        missing_seqs += e.seq - expected_seq;
+      }
+      have_prev = true;
+      prev_seq = e.seq;
+      expected_seq = e.seq + 1;
+
+      ThreadState& ts = threads[e.thread];
+      if (ts.ended) problem(e.seq, e.thread, op + " after thread_end");
+      if (e.op == Op::thread_start && ts.events != 0)
+        problem(e.seq, e.thread, "thread_start is not the thread's first event");
+      if (e.op == Op::thread_end) ts.ended = true;
+      if (r.has_time() && ts.events != 0 && e.time < ts.last_time)
+        problem(e.seq, e.thread, "time goes backwards in this thread (" +
+                                     std::to_string(e.time) + " ns after " +
+                                     std::to_string(ts.last_time) + " ns)");
+      ts.last_time = e.time;
+      ++ts.events;
+
+      if (e.op == Op::lost) rep.lost_events += e.count;
+      const bool produces = trace::op_produces(e.op);
+      if (!produces && e.flags != 0)
+        problem(e.seq, e.thread, op + " carries result flags, but it returns nothing");
+      if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult))
+        problem(e.seq, e.thread, op + " failed but has a result");
+      if (trace::op_consumes(e.op) && e.old != 0 && !(e.flags & trace::kFailed)) {
+        if (e.old > max_id) {
+          problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
+                                       ", which does not exist yet");
+        } else if (!live.erase(e.old)) {
+          problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
+                                       ", which was already freed (double free)");
+        }
+      }
+      if (produces && !(e.flags & trace::kNullResult)) {
+        if (e.id != max_id + 1)
+          problem(e.seq, e.thread, op + " produced object " + std::to_string(e.id) +
+                                       ", expected the next dense id " +
+                                       std::to_string(max_id + 1));
+        max_id = std::max(max_id, e.id);
+        live.put(e.id, 1);
+        ++rep.objects;
+      } else if (e.id != 0) {
+        problem(e.seq, e.thread, op + " has object id " + std::to_string(e.id) + " but no result");
+      }
+    }
+  }
+  if (missing_seqs != 0) {
+    if (r.complete())
+      problem(expected_seq, 0, std::to_string(missing_seqs) + " seq numbers are missing");
+  }
+  if (rep.events != r.event_count())
+    problem(expected_seq, 0, "decoded " + std::to_string(rep.events) + " events, index lists " +
+                                 std::to_string(r.event_count()));
+  return rep;
+}
+
+}  // namespace heaplab::analysis

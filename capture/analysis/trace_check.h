@@ -1,0 +1,34 @@
+// `heaplab check`: validates a trace beyond what decoding checks (checksums,
+// structure): dense ids, no use of objects that are not live (double free,
+// free of an unknown object), global ordering, thread start/end placement,
+// monotonic time per thread, flags that fit their operation, metadata JSON.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "capture/format/trace_reader.h"
+
+namespace heaplab::analysis {
+
+struct CheckProblem {
+  uint64_t seq = 0;
+  uint32_t thread = 0;
+  std::string message;
+};
+
+struct CheckReport {
+  uint64_t events = 0;
+  uint64_t objects = 0;
+  uint64_t problems = 0;            // all problems found
+  std::vector<CheckProblem> listed;  // the first `max_listed` of them
+  uint64_t lost_events = 0;          // from `lost` markers: a notice, not a problem
+  bool ok() const { return problems == 0; }
+};
+
+// Decodes every event. Throws trace::TraceError on data that cannot be
+// decoded (corrupt chunk); everything else is reported as a problem.
+CheckReport check_trace(const trace::TraceReader& r, size_t max_listed = 20);
+
+}  // namespace heaplab::analysis

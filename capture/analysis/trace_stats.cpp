@@ -1,0 +1,235 @@
+#include "capture/analysis/trace_stats.h"
+
+#include <cstdio>
+
+#include "capture/format/flat_map.h"
+
+namespace heaplab::analysis {
+namespace {
+
+using trace::Event;
+using trace::Op;
+
+struct Obj {
+  uint64_t seq;
+  uint64_t time;
+  uint64_t bytes;
+  uint32_t thread;
+};
+
+uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
+std::string bucket_label(unsigned k) {
+  if (k == 0) return "0";
+  const uint64_t lo = uint64_t{1} << (k - 1);
+  if (k == 64) return group_digits(lo) + "..";
+  return group_digits(lo) + ".." + group_digits((uint64_t{1} << k) - 1);
+}
+
+nlohmann::json hist_json(const Log2Histogram& h) {
+  nlohmann::json a = nlohmann::json::array();
+  for (unsigned k = 0; k < h.buckets.size(); ++k) {
+    if (!h.buckets[k]) continue;
+    const uint64_t lo = k == 0 ? 0 : uint64_t{1} << (k - 1);
+    const uint64_t hi = k == 0 ? 0 : (k == 64 ? UINT64_MAX : (uint64_t{1} << k) - 1);
+    a.push_back({{"min", lo}, {"max", hi}, {"count", h.buckets[k]}});
+  }
+  return {{"samples", h.samples}, {"buckets", a}};
+}
+
+void hist_text(std::string& out, const char* title, const Log2Histogram& h) {
+  if (!h.samples) return;
+  out += title;
+  out += " (log2 buckets):\n";
+  uint64_t max = 0;
+  for (uint64_t c : h.buckets) max = std::max(max, c);
+  for (unsigned k = 0; k < h.buckets.size(); ++k) {
+    if (!h.buckets[k]) continue;
+    char line[160];
+    const int bar = static_cast<int>(40.0 * double(h.buckets[k]) / double(max) + 0.5);
+    std::snprintf(line, sizeof line, "  %-36s %14s %5.1f%%  %s\n", bucket_label(k).c_str(),
+                  group_digits(h.buckets[k]).c_str(), 100.0 * double(h.buckets[k]) / double(h.samples),
+                  std::string(static_cast<size_t>(bar), '#').c_str());
+    out += line;
+  }
+}
+
+}  // namespace
+
+std::string group_digits(uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+TraceStats compute_stats(const trace::TraceReader& r) {
+  TraceStats s;
+  s.threads = r.thread_count();
+  s.has_time = r.has_time();
+  s.thread_ops.resize(s.threads);
+  s.thread_events.resize(s.threads);
+  FlatMap<Obj> live;
+  uint64_t live_bytes = 0;
+  trace::MergedCursor cur(r);
+  std::vector<Event> buf(4096);
+  bool first = true;
+  while (size_t n = cur.next(buf.data(), buf.size())) {
+    for (size_t i = 0; i < n; ++i) {
+      const Event& e = buf[i];
+      const unsigned op = static_cast<unsigned>(e.op);
+      ++s.events;
+      ++s.ops[op];
+      ++s.thread_ops[e.thread][op];
+      ++s.thread_events[e.thread];
+      if (e.flags & trace::kFailed) ++s.failed[op];
+      if (s.has_time) {
+        if (first) s.first_time = e.time;
+        s.last_time = std::max(s.last_time, e.time);
+      }
+      first = false;
+      if (e.op == Op::lost) s.lost_events += e.count;
+      if (trace::op_consumes(e.op) && !(e.flags & trace::kFailed)) {
+        if (e.old == 0) {
+          if (!trace::op_produces(e.op)) ++s.null_frees;
+        } else {
+          Obj o;
+          if (live.erase(e.old, &o)) {
+            live_bytes -= o.bytes;
+            ++s.objects_freed;
+            if (o.thread != e.thread) ++s.objects_freed_by_other_thread;
+            s.lifetime_events.add(e.seq - o.seq);
+            if (s.has_time) s.lifetime_ns.add(e.time >= o.time ? e.time - o.time : 0);
+          } else {
+            ++s.unknown_frees;
+          }
+        }
+      }
+      if (e.id != 0) {
+        const uint64_t b = e.requested_bytes();
+        live.put(e.id, Obj{e.seq, e.time, b, e.thread});
+        live_bytes = sat_add(live_bytes, b);
+        ++s.objects_created;
+        s.bytes_requested = sat_add(s.bytes_requested, b);
+        s.sizes.add(b);
+        if (live_bytes > s.live_bytes.value) {
+          s.live_bytes = {live_bytes, e.seq, e.time};
+          s.live_objects_at_bytes_peak = live.size();
+        }
+        if (live.size() > s.live_objects.value) s.live_objects = {live.size(), e.seq, e.time};
+      }
+    }
+  }
+  s.live_bytes_end = live_bytes;
+  s.live_objects_end = live.size();
+  return s;
+}
+
+nlohmann::json stats_to_json(const TraceStats& s) {
+  nlohmann::json j;
+  j["events"] = s.events;
+  j["threads"] = s.threads;
+  j["has_time"] = s.has_time;
+  if (s.has_time) j["duration_ns"] = s.last_time - s.first_time;
+  nlohmann::json ops = nlohmann::json::object();
+  nlohmann::json failed = nlohmann::json::object();
+  for (unsigned k = 0; k < trace::kOpCount; ++k) {
+    const std::string name(trace::kOpInfo[k].name);
+    if (s.ops[k]) ops[name] = s.ops[k];
+    if (s.failed[k]) failed[name] = s.failed[k];
+  }
+  j["operations"] = ops;
+  j["failed"] = failed;
+  nlohmann::json th = nlohmann::json::array();
+  for (uint32_t t = 0; t < s.threads; ++t) {
+    nlohmann::json o = nlohmann::json::object();
+    for (unsigned k = 0; k < trace::kOpCount; ++k)
+      if (s.thread_ops[t][k]) o[std::string(trace::kOpInfo[k].name)] = s.thread_ops[t][k];
+    th.push_back({{"thread", t}, {"events", s.thread_events[t]}, {"operations", o}});
+  }
+  j["per_thread"] = th;
+  j["objects"] = {{"created", s.objects_created},
+                  {"freed", s.objects_freed},
+                  {"freed_by_other_thread", s.objects_freed_by_other_thread},
+                  {"cross_thread_free_fraction", s.cross_thread_free_fraction()},
+                  {"live_at_end", s.live_objects_end},
+                  {"null_frees", s.null_frees},
+                  {"unknown_frees", s.unknown_frees}};
+  j["bytes_requested"] = s.bytes_requested;
+  j["peak_live_bytes"] = {{"bytes", s.live_bytes.value},
+                          {"seq", s.live_bytes.seq},
+                          {"objects", s.live_objects_at_bytes_peak}};
+  if (s.has_time) j["peak_live_bytes"]["time_ns"] = s.live_bytes.time;
+  j["peak_live_objects"] = {{"objects", s.live_objects.value}, {"seq", s.live_objects.seq}};
+  if (s.has_time) j["peak_live_objects"]["time_ns"] = s.live_objects.time;
+  j["live_bytes_at_end"] = s.live_bytes_end;
+  j["lost_events"] = s.lost_events;
+  j["size_histogram"] = hist_json(s.sizes);
+  j["lifetime_events_histogram"] = hist_json(s.lifetime_events);
+  if (s.has_time) j["lifetime_ns_histogram"] = hist_json(s.lifetime_ns);
+  return j;
+}
+
+std::string stats_to_text(const TraceStats& s) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "events: %s in %u thread%s%s\n", group_digits(s.events).c_str(),
+                s.threads, s.threads == 1 ? "" : "s", s.has_time ? "" : " (no timestamps)");
+  out += line;
+  if (s.has_time) {
+    std::snprintf(line, sizeof line, "duration: %.6f s\n", double(s.last_time - s.first_time) / 1e9);
+    out += line;
+  }
+  if (s.lost_events) out += "lost events (capture overflow): " + group_digits(s.lost_events) + "\n";
+  out += "operations:\n";
+  for (unsigned k = 0; k < trace::kOpCount; ++k) {
+    if (!s.ops[k]) continue;
+    std::snprintf(line, sizeof line, "  %-26s %14s", std::string(trace::kOpInfo[k].name).c_str(),
+                  group_digits(s.ops[k]).c_str());
+    out += line;
+    if (s.failed[k]) out += "  (" + group_digits(s.failed[k]) + " failed)";
+    out += "\n";
+  }
+  if (s.threads > 1) {
+    out += "per thread (events; top operations):\n";
+    for (uint32_t t = 0; t < s.threads; ++t) {
+      std::snprintf(line, sizeof line, "  thread %-5u %14s ", t, group_digits(s.thread_events[t]).c_str());
+      out += line;
+      for (unsigned k = 0; k < trace::kOpCount; ++k)
+        if (s.thread_ops[t][k])
+          out += " " + std::string(trace::kOpInfo[k].name) + "=" + group_digits(s.thread_ops[t][k]);
+      out += "\n";
+    }
+  }
+  std::snprintf(line, sizeof line,
+                "objects: %s created, %s freed (%.2f%% by another thread), %s live at end\n",
+                group_digits(s.objects_created).c_str(), group_digits(s.objects_freed).c_str(),
+                100.0 * s.cross_thread_free_fraction(), group_digits(s.live_objects_end).c_str());
+  out += line;
+  if (s.null_frees) out += "frees of NULL: " + group_digits(s.null_frees) + "\n";
+  if (s.unknown_frees) out += "frees of objects not live: " + group_digits(s.unknown_frees) + "\n";
+  out += "bytes requested: " + group_digits(s.bytes_requested) + "\n";
+  std::snprintf(line, sizeof line, "peak live bytes: %s at seq %s (%s objects live then)",
+                group_digits(s.live_bytes.value).c_str(), group_digits(s.live_bytes.seq).c_str(),
+                group_digits(s.live_objects_at_bytes_peak).c_str());
+  out += line;
+  if (s.has_time) {
+    std::snprintf(line, sizeof line, ", t=%.6f s", double(s.live_bytes.time - s.first_time) / 1e9);
+    out += line;
+  }
+  out += "\n";
+  std::snprintf(line, sizeof line, "peak live objects: %s at seq %s",
+                group_digits(s.live_objects.value).c_str(), group_digits(s.live_objects.seq).c_str());
+  out += line;
+  if (s.has_time) {
+    std::snprintf(line, sizeof line, ", t=%.6f s", double(s.live_objects.time - s.first_time) / 1e9);
+    out += line;
+  }
+  out += "\n";
+  out += "live bytes at end: " + group_digits(s.live_bytes_end) + "\n";
+  hist_text(out, "request sizes in bytes", s.sizes);
+  hist_text(out, "lifetimes in events", s.lifetime_events);
+  hist_text(out, "lifetimes in ns", s.lifetime_ns);
+  return out;
+}
+
+}  // namespace heaplab::analysis

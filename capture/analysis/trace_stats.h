@@ -1,0 +1,74 @@
+// `heaplab stats`: what a trace contains. One pass over the events in global
+// order with a table of live objects, so memory follows the live set, not
+// the trace length.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "capture/format/event.h"
+#include "capture/format/trace_reader.h"
+
+namespace heaplab::analysis {
+
+// Bucket 0 holds the value 0; bucket k (1..64) holds [2^(k-1), 2^k).
+struct Log2Histogram {
+  std::array<uint64_t, 65> buckets{};
+  uint64_t samples = 0;
+  static unsigned bucket_of(uint64_t v) { return v == 0 ? 0 : 64 - __builtin_clzll(v); }
+  void add(uint64_t v) {
+    ++buckets[bucket_of(v)];
+    ++samples;
+  }
+};
+
+struct Peak {
+  uint64_t value = 0;
+  uint64_t seq = 0;
+  uint64_t time = 0;
+};
+
+struct TraceStats {
+  uint64_t events = 0;
+  uint32_t threads = 0;
+  bool has_time = false;
+  uint64_t first_time = 0, last_time = 0;
+  std::array<uint64_t, trace::kOpCount> ops{};
+  std::array<uint64_t, trace::kOpCount> failed{};  // calls that reported failure
+  std::vector<std::array<uint64_t, trace::kOpCount>> thread_ops;
+  std::vector<uint64_t> thread_events;
+
+  uint64_t objects_created = 0;
+  uint64_t objects_freed = 0;
+  uint64_t objects_freed_by_other_thread = 0;
+  uint64_t null_frees = 0;        // free(NULL), delete of nullptr
+  uint64_t unknown_frees = 0;     // consumed objects that were not live (see `check`)
+  uint64_t lost_events = 0;       // reported by `lost` markers
+  uint64_t bytes_requested = 0;   // sum over all produced objects (saturating)
+
+  Peak live_bytes;                // peak of the sum of requested bytes of live objects
+  uint64_t live_objects_at_bytes_peak = 0;
+  Peak live_objects;
+  uint64_t live_bytes_end = 0;
+  uint64_t live_objects_end = 0;
+
+  Log2Histogram sizes;            // requested bytes per produced object
+  Log2Histogram lifetime_events;  // seq(free) - seq(alloc) of freed objects
+  Log2Histogram lifetime_ns;      // time(free) - time(alloc), with timestamps only
+
+  double cross_thread_free_fraction() const {
+    return objects_freed ? double(objects_freed_by_other_thread) / double(objects_freed) : 0.0;
+  }
+};
+
+TraceStats compute_stats(const trace::TraceReader& r);
+nlohmann::json stats_to_json(const TraceStats& s);
+std::string stats_to_text(const TraceStats& s);
+
+// "1,234,567"
+std::string group_digits(uint64_t v);
+
+}  // namespace heaplab::analysis

@@ -1,0 +1,120 @@
+// Open-addressing hash map from non-zero uint64 keys to a trivially copyable
+// value; linear probing with backward-shift deletion. Much faster and denser
+// than std::unordered_map for the id/address tables of importers and analyses.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
+#include <vector>
+
+namespace heaplab {
+
+template <typename V>
+class FlatMap {
+  static_assert(std::is_trivially_copyable_v<V>);
+
+ public:
+  FlatMap() { rehash(16); }
+
+  size_t size() const { return size_; }
+
+  // Returns the value for key (key != 0), or nullptr.
+  V* find(uint64_t key) {
+    size_t i = slot(key);
+    for (;;) {
+      Entry& e = table_[i];
+      if (e.key == key) return &e.value;
+      if (e.key == 0) return nullptr;
+      i = (i + 1) & mask_;
+    }
+  }
+
+  // Inserts or overwrites; returns true if the key was new.
+  bool put(uint64_t key, const V& value) {
+    if ((size_ + 1) * 4 > table_.size() * 3) rehash(table_.size() * 2);
+    size_t i = slot(key);
+    for (;;) {
+      Entry& e = table_[i];
+      if (e.key == key) {
+        e.value = value;
+        return false;
+      }
+      if (e.key == 0) {
+        e.key = key;
+        e.value = value;
+        ++size_;
+        return true;
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+  // Removes key; returns true (and the old value in *out) if it was present.
+  bool erase(uint64_t key, V* out = nullptr) {
+    size_t i = slot(key);
+    for (;;) {
+      Entry& e = table_[i];
+      if (e.key == 0) return false;
+      if (e.key == key) break;
+      i = (i + 1) & mask_;
+    }
+    if (out) *out = table_[i].value;
+    // Backward-shift: move later entries of the probe run into the hole.
+    size_t hole = i;
+    size_t j = i;
+    for (;;) {
+      j = (j + 1) & mask_;
+      Entry& e = table_[j];
+      if (e.key == 0) break;
+      const size_t home = slot(e.key);
+      // e may move into the hole if its home is not cyclically in (hole, j].
+      if (((j - home) & mask_) >= ((j - hole) & mask_)) {
+        table_[hole] = e;
+        hole = j;
+      }
+    }
+    table_[hole].key = 0;
+    --size_;
+    return true;
+  }
+
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Entry& e : table_)
+      if (e.key != 0) f(e.key, e.value);
+  }
+
+  void clear() {
+    table_.assign(16, Entry{});
+    mask_ = 15;
+    size_ = 0;
+  }
+
+ private:
+  struct Entry {
+    uint64_t key = 0;
+    V value{};
+  };
+  size_t slot(uint64_t k) const {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<size_t>(k) & mask_;
+  }
+  void rehash(size_t n) {
+    std::vector<Entry> old;
+    old.swap(table_);
+    table_.assign(n, Entry{});
+    mask_ = n - 1;
+    size_ = 0;
+    for (const Entry& e : old)
+      if (e.key != 0) put(e.key, e.value);
+  }
+  std::vector<Entry> table_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace heaplab

@@ -1,0 +1,487 @@
+#include "capture/format/trace_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+
+#include "capture/format/bytes.h"
+
+namespace heaplab::trace {
+namespace {
+
+using bytes::load_u16;
+using bytes::load_u32;
+using bytes::load_u64;
+
+constexpr uint32_t kMaxThreads = 1u << 24;
+
+std::string fmt_bytes(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- opening
+
+std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw TraceError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw TraceError(path + ": cannot stat: " + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw TraceError(path + ": not a regular file");
+  }
+  std::unique_ptr<TraceReader> r(new TraceReader());
+  r->name_ = path;
+  const size_t len = static_cast<size_t>(st.st_size);
+  if (len > 0) {
+    void* m = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      throw TraceError(path + ": cannot map: " + std::strerror(e));
+    }
+    r->map_ = m;
+    r->map_len_ = len;
+    r->data_ = std::string_view(static_cast<const char*>(m), len);
+  }
+  ::close(fd);
+  r->load();
+  return r;
+}
+
+std::unique_ptr<TraceReader> TraceReader::from_memory(std::string_view data, std::string name) {
+  std::unique_ptr<TraceReader> r(new TraceReader());
+  r->name_ = std::move(name);
+  r->data_ = data;
+  r->load();
+  return r;
+}
+
+TraceReader::~TraceReader() {
+  if (map_) ::munmap(map_, map_len_);
+}
+
+void TraceReader::fail(uint64_t offset, const std::string& what) const {
+  throw TraceError(name_ + ": offset " + std::to_string(offset) + ": " + what);
+}
+
+uint64_t TraceReader::thread_event_count(uint32_t t) const {
+  uint64_t n = 0;
+  for (uint32_t i : per_thread_[t]) n += chunks_[i].events;
+  return n;
+}
+
+void TraceReader::add_chunk(const ChunkRef& c) {
+  if (c.thread >= kMaxThreads) fail(c.offset, "chunk names thread " + std::to_string(c.thread) +
+                                                   ", beyond the limit of 2^24 threads");
+  if (c.events == 0 || c.last_seq < c.first_seq || c.last_seq - c.first_seq < c.events - 1)
+    fail(c.offset, "chunk header is inconsistent (events/seq range)");
+  if (c.thread >= per_thread_.size()) per_thread_.resize(c.thread + 1);
+  auto& list = per_thread_[c.thread];
+  if (!list.empty() && chunks_[list.back()].last_seq >= c.first_seq)
+    fail(c.offset, "chunk of thread " + std::to_string(c.thread) +
+                       " overlaps the previous chunk of that thread");
+  list.push_back(static_cast<uint32_t>(chunks_.size()));
+  chunks_.push_back(c);
+  events_ += c.events;
+}
+
+void TraceReader::load() {
+  const auto* d = reinterpret_cast<const uint8_t*>(data_.data());
+  const size_t size = data_.size();
+  if (size == 0) throw TraceError(name_ + ": empty file, not a heaplab trace");
+  if (size < 8 || std::memcmp(d, kFileMagic, 8) != 0)
+    fail(0, "not a heaplab trace (bad magic)");
+  if (size < kFileHeaderSize) fail(size, "file ends inside the 32-byte header");
+  major_ = load_u16(d + 8);
+  minor_ = load_u16(d + 10);
+  if (major_ != kFormatMajor)
+    fail(8, "unsupported trace format version " + std::to_string(major_) + "." +
+                std::to_string(minor_) + " (this heaplab reads version " +
+                std::to_string(kFormatMajor) + ".x)");
+  if (load_u64(d + 24) != plain_checksum(d, 24)) fail(0, "header checksum mismatch (corrupt header)");
+  const uint32_t flags = load_u32(d + 12);
+  has_time_ = flags & kFileHasTime;
+
+  if (size >= kFileHeaderSize + kFooterSize) {
+    const uint8_t* f = d + size - kFooterSize;
+    if (std::memcmp(f, kFooterMagic, 8) == 0 && load_u64(f + 24) == plain_checksum(f, 24)) {
+      load_from_index(load_u64(f + 8), load_u64(f + 16));
+      complete_ = true;
+      return;
+    }
+  }
+  scan();
+}
+
+// Parses the summary of a CHNK block's payload at `off` (block header offset).
+static ChunkRef parse_chunk_header(const uint8_t* payload, uint64_t off) {
+  ChunkRef c;
+  c.offset = off;
+  c.thread = load_u32(payload);
+  c.events = load_u32(payload + 4);
+  c.first_seq = load_u64(payload + 8);
+  c.last_seq = load_u64(payload + 16);
+  c.first_time = load_u64(payload + 24);
+  c.last_time = load_u64(payload + 32);
+  return c;
+}
+
+static void parse_threads(const uint8_t* p, uint32_t len, std::vector<ThreadInfo>& out,
+                          const std::function<void(const std::string&)>& bad) {
+  if (len < 4) bad("thread table too short");
+  const uint32_t n = load_u32(p);
+  if (n > kMaxThreads) bad("thread table has too many entries");
+  size_t pos = 4;
+  out.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    if (len - pos < 12) bad("thread table truncated");
+    ThreadInfo ti;
+    ti.os_tid = load_u64(p + pos);
+    const uint32_t nl = load_u32(p + pos + 8);
+    pos += 12;
+    if (len - pos < nl) bad("thread table truncated");
+    ti.name.assign(reinterpret_cast<const char*>(p + pos), nl);
+    pos += nl;
+    out.push_back(std::move(ti));
+  }
+  if (pos != len) bad("thread table has trailing bytes");
+}
+
+void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
+  const auto* d = reinterpret_cast<const uint8_t*>(data_.data());
+  const size_t size = data_.size();
+  const size_t body_end = size - kFooterSize;
+  // Reads a whole, checksummed block of `type` at `off`; returns its payload.
+  auto block = [&](uint64_t off, uint32_t type, const char* what) -> std::string_view {
+    if (off < kFileHeaderSize || off > body_end || body_end - off < kBlockHeaderSize)
+      fail(size - kFooterSize, std::string("footer points outside the file for the ") + what);
+    const uint32_t t = load_u32(d + off);
+    const uint32_t len = load_u32(d + off + 4);
+    if (t != type) fail(off, std::string("expected the ") + what + " block here");
+    if (body_end - off - kBlockHeaderSize < len) fail(off, std::string(what) + " block runs past the end");
+    const uint8_t* p = d + off + kBlockHeaderSize;
+    if (load_u64(d + off + 8) != block_checksum(t, p, len))
+      fail(off, std::string(what) + " block checksum mismatch (corrupt data)");
+    return {reinterpret_cast<const char*>(p), len};
+  };
+  std::string_view idx = block(index_offset, kBlockIndex, "index");
+  const auto* ip = reinterpret_cast<const uint8_t*>(idx.data());
+  if (idx.size() < 24) fail(index_offset, "index block too short");
+  const uint64_t meta_off = load_u64(ip);
+  const uint64_t threads_off = load_u64(ip + 8);
+  const uint64_t n = load_u64(ip + 16);
+  if (n > (idx.size() - 24) / kIndexEntrySize || idx.size() - 24 != n * kIndexEntrySize)
+    fail(index_offset, "index block size does not match its chunk count");
+  std::string_view meta = block(meta_off, kBlockMeta, "metadata");
+  metadata_.assign(meta);
+  std::string_view thr = block(threads_off, kBlockThreads, "thread table");
+  parse_threads(reinterpret_cast<const uint8_t*>(thr.data()), static_cast<uint32_t>(thr.size()),
+                threads_, [&](const std::string& w) { fail(threads_off, w); });
+  chunks_.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint8_t* e = ip + 24 + i * kIndexEntrySize;
+    ChunkRef c;
+    c.offset = load_u64(e);
+    c.thread = load_u32(e + 8);
+    c.events = load_u32(e + 12);
+    c.first_seq = load_u64(e + 16);
+    c.last_seq = load_u64(e + 24);
+    c.first_time = load_u64(e + 32);
+    c.last_time = load_u64(e + 40);
+    if (c.offset < kFileHeaderSize || c.offset >= index_offset)
+      fail(index_offset, "index entry " + std::to_string(i) + " points outside the chunk area");
+    add_chunk(c);
+  }
+  if (events_ != total)
+    fail(size - kFooterSize, "footer says " + std::to_string(total) + " events, index has " +
+                                 std::to_string(events_));
+  if (threads_.size() < per_thread_.size()) threads_.resize(per_thread_.size());
+}
+
+void TraceReader::scan() {
+  const auto* d = reinterpret_cast<const uint8_t*>(data_.data());
+  const size_t size = data_.size();
+  uint64_t off = kFileHeaderSize;
+  bool have_meta = false;
+  bool saw_index = false;
+  while (off < size) {
+    const uint64_t left = size - off;
+    if (saw_index && left == kFooterSize) fail(off, "footer corrupt (bad magic or checksum)");
+    if (left < kBlockHeaderSize) {
+      warning_ = "trace is truncated: " + fmt_bytes(left) + " at offset " + std::to_string(off) +
+                 " are an incomplete block header";
+      break;
+    }
+    const uint32_t type = load_u32(d + off);
+    const uint32_t len = load_u32(d + off + 4);
+    if (type != kBlockMeta && type != kBlockChunk && type != kBlockThreads && type != kBlockIndex)
+      fail(off, "unknown block type 0x" + [&] {
+        char b[9];
+        std::snprintf(b, sizeof b, "%08x", type);
+        return std::string(b);
+      }() + " (corrupt data)");
+    if (len > kMaxBlockPayload) fail(off, "block length " + std::to_string(len) + " is impossible (corrupt data)");
+    if (left - kBlockHeaderSize < len) {
+      warning_ = "trace is truncated: the block at offset " + std::to_string(off) + " needs " +
+                 fmt_bytes(kBlockHeaderSize + uint64_t{len}) + " but only " + fmt_bytes(left) +
+                 " remain";
+      break;
+    }
+    const uint8_t* p = d + off + kBlockHeaderSize;
+    if (load_u64(d + off + 8) != block_checksum(type, p, len))
+      fail(off, "block checksum mismatch (corrupt data)");
+    switch (type) {
+      case kBlockMeta:
+        metadata_.assign(reinterpret_cast<const char*>(p), len);
+        have_meta = true;
+        break;
+      case kBlockChunk:
+        if (len < kChunkHeaderSize) fail(off, "chunk block too short");
+        add_chunk(parse_chunk_header(p, off));
+        break;
+      case kBlockThreads:
+        parse_threads(p, len, threads_, [&](const std::string& w) { fail(off, w); });
+        break;
+      case kBlockIndex:
+        saw_index = true;
+        break;
+    }
+    off += kBlockHeaderSize + len;
+  }
+  if (!have_meta) fail(kFileHeaderSize, "no metadata block (file too short or corrupt)");
+  if (warning_.empty())
+    warning_ = "trace is truncated: the footer is missing after offset " + std::to_string(off);
+  warning_ += "; read " + std::to_string(chunks_.size()) + " complete chunks with " +
+              std::to_string(events_) + " events; events after offset " + std::to_string(off) +
+              " are lost";
+  if (threads_.size() < per_thread_.size()) threads_.resize(per_thread_.size());
+}
+
+// ---------------------------------------------------------------- decoding
+
+ChunkDecoder::ChunkDecoder() : dctx_(ZSTD_createDCtx()) {}
+ChunkDecoder::~ChunkDecoder() { ZSTD_freeDCtx(dctx_); }
+
+void ChunkDecoder::corrupt(const char* what) const {
+  r_->fail(c_.offset, std::string("chunk: ") + what + " (corrupt data)");
+}
+
+void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
+  r_ = &r;
+  c_ = c;
+  const auto* d = reinterpret_cast<const uint8_t*>(r.data_.data());
+  const size_t size = r.data_.size();
+  if (c.offset > size || size - c.offset < kBlockHeaderSize + kChunkHeaderSize)
+    corrupt("runs past the end of the file");
+  const uint8_t* h = d + c.offset;
+  const uint32_t len = load_u32(h + 4);
+  if (load_u32(h) != kBlockChunk) corrupt("index points at a block that is not a chunk");
+  if (len < kChunkHeaderSize || size - c.offset - kBlockHeaderSize < len)
+    corrupt("block length runs past the end of the file");
+  const uint8_t* p = h + kBlockHeaderSize;
+  if (load_u64(h + 8) != block_checksum(kBlockChunk, p, len)) corrupt("checksum mismatch");
+  const ChunkRef hc = parse_chunk_header(p, c.offset);
+  if (hc.thread != c.thread || hc.events != c.events || hc.first_seq != c.first_seq ||
+      hc.last_seq != c.last_seq)
+    corrupt("header does not match the index");
+  const uint64_t id_start = load_u64(p + 40);
+  const uint64_t ref_start = load_u64(p + 48);
+  const uint8_t codec = p[56];
+  const uint8_t flags = p[57];
+  const uint32_t raw_size = load_u32(p + 60);
+  uint64_t col_total = c.events;
+  uint32_t col_len[kColumnCount];
+  for (unsigned i = 0; i < kColumnCount; ++i) {
+    col_len[i] = load_u32(p + 64 + 4 * i);
+    col_total += col_len[i];
+  }
+  if (col_total != raw_size) corrupt("column lengths do not add up");
+  if (p[58] != 0 || p[59] != 0 || load_u32(p + 92) != 0 || (flags & ~kChunkHasTime) != 0)
+    corrupt("reserved header bits are set");
+  const uint8_t* z = p + kChunkHeaderSize;
+  const size_t zlen = len - kChunkHeaderSize;
+  const uint8_t* raw;
+  if (codec == kCodecZstd) {
+    if (raw_size > (64u << 20)) corrupt("decoded size too large");
+    buf_.resize(raw_size + 16);
+    size_t got = ZSTD_decompressDCtx(dctx_, buf_.data(), raw_size, z, zlen);
+    if (ZSTD_isError(got)) corrupt((std::string("zstd: ") + ZSTD_getErrorName(got)).c_str());
+    if (got != raw_size) corrupt("decompressed size differs from the header");
+    raw = buf_.data();
+  } else if (codec == kCodecNone) {
+    if (zlen != raw_size) corrupt("stored size differs from the header");
+    raw = z;
+  } else {
+    corrupt("unknown compression codec");
+  }
+  ops_ = raw;
+  const uint8_t* q = raw + c.events;
+  for (unsigned i = 0; i < kColumnCount; ++i) {
+    p_[i] = q;
+    q += col_len[i];
+    end_[i] = q;
+  }
+  remaining_ = c.events;
+  thread_ = c.thread;
+  has_seq_ = col_len[kColSeq] != 0;
+  has_time_ = flags & kChunkHasTime;
+  if (has_time_ != r.has_time_) corrupt("time flag differs from the file header");
+  if (!has_time_ && col_len[kColTime] != 0) corrupt("time column present without the time flag");
+  seq_next_ = c.first_seq;
+  time_prev_ = c.first_time;
+  id_next_ = id_start;
+  ref_ = ref_start;
+}
+
+size_t ChunkDecoder::next(Event* out, size_t max) {
+  using bytes::get_varint;
+  using bytes::unzigzag;
+  const size_t n = std::min<size_t>(max, remaining_);
+  const uint8_t* ops = ops_;
+  uint64_t seq_next = seq_next_, time_prev = time_prev_, id_next = id_next_, ref = ref_;
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t b = ops[i];
+    const unsigned op = b & kOpMask;
+    if (op >= kOpCount) [[unlikely]]
+      corrupt("invalid op code");
+    const uint8_t f = kOpInfo[op].fields;
+    Event& e = out[i];
+    uint64_t v = 0;
+    if (has_seq_ && !get_varint(p_[kColSeq], end_[kColSeq], v)) [[unlikely]]
+      corrupt("seq column ends early");
+    e.seq = seq_next + v;
+    seq_next = e.seq + 1;
+    if (has_time_) {
+      if (!get_varint(p_[kColTime], end_[kColTime], v)) [[unlikely]]
+        corrupt("time column ends early");
+      time_prev += static_cast<uint64_t>(unzigzag(v));
+      e.time = time_prev;
+    } else {
+      e.time = 0;
+    }
+    e.old = 0;
+    if (f & kConsumes) {
+      if (!get_varint(p_[kColOld], end_[kColOld], v)) [[unlikely]]
+        corrupt("object column ends early");
+      if (v != 0) {
+        ref -= static_cast<uint64_t>(unzigzag(v - 1));
+        e.old = ref;
+      }
+    }
+    e.id = 0;
+    if ((f & kProduces) && !(b & kOpNullBit)) {
+      if (!get_varint(p_[kColId], end_[kColId], v)) [[unlikely]]
+        corrupt("id column ends early");
+      e.id = id_next + v;
+      id_next = e.id + 1;
+      ref = e.id;
+    }
+    e.size = 0;
+    if ((f & kSize) && !get_varint(p_[kColSize], end_[kColSize], e.size)) [[unlikely]]
+      corrupt("size column ends early");
+    e.align = 0;
+    if ((f & kAlign) && !get_varint(p_[kColAlign], end_[kColAlign], e.align)) [[unlikely]]
+      corrupt("align column ends early");
+    e.count = 0;
+    if ((f & kCount) && !get_varint(p_[kColCount], end_[kColCount], e.count)) [[unlikely]]
+      corrupt("count column ends early");
+    e.thread = thread_;
+    e.op = static_cast<Op>(op);
+    e.flags = static_cast<uint8_t>(b >> 6);
+  }
+  ops_ += n;
+  remaining_ -= static_cast<uint32_t>(n);
+  seq_next_ = seq_next;
+  time_prev_ = time_prev;
+  id_next_ = id_next;
+  ref_ = ref;
+  if (remaining_ == 0) {
+    for (unsigned i = 0; i < kColumnCount; ++i)
+      if (p_[i] != end_[i]) corrupt("column has trailing bytes");
+    if (seq_next - 1 != c_.last_seq) corrupt("last seq differs from the header");
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------- cursors
+
+ThreadCursor::ThreadCursor(const TraceReader& r, uint32_t thread)
+    : r_(r), chunks_(r.thread_chunks(thread)) {}
+
+size_t ThreadCursor::next(Event* out, size_t max) {
+  while (dec_.remaining() == 0) {
+    if (pos_ >= chunks_.size()) return 0;
+    dec_.start(r_, r_.chunks()[chunks_[pos_++]]);
+  }
+  return dec_.next(out, max);
+}
+
+MergedCursor::MergedCursor(const TraceReader& r) {
+  sources_.resize(r.thread_count());
+  for (uint32_t t = 0; t < r.thread_count(); ++t) {
+    sources_[t].cursor = std::make_unique<ThreadCursor>(r, t);
+    sources_[t].buf.resize(r.thread_count() == 1 ? 4096 : 512);
+  }
+}
+
+bool MergedCursor::refill(Source& s) {
+  s.pos = 0;
+  s.len = s.cursor->next(s.buf.data(), s.buf.size());
+  return s.len != 0;
+}
+
+size_t MergedCursor::next(Event* out, size_t max) {
+  auto greater = [this](uint32_t a, uint32_t b) {
+    const Source& x = sources_[a];
+    const Source& y = sources_[b];
+    return x.buf[x.pos].seq > y.buf[y.pos].seq;
+  };
+  if (!started_) {
+    started_ = true;
+    for (uint32_t t = 0; t < sources_.size(); ++t)
+      if (refill(sources_[t])) heap_.push_back(t);
+    std::make_heap(heap_.begin(), heap_.end(), greater);
+  }
+  size_t n = 0;
+  if (heap_.size() == 1) {  // one thread left: copy runs
+    Source& s = sources_[heap_[0]];
+    while (n < max) {
+      if (s.pos == s.len && !refill(s)) {
+        heap_.clear();
+        break;
+      }
+      const size_t k = std::min(max - n, s.len - s.pos);
+      std::copy_n(s.buf.begin() + static_cast<ptrdiff_t>(s.pos), k, out + n);
+      s.pos += k;
+      n += k;
+    }
+    return n;
+  }
+  while (n < max && !heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), greater);
+    const uint32_t t = heap_.back();
+    Source& s = sources_[t];
+    out[n++] = s.buf[s.pos++];
+    if (s.pos == s.len && !refill(s)) {
+      heap_.pop_back();
+    } else {
+      std::push_heap(heap_.begin(), heap_.end(), greater);
+    }
+  }
+  return n;
+}
+
+}  // namespace heaplab::trace

@@ -1,0 +1,147 @@
+// Reader for .hlt traces: opens a file (memory-mapped) or a byte buffer,
+// finds the chunks through the footer's index (or, for a truncated file, by
+// scanning), and decodes events per thread or merged into global order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capture/format/event.h"
+#include "capture/format/trace_format.h"
+#include "capture/format/trace_writer.h"
+
+struct ZSTD_DCtx_s;
+
+namespace heaplab::trace {
+
+struct ChunkRef {
+  uint64_t offset = 0;  // of the block header
+  uint32_t thread = 0;
+  uint32_t events = 0;
+  uint64_t first_seq = 0, last_seq = 0, first_time = 0, last_time = 0;
+};
+
+class TraceReader {
+ public:
+  // Maps and opens `path`. Throws TraceError ("PATH: offset N: ...") when the
+  // file is not a trace, has an unsupported major version, or is corrupt.
+  static std::unique_ptr<TraceReader> open(const std::string& path);
+  // Same over a caller-owned buffer that must outlive the reader.
+  static std::unique_ptr<TraceReader> from_memory(std::string_view data, std::string name);
+  ~TraceReader();
+
+  const std::string& name() const { return name_; }
+  uint16_t major_version() const { return major_; }
+  uint16_t minor_version() const { return minor_; }
+  bool has_time() const { return has_time_; }
+  uint64_t file_size() const { return data_.size(); }
+  // Metadata JSON (the last complete METADATA block).
+  const std::string& metadata() const { return metadata_; }
+  // Thread table; has at least thread_count() entries (unnamed ones empty).
+  const std::vector<ThreadInfo>& threads() const { return threads_; }
+  uint32_t thread_count() const { return static_cast<uint32_t>(per_thread_.size()); }
+  const std::vector<ChunkRef>& chunks() const { return chunks_; }
+  const std::vector<uint32_t>& thread_chunks(uint32_t t) const { return per_thread_[t]; }
+  uint64_t event_count() const { return events_; }
+  uint64_t thread_event_count(uint32_t t) const;
+  // False when the footer is missing: the file was cut short (e.g. the
+  // capture died). warning() then says how much was readable and what is lost.
+  bool complete() const { return complete_; }
+  const std::string& warning() const { return warning_; }
+
+ private:
+  TraceReader() = default;
+  void load();
+  void load_from_index(uint64_t index_offset, uint64_t total);
+  void scan();
+  void add_chunk(const ChunkRef& c);
+  [[noreturn]] void fail(uint64_t offset, const std::string& what) const;
+  friend class ChunkDecoder;
+
+  std::string name_;
+  std::string_view data_;
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  uint16_t major_ = 0, minor_ = 0;
+  bool has_time_ = false;
+  bool complete_ = false;
+  std::string warning_;
+  std::string metadata_;
+  std::vector<ThreadInfo> threads_;
+  std::vector<ChunkRef> chunks_;
+  std::vector<std::vector<uint32_t>> per_thread_;
+  uint64_t events_ = 0;
+};
+
+// Decodes one chunk incrementally. Verifies the chunk's checksum and header
+// against the index, decompresses it, then hands out events in batches.
+class ChunkDecoder {
+ public:
+  ChunkDecoder();
+  ~ChunkDecoder();
+  ChunkDecoder(const ChunkDecoder&) = delete;
+  ChunkDecoder& operator=(const ChunkDecoder&) = delete;
+
+  void start(const TraceReader& r, const ChunkRef& c);
+  // Decodes up to `max` events into `out`; returns how many (0 at the end).
+  size_t next(Event* out, size_t max);
+  uint32_t remaining() const { return remaining_; }
+
+ private:
+  [[noreturn]] void corrupt(const char* what) const;
+  const TraceReader* r_ = nullptr;
+  ChunkRef c_{};
+  ZSTD_DCtx_s* dctx_ = nullptr;
+  std::vector<uint8_t> buf_;
+  const uint8_t* ops_ = nullptr;
+  const uint8_t* p_[kColumnCount] = {};
+  const uint8_t* end_[kColumnCount] = {};
+  uint32_t remaining_ = 0;
+  uint32_t thread_ = 0;
+  bool has_seq_ = false, has_time_ = false;
+  uint64_t seq_next_ = 0, time_prev_ = 0, id_next_ = 0, ref_ = 0;
+};
+
+// Source of events in batches.
+class EventCursor {
+ public:
+  virtual ~EventCursor() = default;
+  // Fills up to `max` events; returns 0 when there are no more.
+  virtual size_t next(Event* out, size_t max) = 0;
+};
+
+// Events of one thread, in order.
+class ThreadCursor final : public EventCursor {
+ public:
+  ThreadCursor(const TraceReader& r, uint32_t thread);
+  size_t next(Event* out, size_t max) override;
+
+ private:
+  const TraceReader& r_;
+  const std::vector<uint32_t>& chunks_;
+  size_t pos_ = 0;
+  ChunkDecoder dec_;
+};
+
+// All events in global (seq) order, merged across threads.
+class MergedCursor final : public EventCursor {
+ public:
+  explicit MergedCursor(const TraceReader& r);
+  size_t next(Event* out, size_t max) override;
+
+ private:
+  struct Source {
+    std::unique_ptr<ThreadCursor> cursor;
+    std::vector<Event> buf;
+    size_t pos = 0, len = 0;
+  };
+  bool refill(Source& s);
+  std::vector<Source> sources_;
+  std::vector<uint32_t> heap_;  // indices into sources_, min-heap by head seq
+  bool started_ = false;
+};
+
+}  // namespace heaplab::trace

@@ -1,0 +1,315 @@
+#include "capture/format/trace_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "capture/format/bytes.h"
+
+namespace heaplab::trace {
+namespace {
+
+using bytes::put_u16;
+using bytes::put_u32;
+using bytes::put_u64;
+using bytes::put_u8;
+using bytes::put_varint;
+using bytes::zigzag;
+
+constexpr uint32_t kMaxThreads = 1u << 24;
+
+struct IndexEntry {
+  uint64_t offset;
+  uint32_t thread;
+  uint32_t events;
+  uint64_t first_seq, last_seq, first_time, last_time;
+};
+
+// Encoder state of one thread: the open chunk's columns plus the running
+// predictors, which continue across chunks (each chunk stores their start).
+struct ThreadEncoder {
+  std::vector<uint8_t> ops;
+  std::vector<uint8_t> col[kColumnCount];
+  uint32_t n = 0;
+  bool any_gap = false;
+  uint64_t first_seq = 0, last_seq = 0, first_time = 0, last_time = 0;
+  uint64_t seq_next = 0, time_prev = 0;
+  uint64_t id_next = 1, ref = 0;
+  uint64_t id_start = 1, ref_start = 0;
+};
+
+}  // namespace
+
+struct TraceWriter::Impl {
+  std::string path;
+  WriterOptions opt;
+  int fd = -1;
+  bool closed = false;
+  uint64_t offset = 0;
+  uint64_t next_seq = 0;
+  uint64_t last_id = 0;
+  std::vector<ThreadEncoder> threads;
+  std::vector<ThreadInfo> infos;
+  std::vector<IndexEntry> index;
+  std::string final_meta;
+  bool has_final_meta = false;
+  ZSTD_CCtx* cctx = nullptr;
+  std::vector<uint8_t> raw;
+  std::string block;
+  std::string zbuf;
+
+  [[noreturn]] void io_fail(const char* what) {
+    throw TraceError(path + ": " + what + ": " + std::strerror(errno));
+  }
+
+  void write_all(const void* data, size_t len) {
+    const char* p = static_cast<const char*>(data);
+    while (len > 0) {
+      ssize_t w = ::write(fd, p, len);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        io_fail("write failed");
+      }
+      p += w;
+      len -= static_cast<size_t>(w);
+      offset += static_cast<uint64_t>(w);
+    }
+  }
+
+  void write_block(uint32_t type, const std::string& payload) {
+    std::string hdr;
+    put_u32(hdr, type);
+    put_u32(hdr, static_cast<uint32_t>(payload.size()));
+    put_u64(hdr, block_checksum(type, payload.data(), payload.size()));
+    write_all(hdr.data(), hdr.size());
+    write_all(payload.data(), payload.size());
+  }
+
+  void flush_thread(uint32_t t) {
+    ThreadEncoder& te = threads[t];
+    if (te.n == 0) return;
+    if (!te.any_gap) te.col[kColSeq].clear();
+    raw.clear();
+    raw.insert(raw.end(), te.ops.begin(), te.ops.end());
+    for (auto& c : te.col) raw.insert(raw.end(), c.begin(), c.end());
+
+    block.clear();
+    put_u32(block, t);
+    put_u32(block, te.n);
+    put_u64(block, te.first_seq);
+    put_u64(block, te.last_seq);
+    put_u64(block, te.first_time);
+    put_u64(block, te.last_time);
+    put_u64(block, te.id_start);
+    put_u64(block, te.ref_start);
+    const bool compress = opt.zstd_level != 0;
+    put_u8(block, compress ? uint8_t{kCodecZstd} : uint8_t{kCodecNone});
+    put_u8(block, opt.timestamps ? uint8_t{kChunkHasTime} : uint8_t{0});
+    put_u16(block, 0);
+    put_u32(block, static_cast<uint32_t>(raw.size()));
+    for (auto& c : te.col) put_u32(block, static_cast<uint32_t>(c.size()));
+    put_u32(block, 0);  // reserved, pads the header to 96 bytes
+    if (compress) {
+      zbuf.resize(ZSTD_compressBound(raw.size()));
+      size_t z = ZSTD_compressCCtx(cctx, zbuf.data(), zbuf.size(), raw.data(), raw.size(),
+                                   opt.zstd_level);
+      if (ZSTD_isError(z)) throw TraceError(path + ": zstd: " + ZSTD_getErrorName(z));
+      block.append(zbuf.data(), z);
+    } else {
+      block.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+    }
+    index.push_back({offset, t, te.n, te.first_seq, te.last_seq, te.first_time, te.last_time});
+    write_block(kBlockChunk, block);
+
+    te.ops.clear();
+    for (auto& c : te.col) c.clear();
+    te.n = 0;
+    te.any_gap = false;
+  }
+
+  void encode(ThreadEncoder& te, const Event& e, uint8_t fields) {
+    if (te.n == 0) {
+      te.first_seq = te.seq_next = e.seq;
+      te.first_time = te.time_prev = e.time;
+      te.id_start = te.id_next;
+      te.ref_start = te.ref;
+    }
+    te.ops.push_back(static_cast<uint8_t>(static_cast<uint8_t>(e.op) | (e.flags << 6)));
+    const uint64_t gap = e.seq - te.seq_next;
+    te.any_gap |= gap != 0;
+    put_varint(te.col[kColSeq], gap);
+    te.seq_next = e.seq + 1;
+    if (opt.timestamps) {
+      put_varint(te.col[kColTime], zigzag(static_cast<int64_t>(e.time - te.time_prev)));
+      te.time_prev = e.time;
+    }
+    if (fields & kConsumes) {
+      if (e.old == 0) {
+        put_varint(te.col[kColOld], 0);
+      } else {
+        put_varint(te.col[kColOld], zigzag(static_cast<int64_t>(te.ref - e.old)) + 1);
+        te.ref = e.old;
+      }
+    }
+    if ((fields & kProduces) && e.id != 0) {
+      put_varint(te.col[kColId], e.id - te.id_next);
+      te.id_next = e.id + 1;
+      te.ref = e.id;
+    }
+    if (fields & kSize) put_varint(te.col[kColSize], e.size);
+    if (fields & kAlign) put_varint(te.col[kColAlign], e.align);
+    if (fields & kCount) put_varint(te.col[kColCount], e.count);
+    te.last_seq = e.seq;
+    te.last_time = e.time;
+    ++te.n;
+  }
+};
+
+TraceWriter::TraceWriter(const std::string& path, WriterOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  m.opt = std::move(options);
+  if (m.opt.chunk_events == 0 || m.opt.chunk_events > (1u << 20))
+    throw TraceError(path + ": chunk size must be between 1 and 1048576 events");
+  if (m.opt.zstd_level < 0 || m.opt.zstd_level > ZSTD_maxCLevel())
+    throw TraceError(path + ": zstd level must be between 0 and " +
+                     std::to_string(ZSTD_maxCLevel()));
+  m.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (m.fd < 0) m.io_fail("cannot create");
+  if (m.opt.zstd_level != 0) {
+    m.cctx = ZSTD_createCCtx();
+    if (!m.cctx) throw TraceError(path + ": cannot create a zstd context");
+  }
+  std::string hdr(kFileMagic, sizeof kFileMagic);
+  put_u16(hdr, kFormatMajor);
+  put_u16(hdr, kFormatMinor);
+  put_u32(hdr, m.opt.timestamps ? uint32_t{kFileHasTime} : uint32_t{0});
+  put_u64(hdr, 0);
+  put_u64(hdr, plain_checksum(hdr.data(), hdr.size()));
+  m.write_all(hdr.data(), hdr.size());
+  m.write_block(kBlockMeta, m.opt.metadata_json);
+}
+
+TraceWriter::~TraceWriter() {
+  // A writer destroyed without close() leaves the file as a truncated trace
+  // (readable up to its last chunk): no footer is claimed for it.
+  if (impl_->fd >= 0) ::close(impl_->fd);
+  ZSTD_freeCCtx(impl_->cctx);
+}
+
+uint64_t TraceWriter::append(Event& e) {
+  Impl& m = *impl_;
+  if (m.closed) throw TraceError(m.path + ": append after close");
+  const unsigned op = static_cast<unsigned>(e.op);
+  if (!op_valid(op))
+    throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": invalid op code " +
+                     std::to_string(op));
+  if (e.thread >= kMaxThreads)
+    throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": thread index " +
+                     std::to_string(e.thread) + " exceeds the limit of 2^24 threads");
+  const uint8_t fields = kOpInfo[op].fields;
+  if (fields & kConsumes) {
+    if (e.old > m.last_id)
+      throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": " +
+                       std::string(op_name(e.op)) + " of object " + std::to_string(e.old) +
+                       ", which does not exist yet (last id " + std::to_string(m.last_id) + ")");
+  } else {
+    e.old = 0;
+  }
+  if (fields & kProduces) {
+    if (e.flags & kFailed) e.flags |= kNullResult;
+    e.flags &= kNullResult | kFailed;
+    e.id = (e.flags & kNullResult) ? 0 : ++m.last_id;
+  } else {
+    e.flags = 0;
+    e.id = 0;
+  }
+  if (!(fields & kSize)) e.size = 0;
+  if (!(fields & kAlign)) e.align = 0;
+  if (!(fields & kCount)) e.count = 0;
+  if (!m.opt.timestamps) e.time = 0;
+  e.seq = m.next_seq++;
+
+  if (e.thread >= m.threads.size()) {
+    m.threads.resize(e.thread + 1);
+    if (m.infos.size() < m.threads.size()) m.infos.resize(m.threads.size());
+  }
+  ThreadEncoder& te = m.threads[e.thread];
+  m.encode(te, e, fields);
+  if (te.n >= m.opt.chunk_events) m.flush_thread(e.thread);
+  return e.id;
+}
+
+void TraceWriter::set_thread_info(uint32_t thread, ThreadInfo info) {
+  Impl& m = *impl_;
+  if (thread >= kMaxThreads) throw TraceError(m.path + ": thread index out of range");
+  if (thread >= m.infos.size()) m.infos.resize(thread + 1);
+  m.infos[thread] = std::move(info);
+}
+
+void TraceWriter::set_final_metadata(std::string json) {
+  impl_->final_meta = std::move(json);
+  impl_->has_final_meta = true;
+}
+
+void TraceWriter::flush() {
+  Impl& m = *impl_;
+  for (uint32_t t = 0; t < m.threads.size(); ++t) m.flush_thread(t);
+}
+
+void TraceWriter::close() {
+  Impl& m = *impl_;
+  if (m.closed) return;
+  flush();
+  std::string payload;
+  put_u32(payload, static_cast<uint32_t>(m.infos.size()));
+  for (const ThreadInfo& ti : m.infos) {
+    put_u64(payload, ti.os_tid);
+    put_u32(payload, static_cast<uint32_t>(ti.name.size()));
+    payload += ti.name;
+  }
+  const uint64_t threads_offset = m.offset;
+  m.write_block(kBlockThreads, payload);
+  uint64_t meta_offset = kFileHeaderSize;
+  if (m.has_final_meta) {
+    meta_offset = m.offset;
+    m.write_block(kBlockMeta, m.final_meta);
+  }
+  payload.clear();
+  put_u64(payload, meta_offset);
+  put_u64(payload, threads_offset);
+  put_u64(payload, m.index.size());
+  for (const IndexEntry& ie : m.index) {
+    put_u64(payload, ie.offset);
+    put_u32(payload, ie.thread);
+    put_u32(payload, ie.events);
+    put_u64(payload, ie.first_seq);
+    put_u64(payload, ie.last_seq);
+    put_u64(payload, ie.first_time);
+    put_u64(payload, ie.last_time);
+  }
+  const uint64_t index_offset = m.offset;
+  m.write_block(kBlockIndex, payload);
+  std::string footer(kFooterMagic, sizeof kFooterMagic);
+  put_u64(footer, index_offset);
+  put_u64(footer, m.next_seq);
+  put_u64(footer, plain_checksum(footer.data(), footer.size()));
+  m.write_all(footer.data(), footer.size());
+  m.closed = true;
+  if (::close(m.fd) != 0) {
+    m.fd = -1;
+    m.io_fail("close failed");
+  }
+  m.fd = -1;
+}
+
+uint64_t TraceWriter::events() const { return impl_->next_seq; }
+uint64_t TraceWriter::objects() const { return impl_->last_id; }
+uint64_t TraceWriter::bytes_written() const { return impl_->offset; }
+
+}  // namespace heaplab::trace

@@ -1,0 +1,65 @@
+// Streaming writer for .hlt traces. Events are appended in global order; the
+// writer assigns `seq` and the ids of produced objects, keeps one open chunk
+// per thread and appends each full chunk to the file, so a capture that dies
+// leaves every flushed chunk readable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "capture/format/event.h"
+#include "capture/format/trace_format.h"
+
+namespace heaplab::trace {
+
+struct WriterOptions {
+  // Events per chunk per thread (1 .. 1<<20). Larger chunks compress better.
+  uint32_t chunk_events = 65536;
+  // zstd level; 0 stores chunks uncompressed.
+  int zstd_level = 3;
+  // Whether events carry timestamps (Event::time). Without, time is stored as 0.
+  bool timestamps = false;
+  // JSON object describing the trace, written as the first METADATA block.
+  std::string metadata_json = "{}";
+};
+
+struct ThreadInfo {
+  uint64_t os_tid = 0;  // the kernel's thread id, 0 if unknown
+  std::string name;     // thread name, may be empty
+  bool operator==(const ThreadInfo&) const = default;
+};
+
+class TraceWriter {
+ public:
+  // Creates (truncates) `path`. Throws TraceError naming the path on failure.
+  TraceWriter(const std::string& path, WriterOptions options);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  // Appends one event. Sets e.seq and, for a producing op without
+  // kNullResult/kFailed, e.id (the next dense id); zeroes fields the op does
+  // not carry. Returns e.id. Throws TraceError if e.op is invalid or e.old
+  // names an object that does not exist yet.
+  uint64_t append(Event& e);
+
+  // Describes a thread index (may be called at any time before close()).
+  void set_thread_info(uint32_t thread, ThreadInfo info);
+  // Replaces the metadata; written as a final METADATA block by close().
+  void set_final_metadata(std::string json);
+  // Writes every open chunk, so that all events so far survive a crash.
+  void flush();
+  // Flushes, writes the thread table, index and footer. Throws on I/O errors.
+  void close();
+
+  uint64_t events() const;
+  uint64_t objects() const;  // ids handed out so far
+  uint64_t bytes_written() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace heaplab::trace

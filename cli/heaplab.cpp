@@ -1,0 +1,285 @@
+// The heaplab command: parses arguments and calls the libraries. Nothing
+// here knows the trace layout; every subcommand is a few lines.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/core.h>
+#include <string>
+#include <vector>
+
+#include "capture/analysis/trace_check.h"
+#include "capture/analysis/trace_stats.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_writer.h"
+#include "capture/import/cmt_text.h"
+#include "capture/import/input_stream.h"
+#include "capture/import/metadata.h"
+
+namespace {
+
+using namespace heaplab;
+using analysis::group_digits;
+
+constexpr int kExitProblems = 1;  // check found problems
+constexpr int kExitBadInput = 2;  // bad usage or unreadable input
+
+struct Failure {
+  std::string message;
+};
+
+std::unique_ptr<trace::TraceReader> open_trace(const std::string& path) {
+  auto r = trace::TraceReader::open(path);
+  if (!r->complete()) fmt::print(stderr, "heaplab: warning: {}: {}\n", path, r->warning());
+  return r;
+}
+
+// ------------------------------------------------------------------ import
+struct ImportArgs {
+  std::string from;
+  std::string input;
+  std::string output;
+  int level = 19;
+  uint32_t chunk_events = 1u << 20;
+};
+
+int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
+  if (a.from != "cmt-text") throw Failure{"unknown import format '" + a.from + "' (known: cmt-text)"};
+  auto in = import::InputStream::open(a.input);
+  nlohmann::json meta = import::base_metadata("import", "none", argv);
+  meta["import"] = {{"from", a.from}, {"source", in->name()}, {"compression", in->compression()}};
+  trace::WriterOptions opt;
+  opt.zstd_level = a.level;
+  opt.chunk_events = a.chunk_events;
+  opt.metadata_json = meta.dump();
+  // Write beside the target and rename at the end: a failed import leaves no
+  // half-written trace under the requested name.
+  const std::string tmp = a.output + ".part";
+  import::CmtImportReport rep;
+  uint64_t bytes = 0;
+  try {
+    trace::TraceWriter w(tmp, opt);
+    w.set_thread_info(0, {0, "main"});
+    rep = import::import_cmt_text(*in, w);
+    meta["import"].update({{"lines", rep.lines},
+                           {"events", rep.events},
+                           {"unknown_frees", rep.unknown_frees},
+                           {"unknown_reallocs", rep.unknown_reallocs},
+                           {"reused_live_addresses", rep.reused_live},
+                           {"null_results", rep.null_results}});
+    w.set_final_metadata(meta.dump());
+    w.close();
+    bytes = w.bytes_written();
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, a.output, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw Failure{a.output + ": cannot create: " + ec.message()};
+  }
+  fmt::print(stderr, "imported {} events from {} lines of {} ({} compression) into {}: {} bytes, {:.3f} bytes/event\n",
+             group_digits(rep.events), group_digits(rep.lines), in->name(), in->compression(),
+             a.output, group_digits(bytes), rep.events ? double(bytes) / double(rep.events) : 0.0);
+  if (rep.unknown_frees)
+    fmt::print(stderr, "heaplab: note: {} frees of addresses never allocated were skipped (first at line {})\n",
+               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
+  if (rep.unknown_reallocs)
+    fmt::print(stderr, "heaplab: note: {} reallocs of unknown addresses were imported as realloc(NULL, n)\n",
+               group_digits(rep.unknown_reallocs));
+  if (rep.reused_live)
+    fmt::print(stderr, "heaplab: note: {} allocations returned an address that was still live (a free is missing)\n",
+               group_digits(rep.reused_live));
+  return 0;
+}
+
+// ------------------------------------------------------------------ stats
+int run_stats(const std::string& path, bool json) {
+  auto r = open_trace(path);
+  analysis::TraceStats s = analysis::compute_stats(*r);
+  if (json) {
+    nlohmann::json j = analysis::stats_to_json(s);
+    j["trace"] = {{"path", path},
+                  {"format_version", fmt::format("{}.{}", r->major_version(), r->minor_version())},
+                  {"file_bytes", r->file_size()},
+                  {"bytes_per_event", s.events ? double(r->file_size()) / double(s.events) : 0.0},
+                  {"complete", r->complete()}};
+    if (!r->complete()) j["trace"]["warning"] = r->warning();
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("trace: {} (format {}.{}, {} bytes, {:.3f} bytes/event)\n", path, r->major_version(),
+               r->minor_version(), group_digits(r->file_size()),
+               s.events ? double(r->file_size()) / double(s.events) : 0.0);
+    fmt::print("{}", analysis::stats_to_text(s));
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------ check
+int run_check(const std::string& path, size_t max_listed) {
+  auto r = trace::TraceReader::open(path);
+  analysis::CheckReport rep = analysis::check_trace(*r, max_listed);
+  for (const auto& p : rep.listed)
+    fmt::print("{}: seq {} (thread {}): {}\n", path, p.seq, p.thread, p.message);
+  if (rep.problems > rep.listed.size())
+    fmt::print("{}: ... and {} more problems\n", path, rep.problems - rep.listed.size());
+  if (rep.lost_events)
+    fmt::print("{}: note: the capture lost {} events (lost markers)\n", path, group_digits(rep.lost_events));
+  if (!rep.ok()) {
+    fmt::print(stderr, "heaplab check: {}: {} problem{} found\n", path, group_digits(rep.problems),
+               rep.problems == 1 ? "" : "s");
+    return kExitProblems;
+  }
+  fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events),
+             r->thread_count(), group_digits(rep.objects));
+  return 0;
+}
+
+// ------------------------------------------------------------------ cat
+struct CatArgs {
+  std::string path;
+  std::string format = "text";
+  int64_t thread = -1;
+  uint64_t from = 0;
+  uint64_t limit = UINT64_MAX;
+  bool meta = false;
+};
+
+std::string obj(uint64_t id) { return id ? "#" + std::to_string(id) : "NULL"; }
+
+void print_event_text(const trace::Event& e, bool has_time, std::string& line) {
+  line.clear();
+  fmt::format_to(std::back_inserter(line), "{} t{} ", e.seq, e.thread);
+  if (has_time) fmt::format_to(std::back_inserter(line), "@{} ", e.time);
+  line += trace::op_name(e.op);
+  const uint8_t f = trace::op_info(e.op).fields;
+  std::vector<std::string> args;
+  if (f & trace::kConsumes) args.push_back(obj(e.old));
+  if (f & trace::kCount) args.push_back(std::to_string(e.count));
+  if (f & trace::kSize) args.push_back(std::to_string(e.size));
+  if (f & trace::kAlign) args.push_back("align=" + std::to_string(e.align));
+  line += "(";
+  for (size_t i = 0; i < args.size(); ++i) line += (i ? ", " : "") + args[i];
+  line += ")";
+  if (f & trace::kProduces) {
+    line += " = " + obj(e.id);
+    if (e.flags & trace::kFailed) line += " (failed)";
+  }
+  line += "\n";
+}
+
+void print_event_json(const trace::Event& e, bool has_time, std::string& line) {
+  nlohmann::json j = {{"seq", e.seq}, {"thread", e.thread}, {"op", trace::op_name(e.op)}};
+  if (has_time) j["time"] = e.time;
+  const uint8_t f = trace::op_info(e.op).fields;
+  if (f & trace::kConsumes) j["old"] = e.old;
+  if (f & trace::kCount) j["count"] = e.count;
+  if (f & trace::kSize) j["size"] = e.size;
+  if (f & trace::kAlign) j["align"] = e.align;
+  if (f & trace::kProduces) j["id"] = e.id;
+  if (e.flags & trace::kFailed) j["failed"] = true;
+  line = j.dump();
+  line += "\n";
+}
+
+int run_cat(const CatArgs& a) {
+  auto r = open_trace(a.path);
+  if (a.meta) {
+    nlohmann::json m = nlohmann::json::parse(r->metadata(), nullptr, false);
+    fmt::print("{}\n", m.is_discarded() ? r->metadata() : m.dump(2));
+    return 0;
+  }
+  std::unique_ptr<trace::EventCursor> cur;
+  if (a.thread >= 0) {
+    if (a.thread >= static_cast<int64_t>(r->thread_count()))
+      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread, r->thread_count())};
+    cur = std::make_unique<trace::ThreadCursor>(*r, static_cast<uint32_t>(a.thread));
+  } else {
+    cur = std::make_unique<trace::MergedCursor>(*r);
+  }
+  const bool json = a.format == "jsonl";
+  std::vector<trace::Event> buf(4096);
+  std::string line, out;
+  uint64_t shown = 0;
+  while (size_t n = cur->next(buf.data(), buf.size())) {
+    for (size_t i = 0; i < n && shown < a.limit; ++i) {
+      if (buf[i].seq < a.from) continue;
+      json ? print_event_json(buf[i], r->has_time(), line) : print_event_text(buf[i], r->has_time(), line);
+      out += line;
+      ++shown;
+    }
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) return 0;  // closed pipe
+    out.clear();
+    if (shown >= a.limit) break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  CLI::App app{"heaplab: capture, normalise and replay heap traces to compare allocators", "heaplab"};
+  app.set_version_flag("--version", std::string("heaplab ") + import::tool_version() +
+                                        fmt::format(" (trace format {}.{})", trace::kFormatMajor,
+                                                    trace::kFormatMinor));
+  app.require_subcommand(1);
+
+  ImportArgs ia;
+  auto* imp = app.add_subcommand("import", "Convert another tool's trace into a heaplab trace");
+  imp->add_option("--from", ia.from, "Input format: cmt-text (Compact Memory Traces text)")->required();
+  imp->add_option("input", ia.input, "Input file (plain, .gz, .bz2, .xz or .zst), or - for stdin")->required();
+  imp->add_option("-o,--output", ia.output, "Output trace (.hlt)")->required();
+  imp->add_option("--level", ia.level, "zstd level, 0 (none) to 22")->check(CLI::Range(0, 22))->capture_default_str();
+  imp->add_option("--chunk-events", ia.chunk_events, "Events per chunk")
+      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+
+  std::string stats_path;
+  bool stats_json = false;
+  auto* st = app.add_subcommand("stats", "Summarise a trace: operations, threads, sizes, lifetimes, peaks");
+  st->add_option("trace", stats_path, "Trace file")->required();
+  st->add_flag("--json", stats_json, "Print JSON instead of text");
+
+  std::string check_path;
+  size_t check_max = 20;
+  auto* ck = app.add_subcommand("check", "Validate a trace; exit 1 if it has problems");
+  ck->add_option("trace", check_path, "Trace file")->required();
+  ck->add_option("--max-problems", check_max, "How many problems to list")->capture_default_str();
+
+  CatArgs ca;
+  auto* ct = app.add_subcommand("cat", "Print a trace's events as text");
+  ct->add_option("trace", ca.path, "Trace file")->required();
+  ct->add_option("--format", ca.format, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}))->capture_default_str();
+  ct->add_option("--thread", ca.thread, "Only this thread's events");
+  ct->add_option("--from", ca.from, "Start at this seq");
+  ct->add_option("-n,--limit", ca.limit, "Print at most this many events");
+  ct->add_flag("--meta", ca.meta, "Print the metadata JSON instead of events");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "heaplab: error: {}\nRun 'heaplab --help' for usage.\n", e.what());
+    return kExitBadInput;
+  }
+
+  try {
+    if (*imp) return run_import(ia, args);
+    if (*st) return run_stats(stats_path, stats_json);
+    if (*ck) return run_check(check_path, check_max);
+    if (*ct) return run_cat(ca);
+  } catch (const Failure& f) {
+    fmt::print(stderr, "heaplab: error: {}\n", f.message);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "heaplab: error: {}\n", e.what());
+  }
+  return kExitBadInput;
+}
