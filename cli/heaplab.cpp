@@ -40,7 +40,8 @@ struct ImportArgs {
   std::string from;
   std::string input;
   std::string output;
-  int level = 19;
+  std::string codec = "zstd";
+  int level = 0;  // 0: the codec's default (zstd 19, lz4 1)
   uint32_t chunk_events = 1u << 20;
 };
 
@@ -50,7 +51,8 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   nlohmann::json meta = import::base_metadata("import", "none", argv);
   meta["import"] = {{"from", a.from}, {"source", in->name()}, {"compression", in->compression()}};
   trace::WriterOptions opt;
-  opt.zstd_level = a.level;
+  opt.codec = a.codec == "zstd" ? trace::kCodecZstd : a.codec == "lz4" ? trace::kCodecLz4 : trace::kCodecNone;
+  opt.level = a.level != 0 ? a.level : opt.codec == trace::kCodecZstd ? 19 : 1;
   opt.chunk_events = a.chunk_events;
   opt.metadata_json = meta.dump();
   // Write beside the target and rename at the end: a failed import leaves no
@@ -233,7 +235,10 @@ int main(int argc, char** argv) {
   imp->add_option("--from", ia.from, "Input format: cmt-text (Compact Memory Traces text)")->required();
   imp->add_option("input", ia.input, "Input file (plain, .gz, .bz2, .xz or .zst), or - for stdin")->required();
   imp->add_option("-o,--output", ia.output, "Output trace (.hlt)")->required();
-  imp->add_option("--level", ia.level, "zstd level, 0 (none) to 22")->check(CLI::Range(0, 22))->capture_default_str();
+  imp->add_option("--codec", ia.codec, "Chunk compression: zstd (smallest), lz4 (fastest) or none")
+      ->check(CLI::IsMember({"zstd", "lz4", "none"}))->capture_default_str();
+  imp->add_option("--level", ia.level, "zstd level 1..22 (default 19), or lz4 acceleration (default 1)")
+      ->check(CLI::Range(1, 65537));
   imp->add_option("--chunk-events", ia.chunk_events, "Events per chunk")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
 

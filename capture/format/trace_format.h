@@ -35,8 +35,12 @@ enum BlockType : uint32_t {
 inline constexpr size_t kChunkHeaderSize = 96;
 inline constexpr unsigned kColumnCount = 7;  // seq, time, id, old, size, align, count
 enum Column : unsigned { kColSeq, kColTime, kColId, kColOld, kColSize, kColAlign, kColCount };
-enum Codec : uint8_t { kCodecNone = 0, kCodecZstd = 1 };
+enum Codec : uint8_t { kCodecNone = 0, kCodecZstd = 1, kCodecLz4 = 2 };
 enum ChunkFlag : uint8_t { kChunkHasTime = 1u << 0 };
+
+// Zeroed bytes a decoder keeps after the columns (prefix varints are read
+// with unconditional 8-byte loads, 9 bytes at most per value).
+inline constexpr size_t kDecodePadding = 16;
 
 // Index entry: 48 bytes.
 inline constexpr size_t kIndexEntrySize = 48;

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <lz4.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -220,6 +221,11 @@ void TraceReader::scan() {
   while (off < size) {
     const uint64_t left = size - off;
     if (saw_index && left == kFooterSize) fail(off, "footer corrupt (bad magic or checksum)");
+    if (saw_index && left < kFooterSize) {
+      warning_ = "trace is truncated: the footer at offset " + std::to_string(off) + " has " +
+                 fmt_bytes(left) + " of 32";
+      break;
+    }
     if (left < kBlockHeaderSize) {
       warning_ = "trace is truncated: " + fmt_bytes(left) + " at offset " + std::to_string(off) +
                  " are an incomplete block header";
@@ -313,20 +319,28 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
     corrupt("reserved header bits are set");
   const uint8_t* z = p + kChunkHeaderSize;
   const size_t zlen = len - kChunkHeaderSize;
-  const uint8_t* raw;
+  if (raw_size > (64u << 20)) corrupt("decoded size too large");
+  // Columns are decoded with 8-byte loads: keep zeroed padding after them.
+  buf_.resize(raw_size + kDecodePadding);
+  std::memset(buf_.data() + raw_size, 0, kDecodePadding);
   if (codec == kCodecZstd) {
-    if (raw_size > (64u << 20)) corrupt("decoded size too large");
-    buf_.resize(raw_size + 16);
     size_t got = ZSTD_decompressDCtx(dctx_, buf_.data(), raw_size, z, zlen);
     if (ZSTD_isError(got)) corrupt((std::string("zstd: ") + ZSTD_getErrorName(got)).c_str());
     if (got != raw_size) corrupt("decompressed size differs from the header");
-    raw = buf_.data();
+  } else if (codec == kCodecLz4) {
+    if (zlen > INT32_MAX) corrupt("compressed size too large");
+    int got = LZ4_decompress_safe(reinterpret_cast<const char*>(z),
+                                  reinterpret_cast<char*>(buf_.data()), static_cast<int>(zlen),
+                                  static_cast<int>(raw_size));
+    if (got < 0) corrupt("lz4 data is invalid");
+    if (static_cast<uint32_t>(got) != raw_size) corrupt("decompressed size differs from the header");
   } else if (codec == kCodecNone) {
     if (zlen != raw_size) corrupt("stored size differs from the header");
-    raw = z;
+    std::memcpy(buf_.data(), z, raw_size);
   } else {
     corrupt("unknown compression codec");
   }
+  const uint8_t* raw = buf_.data();
   ops_ = raw;
   const uint8_t* q = raw + c.events;
   for (unsigned i = 0; i < kColumnCount; ++i) {
@@ -346,72 +360,134 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   ref_ = ref_start;
 }
 
-size_t ChunkDecoder::next(Event* out, size_t max) {
-  using bytes::get_varint;
+namespace {
+
+// Fields carried by each op byte (op code plus result bits): produced-id is
+// dropped when the null-result bit is set; kInvalidOp marks unknown codes.
+constexpr uint8_t kInvalidOp = 0x80;
+struct ByteFieldTable {
+  uint8_t f[256];
+  constexpr ByteFieldTable() : f() {
+    for (unsigned b = 0; b < 256; ++b) {
+      const unsigned op = b & kOpMask;
+      if (op >= kOpCount) {
+        f[b] = kInvalidOp;
+        continue;
+      }
+      uint8_t fields = kOpInfo[op].fields;
+      if (b & kOpNullBit) fields &= static_cast<uint8_t>(~kProduces);
+      f[b] = fields;
+    }
+  }
+};
+constexpr ByteFieldTable kByteFields;
+
+inline uint64_t all_if(bool b) { return uint64_t{0} - uint64_t{b}; }
+
+}  // namespace
+
+template <bool kChecked>
+size_t ChunkDecoder::decode(Event* out, size_t n) {
+  using bytes::pv_load;
   using bytes::unzigzag;
-  const size_t n = std::min<size_t>(max, remaining_);
   const uint8_t* ops = ops_;
   uint64_t seq_next = seq_next_, time_prev = time_prev_, id_next = id_next_, ref = ref_;
+  const uint8_t *ps = p_[kColSeq], *pt = p_[kColTime], *po = p_[kColOld], *pi = p_[kColId],
+                *pz = p_[kColSize], *pa = p_[kColAlign], *pc = p_[kColCount];
+  const bool has_seq = has_seq_, has_time = has_time_;
+  const uint32_t thread = thread_;
   for (size_t i = 0; i < n; ++i) {
     const uint8_t b = ops[i];
-    const unsigned op = b & kOpMask;
-    if (op >= kOpCount) [[unlikely]]
+    const uint8_t f = kByteFields.f[b];
+    if (f & kInvalidOp) [[unlikely]]
       corrupt("invalid op code");
-    const uint8_t f = kOpInfo[op].fields;
     Event& e = out[i];
     uint64_t v = 0;
-    if (has_seq_ && !get_varint(p_[kColSeq], end_[kColSeq], v)) [[unlikely]]
-      corrupt("seq column ends early");
+    if (has_seq) ps += pv_load(ps, v);
     e.seq = seq_next + v;
     seq_next = e.seq + 1;
-    if (has_time_) {
-      if (!get_varint(p_[kColTime], end_[kColTime], v)) [[unlikely]]
-        corrupt("time column ends early");
+    if (has_time) {
+      pt += pv_load(pt, v);
       time_prev += static_cast<uint64_t>(unzigzag(v));
       e.time = time_prev;
     } else {
       e.time = 0;
     }
-    e.old = 0;
-    if (f & kConsumes) {
-      if (!get_varint(p_[kColOld], end_[kColOld], v)) [[unlikely]]
-        corrupt("object column ends early");
-      if (v != 0) {
-        ref -= static_cast<uint64_t>(unzigzag(v - 1));
-        e.old = ref;
-      }
-    }
-    e.id = 0;
-    if ((f & kProduces) && !(b & kOpNullBit)) {
-      if (!get_varint(p_[kColId], end_[kColId], v)) [[unlikely]]
-        corrupt("id column ends early");
-      e.id = id_next + v;
-      id_next = e.id + 1;
-      ref = e.id;
-    }
-    e.size = 0;
-    if ((f & kSize) && !get_varint(p_[kColSize], end_[kColSize], e.size)) [[unlikely]]
-      corrupt("size column ends early");
+    // Consumed object: 0 = NULL, else zigzag(ref - old) + 1.
+    uint64_t m = all_if((f & kConsumes) != 0);
+    unsigned len = pv_load(po, v);
+    po += len & m;
+    v &= m;
+    const uint64_t nz = all_if(v != 0);
+    ref -= static_cast<uint64_t>(unzigzag(v - 1)) & nz;
+    e.old = ref & nz;
+    // Produced object: id_next + delta.
+    m = all_if((f & kProduces) != 0);
+    len = pv_load(pi, v);
+    pi += len & m;
+    const uint64_t id = id_next + v;
+    e.id = id & m;
+    id_next = ((id + 1) & m) | (id_next & ~m);
+    ref = (id & m) | (ref & ~m);
+    m = all_if((f & kSize) != 0);
+    len = pv_load(pz, v);
+    pz += len & m;
+    e.size = v & m;
     e.align = 0;
-    if ((f & kAlign) && !get_varint(p_[kColAlign], end_[kColAlign], e.align)) [[unlikely]]
-      corrupt("align column ends early");
     e.count = 0;
-    if ((f & kCount) && !get_varint(p_[kColCount], end_[kColCount], e.count)) [[unlikely]]
-      corrupt("count column ends early");
-    e.thread = thread_;
-    e.op = static_cast<Op>(op);
+    if (f & (kAlign | kCount)) [[unlikely]] {  // aligned calls, calloc: rare
+      if (f & kAlign) pa += pv_load(pa, e.align);
+      if (f & kCount) pc += pv_load(pc, e.count);
+    }
+    e.thread = thread;
+    e.op = static_cast<Op>(b & kOpMask);
     e.flags = static_cast<uint8_t>(b >> 6);
+    if constexpr (kChecked) {
+      if ((ps > end_[kColSeq]) | (pt > end_[kColTime]) | (po > end_[kColOld]) |
+          (pi > end_[kColId]) | (pz > end_[kColSize]) | (pa > end_[kColAlign]) |
+          (pc > end_[kColCount])) [[unlikely]]
+        corrupt("a column ends early");
+    }
   }
+  p_[kColSeq] = ps;
+  p_[kColTime] = pt;
+  p_[kColOld] = po;
+  p_[kColId] = pi;
+  p_[kColSize] = pz;
+  p_[kColAlign] = pa;
+  p_[kColCount] = pc;
   ops_ += n;
-  remaining_ -= static_cast<uint32_t>(n);
   seq_next_ = seq_next;
   time_prev_ = time_prev;
   id_next_ = id_next;
   ref_ = ref;
+  return n;
+}
+
+size_t ChunkDecoder::next(Event* out, size_t max) {
+  const size_t n = std::min<size_t>(max, remaining_);
+  // Every column pointer advances at most kPvMaxBytes per event and reads at
+  // most kPvMaxBytes from where it stands, so `room` events can run without
+  // per-event bounds checks; the tail of a chunk runs checked.
+  const uint8_t* limit = buf_.data() + buf_.size() - bytes::kPvMaxBytes;
+  size_t done = 0;
+  while (done < n) {
+    size_t room = n - done;
+    for (const uint8_t* p : p_)
+      room = std::min<size_t>(room, p < limit ? size_t(limit - p) / bytes::kPvMaxBytes : 0);
+    if (room >= 32) {
+      done += decode<false>(out + done, room);
+      for (unsigned k = 0; k < kColumnCount; ++k)
+        if (p_[k] > end_[k]) corrupt("a column ends early");
+    } else {
+      done += decode<true>(out + done, n - done);
+    }
+  }
+  remaining_ -= static_cast<uint32_t>(n);
   if (remaining_ == 0) {
     for (unsigned i = 0; i < kColumnCount; ++i)
       if (p_[i] != end_[i]) corrupt("column has trailing bytes");
-    if (seq_next - 1 != c_.last_seq) corrupt("last seq differs from the header");
+    if (seq_next_ - 1 != c_.last_seq) corrupt("last seq differs from the header");
   }
   return n;
 }
@@ -430,10 +506,15 @@ size_t ThreadCursor::next(Event* out, size_t max) {
 }
 
 MergedCursor::MergedCursor(const TraceReader& r) {
-  sources_.resize(r.thread_count());
+  uint32_t active = 0;
+  for (uint32_t t = 0; t < r.thread_count(); ++t) active += !r.thread_chunks(t).empty();
+  const size_t batch = active <= 1 ? 4096 : 512;
   for (uint32_t t = 0; t < r.thread_count(); ++t) {
-    sources_[t].cursor = std::make_unique<ThreadCursor>(r, t);
-    sources_[t].buf.resize(r.thread_count() == 1 ? 4096 : 512);
+    if (r.thread_chunks(t).empty()) continue;
+    Source s;
+    s.cursor = std::make_unique<ThreadCursor>(r, t);
+    s.buf.resize(std::min<uint64_t>(batch, r.thread_event_count(t)));
+    sources_.push_back(std::move(s));
   }
 }
 

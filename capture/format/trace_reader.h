@@ -92,6 +92,8 @@ class ChunkDecoder {
 
  private:
   [[noreturn]] void corrupt(const char* what) const;
+  template <bool kChecked>
+  size_t decode(Event* out, size_t n);
   const TraceReader* r_ = nullptr;
   ChunkRef c_{};
   ZSTD_DCtx_s* dctx_ = nullptr;

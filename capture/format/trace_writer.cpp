@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <lz4.h>
 #include <zstd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -17,7 +19,6 @@ using bytes::put_u16;
 using bytes::put_u32;
 using bytes::put_u64;
 using bytes::put_u8;
-using bytes::put_varint;
 using bytes::zigzag;
 
 constexpr uint32_t kMaxThreads = 1u << 24;
@@ -29,11 +30,26 @@ struct IndexEntry {
   uint64_t first_seq, last_seq, first_time, last_time;
 };
 
+// A column being built: prefix varints appended with unconditional 9-byte
+// stores, so the buffer keeps that much slack beyond `len`.
+struct ColumnBuf {
+  std::vector<uint8_t> buf;  // allocated on first use: threads are cheap
+  size_t len = 0;
+  // Appends v when `keep` is all ones; writes but does not keep it when 0.
+  [[gnu::always_inline]] inline void put(uint64_t v, size_t keep) {
+    if (buf.size() - len < 2 * bytes::kPvMaxBytes) [[unlikely]]
+      grow();
+    len += bytes::pv_store(buf.data() + len, v) & keep;
+  }
+  [[gnu::noinline]] void grow() { buf.resize(std::max<size_t>(256, buf.size() * 2)); }
+  void clear() { len = 0; }
+};
+
 // Encoder state of one thread: the open chunk's columns plus the running
 // predictors, which continue across chunks (each chunk stores their start).
 struct ThreadEncoder {
   std::vector<uint8_t> ops;
-  std::vector<uint8_t> col[kColumnCount];
+  ColumnBuf col[kColumnCount];
   uint32_t n = 0;
   bool any_gap = false;
   uint64_t first_seq = 0, last_seq = 0, first_time = 0, last_time = 0;
@@ -95,7 +111,7 @@ struct TraceWriter::Impl {
     if (!te.any_gap) te.col[kColSeq].clear();
     raw.clear();
     raw.insert(raw.end(), te.ops.begin(), te.ops.end());
-    for (auto& c : te.col) raw.insert(raw.end(), c.begin(), c.end());
+    for (auto& c : te.col) raw.insert(raw.end(), c.buf.begin(), c.buf.begin() + static_cast<ptrdiff_t>(c.len));
 
     block.clear();
     put_u32(block, t);
@@ -106,21 +122,33 @@ struct TraceWriter::Impl {
     put_u64(block, te.last_time);
     put_u64(block, te.id_start);
     put_u64(block, te.ref_start);
-    const bool compress = opt.zstd_level != 0;
-    put_u8(block, compress ? uint8_t{kCodecZstd} : uint8_t{kCodecNone});
+    put_u8(block, opt.codec);
     put_u8(block, opt.timestamps ? uint8_t{kChunkHasTime} : uint8_t{0});
     put_u16(block, 0);
     put_u32(block, static_cast<uint32_t>(raw.size()));
-    for (auto& c : te.col) put_u32(block, static_cast<uint32_t>(c.size()));
+    for (auto& c : te.col) put_u32(block, static_cast<uint32_t>(c.len));
     put_u32(block, 0);  // reserved, pads the header to 96 bytes
-    if (compress) {
-      zbuf.resize(ZSTD_compressBound(raw.size()));
-      size_t z = ZSTD_compressCCtx(cctx, zbuf.data(), zbuf.size(), raw.data(), raw.size(),
-                                   opt.zstd_level);
-      if (ZSTD_isError(z)) throw TraceError(path + ": zstd: " + ZSTD_getErrorName(z));
-      block.append(zbuf.data(), z);
-    } else {
-      block.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+    switch (opt.codec) {
+      case kCodecZstd: {
+        zbuf.resize(ZSTD_compressBound(raw.size()));
+        size_t z = ZSTD_compressCCtx(cctx, zbuf.data(), zbuf.size(), raw.data(), raw.size(),
+                                     opt.level);
+        if (ZSTD_isError(z)) throw TraceError(path + ": zstd: " + ZSTD_getErrorName(z));
+        block.append(zbuf.data(), z);
+        break;
+      }
+      case kCodecLz4: {
+        zbuf.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(raw.size()))));
+        int z = LZ4_compress_fast(reinterpret_cast<const char*>(raw.data()), zbuf.data(),
+                                  static_cast<int>(raw.size()), static_cast<int>(zbuf.size()),
+                                  opt.level);
+        if (z <= 0) throw TraceError(path + ": lz4 compression failed");
+        block.append(zbuf.data(), static_cast<size_t>(z));
+        break;
+      }
+      default:
+        block.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+        break;
     }
     index.push_back({offset, t, te.n, te.first_seq, te.last_seq, te.first_time, te.last_time});
     write_block(kBlockChunk, block);
@@ -139,30 +167,28 @@ struct TraceWriter::Impl {
       te.ref_start = te.ref;
     }
     te.ops.push_back(static_cast<uint8_t>(static_cast<uint8_t>(e.op) | (e.flags << 6)));
+    auto all = [](bool b) -> size_t { return b ? ~size_t{0} : 0; };
     const uint64_t gap = e.seq - te.seq_next;
     te.any_gap |= gap != 0;
-    put_varint(te.col[kColSeq], gap);
+    te.col[kColSeq].put(gap, ~size_t{0});
     te.seq_next = e.seq + 1;
     if (opt.timestamps) {
-      put_varint(te.col[kColTime], zigzag(static_cast<int64_t>(e.time - te.time_prev)));
+      te.col[kColTime].put(zigzag(static_cast<int64_t>(e.time - te.time_prev)), ~size_t{0});
       te.time_prev = e.time;
     }
-    if (fields & kConsumes) {
-      if (e.old == 0) {
-        put_varint(te.col[kColOld], 0);
-      } else {
-        put_varint(te.col[kColOld], zigzag(static_cast<int64_t>(te.ref - e.old)) + 1);
-        te.ref = e.old;
-      }
-    }
-    if ((fields & kProduces) && e.id != 0) {
-      put_varint(te.col[kColId], e.id - te.id_next);
+    const bool consumes = fields & kConsumes;
+    te.col[kColOld].put(e.old == 0 ? 0 : zigzag(static_cast<int64_t>(te.ref - e.old)) + 1,
+                        all(consumes));
+    if (consumes && e.old != 0) te.ref = e.old;
+    const bool produced = (fields & kProduces) && e.id != 0;
+    te.col[kColId].put(e.id - te.id_next, all(produced));
+    if (produced) {
       te.id_next = e.id + 1;
       te.ref = e.id;
     }
-    if (fields & kSize) put_varint(te.col[kColSize], e.size);
-    if (fields & kAlign) put_varint(te.col[kColAlign], e.align);
-    if (fields & kCount) put_varint(te.col[kColCount], e.count);
+    te.col[kColSize].put(e.size, all(fields & kSize));
+    te.col[kColAlign].put(e.align, all(fields & kAlign));
+    te.col[kColCount].put(e.count, all(fields & kCount));
     te.last_seq = e.seq;
     te.last_time = e.time;
     ++te.n;
@@ -176,12 +202,16 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options)
   m.opt = std::move(options);
   if (m.opt.chunk_events == 0 || m.opt.chunk_events > (1u << 20))
     throw TraceError(path + ": chunk size must be between 1 and 1048576 events");
-  if (m.opt.zstd_level < 0 || m.opt.zstd_level > ZSTD_maxCLevel())
-    throw TraceError(path + ": zstd level must be between 0 and " +
+  if (m.opt.codec != kCodecNone && m.opt.codec != kCodecZstd && m.opt.codec != kCodecLz4)
+    throw TraceError(path + ": unknown codec " + std::to_string(m.opt.codec));
+  if (m.opt.codec == kCodecZstd && (m.opt.level < 1 || m.opt.level > ZSTD_maxCLevel()))
+    throw TraceError(path + ": zstd level must be between 1 and " +
                      std::to_string(ZSTD_maxCLevel()));
+  if (m.opt.codec == kCodecLz4 && (m.opt.level < 1 || m.opt.level > 65537))
+    throw TraceError(path + ": lz4 acceleration must be between 1 and 65537");
   m.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (m.fd < 0) m.io_fail("cannot create");
-  if (m.opt.zstd_level != 0) {
+  if (m.opt.codec == kCodecZstd) {
     m.cctx = ZSTD_createCCtx();
     if (!m.cctx) throw TraceError(path + ": cannot create a zstd context");
   }

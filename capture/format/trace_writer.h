@@ -16,8 +16,11 @@ namespace heaplab::trace {
 struct WriterOptions {
   // Events per chunk per thread (1 .. 1<<20). Larger chunks compress better.
   uint32_t chunk_events = 65536;
-  // zstd level; 0 stores chunks uncompressed.
-  int zstd_level = 3;
+  // How chunks are compressed: zstd (compact), lz4 (fastest to read and
+  // write) or none.
+  Codec codec = kCodecZstd;
+  // zstd level (1..22) or lz4 acceleration level (1 = default, higher is faster).
+  int level = 3;
   // Whether events carry timestamps (Event::time). Without, time is stored as 0.
   bool timestamps = false;
   // JSON object describing the trace, written as the first METADATA block.

@@ -163,9 +163,11 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
     }
     if (syn->has_result && result == 0) {
       e.flags = trace::kNullResult;
-      // realloc(p, 0) returning NULL freed p; any other NULL is a failure.
+      // realloc(p, 0) returning NULL freed p, as did reallocarray(p, n, s)
+      // with n * s == 0; any other NULL is a failure.
+      const bool zero_bytes = e.size == 0 || (e.op == Op::reallocarray && e.count == 0);
       const bool freeing_realloc =
-          (e.op == Op::realloc || e.op == Op::reallocarray) && e.old != 0 && e.size == 0;
+          (e.op == Op::realloc || e.op == Op::reallocarray) && e.old != 0 && zero_bytes;
       if (!freeing_realloc) e.flags |= trace::kFailed;
       ++rep.null_results;
     }

@@ -235,13 +235,16 @@ class ZstdStream final : public Stream {
     while (out.pos == 0) {
       const bool more = fill();
       ZSTD_inBuffer in{in_buf_.data(), in_len_, in_pos_};
-      last_hint_ = ZSTD_decompressStream(d_, &out, &in);
+      const size_t hint = ZSTD_decompressStream(d_, &out, &in);
       in_pos_ = in.pos;
-      if (ZSTD_isError(last_hint_)) bad(ZSTD_getErrorName(last_hint_));
+      if (ZSTD_isError(hint)) bad(ZSTD_getErrorName(hint));
       if (!more && out.pos == 0) {
+        // Judge by the last call that did something: once a frame is done, a
+        // call without input returns the header size of a next frame, not 0.
         if (last_hint_ != 0) truncated();
         return 0;
       }
+      last_hint_ = hint;  // 0: the last frame so far is complete and flushed
     }
     return out.pos;
   }
@@ -271,9 +274,10 @@ std::unique_ptr<InputStream> InputStream::open(const std::string& path) {
 }
 
 bool LineReader::next(std::string_view& line) {
+  size_t scanned = 0;  // bytes after begin_ already known to hold no '\n'
   for (;;) {
     const char* start = buf_.data() + begin_;
-    const void* nl = std::memchr(start, '\n', end_ - begin_);
+    const void* nl = std::memchr(start + scanned, '\n', end_ - begin_ - scanned);
     if (nl) {
       size_t len = static_cast<const char*>(nl) - start;
       line = std::string_view(start, len);
@@ -302,6 +306,7 @@ bool LineReader::next(std::string_view& line) {
                          ": line longer than 64 MiB");
       buf_.resize(buf_.size() * 2);
     }
+    scanned = end_ - begin_;
     size_t r = in_.read(buf_.data() + end_, buf_.size() - end_);
     if (r == 0) eof_ = true;
     end_ += r;

@@ -1,0 +1,140 @@
+// Trace format speed: decoding (what a replay pays per event before it can
+// run) and writing (what capture normalisation and import pay).
+//   build/capture/format/trace_bench --benchmark_repetitions=5
+//     --benchmark_report_aggregates_only=true
+// The "codec" argument: 0 = none, 1 = lz4, N >= 2 = zstd at level N-1.
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_testutil.h"
+#include "capture/format/trace_writer.h"
+
+namespace {
+
+using namespace heaplab::trace;
+
+bool g_smoke = false;  // --heaplab_smoke: tiny inputs, for the ctest smoke run
+
+size_t bench_events() { return g_smoke ? 20000 : 10'000'000; }
+
+// A heap-like event mix: malloc/free on `threads` threads, 20% cross-thread.
+const std::vector<Event>& events(uint32_t threads) {
+  static std::vector<Event> cache[9];
+  auto& v = cache[threads];
+  if (v.empty()) {
+    testutil::GenOptions o;
+    o.threads = threads;
+    o.all_ops = false;
+    o.timestamps = true;
+    v = testutil::generate(42, bench_events(), o);
+  }
+  return v;
+}
+
+// Codec argument: 0 none, 1 lz4, otherwise zstd at that level.
+WriterOptions options(int codec) {
+  WriterOptions opt;
+  opt.timestamps = true;
+  opt.codec = codec == 0 ? kCodecNone : codec == 1 ? kCodecLz4 : kCodecZstd;
+  opt.level = codec <= 1 ? 1 : codec - 1;
+  return opt;
+}
+
+std::string trace_file(uint32_t threads, int level) {
+  std::string path = "/tmp/heaplab_bench_" + std::to_string(getpid()) + "_" +
+                     std::to_string(threads) + "_" + std::to_string(level) + ".hlt";
+  static std::vector<std::string> made;
+  for (const auto& m : made)
+    if (m == path) return path;
+  TraceWriter w(path, options(level));
+  for (Event e : events(threads)) w.append(e);
+  w.close();
+  made.push_back(path);
+  std::atexit([] {
+    for (const auto& m : made) std::remove(m.c_str());
+  });
+  return path;
+}
+
+// Decoding every thread's events, as a replay's threads do, on one core.
+void BM_DecodeThreads(benchmark::State& state) {
+  const uint32_t threads = static_cast<uint32_t>(state.range(0));
+  const int level = static_cast<int>(state.range(1));
+  auto r = TraceReader::open(trace_file(threads, level));
+  std::vector<Event> buf(1024);
+  uint64_t n = 0;
+  for (auto _ : state) {
+    for (uint32_t t = 0; t < r->thread_count(); ++t) {
+      ThreadCursor c(*r, t);
+      while (size_t k = c.next(buf.data(), buf.size())) {
+        n += k;
+        benchmark::DoNotOptimize(buf.data());
+      }
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(n));
+  state.counters["bytes_per_event"] = double(r->file_size()) / double(r->event_count());
+}
+BENCHMARK(BM_DecodeThreads)->ArgsProduct({{1, 4}, {0, 1, 2, 4}})->ArgNames({"threads", "codec"})
+    ->Unit(benchmark::kMillisecond);
+
+// Decoding in global order (stats, check, cat).
+void BM_DecodeMerged(benchmark::State& state) {
+  const uint32_t threads = static_cast<uint32_t>(state.range(0));
+  auto r = TraceReader::open(trace_file(threads, 1));
+  std::vector<Event> buf(1024);
+  uint64_t n = 0;
+  for (auto _ : state) {
+    MergedCursor c(*r);
+    while (size_t k = c.next(buf.data(), buf.size())) {
+      n += k;
+      benchmark::DoNotOptimize(buf.data());
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(n));
+}
+BENCHMARK(BM_DecodeMerged)->Arg(1)->Arg(4)->ArgName("threads")->Unit(benchmark::kMillisecond);
+
+// Writing: encode, compress, append to a file.
+void BM_Write(benchmark::State& state) {
+  const uint32_t threads = static_cast<uint32_t>(state.range(0));
+  const int level = static_cast<int>(state.range(1));
+  const auto& ev = events(threads);
+  const std::string path = "/tmp/heaplab_bench_w_" + std::to_string(getpid()) + ".hlt";
+  uint64_t n = 0;
+  for (auto _ : state) {
+    TraceWriter w(path, options(level));
+    for (Event e : ev) w.append(e);
+    w.close();
+    n += ev.size();
+  }
+  std::remove(path.c_str());
+  state.SetItemsProcessed(static_cast<int64_t>(n));
+}
+BENCHMARK(BM_Write)->ArgsProduct({{1, 4}, {0, 1, 2, 4}})->ArgNames({"threads", "codec"})
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--heaplab_smoke") == 0) {
+      g_smoke = true;
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

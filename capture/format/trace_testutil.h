@@ -1,0 +1,204 @@
+// Synthetic traces for tests and benchmarks: a heap-like event mix over many
+// threads, with cross-thread frees, every operation kind and extreme values.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "capture/format/event.h"
+
+namespace heaplab::trace::testutil {
+
+struct GenOptions {
+  uint32_t threads = 4;
+  bool all_ops = true;         // every op kind, failures, NULL frees, huge values
+  bool timestamps = true;
+  double cross_thread = 0.2;   // fraction of frees done by another thread
+  uint64_t max_live = 4096;    // bound on live objects
+};
+
+// Events as the writer will number them: seq = index, dense ids in order of
+// creation. Every consumed object is live.
+inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o = {}) {
+  std::mt19937_64 rng(seed);
+  std::vector<Event> out;
+  out.reserve(n);
+  std::vector<uint64_t> live;  // ids
+  std::vector<uint8_t> started(o.threads, 0);
+  uint64_t next_id = 1;
+  uint64_t now = 1000;
+  auto pick_size = [&]() -> uint64_t {
+    const unsigned r = static_cast<unsigned>(rng() % 100);
+    if (o.all_ops && r == 0) return rng() >> (rng() % 64);           // anything up to 2^64-1
+    if (o.all_ops && r == 1) return (uint64_t{1} << 63) + (rng() & 0xffff);
+    if (r < 80) return 8 + (rng() % 256);
+    if (r < 98) return 256 + (rng() % 8192);
+    return 8192 + (rng() % (1u << 22));
+  };
+  const Op producers[] = {Op::malloc, Op::calloc, Op::realloc, Op::reallocarray, Op::memalign,
+                          Op::posix_memalign, Op::aligned_alloc, Op::valloc, Op::pvalloc,
+                          Op::op_new, Op::op_new_array, Op::op_new_nothrow,
+                          Op::op_new_array_nothrow, Op::op_new_aligned, Op::op_new_array_aligned,
+                          Op::op_new_aligned_nothrow, Op::op_new_array_aligned_nothrow};
+  const Op consumers[] = {Op::free, Op::op_delete, Op::op_delete_array, Op::op_delete_sized,
+                          Op::op_delete_array_sized, Op::op_delete_aligned,
+                          Op::op_delete_array_aligned, Op::op_delete_sized_aligned,
+                          Op::op_delete_array_sized_aligned, Op::op_delete_nothrow,
+                          Op::op_delete_array_nothrow, Op::op_delete_aligned_nothrow,
+                          Op::op_delete_array_aligned_nothrow};
+  std::vector<uint32_t> owner;  // owner[id] = allocating thread
+  owner.push_back(0);
+  while (out.size() < n) {
+    Event e{};
+    e.seq = out.size();
+    e.thread = static_cast<uint32_t>(rng() % o.threads);
+    now += rng() % 200;
+    if (o.all_ops && (rng() % 1000) == 0) now -= std::min<uint64_t>(now, rng() % 50);  // clock skew
+    e.time = o.timestamps ? now : 0;
+    if (o.all_ops && !started[e.thread]) {
+      started[e.thread] = 1;
+      e.op = Op::thread_start;
+      out.push_back(e);
+      continue;
+    }
+    const bool do_free = !live.empty() && (live.size() >= o.max_live || rng() % 2 == 0);
+    if (do_free) {
+      size_t k = rng() % live.size();
+      if (rng() % 4 != 0) k = live.size() - 1 - (k % std::min<size_t>(live.size(), 8));
+      e.old = live[k];
+      live[k] = live.back();
+      live.pop_back();
+      if (double(rng() >> 11) < o.cross_thread * double(uint64_t{1} << 53)) {
+        e.thread = static_cast<uint32_t>((owner[e.old] + 1) % o.threads);
+      } else {
+        e.thread = owner[e.old];
+      }
+      e.op = o.all_ops ? consumers[rng() % std::size(consumers)] : Op::free;
+      if (op_has(e.op, kSize)) e.size = pick_size();
+      if (op_has(e.op, kAlign)) e.align = uint64_t{1} << (rng() % 64);
+      out.push_back(e);
+      continue;
+    }
+    if (o.all_ops && rng() % 200 == 0) {
+      e.op = rng() % 2 ? Op::free : Op::op_delete;  // free(NULL)
+      out.push_back(e);
+      continue;
+    }
+    if (o.all_ops && rng() % 500 == 0) {
+      e.op = Op::lost;
+      e.count = rng() % 100000;
+      out.push_back(e);
+      continue;
+    }
+    e.op = o.all_ops ? producers[rng() % std::size(producers)] : Op::malloc;
+    e.size = pick_size();
+    if (op_has(e.op, kCount)) e.count = rng() % 4 == 0 ? rng() : 1 + rng() % 64;
+    if (op_has(e.op, kAlign)) e.align = uint64_t{1} << (rng() % 64);
+    if (op_consumes(e.op) && !live.empty() && rng() % 4 != 0) {
+      size_t k = rng() % live.size();
+      e.old = live[k];
+      e.thread = owner[e.old];
+    }
+    if (o.all_ops && rng() % 100 == 0) {
+      e.flags = kNullResult | kFailed;  // failed call: the old object stays
+    } else if (o.all_ops && e.old && rng() % 50 == 0) {
+      e.flags = kNullResult;  // realloc(p, 0) returning NULL: frees p
+      e.size = 0;
+    }
+    if (e.old && !(e.flags & kFailed)) {
+      for (size_t k = 0; k < live.size(); ++k)
+        if (live[k] == e.old) {
+          live[k] = live.back();
+          live.pop_back();
+          break;
+        }
+    }
+    if (!(e.flags & kNullResult)) {
+      e.id = next_id++;
+      owner.push_back(e.thread);
+      live.push_back(e.id);
+    }
+    out.push_back(e);
+  }
+  if (o.all_ops) {
+    // End each thread that started (keeps thread_end last per thread).
+    for (uint32_t t = 0; t < o.threads && !out.empty(); ++t) {
+      if (!started[t]) continue;
+      Event e{};
+      e.seq = out.size();
+      e.thread = t;
+      e.op = Op::thread_end;
+      e.time = o.timestamps ? now : 0;
+      out.push_back(e);
+    }
+  }
+  return out;
+}
+
+}  // namespace heaplab::trace::testutil
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "capture/format/trace_format.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_writer.h"
+
+namespace heaplab::trace::testutil {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+inline void write_file(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+// Writes `events` (seq/id filled in by the writer) to `path`.
+inline void write_trace(const std::string& path, std::vector<Event>& events,
+                        const WriterOptions& opt) {
+  TraceWriter w(path, opt);
+  for (Event& e : events) w.append(e);
+  w.close();
+}
+
+// All events of a reader in global order.
+inline std::vector<Event> read_all(const TraceReader& r) {
+  std::vector<Event> out, buf(333);
+  MergedCursor c(r);
+  while (size_t n = c.next(buf.data(), buf.size())) out.insert(out.end(), buf.begin(), buf.begin() + n);
+  return out;
+}
+
+// Recomputes every block checksum (and the header's and footer's) of a
+// trace image in place, so that fuzzed bytes reach the decoders instead of
+// being stopped by the checksums. Stops at the first block that does not fit.
+inline void repair_checksums(std::string& img) {
+  auto* d = reinterpret_cast<uint8_t*>(img.data());
+  const size_t size = img.size();
+  if (size < kFileHeaderSize) return;
+  uint64_t h = plain_checksum(d, 24);
+  std::memcpy(d + 24, &h, 8);
+  size_t off = kFileHeaderSize;
+  while (size - off >= kBlockHeaderSize) {
+    uint32_t type, len;
+    std::memcpy(&type, d + off, 4);
+    std::memcpy(&len, d + off + 4, 4);
+    if (size - off - kBlockHeaderSize < len) break;
+    uint64_t c = block_checksum(type, d + off + kBlockHeaderSize, len);
+    std::memcpy(d + off + 8, &c, 8);
+    off += kBlockHeaderSize + len;
+    if (size - off == kFooterSize) {
+      uint64_t f = plain_checksum(d + off, 24);
+      std::memcpy(d + off + 24, &f, 8);
+      break;
+    }
+  }
+}
+
+}  // namespace heaplab::trace::testutil

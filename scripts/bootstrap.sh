@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Install any missing Debian packages, then configure and build heaplab.
+#
+# Usage: scripts/bootstrap.sh [extra cmake configure args...]
+#   e.g. scripts/bootstrap.sh -DHEAPLAB_SANITIZE=address,undefined
+#
+# Environment:
+#   HEAPLAB_BUILD_DIR  build directory (default: <repo>/build)
+#
+# Idempotent: packages already installed are left alone, and an existing
+# Ninja build directory is not reconfigured unless extra args are given.
+set -euo pipefail
+
+# Debian (bookworm) packages needed to build, test and run heaplab:
+#   toolchain:     build-essential cmake ninja-build pkg-config git
+#   tests/benches: libgtest-dev libgmock-dev libbenchmark-dev
+#   compression:   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
+#   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+#   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
+PACKAGES="build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
+  libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+  zstd xz-utils bzip2 gzip"
+
+say() { echo "bootstrap: $*"; }
+die() { echo "bootstrap: error: $*" >&2; exit 1; }
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${HEAPLAB_BUILD_DIR:-$REPO/build}"
+
+# --- packages ---------------------------------------------------------------
+missing=()
+for pkg in $PACKAGES; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  say "all required packages are installed"
+else
+  say "missing packages: ${missing[*]}"
+  if [[ $(id -u) -eq 0 ]]; then
+    SUDO=()
+  elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    die "not root and sudo is not available; please install: ${missing[*]}"
+  fi
+  say "running apt-get update"
+  "${SUDO[@]}" apt-get update || die "apt-get update failed"
+  say "installing: ${missing[*]}"
+  if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y --no-install-recommends "${missing[@]}"; then
+    die "apt-get install failed for: ${missing[*]}"
+  fi
+  still=()
+  for pkg in "${missing[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || still+=("$pkg")
+  done
+  ((${#still[@]} == 0)) || die "packages still not installed after apt-get: ${still[*]}"
+  say "packages installed"
+fi
+
+# --- configure ----------------------------------------------------------------
+if [[ -f "$BUILD_DIR/build.ninja" && $# -eq 0 ]]; then
+  say "using existing configuration in $BUILD_DIR"
+else
+  if [[ -f "$BUILD_DIR/CMakeCache.txt" && ! -f "$BUILD_DIR/build.ninja" ]] &&
+     ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD_DIR/CMakeCache.txt"; then
+    die "$BUILD_DIR was configured with a different CMake generator; remove it or set HEAPLAB_BUILD_DIR"
+  fi
+  say "configuring $BUILD_DIR${*:+ with: $*}"
+  cmake -S "$REPO" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+fi
+
+# --- build --------------------------------------------------------------------
+say "building in $BUILD_DIR"
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+say "build finished: $BUILD_DIR"
