@@ -19,9 +19,9 @@ set -euo pipefail
 #   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
+  libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-  zstd xz-utils bzip2 gzip"
+  zstd xz-utils bzip2 gzip lz4 clang"
 
 say() { echo "bootstrap: $*"; }
 die() { echo "bootstrap: error: $*" >&2; exit 1; }
