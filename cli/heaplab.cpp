@@ -83,9 +83,10 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
     std::remove(tmp.c_str());
     throw Failure{a.output + ": cannot create: " + ec.message()};
   }
-  fmt::print(stderr, "imported {} events from {} lines of {} ({} compression) into {}: {} bytes, {:.3f} bytes/event\n",
-             group_digits(rep.events), group_digits(rep.lines), in->name(), in->compression(),
-             a.output, group_digits(bytes), rep.events ? double(bytes) / double(rep.events) : 0.0);
+  const std::string how = std::string(in->compression()) == "none" ? "" : fmt::format(" ({})", in->compression());
+  fmt::print(stderr, "imported {} events from {} lines of {}{} into {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(rep.events), group_digits(rep.lines), in->name(), how, a.output,
+             group_digits(bytes), rep.events ? double(bytes) / double(rep.events) : 0.0);
   if (rep.unknown_frees)
     fmt::print(stderr, "heaplab: note: {} frees of addresses never allocated were skipped (first at line {})\n",
                group_digits(rep.unknown_frees), rep.first_unknown_free_line);

@@ -19,6 +19,12 @@ struct Obj {
 
 uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
 
+// The live byte sum is kept exactly (it can exceed 2^64 with huge requests)
+// and reported saturated: a saturating running sum would go wrong as soon as
+// objects are freed after it saturated.
+__extension__ typedef unsigned __int128 uint128;
+uint64_t saturate(uint128 v) { return v > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(v); }
+
 std::string bucket_label(unsigned k) {
   if (k == 0) return "0";
   const uint64_t lo = uint64_t{1} << (k - 1);
@@ -69,7 +75,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   s.thread_ops.resize(s.threads);
   s.thread_events.resize(s.threads);
   FlatMap<Obj> live;
-  uint64_t live_bytes = 0;
+  uint128 live_bytes = 0;
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
   bool first = true;
@@ -83,7 +89,10 @@ TraceStats compute_stats(const trace::TraceReader& r) {
       ++s.thread_events[e.thread];
       if (e.flags & trace::kFailed) ++s.failed[op];
       if (s.has_time) {
-        if (first) s.first_time = e.time;
+        // Earliest and latest time: clocks of different threads may be
+        // slightly out of seq order, and every reported time is relative to
+        // first_time.
+        s.first_time = first ? e.time : std::min(s.first_time, e.time);
         s.last_time = std::max(s.last_time, e.time);
       }
       first = false;
@@ -107,19 +116,19 @@ TraceStats compute_stats(const trace::TraceReader& r) {
       if (e.id != 0) {
         const uint64_t b = e.requested_bytes();
         live.put(e.id, Obj{e.seq, e.time, b, e.thread});
-        live_bytes = sat_add(live_bytes, b);
+        live_bytes += b;
         ++s.objects_created;
         s.bytes_requested = sat_add(s.bytes_requested, b);
         s.sizes.add(b);
-        if (live_bytes > s.live_bytes.value) {
-          s.live_bytes = {live_bytes, e.seq, e.time};
+        if (saturate(live_bytes) > s.live_bytes.value) {
+          s.live_bytes = {saturate(live_bytes), e.seq, e.time};
           s.live_objects_at_bytes_peak = live.size();
         }
         if (live.size() > s.live_objects.value) s.live_objects = {live.size(), e.seq, e.time};
       }
     }
   }
-  s.live_bytes_end = live_bytes;
+  s.live_bytes_end = saturate(live_bytes);
   s.live_objects_end = live.size();
   return s;
 }

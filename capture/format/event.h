@@ -9,7 +9,8 @@
 namespace heaplab::trace {
 
 // Every call the trace format records. The numeric values are part of the file
-// format (FORMAT.md, "Operation codes"): never renumber, only append.
+// format (FORMAT.md, "Operation codes"): never renumber. A new op code is a
+// new major format version, since older readers cannot know its fields.
 enum class Op : uint8_t {
   malloc = 0,
   calloc = 1,

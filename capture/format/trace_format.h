@@ -19,6 +19,8 @@ enum FileFlag : uint32_t { kFileHasTime = 1u << 0 };
 // Every block: 16-byte header {u32 type, u32 length, u64 checksum} + payload.
 inline constexpr size_t kBlockHeaderSize = 16;
 inline constexpr uint32_t kMaxBlockPayload = 1u << 30;
+// Largest decoded chunk a reader accepts: 2^20 events x 64 bytes (worst case).
+inline constexpr uint32_t kMaxChunkRawSize = 64u << 20;
 
 constexpr uint32_t fourcc(char a, char b, char c, char d) {
   return uint32_t(uint8_t(a)) | uint32_t(uint8_t(b)) << 8 | uint32_t(uint8_t(c)) << 16 |

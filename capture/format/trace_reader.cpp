@@ -168,10 +168,11 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
   // Reads a whole, checksummed block of `type` at `off`; returns its payload.
   auto block = [&](uint64_t off, uint32_t type, const char* what) -> std::string_view {
     if (off < kFileHeaderSize || off > body_end || body_end - off < kBlockHeaderSize)
-      fail(size - kFooterSize, std::string("footer points outside the file for the ") + what);
+      fail(size - kFooterSize, std::string("the ") + what + " block offset points outside the file");
     const uint32_t t = load_u32(d + off);
     const uint32_t len = load_u32(d + off + 4);
     if (t != type) fail(off, std::string("expected the ") + what + " block here");
+    if (len > kMaxBlockPayload) fail(off, std::string(what) + " block length is impossible");
     if (body_end - off - kBlockHeaderSize < len) fail(off, std::string(what) + " block runs past the end");
     const uint8_t* p = d + off + kBlockHeaderSize;
     if (load_u64(d + off + 8) != block_checksum(t, p, len))
@@ -233,12 +234,6 @@ void TraceReader::scan() {
     }
     const uint32_t type = load_u32(d + off);
     const uint32_t len = load_u32(d + off + 4);
-    if (type != kBlockMeta && type != kBlockChunk && type != kBlockThreads && type != kBlockIndex)
-      fail(off, "unknown block type 0x" + [&] {
-        char b[9];
-        std::snprintf(b, sizeof b, "%08x", type);
-        return std::string(b);
-      }() + " (corrupt data)");
     if (len > kMaxBlockPayload) fail(off, "block length " + std::to_string(len) + " is impossible (corrupt data)");
     if (left - kBlockHeaderSize < len) {
       warning_ = "trace is truncated: the block at offset " + std::to_string(off) + " needs " +
@@ -249,6 +244,8 @@ void TraceReader::scan() {
     const uint8_t* p = d + off + kBlockHeaderSize;
     if (load_u64(d + off + 8) != block_checksum(type, p, len))
       fail(off, "block checksum mismatch (corrupt data)");
+    // A block type this version does not know, with a valid checksum, comes
+    // from a later minor version: skipped.
     switch (type) {
       case kBlockMeta:
         metadata_.assign(reinterpret_cast<const char*>(p), len);
@@ -301,7 +298,7 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   if (load_u64(h + 8) != block_checksum(kBlockChunk, p, len)) corrupt("checksum mismatch");
   const ChunkRef hc = parse_chunk_header(p, c.offset);
   if (hc.thread != c.thread || hc.events != c.events || hc.first_seq != c.first_seq ||
-      hc.last_seq != c.last_seq)
+      hc.last_seq != c.last_seq || hc.first_time != c.first_time || hc.last_time != c.last_time)
     corrupt("header does not match the index");
   const uint64_t id_start = load_u64(p + 40);
   const uint64_t ref_start = load_u64(p + 48);
@@ -319,7 +316,7 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
     corrupt("reserved header bits are set");
   const uint8_t* z = p + kChunkHeaderSize;
   const size_t zlen = len - kChunkHeaderSize;
-  if (raw_size > (64u << 20)) corrupt("decoded size too large");
+  if (raw_size > kMaxChunkRawSize) corrupt("decoded size too large");
   // Columns are decoded with 8-byte loads: keep zeroed padding after them.
   buf_.resize(raw_size + kDecodePadding);
   std::memset(buf_.data() + raw_size, 0, kDecodePadding);

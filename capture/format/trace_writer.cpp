@@ -97,6 +97,9 @@ struct TraceWriter::Impl {
   }
 
   void write_block(uint32_t type, const std::string& payload) {
+    if (payload.size() > kMaxBlockPayload)
+      throw TraceError(path + ": a block of " + std::to_string(payload.size()) +
+                       " bytes exceeds the format's limit of 1 GiB");
     std::string hdr;
     put_u32(hdr, type);
     put_u32(hdr, static_cast<uint32_t>(payload.size()));

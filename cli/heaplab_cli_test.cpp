@@ -1,0 +1,286 @@
+// End-to-end tests of the heaplab command: exit codes, one-line errors and
+// golden outputs (one per output format). HEAPLAB_UPDATE_GOLDEN=1 rewrites
+// the golden files from the current output.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+const std::string kSource = env_or("HEAPLAB_SOURCE_DIR", HEAPLAB_TEST_SOURCE_DIR);
+const std::string kBinary = env_or("HEAPLAB_BINARY_DIR", HEAPLAB_TEST_BINARY_DIR);
+const std::string kHeaplab = kBinary + "/cli/heaplab";
+const std::string kData = kSource + "/cli/testdata";
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(int fd) {
+  std::string s;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
+  return s;
+}
+
+// Runs heaplab with `args` in directory `cwd`; stdout and stderr go to files.
+Result run(const std::vector<std::string>& args, const std::string& cwd = ".") {
+  const std::string out_path = cwd + "/.stdout", err_path = cwd + "/.stderr";
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(cwd.c_str()) != 0) _exit(127);
+    int o = open(".stdout", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(".stderr", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(kHeaplab.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(kHeaplab.c_str(), argv.data());
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  Result r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  int fo = open(out_path.c_str(), O_RDONLY), fe = open(err_path.c_str(), O_RDONLY);
+  r.out = slurp(fo);
+  r.err = slurp(fe);
+  close(fo);
+  close(fe);
+  fs::remove(out_path);
+  fs::remove(err_path);
+  return r;
+}
+
+std::string read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Output parts that depend on the machine (file size: the metadata holds
+// host name, time and command line) are masked before comparing.
+std::string mask(std::string s) {
+  s = std::regex_replace(s, std::regex(R"([0-9,]+ bytes, [0-9.]+ bytes/event)"), "<size>");
+  s = std::regex_replace(s, std::regex(R"("file_bytes": [0-9]+)"), "\"file_bytes\": <size>");
+  s = std::regex_replace(s, std::regex(R"("bytes_per_event": [0-9.e+-]+)"), "\"bytes_per_event\": <size>");
+  return s;
+}
+
+void expect_golden(const std::string& actual, const std::string& name) {
+  const std::string path = kData + "/" + name;
+  if (std::getenv("HEAPLAB_UPDATE_GOLDEN")) {
+    std::ofstream(path, std::ios::binary) << actual;
+    return;
+  }
+  EXPECT_EQ(actual, read_file(path)) << "golden file " << path
+                                     << " differs (HEAPLAB_UPDATE_GOLDEN=1 rewrites it)";
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/heaplab_cli_test_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // Imports testdata/small.cmt to DIR/small.hlt.
+  void import_small() {
+    Result r = run({"import", "--from", "cmt-text", kData + "/small.cmt", "-o", "small.hlt"}, dir_);
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
+  std::string dir_;
+};
+
+// ------------------------------------------------------------ golden outputs
+
+TEST_F(Cli, ImportReportsWhatItDid) {
+  Result r = run({"import", "--from", "cmt-text", kData + "/small.cmt", "-o", "small.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(mask(r.err),
+            "imported 11 events from 13 lines of " + kData +
+                "/small.cmt into small.hlt (<size>)\n"
+                "heaplab: note: 1 frees of addresses never allocated were skipped (first at line 13)\n");
+}
+
+TEST_F(Cli, StatsTextGolden) {
+  import_small();
+  Result r = run({"stats", "small.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  expect_golden(mask(r.out), "small.stats.txt");
+}
+
+TEST_F(Cli, StatsJsonGolden) {
+  import_small();
+  Result r = run({"stats", "--json", "small.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_golden(mask(r.out), "small.stats.json");
+}
+
+TEST_F(Cli, CatTextGolden) {
+  import_small();
+  Result r = run({"cat", "small.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_golden(r.out, "small.cat.txt");
+}
+
+TEST_F(Cli, CatJsonlGolden) {
+  import_small();
+  Result r = run({"cat", "--format", "jsonl", "small.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_golden(r.out, "small.cat.jsonl");
+}
+
+TEST_F(Cli, CatSlicesAndMetadata) {
+  import_small();
+  Result r = run({"cat", "--from", "3", "-n", "2", "small.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "3 t0 malloc(70000) = #4\n4 t0 free(#2)\n");
+  r = run({"cat", "--meta", "small.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("\"format\": \"heaplab-trace\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"unknown_frees\": 1"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, CheckGolden) {
+  import_small();
+  Result r = run({"check", "small.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "small.hlt: ok: 11 events, 1 threads, 6 objects\n");
+}
+
+TEST_F(Cli, RealTraceImportsWithExactCounts) {
+  Result r = run({"import", "--from", "cmt-text", kSource + "/capture/testdata/cmt/456.hmmer.test.txt.bz2",
+                  "-o", "hmmer.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"stats", "--json", "hmmer.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"malloc\": 90076"), std::string::npos);
+  EXPECT_NE(r.out.find("\"free\": 90075"), std::string::npos);
+  EXPECT_NE(r.out.find("\"realloc\": 65"), std::string::npos);
+  EXPECT_NE(r.out.find("\"events\": 180216"), std::string::npos);
+  r = run({"check", "hmmer.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+// ------------------------------------------------------------ usage and errors
+
+TEST_F(Cli, VersionAndHelp) {
+  Result r = run({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "heaplab 0.1.0 (trace format 1.0)\n");
+  for (const char* sub : {"import", "stats", "check", "cat"}) {
+    r = run({sub, "--help"});
+    EXPECT_EQ(r.status, 0) << sub;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
+  }
+}
+
+TEST_F(Cli, BadUsageExits2WithOneLine) {
+  Result r = run({});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: A subcommand is required\nRun 'heaplab --help' for usage.\n");
+  r = run({"stats", "--bogus", "x.hlt"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: The following argument was not expected: --bogus\n"
+                   "Run 'heaplab --help' for usage.\n");
+  r = run({"import", "--from", "valgrind", "x", "-o", "y.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: unknown import format 'valgrind' (known: cmt-text)\n");
+  r = run({"frobnicate"});
+  EXPECT_EQ(r.status, 2);
+}
+
+TEST_F(Cli, MissingInputsExit2) {
+  Result r = run({"stats", "/nonexistent.hlt"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: /nonexistent.hlt: cannot open: No such file or directory\n");
+  r = run({"import", "--from", "cmt-text", "/nonexistent.txt", "-o", "x.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: /nonexistent.txt: cannot open: No such file or directory\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/x.hlt"));
+}
+
+TEST_F(Cli, GarbageImportNamesTheLineAndLeavesNoOutput) {
+  std::ofstream(dir_ + "/bad.txt") << "malloc(8) = 0x10\nfree(0x10)\nthis is not a call\n";
+  Result r = run({"import", "--from", "cmt-text", "bad.txt", "-o", "out.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: bad.txt:3: unknown call 'this': \"this is not a call\"\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/out.hlt"));
+  EXPECT_FALSE(fs::exists(dir_ + "/out.hlt.part"));
+}
+
+TEST_F(Cli, UnwritableOutputExits2) {
+  Result r = run({"import", "--from", "cmt-text", kData + "/small.cmt", "-o", "/nonexistent-dir/o.hlt"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: /nonexistent-dir/o.hlt.part: cannot create: No such file or directory\n");
+}
+
+TEST_F(Cli, CorruptAndTruncatedTraces) {
+  import_small();
+  std::string img = read_file(dir_ + "/small.hlt");
+  // Wrong magic.
+  std::string bad = img;
+  bad[0] = 'X';
+  std::ofstream(dir_ + "/magic.hlt", std::ios::binary) << bad;
+  Result r = run({"stats", "magic.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: magic.hlt: offset 0: not a heaplab trace (bad magic)\n");
+  // A flipped byte in the middle: an error naming an offset, exit 2.
+  bad = img;
+  bad[img.size() / 2] ^= 0x10;
+  std::ofstream(dir_ + "/flip.hlt", std::ios::binary) << bad;
+  for (const char* cmd : {"stats", "check", "cat"}) {
+    r = run({cmd, "flip.hlt"}, dir_);
+    EXPECT_EQ(r.status, 2) << cmd;
+    EXPECT_TRUE(std::regex_match(r.err, std::regex("heaplab: error: flip.hlt: offset [0-9]+: .*\n")))
+        << cmd << ": " << r.err;
+  }
+  // Truncated: readable with a warning; check fails with exit 1.
+  std::ofstream(dir_ + "/cut.hlt", std::ios::binary) << img.substr(0, img.size() - 40);
+  r = run({"stats", "cut.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.err.rfind("heaplab: warning: cut.hlt: trace is truncated", 0), 0u) << r.err;
+  r = run({"check", "cut.hlt"}, dir_);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "heaplab check: cut.hlt: 1 problem found\n");
+  EXPECT_EQ(r.out.rfind("cut.hlt: seq 0 (thread 0): trace is truncated", 0), 0u) << r.out;
+}
+
+TEST_F(Cli, CatOfAMissingThread) {
+  import_small();
+  Result r = run({"cat", "--thread", "3", "small.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: small.hlt: no thread 3 (the trace has 1)\n");
+}
+
+TEST_F(Cli, ImportFromStdinAndEveryCodec) {
+  const std::string src = kData + "/small.cmt";
+  for (const char* codec : {"zstd", "lz4", "none"}) {
+    Result r = run({"import", "--from", "cmt-text", src, "--codec", codec, "-o", std::string(codec) + ".hlt"}, dir_);
+    ASSERT_EQ(r.status, 0) << codec << r.err;
+    r = run({"cat", std::string(codec) + ".hlt"}, dir_);
+    expect_golden(r.out, "small.cat.txt");
+  }
+}
+
+}  // namespace
