@@ -64,8 +64,17 @@ inline unsigned pv_load(const uint8_t* p, uint64_t& v) {
     std::memcpy(&v, p + 1, 8);
     return 9;
   }
+  static constexpr uint64_t kMask[9] = {0,
+                                        0xff,
+                                        0xffff,
+                                        0xffffff,
+                                        0xffffffff,
+                                        0xffffffffff,
+                                        0xffffffffffff,
+                                        0xffffffffffffff,
+                                        ~uint64_t{0}};
   const unsigned n = static_cast<unsigned>(__builtin_ctzll(w)) + 1;
-  v = (w << (64 - 8 * n)) >> (64 - 7 * n);
+  v = (w & kMask[n]) >> n;
   return n;
 }
 

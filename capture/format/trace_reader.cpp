@@ -15,6 +15,10 @@
 
 #include "capture/format/bytes.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HEAPLAB_HAVE_BMI2_DECODE 1
+#endif
+
 namespace heaplab::trace {
 namespace {
 
@@ -351,6 +355,29 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   has_time_ = flags & kChunkHasTime;
   if (has_time_ != r.has_time_) corrupt("time flag differs from the file header");
   if (!has_time_ && col_len[kColTime] != 0) corrupt("time column present without the time flag");
+  // The loop is specialised on the chunk's constant shape and the CPU.
+  static const bool bmi2 = [] {
+#ifdef HEAPLAB_HAVE_BMI2_DECODE
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+#else
+    return false;
+#endif
+  }();
+#ifdef HEAPLAB_HAVE_BMI2_DECODE
+#define HEAPLAB_PICK(CHECKED, SEQ, TIME) \
+  (bmi2 ? &decode_bmi2<CHECKED, SEQ, TIME> : &decode_portable<CHECKED, SEQ, TIME>)
+#else
+#define HEAPLAB_PICK(CHECKED, SEQ, TIME) (&decode_portable<CHECKED, SEQ, TIME>)
+#endif
+  if (has_seq_) {
+    unchecked_ = has_time_ ? HEAPLAB_PICK(false, true, true) : HEAPLAB_PICK(false, true, false);
+    checked_ = has_time_ ? HEAPLAB_PICK(true, true, true) : HEAPLAB_PICK(true, true, false);
+  } else {
+    unchecked_ = has_time_ ? HEAPLAB_PICK(false, false, true) : HEAPLAB_PICK(false, false, false);
+    checked_ = has_time_ ? HEAPLAB_PICK(true, false, true) : HEAPLAB_PICK(true, false, false);
+  }
+#undef HEAPLAB_PICK
   seq_next_ = c.first_seq;
   time_prev_ = c.first_time;
   id_next_ = id_start;
@@ -359,125 +386,151 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
 
 namespace {
 
-// Fields carried by each op byte (op code plus result bits): produced-id is
-// dropped when the null-result bit is set; kInvalidOp marks unknown codes.
+// Per op byte (op code plus result bits): all-ones masks for the hot
+// fields, so the decode loop selects with an AND instead of branching, and
+// the field bits; a producing op's id is absent when its null-result bit is
+// set; kInvalidOp marks unknown codes.
 constexpr uint8_t kInvalidOp = 0x80;
-struct ByteFieldTable {
-  uint8_t f[256];
-  constexpr ByteFieldTable() : f() {
-    for (unsigned b = 0; b < 256; ++b) {
-      const unsigned op = b & kOpMask;
+struct ByteInfo {
+  uint64_t consume = 0, produce = 0, size = 0;
+  uint8_t fields = 0;
+};
+struct ByteInfoTable {
+  ByteInfo b[256];
+  constexpr ByteInfoTable() : b() {
+    for (unsigned i = 0; i < 256; ++i) {
+      const unsigned op = i & kOpMask;
       if (op >= kOpCount) {
-        f[b] = kInvalidOp;
+        b[i].fields = kInvalidOp;
         continue;
       }
-      uint8_t fields = kOpInfo[op].fields;
-      if (b & kOpNullBit) fields &= static_cast<uint8_t>(~kProduces);
-      f[b] = fields;
+      uint8_t f = kOpInfo[op].fields;
+      if (i & kOpNullBit) f &= static_cast<uint8_t>(~kProduces);
+      b[i].fields = f;
+      b[i].consume = (f & kConsumes) ? ~uint64_t{0} : 0;
+      b[i].produce = (f & kProduces) ? ~uint64_t{0} : 0;
+      b[i].size = (f & kSize) ? ~uint64_t{0} : 0;
     }
   }
 };
-constexpr ByteFieldTable kByteFields;
+constexpr ByteInfoTable kByteInfo;
 
 inline uint64_t all_if(bool b) { return uint64_t{0} - uint64_t{b}; }
 
 }  // namespace
 
-template <bool kChecked>
-size_t ChunkDecoder::decode(Event* out, size_t n) {
-  using bytes::pv_load;
-  using bytes::unzigzag;
-  const uint8_t* ops = ops_;
-  uint64_t seq_next = seq_next_, time_prev = time_prev_, id_next = id_next_, ref = ref_;
-  const uint8_t *ps = p_[kColSeq], *pt = p_[kColTime], *po = p_[kColOld], *pi = p_[kColId],
-                *pz = p_[kColSize], *pa = p_[kColAlign], *pc = p_[kColCount];
-  const bool has_seq = has_seq_, has_time = has_time_;
-  const uint32_t thread = thread_;
-  for (size_t i = 0; i < n; ++i) {
-    const uint8_t b = ops[i];
-    const uint8_t f = kByteFields.f[b];
-    if (f & kInvalidOp) [[unlikely]]
-      corrupt("invalid op code");
-    Event& e = out[i];
-    uint64_t v = 0;
-    if (has_seq) ps += pv_load(ps, v);
-    e.seq = seq_next + v;
-    seq_next = e.seq + 1;
-    if (has_time) {
-      pt += pv_load(pt, v);
-      time_prev += static_cast<uint64_t>(unzigzag(v));
-      e.time = time_prev;
-    } else {
-      e.time = 0;
-    }
-    // Consumed object: 0 = NULL, else zigzag(ref - old) + 1.
-    uint64_t m = all_if((f & kConsumes) != 0);
-    unsigned len = pv_load(po, v);
-    po += len & m;
-    v &= m;
-    const uint64_t nz = all_if(v != 0);
-    ref -= static_cast<uint64_t>(unzigzag(v - 1)) & nz;
-    e.old = ref & nz;
-    // Produced object: id_next + delta.
-    m = all_if((f & kProduces) != 0);
-    len = pv_load(pi, v);
-    pi += len & m;
-    const uint64_t id = id_next + v;
-    e.id = id & m;
-    id_next = ((id + 1) & m) | (id_next & ~m);
-    ref = (id & m) | (ref & ~m);
-    m = all_if((f & kSize) != 0);
-    len = pv_load(pz, v);
-    pz += len & m;
-    e.size = v & m;
-    e.align = 0;
-    e.count = 0;
-    if (f & (kAlign | kCount)) [[unlikely]] {  // aligned calls, calloc: rare
-      if (f & kAlign) pa += pv_load(pa, e.align);
-      if (f & kCount) pc += pv_load(pc, e.count);
-    }
-    e.thread = thread;
-    e.op = static_cast<Op>(b & kOpMask);
-    e.flags = static_cast<uint8_t>(b >> 6);
-    if constexpr (kChecked) {
-      if ((ps > end_[kColSeq]) | (pt > end_[kColTime]) | (po > end_[kColOld]) |
-          (pi > end_[kColId]) | (pz > end_[kColSize]) | (pa > end_[kColAlign]) |
-          (pc > end_[kColCount])) [[unlikely]]
-        corrupt("a column ends early");
-    }
-  }
-  p_[kColSeq] = ps;
-  p_[kColTime] = pt;
-  p_[kColOld] = po;
-  p_[kColId] = pi;
-  p_[kColSize] = pz;
-  p_[kColAlign] = pa;
-  p_[kColCount] = pc;
-  ops_ += n;
-  seq_next_ = seq_next;
-  time_prev_ = time_prev;
-  id_next_ = id_next;
-  ref_ = ref;
+// The decode loop, shared by the portable and the BMI2 build (below).
+#define HEAPLAB_DECODE_BODY                                                                     \
+  using bytes::pv_load;                                                                         \
+  using bytes::unzigzag;                                                                        \
+  const uint8_t* ops = d->ops_;                                                                 \
+  const uint8_t* const ops_end = ops + n;                                                       \
+  uint64_t seq_next = d->seq_next_, time_prev = d->time_prev_, id_next = d->id_next_,           \
+           ref = d->ref_;                                                                       \
+  const uint8_t *ps = d->p_[kColSeq], *pt = d->p_[kColTime], *po = d->p_[kColOld],              \
+                *pi = d->p_[kColId], *pz = d->p_[kColSize];                                     \
+  for (; ops != ops_end; ++ops, ++out) {                                                        \
+    const ByteInfo& bi = kByteInfo.b[*ops];                                                     \
+    if (bi.fields & kInvalidOp) [[unlikely]]                                                    \
+      d->corrupt("invalid op code");                                                            \
+    Event& e = *out;                                                                            \
+    uint64_t v = 0;                                                                             \
+    if constexpr (kSeq) ps += pv_load(ps, v);                                                   \
+    e.seq = seq_next + v;                                                                       \
+    seq_next = e.seq + 1;                                                                       \
+    if constexpr (kTime) {                                                                      \
+      pt += pv_load(pt, v);                                                                     \
+      time_prev += static_cast<uint64_t>(unzigzag(v));                                          \
+      e.time = time_prev;                                                                       \
+    } else {                                                                                    \
+      e.time = 0;                                                                               \
+    }                                                                                           \
+    /* Consumed object: 0 = NULL, else zigzag(ref - old) + 1. */                                \
+    unsigned len = pv_load(po, v);                                                              \
+    po += len & bi.consume;                                                                     \
+    v &= bi.consume;                                                                            \
+    const uint64_t nz = all_if(v != 0);                                                         \
+    ref -= static_cast<uint64_t>(unzigzag(v - 1)) & nz;                                         \
+    e.old = ref & nz;                                                                           \
+    /* Produced object: id_next + delta. */                                                     \
+    len = pv_load(pi, v);                                                                       \
+    pi += len & bi.produce;                                                                     \
+    const uint64_t id = id_next + v;                                                            \
+    e.id = id & bi.produce;                                                                     \
+    id_next += (id + 1 - id_next) & bi.produce;                                                 \
+    ref += (id - ref) & bi.produce;                                                             \
+    len = pv_load(pz, v);                                                                       \
+    pz += len & bi.size;                                                                        \
+    e.size = v & bi.size;                                                                       \
+    e.align = 0;                                                                                \
+    e.count = 0;                                                                                \
+    if (bi.fields & (kAlign | kCount)) [[unlikely]]                                             \
+      d->decode_rare(e, bi.fields);                                                             \
+    e.thread = d->thread_;                                                                      \
+    e.op = static_cast<Op>(*ops & kOpMask);                                                     \
+    e.flags = static_cast<uint8_t>(*ops >> 6);                                                  \
+    if constexpr (kChecked) {                                                                   \
+      if ((ps > d->end_[kColSeq]) | (pt > d->end_[kColTime]) | (po > d->end_[kColOld]) |       \
+          (pi > d->end_[kColId]) | (pz > d->end_[kColSize])) [[unlikely]]                       \
+        d->corrupt("a column ends early");                                                      \
+    }                                                                                           \
+  }                                                                                             \
+  d->p_[kColSeq] = ps;                                                                          \
+  d->p_[kColTime] = pt;                                                                         \
+  d->p_[kColOld] = po;                                                                          \
+  d->p_[kColId] = pi;                                                                           \
+  d->p_[kColSize] = pz;                                                                         \
+  d->ops_ = ops;                                                                                \
+  d->seq_next_ = seq_next;                                                                      \
+  d->time_prev_ = time_prev;                                                                    \
+  d->id_next_ = id_next;                                                                        \
+  d->ref_ = ref;                                                                                \
   return n;
+
+template <bool kChecked, bool kSeq, bool kTime>
+size_t ChunkDecoder::decode_portable(ChunkDecoder* d, Event* out, size_t n) {
+  HEAPLAB_DECODE_BODY
+}
+
+#ifdef HEAPLAB_HAVE_BMI2_DECODE
+// The same loop compiled for BMI1/BMI2 (tzcnt, shlx/shrx: no shifts through
+// %cl), chosen at run time when the CPU has them.
+template <bool kChecked, bool kSeq, bool kTime>
+__attribute__((target("bmi,bmi2"))) size_t ChunkDecoder::decode_bmi2(ChunkDecoder* d, Event* out,
+                                                                     size_t n) {
+  HEAPLAB_DECODE_BODY
+}
+#endif
+#undef HEAPLAB_DECODE_BODY
+
+void ChunkDecoder::decode_rare(Event& e, uint8_t fields) {
+  // Align and count are checked where they are read: these columns may end
+  // at the buffer's end, outside what the batch bound covers.
+  if (fields & kAlign) p_[kColAlign] += bytes::pv_load(p_[kColAlign], e.align);
+  if (fields & kCount) p_[kColCount] += bytes::pv_load(p_[kColCount], e.count);
+  if ((p_[kColAlign] > end_[kColAlign]) | (p_[kColCount] > end_[kColCount]))
+    corrupt("a column ends early");
 }
 
 size_t ChunkDecoder::next(Event* out, size_t max) {
   const size_t n = std::min<size_t>(max, remaining_);
-  // Every column pointer advances at most kPvMaxBytes per event and reads at
-  // most kPvMaxBytes from where it stands, so `room` events can run without
-  // per-event bounds checks; the tail of a chunk runs checked.
+  // The hot columns' pointers advance at most kPvMaxBytes per event and read
+  // at most kPvMaxBytes from where they stand, so `room` events can run
+  // without per-event bounds checks (a column overrun is caught after the
+  // batch); the tail of a chunk runs checked. Align and count are checked
+  // where they are read.
   const uint8_t* limit = buf_.data() + buf_.size() - bytes::kPvMaxBytes;
   size_t done = 0;
   while (done < n) {
     size_t room = n - done;
-    for (const uint8_t* p : p_)
-      room = std::min<size_t>(room, p < limit ? size_t(limit - p) / bytes::kPvMaxBytes : 0);
+    for (unsigned k : {kColSeq, kColTime, kColOld, kColId, kColSize})
+      room = std::min<size_t>(room, p_[k] < limit ? size_t(limit - p_[k]) / bytes::kPvMaxBytes : 0);
     if (room >= 32) {
-      done += decode<false>(out + done, room);
+      done += unchecked_(this, out + done, room);
       for (unsigned k = 0; k < kColumnCount; ++k)
         if (p_[k] > end_[k]) corrupt("a column ends early");
     } else {
-      done += decode<true>(out + done, n - done);
+      done += checked_(this, out + done, n - done);
     }
   }
   remaining_ -= static_cast<uint32_t>(n);

@@ -92,8 +92,14 @@ class ChunkDecoder {
 
  private:
   [[noreturn]] void corrupt(const char* what) const;
-  template <bool kChecked>
-  size_t decode(Event* out, size_t n);
+  template <bool kChecked, bool kSeq, bool kTime>
+  static size_t decode_portable(ChunkDecoder* d, Event* out, size_t n);
+  template <bool kChecked, bool kSeq, bool kTime>
+  static size_t decode_bmi2(ChunkDecoder* d, Event* out, size_t n);
+  void decode_rare(Event& e, uint8_t fields);
+  using DecodeFn = size_t (*)(ChunkDecoder*, Event*, size_t);
+  DecodeFn unchecked_ = nullptr;
+  DecodeFn checked_ = nullptr;
   const TraceReader* r_ = nullptr;
   ChunkRef c_{};
   ZSTD_DCtx_s* dctx_ = nullptr;
