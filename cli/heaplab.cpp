@@ -131,6 +131,9 @@ int run_check(const std::string& path, size_t max_listed) {
     fmt::print("{}: ... and {} more problems\n", path, rep.problems - rep.listed.size());
   if (rep.lost_events)
     fmt::print("{}: note: the capture lost {} events (lost markers)\n", path, group_digits(rep.lost_events));
+  if (rep.refs_to_lost_objects)
+    fmt::print("{}: note: {} events refer to objects created in chunks the truncation lost\n", path,
+               group_digits(rep.refs_to_lost_objects));
   if (!rep.ok()) {
     fmt::print(stderr, "heaplab check: {}: {} problem{} found\n", path, group_digits(rep.problems),
                rep.problems == 1 ? "" : "s");

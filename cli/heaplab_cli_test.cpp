@@ -39,14 +39,17 @@ std::string slurp(int fd) {
   return s;
 }
 
-// Runs heaplab with `args` in directory `cwd`; stdout and stderr go to files.
+// Runs heaplab with `args` in directory `cwd`; stdout and stderr go to
+// files of a private temporary directory (tests run in parallel).
 Result run(const std::vector<std::string>& args, const std::string& cwd = ".") {
-  const std::string out_path = cwd + "/.stdout", err_path = cwd + "/.stderr";
+  char tmpl[] = "/tmp/heaplab_cli_io_XXXXXX";
+  const std::string io = mkdtemp(tmpl);
+  const std::string out_path = io + "/stdout", err_path = io + "/stderr";
   pid_t pid = fork();
   if (pid == 0) {
     if (chdir(cwd.c_str()) != 0) _exit(127);
-    int o = open(".stdout", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(".stderr", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(o, 1);
     dup2(e, 2);
     std::vector<char*> argv;
@@ -65,8 +68,7 @@ Result run(const std::vector<std::string>& args, const std::string& cwd = ".") {
   r.err = slurp(fe);
   close(fo);
   close(fe);
-  fs::remove(out_path);
-  fs::remove(err_path);
+  fs::remove_all(io);
   return r;
 }
 

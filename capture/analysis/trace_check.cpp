@@ -69,8 +69,13 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
         problem(e.seq, e.thread, op + " carries result flags, but it returns nothing");
       if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult))
         problem(e.seq, e.thread, op + " failed but has a result");
+      const bool complete = r.complete();
       if (trace::op_consumes(e.op) && e.old != 0 && !(e.flags & trace::kFailed)) {
-        if (e.old > max_id) {
+        if (!complete && !live.erase(e.old)) {
+          ++rep.refs_to_lost_objects;  // produced in a chunk the truncation lost
+        } else if (!complete) {
+          // was live: fine
+        } else if (e.old > max_id) {
           problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
                                        ", which does not exist yet");
         } else if (!live.erase(e.old)) {
@@ -79,7 +84,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
         }
       }
       if (produces && !(e.flags & trace::kNullResult)) {
-        if (e.id != max_id + 1)
+        if (e.id != max_id + 1 && complete)
           problem(e.seq, e.thread, op + " produced object " + std::to_string(e.id) +
                                        ", expected the next dense id " +
                                        std::to_string(max_id + 1));

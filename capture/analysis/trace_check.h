@@ -24,6 +24,9 @@ struct CheckReport {
   uint64_t problems = 0;            // all problems found
   std::vector<CheckProblem> listed;  // the first `max_listed` of them
   uint64_t lost_events = 0;          // from `lost` markers: a notice, not a problem
+  // In a truncated trace: events referring to objects whose chunks were lost
+  // (not listed as problems; the truncation is).
+  uint64_t refs_to_lost_objects = 0;
   bool ok() const { return problems == 0; }
 };
 

@@ -168,7 +168,7 @@ TEST(checkValid, EmptyTrace) {
 // and lost markers. Timestamps are off: with them the generator injects
 // clock skew, which check rightly reports. Cross-thread frees are off too:
 // the generator moves such a free to thread (owner + 1) % threads, which may
-// not have had its thread_start yet (see GeneratorThreadStartArtifact).
+// not have had its thread_start yet.
 TEST(checkValid, RandomTracesHaveNoProblems) {
   struct Case {
     uint64_t seed;
@@ -200,33 +200,19 @@ TEST(checkValid, RandomTracesHaveNoProblems) {
   }
 }
 
-// With cross-thread frees the generator sometimes puts a free on a thread
-// before that thread's thread_start (seed 3: seq 3 on thread 0, its
-// thread_start at seq 7). check reports exactly those and nothing else.
-TEST(checkValid, GeneratorThreadStartArtifact) {
-  uint64_t seeds_with_artifact = 0;
+TEST(checkValid, RandomTracesWithCrossThreadFreesHaveNoProblems) {
+  // Default options: 20% of frees on another thread, every op kind.
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     trace::testutil::GenOptions g;
     g.threads = 4;
     g.timestamps = false;
     std::vector<Event> evs = trace::testutil::generate(seed, 2000, g);
-    std::vector<CheckProblem> expected;
-    std::vector<uint8_t> seen(g.threads, 0);
-    for (const Event& e : evs) {
-      if (e.op == Op::thread_start && seen[e.thread])
-        expected.push_back({e.seq, e.thread, "thread_start is not the thread's first event"});
-      seen[e.thread] = 1;
-    }
-    seeds_with_artifact += !expected.empty();
-    const CheckReport rep = check_events(evs);
-    ASSERT_EQ(rep.problems, expected.size()) << "seed " << seed << "\n" << all_messages(rep);
-    for (size_t i = 0; i < expected.size(); ++i)
-      EXPECT_TRUE(Listed(rep, i, expected[i].seq, expected[i].thread, expected[i].message));
+    WriterOptions opt;
+    opt.chunk_events = 50;
+    const CheckReport rep = check_events(evs, opt);
+    EXPECT_EQ(rep.problems, 0u) << "seed " << seed << "\n" << all_messages(rep);
   }
-  EXPECT_GT(seeds_with_artifact, 0u);  // seed 3 has one
 }
-
-// ------------------------------------------------------------ object problems
 
 TEST(checkObjects, DoubleFree) {
   std::vector<Event> evs = {alloc(16, 0), alloc(32, 0), release(1, 0), release(1, 1),
@@ -377,6 +363,31 @@ TEST(checkFile, TruncatedInsideAChunk) {
   EXPECT_TRUE(Listed(rep, 0, 0, 0, r->warning()));
   EXPECT_EQ(rep.events, 32u);
   EXPECT_EQ(rep.objects, 32u);
+}
+
+TEST(checkFile, TruncatedMultiThreadTraceHasOnlyTheTruncationProblem) {
+  // Thread 1 frees what thread 0 allocated; thread 0's chunks fill first, so
+  // a cut loses some of them while later chunks of thread 1 survive. The
+  // references to lost objects are a note, not double frees or id gaps.
+  trace::testutil::GenOptions g;
+  g.threads = 2;
+  g.cross_thread = 0.5;
+  g.timestamps = false;
+  std::vector<Event> evs = trace::testutil::generate(11, 3000, g);
+  WriterOptions opt = plain_options();
+  opt.chunk_events = 64;
+  const std::string full = trace_image(evs, opt);
+  auto whole = TraceReader::from_memory(full, "full.hlt");
+  ASSERT_GT(whole->chunks().size(), 20u);
+  uint64_t total_refs = 0;
+  for (size_t k = 5; k < whole->chunks().size(); k += 7) {
+    const std::string cut = full.substr(0, whole->chunks()[k].offset + 30);
+    auto r = TraceReader::from_memory(cut, "cut.hlt");
+    const CheckReport rep = check_trace(*r);
+    EXPECT_EQ(rep.problems, 1u) << "cut at chunk " << k << "\n" << all_messages(rep);
+    total_refs += rep.refs_to_lost_objects;
+  }
+  EXPECT_GT(total_refs, 0u);  // the scenario did lose objects that were referred to
 }
 
 TEST(checkFile, MetadataNotJson) {

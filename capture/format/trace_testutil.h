@@ -50,6 +50,19 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
                           Op::op_delete_array_aligned_nothrow};
   std::vector<uint32_t> owner;  // owner[id] = allocating thread
   owner.push_back(0);
+  if (o.all_ops) {
+    // Every thread starts first, so that cross-thread frees never precede
+    // their thread's thread_start.
+    for (uint32_t t = 0; t < o.threads && out.size() < n; ++t) {
+      Event e{};
+      e.seq = out.size();
+      e.thread = t;
+      e.op = Op::thread_start;
+      e.time = o.timestamps ? now : 0;
+      started[t] = 1;
+      out.push_back(e);
+    }
+  }
   while (out.size() < n) {
     Event e{};
     e.seq = out.size();
