@@ -41,7 +41,7 @@ struct ImportArgs {
   std::string input;
   std::string output;
   std::string codec = "zstd";
-  int level = 0;  // 0: the codec's default (zstd 19, lz4 1)
+  int level = 0;  // 0: the codec's default (zstd 3, lz4 1)
   uint32_t chunk_events = 1u << 20;
 };
 
@@ -52,7 +52,7 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   meta["import"] = {{"from", a.from}, {"source", in->name()}, {"compression", in->compression()}};
   trace::WriterOptions opt;
   opt.codec = a.codec == "zstd" ? trace::kCodecZstd : a.codec == "lz4" ? trace::kCodecLz4 : trace::kCodecNone;
-  opt.level = a.level != 0 ? a.level : opt.codec == trace::kCodecZstd ? 19 : 1;
+  opt.level = a.level != 0 ? a.level : opt.codec == trace::kCodecZstd ? 3 : 1;
   opt.chunk_events = a.chunk_events;
   opt.metadata_json = meta.dump();
   // Write beside the target and rename at the end: a failed import leaves no
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
   imp->add_option("-o,--output", ia.output, "Output trace (.hlt)")->required();
   imp->add_option("--codec", ia.codec, "Chunk compression: zstd (smallest), lz4 (fastest) or none")
       ->check(CLI::IsMember({"zstd", "lz4", "none"}))->capture_default_str();
-  imp->add_option("--level", ia.level, "zstd level 1..22 (default 19), or lz4 acceleration (default 1)")
+  imp->add_option("--level", ia.level, "zstd level 1..22 (default 3), or lz4 acceleration (default 1)")
       ->check(CLI::Range(1, 65537));
   imp->add_option("--chunk-events", ia.chunk_events, "Events per chunk")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();

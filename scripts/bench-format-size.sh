@@ -22,7 +22,7 @@ size() { stat -c %s "$1"; }
 
 echo "| encoding of 456.hmmer ($EVENTS events) | bytes | bytes/event | smaller than CMT by |"
 echo "|---|---|---|---|"
-for spec in "zstd 19" "zstd 9" "zstd 3" "lz4 1" "none 1"; do
+for spec in "zstd 3" "zstd 9" "zstd 19" "lz4 1" "none 1"; do
   set -- $spec
   "$HEAPLAB" import --from cmt-text "$SRC" -o "$tmp/h.hlt" --codec "$1" --level "$2" 2>/dev/null
   row "heaplab .hlt, $1${2:+ level $2}" "$(size "$tmp/h.hlt")"

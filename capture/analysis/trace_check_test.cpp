@@ -138,8 +138,10 @@ size_t column_offset(const std::string& img, size_t payload, int col) {
   EXPECT_EQ(img[payload + 56], char{trace::kCodecNone});
   size_t off = payload + trace::kChunkHeaderSize;
   if (col < 0) return off;
-  off += load32(img, payload + 4);  // events: one op byte each
-  for (int i = 0; i < col; ++i) off += load32(img, payload + 64 + 4 * static_cast<size_t>(i));
+  const size_t events = load32(img, payload + 4);
+  off += events;  // one op byte each
+  // Then each column: one value per event, width[i] bytes each.
+  for (int i = 0; i < col; ++i) off += events * static_cast<uint8_t>(img[payload + 64 + static_cast<size_t>(i)]);
   return off;
 }
 
@@ -422,16 +424,18 @@ TEST(checkCrafted, NonDenseIds) {
 }
 
 TEST(checkCrafted, FreeOfObjectThatDoesNotExistYet) {
-  std::vector<Event> evs = {alloc(8), release(1)};
+  std::vector<Event> evs = {alloc(8), alloc(8), release(1)};
   std::string img = trace_image(evs);
-  const size_t old_col = column_offset(img, chunk_payload(img, 0), trace::kColOld);
-  // The free's old column holds zigzag(ref - old) + 1 = 1 (prefix varint 0x03).
-  ASSERT_EQ(static_cast<uint8_t>(img[old_col]), 0x03);
-  img[old_col] = 0x11;  // 8 = zigzag(1 - 5) + 1: free(5)
+  const size_t payload = chunk_payload(img, 0);
+  const size_t old_col = column_offset(img, payload, trace::kColOld);
+  // Old column, one byte per event: 0, 0, zigzag(ref 2 - old 1) = 2.
+  ASSERT_EQ(static_cast<uint8_t>(img[payload + 64 + trace::kColOld]), 1);
+  ASSERT_EQ(img.substr(old_col, 3), std::string("\x00\x00\x02", 3));
+  img[old_col + 2] = 5;  // zigzag(2 - 5) = 5: free(5)
   trace::testutil::repair_checksums(img);
   const CheckReport rep = check_image(img);
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
-  EXPECT_TRUE(Listed(rep, 0, 1, 0, "free of object 5, which does not exist yet"));
+  EXPECT_TRUE(Listed(rep, 0, 2, 0, "free of object 5, which does not exist yet"));
 }
 
 TEST(checkCrafted, DuplicateSeq) {
@@ -440,9 +444,9 @@ TEST(checkCrafted, DuplicateSeq) {
                             lost(1, 1),  alloc(8, 0), lost(1, 1)};
   std::string img = trace_image(evs);
   const size_t seq_col = column_offset(img, chunk_payload(img, 1), trace::kColSeq);
-  // Seq gaps of thread 1: 0, 1, 1 (prefix varints 0x01 0x03 0x03).
-  ASSERT_EQ(img.substr(seq_col, 3), std::string("\x01\x03\x03"));
-  img.replace(seq_col, 3, std::string("\x01\x01\x05"));  // gaps 0, 0, 2: seqs 1, 2, 5
+  // Seq gaps of thread 1, one byte each: 0, 1, 1.
+  ASSERT_EQ(img.substr(seq_col, 3), std::string("\x00\x01\x01", 3));
+  img.replace(seq_col, 3, std::string("\x00\x00\x02", 3));  // gaps 0, 0, 2: seqs 1, 2, 5
   trace::testutil::repair_checksums(img);
   const CheckReport rep = check_image(img);
   EXPECT_EQ(rep.problems, 2u) << all_messages(rep);

@@ -40,8 +40,8 @@ enum Column : unsigned { kColSeq, kColTime, kColId, kColOld, kColSize, kColAlign
 enum Codec : uint8_t { kCodecNone = 0, kCodecZstd = 1, kCodecLz4 = 2 };
 enum ChunkFlag : uint8_t { kChunkHasTime = 1u << 0 };
 
-// Zeroed bytes a decoder keeps after the columns (prefix varints are read
-// with unconditional 8-byte loads, 9 bytes at most per value).
+// Zeroed bytes a decoder keeps after the columns (fixed-width values are
+// read with unconditional 8-byte loads).
 inline constexpr size_t kDecodePadding = 16;
 
 // Index entry: 48 bytes.

@@ -34,50 +34,7 @@ class TempDir {
   std::string path_;
 };
 
-// ------------------------------------------------------------ prefix varints
-
-TEST(PrefixVarint, KnownEncodings) {
-  struct Case {
-    uint64_t v;
-    std::vector<uint8_t> bytes;
-  };
-  const Case cases[] = {
-      {0, {0x01}},
-      {1, {0x03}},
-      {127, {0xff}},
-      {128, {0x02, 0x02}},
-      {300, {0xb2, 0x04}},
-      {(uint64_t{1} << 14) - 1, {0xfe, 0xff}},
-      {uint64_t{1} << 14, {0x04, 0x00, 0x02}},
-      {(uint64_t{1} << 56) - 1, {0x80, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
-      {uint64_t{1} << 56, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01}},
-      {UINT64_MAX, {0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
-  };
-  for (const Case& c : cases) {
-    uint8_t buf[32] = {};
-    const unsigned n = bytes::pv_store(buf, c.v);
-    ASSERT_EQ(n, c.bytes.size()) << c.v;
-    EXPECT_EQ(std::vector<uint8_t>(buf, buf + n), c.bytes) << c.v;
-    EXPECT_EQ(bytes::pv_length(c.v), n);
-    uint64_t back = 0;
-    EXPECT_EQ(bytes::pv_load(buf, back), n);
-    EXPECT_EQ(back, c.v);
-  }
-}
-
-TEST(PrefixVarint, EveryBitLength) {
-  for (unsigned bits = 0; bits <= 64; ++bits) {
-    for (uint64_t v : {bits == 0 ? 0 : (uint64_t{1} << (bits - 1)),
-                       bits == 64 ? UINT64_MAX : (uint64_t{1} << bits) - 1}) {
-      uint8_t buf[32];
-      std::memset(buf, 0xaa, sizeof buf);
-      const unsigned n = bytes::pv_store(buf, v);
-      uint64_t back;
-      ASSERT_EQ(bytes::pv_load(buf, back), n);
-      ASSERT_EQ(back, v);
-    }
-  }
-}
+// ------------------------------------------------------------ zigzag
 
 TEST(Zigzag, RoundTrip) {
   for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{-1}, INT64_MAX, INT64_MIN, int64_t{-12345}})

@@ -309,19 +309,21 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   const uint8_t codec = p[56];
   const uint8_t flags = p[57];
   const uint32_t raw_size = load_u32(p + 60);
-  uint64_t col_total = c.events;
-  uint32_t col_len[kColumnCount];
+  uint64_t per_event = 1;
   for (unsigned i = 0; i < kColumnCount; ++i) {
-    col_len[i] = load_u32(p + 64 + 4 * i);
-    col_total += col_len[i];
+    width_[i] = p[64 + i];
+    if (width_[i] > 8) corrupt("column width above 8 bytes");
+    per_event += width_[i];
   }
-  if (col_total != raw_size) corrupt("column lengths do not add up");
-  if (p[58] != 0 || p[59] != 0 || load_u32(p + 92) != 0 || (flags & ~kChunkHasTime) != 0)
+  if (uint64_t{c.events} * per_event != raw_size) corrupt("column widths do not add up to the data size");
+  for (unsigned i = 64 + kColumnCount; i < kChunkHeaderSize; ++i)
+    if (p[i] != 0) corrupt("reserved header bytes are set");
+  if (p[58] != 0 || p[59] != 0 || (flags & ~kChunkHasTime) != 0)
     corrupt("reserved header bits are set");
   const uint8_t* z = p + kChunkHeaderSize;
   const size_t zlen = len - kChunkHeaderSize;
   if (raw_size > kMaxChunkRawSize) corrupt("decoded size too large");
-  // Columns are decoded with 8-byte loads: keep zeroed padding after them.
+  // Columns are read with 8-byte loads: keep zeroed padding after them.
   buf_.resize(raw_size + kDecodePadding);
   std::memset(buf_.data() + raw_size, 0, kDecodePadding);
   if (codec == kCodecZstd) {
@@ -346,15 +348,13 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   const uint8_t* q = raw + c.events;
   for (unsigned i = 0; i < kColumnCount; ++i) {
     p_[i] = q;
-    q += col_len[i];
-    end_[i] = q;
+    q += size_t{c.events} * width_[i];
   }
   remaining_ = c.events;
   thread_ = c.thread;
-  has_seq_ = col_len[kColSeq] != 0;
   has_time_ = flags & kChunkHasTime;
   if (has_time_ != r.has_time_) corrupt("time flag differs from the file header");
-  if (!has_time_ && col_len[kColTime] != 0) corrupt("time column present without the time flag");
+  if (!has_time_ && width_[kColTime] != 0) corrupt("time column present without the time flag");
   // The loop is specialised on the chunk's constant shape and the CPU.
   static const bool bmi2 = [] {
 #ifdef HEAPLAB_HAVE_BMI2_DECODE
@@ -364,19 +364,17 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
     return false;
 #endif
   }();
+  (void)bmi2;
+  const bool seq = width_[kColSeq] != 0;
 #ifdef HEAPLAB_HAVE_BMI2_DECODE
-#define HEAPLAB_PICK(CHECKED, SEQ, TIME) \
-  (bmi2 ? &decode_bmi2<CHECKED, SEQ, TIME> : &decode_portable<CHECKED, SEQ, TIME>)
+#define HEAPLAB_PICK(SEQ, TIME) (bmi2 ? &decode_bmi2<SEQ, TIME> : &decode_portable<SEQ, TIME>)
 #else
-#define HEAPLAB_PICK(CHECKED, SEQ, TIME) (&decode_portable<CHECKED, SEQ, TIME>)
+#define HEAPLAB_PICK(SEQ, TIME) (&decode_portable<SEQ, TIME>)
 #endif
-  if (has_seq_) {
-    unchecked_ = has_time_ ? HEAPLAB_PICK(false, true, true) : HEAPLAB_PICK(false, true, false);
-    checked_ = has_time_ ? HEAPLAB_PICK(true, true, true) : HEAPLAB_PICK(true, true, false);
-  } else {
-    unchecked_ = has_time_ ? HEAPLAB_PICK(false, false, true) : HEAPLAB_PICK(false, false, false);
-    checked_ = has_time_ ? HEAPLAB_PICK(true, false, true) : HEAPLAB_PICK(true, false, false);
-  }
+  if (seq)
+    decode_ = has_time_ ? HEAPLAB_PICK(true, true) : HEAPLAB_PICK(true, false);
+  else
+    decode_ = has_time_ ? HEAPLAB_PICK(false, true) : HEAPLAB_PICK(false, false);
 #undef HEAPLAB_PICK
   seq_next_ = c.first_seq;
   time_prev_ = c.first_time;
@@ -392,7 +390,7 @@ namespace {
 // set; kInvalidOp marks unknown codes.
 constexpr uint8_t kInvalidOp = 0x80;
 struct ByteInfo {
-  uint64_t consume = 0, produce = 0, size = 0;
+  uint64_t consume = 0, produce = 0, size = 0, align = 0, count = 0;
   uint8_t fields = 0;
 };
 struct ByteInfoTable {
@@ -410,6 +408,8 @@ struct ByteInfoTable {
       b[i].consume = (f & kConsumes) ? ~uint64_t{0} : 0;
       b[i].produce = (f & kProduces) ? ~uint64_t{0} : 0;
       b[i].size = (f & kSize) ? ~uint64_t{0} : 0;
+      b[i].align = (f & kAlign) ? ~uint64_t{0} : 0;
+      b[i].count = (f & kCount) ? ~uint64_t{0} : 0;
     }
   }
 };
@@ -419,67 +419,75 @@ inline uint64_t all_if(bool b) { return uint64_t{0} - uint64_t{b}; }
 
 }  // namespace
 
-// The decode loop, shared by the portable and the BMI2 build (below).
+// The decode loop, shared by the portable and the BMI2 build (below). Each
+// column holds one fixed-width value per event, so every load is at a
+// pointer that advances by a chunk constant: no bounds checks (the sizes
+// were validated in start()) and no dependency between events but the
+// predictors. Values in slots of fields an op does not carry are ignored.
 #define HEAPLAB_DECODE_BODY                                                                     \
-  using bytes::pv_load;                                                                         \
+  using bytes::load_u64;                                                                        \
   using bytes::unzigzag;                                                                        \
   const uint8_t* ops = d->ops_;                                                                 \
   const uint8_t* const ops_end = ops + n;                                                       \
   uint64_t seq_next = d->seq_next_, time_prev = d->time_prev_, id_next = d->id_next_,           \
            ref = d->ref_;                                                                       \
   const uint8_t *ps = d->p_[kColSeq], *pt = d->p_[kColTime], *po = d->p_[kColOld],              \
-                *pi = d->p_[kColId], *pz = d->p_[kColSize];                                     \
+                *pi = d->p_[kColId], *pz = d->p_[kColSize], *pa = d->p_[kColAlign],             \
+                *pc = d->p_[kColCount];                                                         \
+  const size_t ws = d->width_[kColSeq], wt = d->width_[kColTime], wo = d->width_[kColOld],      \
+               wi = d->width_[kColId], wz = d->width_[kColSize], wa = d->width_[kColAlign],     \
+               wc = d->width_[kColCount];                                                       \
+  const uint64_t ms = kWidthMask[ws], mt = kWidthMask[wt], mo = kWidthMask[wo],                 \
+                 mi = kWidthMask[wi], mz = kWidthMask[wz], ma = kWidthMask[wa],                 \
+                 mc = kWidthMask[wc];                                                           \
+  const uint32_t thread = d->thread_;                                                           \
   for (; ops != ops_end; ++ops, ++out) {                                                        \
-    const ByteInfo& bi = kByteInfo.b[*ops];                                                     \
+    const uint8_t b = *ops;                                                                     \
+    const ByteInfo& bi = kByteInfo.b[b];                                                        \
     if (bi.fields & kInvalidOp) [[unlikely]]                                                    \
       d->corrupt("invalid op code");                                                            \
     Event& e = *out;                                                                            \
-    uint64_t v = 0;                                                                             \
-    if constexpr (kSeq) ps += pv_load(ps, v);                                                   \
-    e.seq = seq_next + v;                                                                       \
+    if constexpr (kSeq) {                                                                       \
+      e.seq = seq_next + (load_u64(ps) & ms);                                                   \
+      ps += ws;                                                                                 \
+    } else {                                                                                    \
+      e.seq = seq_next;                                                                         \
+    }                                                                                           \
     seq_next = e.seq + 1;                                                                       \
     if constexpr (kTime) {                                                                      \
-      pt += pv_load(pt, v);                                                                     \
-      time_prev += static_cast<uint64_t>(unzigzag(v));                                          \
+      time_prev += static_cast<uint64_t>(unzigzag(load_u64(pt) & mt));                          \
+      pt += wt;                                                                                 \
       e.time = time_prev;                                                                       \
     } else {                                                                                    \
       e.time = 0;                                                                               \
     }                                                                                           \
-    /* Consumed object: 0 = NULL, else zigzag(ref - old) + 1. */                                \
-    unsigned len = pv_load(po, v);                                                              \
-    po += len & bi.consume;                                                                     \
-    v &= bi.consume;                                                                            \
-    const uint64_t nz = all_if(v != 0);                                                         \
-    ref -= static_cast<uint64_t>(unzigzag(v - 1)) & nz;                                         \
-    e.old = ref & nz;                                                                           \
-    /* Produced object: id_next + delta. */                                                     \
-    len = pv_load(pi, v);                                                                       \
-    pi += len & bi.produce;                                                                     \
-    const uint64_t id = id_next + v;                                                            \
+    /* Consumed object: ref - unzigzag(value); it becomes the reference. */                     \
+    ref -= static_cast<uint64_t>(unzigzag(load_u64(po) & mo & bi.consume));                     \
+    po += wo;                                                                                   \
+    e.old = ref & bi.consume;                                                                   \
+    /* Produced object: id_next + value; it becomes the reference. */                           \
+    const uint64_t id = id_next + (load_u64(pi) & mi & bi.produce);                             \
+    pi += wi;                                                                                   \
     e.id = id & bi.produce;                                                                     \
     id_next += (id + 1 - id_next) & bi.produce;                                                 \
-    ref += (id - ref) & bi.produce;                                                             \
-    len = pv_load(pz, v);                                                                       \
-    pz += len & bi.size;                                                                        \
-    e.size = v & bi.size;                                                                       \
-    e.align = 0;                                                                                \
-    e.count = 0;                                                                                \
-    if (bi.fields & (kAlign | kCount)) [[unlikely]]                                             \
-      d->decode_rare(e, bi.fields);                                                             \
-    e.thread = d->thread_;                                                                      \
-    e.op = static_cast<Op>(*ops & kOpMask);                                                     \
-    e.flags = static_cast<uint8_t>(*ops >> 6);                                                  \
-    if constexpr (kChecked) {                                                                   \
-      if ((ps > d->end_[kColSeq]) | (pt > d->end_[kColTime]) | (po > d->end_[kColOld]) |       \
-          (pi > d->end_[kColId]) | (pz > d->end_[kColSize])) [[unlikely]]                       \
-        d->corrupt("a column ends early");                                                      \
-    }                                                                                           \
+    ref ^= (ref ^ id) & bi.produce;                                                             \
+    e.size = load_u64(pz) & mz & bi.size;                                                       \
+    pz += wz;                                                                                   \
+    e.align = load_u64(pa) & ma & bi.align;                                                     \
+    pa += wa;                                                                                   \
+    e.count = load_u64(pc) & mc & bi.count;                                                     \
+    pc += wc;                                                                                   \
+    e.thread = thread;                                                                          \
+    e.op = static_cast<Op>(b & kOpMask);                                                        \
+    e.flags = static_cast<uint8_t>(b >> 6);                                                     \
   }                                                                                             \
   d->p_[kColSeq] = ps;                                                                          \
   d->p_[kColTime] = pt;                                                                         \
   d->p_[kColOld] = po;                                                                          \
   d->p_[kColId] = pi;                                                                           \
   d->p_[kColSize] = pz;                                                                         \
+  d->p_[kColAlign] = pa;                                                                        \
+  d->p_[kColCount] = pc;                                                                        \
   d->ops_ = ops;                                                                                \
   d->seq_next_ = seq_next;                                                                      \
   d->time_prev_ = time_prev;                                                                    \
@@ -487,15 +495,21 @@ inline uint64_t all_if(bool b) { return uint64_t{0} - uint64_t{b}; }
   d->ref_ = ref;                                                                                \
   return n;
 
-template <bool kChecked, bool kSeq, bool kTime>
+namespace {
+constexpr uint64_t kWidthMask[9] = {0,          0xff,           0xffff,           0xffffff,
+                                    0xffffffff, 0xffffffffff,   0xffffffffffff,   0xffffffffffffff,
+                                    ~uint64_t{0}};
+}  // namespace
+
+template <bool kSeq, bool kTime>
 size_t ChunkDecoder::decode_portable(ChunkDecoder* d, Event* out, size_t n) {
   HEAPLAB_DECODE_BODY
 }
 
 #ifdef HEAPLAB_HAVE_BMI2_DECODE
-// The same loop compiled for BMI1/BMI2 (tzcnt, shlx/shrx: no shifts through
-// %cl), chosen at run time when the CPU has them.
-template <bool kChecked, bool kSeq, bool kTime>
+// The same loop compiled for BMI1/BMI2, chosen at run time when the CPU has
+// them.
+template <bool kSeq, bool kTime>
 __attribute__((target("bmi,bmi2"))) size_t ChunkDecoder::decode_bmi2(ChunkDecoder* d, Event* out,
                                                                      size_t n) {
   HEAPLAB_DECODE_BODY
@@ -503,42 +517,11 @@ __attribute__((target("bmi,bmi2"))) size_t ChunkDecoder::decode_bmi2(ChunkDecode
 #endif
 #undef HEAPLAB_DECODE_BODY
 
-void ChunkDecoder::decode_rare(Event& e, uint8_t fields) {
-  // Align and count are checked where they are read: these columns may end
-  // at the buffer's end, outside what the batch bound covers.
-  if (fields & kAlign) p_[kColAlign] += bytes::pv_load(p_[kColAlign], e.align);
-  if (fields & kCount) p_[kColCount] += bytes::pv_load(p_[kColCount], e.count);
-  if ((p_[kColAlign] > end_[kColAlign]) | (p_[kColCount] > end_[kColCount]))
-    corrupt("a column ends early");
-}
-
 size_t ChunkDecoder::next(Event* out, size_t max) {
   const size_t n = std::min<size_t>(max, remaining_);
-  // The hot columns' pointers advance at most kPvMaxBytes per event and read
-  // at most kPvMaxBytes from where they stand, so `room` events can run
-  // without per-event bounds checks (a column overrun is caught after the
-  // batch); the tail of a chunk runs checked. Align and count are checked
-  // where they are read.
-  const uint8_t* limit = buf_.data() + buf_.size() - bytes::kPvMaxBytes;
-  size_t done = 0;
-  while (done < n) {
-    size_t room = n - done;
-    for (unsigned k : {kColSeq, kColTime, kColOld, kColId, kColSize})
-      room = std::min<size_t>(room, p_[k] < limit ? size_t(limit - p_[k]) / bytes::kPvMaxBytes : 0);
-    if (room >= 32) {
-      done += unchecked_(this, out + done, room);
-      for (unsigned k = 0; k < kColumnCount; ++k)
-        if (p_[k] > end_[k]) corrupt("a column ends early");
-    } else {
-      done += checked_(this, out + done, n - done);
-    }
-  }
+  decode_(this, out, n);
   remaining_ -= static_cast<uint32_t>(n);
-  if (remaining_ == 0) {
-    for (unsigned i = 0; i < kColumnCount; ++i)
-      if (p_[i] != end_[i]) corrupt("column has trailing bytes");
-    if (seq_next_ - 1 != c_.last_seq) corrupt("last seq differs from the header");
-  }
+  if (remaining_ == 0 && seq_next_ - 1 != c_.last_seq) corrupt("last seq differs from the header");
   return n;
 }
 

@@ -92,24 +92,22 @@ class ChunkDecoder {
 
  private:
   [[noreturn]] void corrupt(const char* what) const;
-  template <bool kChecked, bool kSeq, bool kTime>
+  template <bool kSeq, bool kTime>
   static size_t decode_portable(ChunkDecoder* d, Event* out, size_t n);
-  template <bool kChecked, bool kSeq, bool kTime>
+  template <bool kSeq, bool kTime>
   static size_t decode_bmi2(ChunkDecoder* d, Event* out, size_t n);
-  void decode_rare(Event& e, uint8_t fields);
   using DecodeFn = size_t (*)(ChunkDecoder*, Event*, size_t);
-  DecodeFn unchecked_ = nullptr;
-  DecodeFn checked_ = nullptr;
+  DecodeFn decode_ = nullptr;
   const TraceReader* r_ = nullptr;
   ChunkRef c_{};
   ZSTD_DCtx_s* dctx_ = nullptr;
   std::vector<uint8_t> buf_;
   const uint8_t* ops_ = nullptr;
   const uint8_t* p_[kColumnCount] = {};
-  const uint8_t* end_[kColumnCount] = {};
+  uint8_t width_[kColumnCount] = {};
   uint32_t remaining_ = 0;
   uint32_t thread_ = 0;
-  bool has_seq_ = false, has_time_ = false;
+  bool has_time_ = false;
   uint64_t seq_next_ = 0, time_prev_ = 0, id_next_ = 0, ref_ = 0;
 };
 

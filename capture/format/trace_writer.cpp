@@ -30,33 +30,29 @@ struct IndexEntry {
   uint64_t first_seq, last_seq, first_time, last_time;
 };
 
-// A column being built: prefix varints appended with unconditional 9-byte
-// stores, so the buffer keeps that much slack beyond `len`.
-struct ColumnBuf {
-  std::vector<uint8_t> buf;  // allocated on first use: threads are cheap
-  size_t len = 0;
-  // Appends v when `keep` is all ones; writes but does not keep it when 0.
-  [[gnu::always_inline]] inline void put(uint64_t v, size_t keep) {
-    if (buf.size() - len < 2 * bytes::kPvMaxBytes) [[unlikely]]
-      grow();
-    len += bytes::pv_store(buf.data() + len, v) & keep;
-  }
-  [[gnu::noinline]] void grow() { buf.resize(std::max<size_t>(256, buf.size() * 2)); }
-  void clear() { len = 0; }
-};
-
-// Encoder state of one thread: the open chunk's columns plus the running
+// Encoder state of one thread: the open chunk's staged column values (one
+// per event and column, 0 where the op lacks the field) plus the running
 // predictors, which continue across chunks (each chunk stores their start).
 struct ThreadEncoder {
   std::vector<uint8_t> ops;
-  ColumnBuf col[kColumnCount];
+  std::vector<uint64_t> col[kColumnCount];
+  uint64_t max[kColumnCount] = {};
   uint32_t n = 0;
-  bool any_gap = false;
   uint64_t first_seq = 0, last_seq = 0, first_time = 0, last_time = 0;
   uint64_t seq_next = 0, time_prev = 0;
   uint64_t id_next = 1, ref = 0;
   uint64_t id_start = 1, ref_start = 0;
 };
+
+// Staged bytes per event (op byte and seven 64-bit values).
+constexpr size_t kStagedBytesPerEvent = 1 + 8 * kColumnCount;
+// Bound on staging memory over all threads: past it, the thread with the
+// most staged events is flushed early (many threads, large chunks).
+constexpr size_t kStagingBudget = size_t{256} << 20;
+
+unsigned width_of(uint64_t max) {
+  return max == 0 ? 0 : (64 - static_cast<unsigned>(__builtin_clzll(max)) + 7) / 8;
+}
 
 }  // namespace
 
@@ -69,6 +65,7 @@ struct TraceWriter::Impl {
   uint64_t next_seq = 0;
   uint64_t last_id = 0;
   std::vector<ThreadEncoder> threads;
+  size_t staged_events = 0;
   std::vector<ThreadInfo> infos;
   std::vector<IndexEntry> index;
   std::string final_meta;
@@ -111,10 +108,25 @@ struct TraceWriter::Impl {
   void flush_thread(uint32_t t) {
     ThreadEncoder& te = threads[t];
     if (te.n == 0) return;
-    if (!te.any_gap) te.col[kColSeq].clear();
-    raw.clear();
-    raw.insert(raw.end(), te.ops.begin(), te.ops.end());
-    for (auto& c : te.col) raw.insert(raw.end(), c.buf.begin(), c.buf.begin() + static_cast<ptrdiff_t>(c.len));
+    unsigned width[kColumnCount];
+    size_t raw_size = te.n;
+    for (unsigned k = 0; k < kColumnCount; ++k) {
+      width[k] = width_of(te.max[k]);
+      raw_size += size_t{te.n} * width[k];
+    }
+    // Pack: each value as its low `width` bytes, little-endian, written with
+    // an 8-byte store (the buffer keeps 8 bytes of slack).
+    raw.resize(raw_size + 8);
+    std::memcpy(raw.data(), te.ops.data(), te.n);
+    uint8_t* out = raw.data() + te.n;
+    for (unsigned k = 0; k < kColumnCount; ++k) {
+      const unsigned w = width[k];
+      if (w == 0) continue;
+      for (uint64_t v : te.col[k]) {
+        std::memcpy(out, &v, 8);
+        out += w;
+      }
+    }
 
     block.clear();
     put_u32(block, t);
@@ -128,38 +140,46 @@ struct TraceWriter::Impl {
     put_u8(block, opt.codec);
     put_u8(block, opt.timestamps ? uint8_t{kChunkHasTime} : uint8_t{0});
     put_u16(block, 0);
-    put_u32(block, static_cast<uint32_t>(raw.size()));
-    for (auto& c : te.col) put_u32(block, static_cast<uint32_t>(c.len));
-    put_u32(block, 0);  // reserved, pads the header to 96 bytes
+    put_u32(block, static_cast<uint32_t>(raw_size));
+    for (unsigned k = 0; k < kColumnCount; ++k) put_u8(block, static_cast<uint8_t>(width[k]));
+    block.append(kChunkHeaderSize - block.size(), '\0');  // reserved, zero
     switch (opt.codec) {
       case kCodecZstd: {
-        zbuf.resize(ZSTD_compressBound(raw.size()));
-        size_t z = ZSTD_compressCCtx(cctx, zbuf.data(), zbuf.size(), raw.data(), raw.size(),
-                                     opt.level);
+        zbuf.resize(ZSTD_compressBound(raw_size));
+        size_t z = ZSTD_compressCCtx(cctx, zbuf.data(), zbuf.size(), raw.data(), raw_size, opt.level);
         if (ZSTD_isError(z)) throw TraceError(path + ": zstd: " + ZSTD_getErrorName(z));
         block.append(zbuf.data(), z);
         break;
       }
       case kCodecLz4: {
-        zbuf.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(raw.size()))));
+        zbuf.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(raw_size))));
         int z = LZ4_compress_fast(reinterpret_cast<const char*>(raw.data()), zbuf.data(),
-                                  static_cast<int>(raw.size()), static_cast<int>(zbuf.size()),
+                                  static_cast<int>(raw_size), static_cast<int>(zbuf.size()),
                                   opt.level);
         if (z <= 0) throw TraceError(path + ": lz4 compression failed");
         block.append(zbuf.data(), static_cast<size_t>(z));
         break;
       }
       default:
-        block.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+        block.append(reinterpret_cast<const char*>(raw.data()), raw_size);
         break;
     }
     index.push_back({offset, t, te.n, te.first_seq, te.last_seq, te.first_time, te.last_time});
     write_block(kBlockChunk, block);
 
+    staged_events -= te.n;
     te.ops.clear();
     for (auto& c : te.col) c.clear();
+    for (auto& m : te.max) m = 0;
     te.n = 0;
-    te.any_gap = false;
+  }
+
+  // Flushes the thread with the most staged events.
+  void flush_largest() {
+    uint32_t best = 0;
+    for (uint32_t t = 1; t < threads.size(); ++t)
+      if (threads[t].n > threads[best].n) best = t;
+    flush_thread(best);
   }
 
   void encode(ThreadEncoder& te, const Event& e, uint8_t fields) {
@@ -169,32 +189,35 @@ struct TraceWriter::Impl {
       te.id_start = te.id_next;
       te.ref_start = te.ref;
     }
+    auto put = [&te](unsigned k, uint64_t v) {
+      te.col[k].push_back(v);
+      te.max[k] |= v;  // the width only needs the highest set bit
+    };
     te.ops.push_back(static_cast<uint8_t>(static_cast<uint8_t>(e.op) | (e.flags << 6)));
-    auto all = [](bool b) -> size_t { return b ? ~size_t{0} : 0; };
-    const uint64_t gap = e.seq - te.seq_next;
-    te.any_gap |= gap != 0;
-    te.col[kColSeq].put(gap, ~size_t{0});
+    put(kColSeq, e.seq - te.seq_next);
     te.seq_next = e.seq + 1;
-    if (opt.timestamps) {
-      te.col[kColTime].put(zigzag(static_cast<int64_t>(e.time - te.time_prev)), ~size_t{0});
-      te.time_prev = e.time;
+    put(kColTime, zigzag(static_cast<int64_t>(e.time - te.time_prev)));
+    te.time_prev = e.time;
+    uint64_t old = 0;
+    if (fields & kConsumes) {
+      old = zigzag(static_cast<int64_t>(te.ref - e.old));
+      te.ref = e.old;
     }
-    const bool consumes = fields & kConsumes;
-    te.col[kColOld].put(e.old == 0 ? 0 : zigzag(static_cast<int64_t>(te.ref - e.old)) + 1,
-                        all(consumes));
-    if (consumes && e.old != 0) te.ref = e.old;
-    const bool produced = (fields & kProduces) && e.id != 0;
-    te.col[kColId].put(e.id - te.id_next, all(produced));
-    if (produced) {
+    put(kColOld, old);
+    uint64_t id = 0;
+    if ((fields & kProduces) && e.id != 0) {
+      id = e.id - te.id_next;
       te.id_next = e.id + 1;
       te.ref = e.id;
     }
-    te.col[kColSize].put(e.size, all(fields & kSize));
-    te.col[kColAlign].put(e.align, all(fields & kAlign));
-    te.col[kColCount].put(e.count, all(fields & kCount));
+    put(kColId, id);
+    put(kColSize, e.size);
+    put(kColAlign, e.align);
+    put(kColCount, e.count);
     te.last_seq = e.seq;
     te.last_time = e.time;
     ++te.n;
+    ++staged_events;
   }
 };
 
@@ -274,7 +297,11 @@ uint64_t TraceWriter::append(Event& e) {
   }
   ThreadEncoder& te = m.threads[e.thread];
   m.encode(te, e, fields);
-  if (te.n >= m.opt.chunk_events) m.flush_thread(e.thread);
+  if (te.n >= m.opt.chunk_events) {
+    m.flush_thread(e.thread);
+  } else if (m.staged_events * kStagedBytesPerEvent > kStagingBudget) [[unlikely]] {
+    m.flush_largest();
+  }
   return e.id;
 }
 
