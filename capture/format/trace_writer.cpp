@@ -34,10 +34,14 @@ struct IndexEntry {
 // per event and column, 0 where the op lacks the field) plus the running
 // predictors, which continue across chunks (each chunk stores their start).
 struct ThreadEncoder {
+  // Staging arrays, all with `cap` slots (grown together, allocated on
+  // first use: threads are cheap); `n` are in use.
   std::vector<uint8_t> ops;
   std::vector<uint64_t> col[kColumnCount];
+  uint64_t* colp[kColumnCount] = {};  // col[k].data()
   uint64_t max[kColumnCount] = {};
   uint32_t n = 0;
+  uint32_t cap = 0;
   uint64_t first_seq = 0, last_seq = 0, first_time = 0, last_time = 0;
   uint64_t seq_next = 0, time_prev = 0;
   uint64_t id_next = 1, ref = 0;
@@ -122,8 +126,9 @@ struct TraceWriter::Impl {
     for (unsigned k = 0; k < kColumnCount; ++k) {
       const unsigned w = width[k];
       if (w == 0) continue;
-      for (uint64_t v : te.col[k]) {
-        std::memcpy(out, &v, 8);
+      const uint64_t* v = te.col[k].data();
+      for (uint32_t i = 0; i < te.n; ++i) {
+        std::memcpy(out, &v[i], 8);
         out += w;
       }
     }
@@ -168,8 +173,6 @@ struct TraceWriter::Impl {
     write_block(kBlockChunk, block);
 
     staged_events -= te.n;
-    te.ops.clear();
-    for (auto& c : te.col) c.clear();
     for (auto& m : te.max) m = 0;
     te.n = 0;
   }
@@ -189,31 +192,55 @@ struct TraceWriter::Impl {
       te.id_start = te.id_next;
       te.ref_start = te.ref;
     }
-    auto put = [&te](unsigned k, uint64_t v) {
-      te.col[k].push_back(v);
-      te.max[k] |= v;  // the width only needs the highest set bit
-    };
-    te.ops.push_back(static_cast<uint8_t>(static_cast<uint8_t>(e.op) | (e.flags << 6)));
-    put(kColSeq, e.seq - te.seq_next);
-    te.seq_next = e.seq + 1;
-    put(kColTime, zigzag(static_cast<int64_t>(e.time - te.time_prev)));
-    te.time_prev = e.time;
-    uint64_t old = 0;
+    if (te.n == te.cap) [[unlikely]] {
+      te.cap = std::min<uint32_t>(opt.chunk_events, std::max<uint32_t>(256, te.cap * 2));
+      te.ops.resize(te.cap);
+      for (unsigned k = 0; k < kColumnCount; ++k) {
+        te.col[k].resize(te.cap);
+        te.colp[k] = te.col[k].data();
+      }
+    }
+    uint64_t v_old = 0;
     if (fields & kConsumes) {
-      old = zigzag(static_cast<int64_t>(te.ref - e.old));
+      v_old = zigzag(static_cast<int64_t>(te.ref - e.old));
       te.ref = e.old;
     }
-    put(kColOld, old);
-    uint64_t id = 0;
+    uint64_t v_id = 0;
     if ((fields & kProduces) && e.id != 0) {
-      id = e.id - te.id_next;
+      v_id = e.id - te.id_next;
       te.id_next = e.id + 1;
       te.ref = e.id;
     }
-    put(kColId, id);
-    put(kColSize, e.size);
-    put(kColAlign, e.align);
-    put(kColCount, e.count);
+    const uint64_t v_seq = e.seq - te.seq_next;
+    const uint64_t v_time = zigzag(static_cast<int64_t>(e.time - te.time_prev));
+    te.seq_next = e.seq + 1;
+    te.time_prev = e.time;
+    // The width only needs the highest set bit of each column: OR the values.
+    te.max[kColSeq] |= v_seq;
+    te.max[kColTime] |= v_time;
+    te.max[kColOld] |= v_old;
+    te.max[kColId] |= v_id;
+    te.max[kColSize] |= e.size;
+    te.max[kColAlign] |= e.align;
+    te.max[kColCount] |= e.count;
+    // Stores through the staging pointers last: they could alias the above.
+    const uint32_t i = te.n;
+    uint64_t* const ps = te.colp[kColSeq];
+    uint64_t* const pt = te.colp[kColTime];
+    uint64_t* const po = te.colp[kColOld];
+    uint64_t* const pi = te.colp[kColId];
+    uint64_t* const pz = te.colp[kColSize];
+    uint64_t* const pa = te.colp[kColAlign];
+    uint64_t* const pc = te.colp[kColCount];
+    const uint64_t size = e.size, align = e.align, count = e.count;
+    te.ops[i] = static_cast<uint8_t>(static_cast<uint8_t>(e.op) | (e.flags << 6));
+    ps[i] = v_seq;
+    pt[i] = v_time;
+    po[i] = v_old;
+    pi[i] = v_id;
+    pz[i] = size;
+    pa[i] = align;
+    pc[i] = count;
     te.last_seq = e.seq;
     te.last_time = e.time;
     ++te.n;
