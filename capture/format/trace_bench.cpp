@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -84,6 +85,29 @@ void BM_DecodeThreads(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeThreads)->ArgsProduct({{1, 4}, {0, 1, 2, 4}})->ArgNames({"threads", "codec"})
     ->Unit(benchmark::kMillisecond);
+
+// Decoding a given trace file (HEAPLAB_BENCH_TRACE), e.g. a real import.
+void BM_DecodeFile(benchmark::State& state) {
+  const char* path = std::getenv("HEAPLAB_BENCH_TRACE");
+  if (!path) {
+    state.SkipWithError("set HEAPLAB_BENCH_TRACE to a .hlt file");
+    return;
+  }
+  auto r = TraceReader::open(path);
+  std::vector<Event> buf(1024);
+  uint64_t n = 0;
+  for (auto _ : state) {
+    for (uint32_t t = 0; t < r->thread_count(); ++t) {
+      ThreadCursor c(*r, t);
+      while (size_t k = c.next(buf.data(), buf.size())) {
+        n += k;
+        benchmark::DoNotOptimize(buf.data());
+      }
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(n));
+}
+BENCHMARK(BM_DecodeFile)->Unit(benchmark::kMillisecond);
 
 // Decoding in global order (stats, check, cat).
 void BM_DecodeMerged(benchmark::State& state) {

@@ -19,7 +19,8 @@ enum FileFlag : uint32_t { kFileHasTime = 1u << 0 };
 // Every block: 16-byte header {u32 type, u32 length, u64 checksum} + payload.
 inline constexpr size_t kBlockHeaderSize = 16;
 inline constexpr uint32_t kMaxBlockPayload = 1u << 30;
-// Largest decoded chunk a reader accepts: 2^20 events x 64 bytes (worst case).
+// Largest decoded chunk a reader accepts: 2^20 events x 57 bytes (the op byte
+// and seven 8-byte values) is the worst case.
 inline constexpr uint32_t kMaxChunkRawSize = 64u << 20;
 
 constexpr uint32_t fourcc(char a, char b, char c, char d) {

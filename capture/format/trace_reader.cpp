@@ -365,16 +365,22 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
 #endif
   }();
   (void)bmi2;
-  const bool seq = width_[kColSeq] != 0;
+  // Align and count columns are absent (width 0) in most chunks: a variant
+  // without them stores zeros instead of loading.
+  const unsigned shape = (width_[kColSeq] != 0 ? 4u : 0u) | (has_time_ ? 2u : 0u) |
+                         (width_[kColAlign] != 0 || width_[kColCount] != 0 ? 1u : 0u);
 #ifdef HEAPLAB_HAVE_BMI2_DECODE
-#define HEAPLAB_PICK(SEQ, TIME) (bmi2 ? &decode_bmi2<SEQ, TIME> : &decode_portable<SEQ, TIME>)
+#define HEAPLAB_PICK(SEQ, TIME, AUX) \
+  (bmi2 ? &decode_bmi2<SEQ, TIME, AUX> : &decode_portable<SEQ, TIME, AUX>)
 #else
-#define HEAPLAB_PICK(SEQ, TIME) (&decode_portable<SEQ, TIME>)
+#define HEAPLAB_PICK(SEQ, TIME, AUX) (&decode_portable<SEQ, TIME, AUX>)
 #endif
-  if (seq)
-    decode_ = has_time_ ? HEAPLAB_PICK(true, true) : HEAPLAB_PICK(true, false);
-  else
-    decode_ = has_time_ ? HEAPLAB_PICK(false, true) : HEAPLAB_PICK(false, false);
+  static const DecodeFn kByShape[8] = {
+      HEAPLAB_PICK(false, false, false), HEAPLAB_PICK(false, false, true),
+      HEAPLAB_PICK(false, true, false),  HEAPLAB_PICK(false, true, true),
+      HEAPLAB_PICK(true, false, false),  HEAPLAB_PICK(true, false, true),
+      HEAPLAB_PICK(true, true, false),   HEAPLAB_PICK(true, true, true)};
+  decode_ = kByShape[shape];
 #undef HEAPLAB_PICK
   seq_next_ = c.first_seq;
   time_prev_ = c.first_time;
@@ -473,10 +479,15 @@ inline uint64_t all_if(bool b) { return uint64_t{0} - uint64_t{b}; }
     ref ^= (ref ^ id) & bi.produce;                                                             \
     e.size = load_u64(pz) & mz & bi.size;                                                       \
     pz += wz;                                                                                   \
-    e.align = load_u64(pa) & ma & bi.align;                                                     \
-    pa += wa;                                                                                   \
-    e.count = load_u64(pc) & mc & bi.count;                                                     \
-    pc += wc;                                                                                   \
+    if constexpr (kAux) {                                                                       \
+      e.align = load_u64(pa) & ma & bi.align;                                                   \
+      pa += wa;                                                                                 \
+      e.count = load_u64(pc) & mc & bi.count;                                                   \
+      pc += wc;                                                                                 \
+    } else {                                                                                    \
+      e.align = 0;                                                                              \
+      e.count = 0;                                                                              \
+    }                                                                                           \
     e.thread = thread;                                                                          \
     e.op = static_cast<Op>(b & kOpMask);                                                        \
     e.flags = static_cast<uint8_t>(b >> 6);                                                     \
@@ -501,7 +512,7 @@ constexpr uint64_t kWidthMask[9] = {0,          0xff,           0xffff,         
                                     ~uint64_t{0}};
 }  // namespace
 
-template <bool kSeq, bool kTime>
+template <bool kSeq, bool kTime, bool kAux>
 size_t ChunkDecoder::decode_portable(ChunkDecoder* d, Event* out, size_t n) {
   HEAPLAB_DECODE_BODY
 }
@@ -509,7 +520,7 @@ size_t ChunkDecoder::decode_portable(ChunkDecoder* d, Event* out, size_t n) {
 #ifdef HEAPLAB_HAVE_BMI2_DECODE
 // The same loop compiled for BMI1/BMI2, chosen at run time when the CPU has
 // them.
-template <bool kSeq, bool kTime>
+template <bool kSeq, bool kTime, bool kAux>
 __attribute__((target("bmi,bmi2"))) size_t ChunkDecoder::decode_bmi2(ChunkDecoder* d, Event* out,
                                                                      size_t n) {
   HEAPLAB_DECODE_BODY
