@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reading a real trace: heaplab's decoder over the bundled SPEC 456.hmmer
+# Reading (and, for comparison, writing) a real trace: heaplab's decoder over the bundled SPEC 456.hmmer
 # trace (180,216 events) in each chunk codec, against merely decompressing
 # the same trace kept as CMT text (what a text-based tool must do before it
 # even parses a line). Medians of REPS runs; prints a Markdown table. The
@@ -43,3 +43,8 @@ echo "| text: zstd -d only (no parsing) | $(median_rate zstd -dcq "$tmp/t.zst") 
 echo "| text: xz -d only (no parsing) | $(median_rate xz -dc "$tmp/t.xz") |"
 echo "| text: bzip2 -d only (no parsing) | $(median_rate bzip2 -dc "$tmp/t.bz2") |"
 echo "| text: heaplab import (decompress + parse + write .hlt) | $(median_rate "$HEAPLAB" import --from cmt-text "$tmp/t.zst" -o "$tmp/re.hlt" 2>/dev/null) |"
+echo
+echo "| writing 456.hmmer as text instead | M events/s (median of $REPS) |"
+echo "|---|---|"
+echo "| text: zstd -3 (compress only, no formatting) | $(median_rate zstd -3 -cq "$tmp/t.txt") |"
+echo "| text: gzip -6 (compress only, no formatting) | $(median_rate gzip -6 -c "$tmp/t.txt") |"
