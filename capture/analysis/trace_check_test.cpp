@@ -25,43 +25,14 @@ using trace::Event;
 using trace::Op;
 using trace::TraceReader;
 using trace::WriterOptions;
+using trace::testutil::alloc;
+using trace::testutil::ev;
+using trace::testutil::release;
+using trace::testutil::TempDir;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/heaplab_check_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // ------------------------------------------------------------ event builders
 
-Event ev(Op op, uint32_t thread = 0, uint64_t time = 0) {
-  Event e;
-  e.op = op;
-  e.thread = thread;
-  e.time = time;
-  return e;
-}
-Event alloc(uint64_t size, uint32_t thread = 0, uint64_t time = 0) {
-  Event e = ev(Op::malloc, thread, time);
-  e.size = size;
-  return e;
-}
-Event release(uint64_t old, uint32_t thread = 0, uint64_t time = 0) {
-  Event e = ev(Op::free, thread, time);
-  e.old = old;
-  return e;
-}
 Event lost(uint64_t count, uint32_t thread = 0) {
   Event e = ev(Op::lost, thread);
   e.count = count;

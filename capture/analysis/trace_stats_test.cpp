@@ -24,42 +24,18 @@ using trace::Event;
 using trace::Op;
 using trace::TraceReader;
 using trace::WriterOptions;
+using trace::testutil::alloc;
+using trace::testutil::ev;
+using trace::testutil::release;
+using trace::testutil::TempDir;
 
 __extension__ typedef unsigned __int128 u128;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/heaplab_stats_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 constexpr unsigned idx(Op op) { return static_cast<unsigned>(op); }
 
 // ------------------------------------------------------------ event builders
 
-Event ev(Op op, uint32_t thread = 0, uint64_t time = 0) {
-  Event e;
-  e.op = op;
-  e.thread = thread;
-  e.time = time;
-  return e;
-}
-Event alloc(uint64_t size, uint32_t thread = 0, uint64_t time = 0) {
-  Event e = ev(Op::malloc, thread, time);
-  e.size = size;
-  return e;
-}
 Event calloc_ev(uint64_t count, uint64_t size, uint32_t thread = 0, uint64_t time = 0) {
   Event e = ev(Op::calloc, thread, time);
   e.count = count;
@@ -72,11 +48,6 @@ Event realloc_ev(uint64_t old, uint64_t size, uint8_t flags = 0, uint32_t thread
   e.old = old;
   e.size = size;
   e.flags = flags;
-  return e;
-}
-Event release(uint64_t old, uint32_t thread = 0, uint64_t time = 0, Op op = Op::free) {
-  Event e = ev(op, thread, time);
-  e.old = old;
   return e;
 }
 Event lost(uint64_t count, uint32_t thread = 0, uint64_t time = 0) {

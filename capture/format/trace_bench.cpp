@@ -64,6 +64,19 @@ std::string trace_file(uint32_t threads, int level) {
   return path;
 }
 
+// Decodes every thread's events in batches, as a replay's threads do.
+uint64_t decode_threads(const TraceReader& r, std::vector<Event>& buf) {
+  uint64_t n = 0;
+  for (uint32_t t = 0; t < r.thread_count(); ++t) {
+    ThreadCursor c(r, t);
+    while (size_t k = c.next(buf.data(), buf.size())) {
+      n += k;
+      benchmark::DoNotOptimize(buf.data());
+    }
+  }
+  return n;
+}
+
 // Decoding every thread's events, as a replay's threads do, on one core.
 void BM_DecodeThreads(benchmark::State& state) {
   const uint32_t threads = static_cast<uint32_t>(state.range(0));
@@ -72,13 +85,7 @@ void BM_DecodeThreads(benchmark::State& state) {
   std::vector<Event> buf(1024);
   uint64_t n = 0;
   for (auto _ : state) {
-    for (uint32_t t = 0; t < r->thread_count(); ++t) {
-      ThreadCursor c(*r, t);
-      while (size_t k = c.next(buf.data(), buf.size())) {
-        n += k;
-        benchmark::DoNotOptimize(buf.data());
-      }
-    }
+    n += decode_threads(*r, buf);
   }
   state.SetItemsProcessed(static_cast<int64_t>(n));
   state.counters["bytes_per_event"] = double(r->file_size()) / double(r->event_count());
@@ -97,13 +104,7 @@ void BM_DecodeFile(benchmark::State& state) {
   std::vector<Event> buf(1024);
   uint64_t n = 0;
   for (auto _ : state) {
-    for (uint32_t t = 0; t < r->thread_count(); ++t) {
-      ThreadCursor c(*r, t);
-      while (size_t k = c.next(buf.data(), buf.size())) {
-        n += k;
-        benchmark::DoNotOptimize(buf.data());
-      }
-    }
+    n += decode_threads(*r, buf);
   }
   state.SetItemsProcessed(static_cast<int64_t>(n));
 }

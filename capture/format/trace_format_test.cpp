@@ -16,23 +16,12 @@ namespace heaplab::trace {
 namespace {
 
 using testutil::generate;
+using testutil::TempDir;
 using testutil::read_all;
 using testutil::read_file;
 using testutil::write_file;
 using testutil::write_trace;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/heaplab_format_test_XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // ------------------------------------------------------------ zigzag
 

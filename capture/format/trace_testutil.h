@@ -152,9 +152,14 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
 
 }  // namespace heaplab::trace::testutil
 
+#include <stdlib.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
+#include <string_view>
 
 #include "capture/format/trace_format.h"
 #include "capture/format/trace_reader.h"
@@ -167,9 +172,51 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-inline void write_file(const std::string& path, const std::string& data) {
+inline void write_file(const std::string& path, std::string_view data) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+// A fresh directory under /tmp, removed with everything in it at the end.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/heaplab_test_XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    if (!p) throw std::runtime_error("mkdtemp failed");
+    path_ = p;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Event builders for hand-written traces.
+inline Event ev(Op op, uint32_t thread = 0, uint64_t time = 0) {
+  Event e;
+  e.op = op;
+  e.thread = thread;
+  e.time = time;
+  return e;
+}
+inline Event alloc(uint64_t size, uint32_t thread = 0, uint64_t time = 0) {
+  Event e = ev(Op::malloc, thread, time);
+  e.size = size;
+  return e;
+}
+inline Event release(uint64_t old, uint32_t thread = 0, uint64_t time = 0, Op op = Op::free) {
+  Event e = ev(op, thread, time);
+  e.old = old;
+  return e;
 }
 
 // Writes `events` (seq/id filled in by the writer) to `path`.

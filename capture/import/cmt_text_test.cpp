@@ -23,6 +23,7 @@
 #include "capture/format/event.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
+#include "capture/format/trace_testutil.h"
 #include "capture/import/input_stream.h"
 
 #ifndef HEAPLAB_TEST_SOURCE_DIR
@@ -33,6 +34,8 @@ namespace heaplab::import {
 namespace {
 
 namespace fs = std::filesystem;
+using trace::testutil::TempDir;
+using trace::testutil::write_file;
 using trace::Event;
 using trace::Op;
 
@@ -48,30 +51,7 @@ std::string cmt_fixture(const std::string& name) {
   return source_dir() + "/capture/testdata/cmt/" + name;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "heaplab-cmt-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
 
- private:
-  fs::path path_;
-};
-
-void write_file(const std::string& path, std::string_view data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
 
 std::string gzip(std::string_view data) {
   z_stream z{};

@@ -1,4 +1,5 @@
 // Tests of InputStream (compression sniffing and decoding) and LineReader.
+#include "capture/format/trace_testutil.h"
 #include "capture/import/input_stream.h"
 
 #include <bzlib.h>
@@ -31,6 +32,8 @@ namespace heaplab::import {
 namespace {
 
 namespace fs = std::filesystem;
+using trace::testutil::TempDir;
+using trace::testutil::write_file;
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -40,30 +43,7 @@ std::string source_dir() {
   return env && *env ? env : HEAPLAB_TEST_SOURCE_DIR;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "heaplab-input-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
 
- private:
-  fs::path path_;
-};
-
-void write_file(const std::string& path, std::string_view data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
