@@ -53,6 +53,28 @@ constexpr size_t kStagedBytesPerEvent = 1 + 8 * kColumnCount;
 // Bound on staging memory over all threads: past it, the thread with the
 // most staged events is flushed early (many threads, large chunks).
 constexpr size_t kStagingBudget = size_t{256} << 20;
+constexpr size_t kMaxStagedEvents = kStagingBudget / kStagedBytesPerEvent;
+
+// Writes the low W bytes of each value (8-byte stores; 8 bytes of slack).
+template <unsigned W>
+uint8_t* pack(uint8_t* out, const uint64_t* v, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i, out += W) std::memcpy(out, &v[i], 8);
+  return out;
+}
+
+uint8_t* pack_width(unsigned w, uint8_t* out, const uint64_t* v, uint32_t n) {
+  switch (w) {
+    case 1: return pack<1>(out, v, n);
+    case 2: return pack<2>(out, v, n);
+    case 3: return pack<3>(out, v, n);
+    case 4: return pack<4>(out, v, n);
+    case 5: return pack<5>(out, v, n);
+    case 6: return pack<6>(out, v, n);
+    case 7: return pack<7>(out, v, n);
+    case 8: return pack<8>(out, v, n);
+    default: return out;
+  }
+}
 
 unsigned width_of(uint64_t max) {
   return max == 0 ? 0 : (64 - static_cast<unsigned>(__builtin_clzll(max)) + 7) / 8;
@@ -69,6 +91,7 @@ struct TraceWriter::Impl {
   uint64_t next_seq = 0;
   uint64_t last_id = 0;
   std::vector<ThreadEncoder> threads;
+  uint32_t thread_slots = 0;  // threads.size(), kept to avoid a division per event
   size_t staged_events = 0;
   std::vector<ThreadInfo> infos;
   std::vector<IndexEntry> index;
@@ -112,6 +135,8 @@ struct TraceWriter::Impl {
   void flush_thread(uint32_t t) {
     ThreadEncoder& te = threads[t];
     if (te.n == 0) return;
+    te.last_seq = te.seq_next - 1;
+    te.last_time = te.time_prev;
     unsigned width[kColumnCount];
     size_t raw_size = te.n;
     for (unsigned k = 0; k < kColumnCount; ++k) {
@@ -123,15 +148,7 @@ struct TraceWriter::Impl {
     raw.resize(raw_size + 8);
     std::memcpy(raw.data(), te.ops.data(), te.n);
     uint8_t* out = raw.data() + te.n;
-    for (unsigned k = 0; k < kColumnCount; ++k) {
-      const unsigned w = width[k];
-      if (w == 0) continue;
-      const uint64_t* v = te.col[k].data();
-      for (uint32_t i = 0; i < te.n; ++i) {
-        std::memcpy(out, &v[i], 8);
-        out += w;
-      }
-    }
+    for (unsigned k = 0; k < kColumnCount; ++k) out = pack_width(width[k], out, te.colp[k], te.n);
 
     block.clear();
     put_u32(block, t);
@@ -241,8 +258,6 @@ struct TraceWriter::Impl {
     pz[i] = size;
     pa[i] = align;
     pc[i] = count;
-    te.last_seq = e.seq;
-    te.last_time = e.time;
     ++te.n;
     ++staged_events;
   }
@@ -318,15 +333,16 @@ uint64_t TraceWriter::append(Event& e) {
   if (!m.opt.timestamps) e.time = 0;
   e.seq = m.next_seq++;
 
-  if (e.thread >= m.threads.size()) {
+  if (e.thread >= m.thread_slots) [[unlikely]] {
     m.threads.resize(e.thread + 1);
+    m.thread_slots = e.thread + 1;
     if (m.infos.size() < m.threads.size()) m.infos.resize(m.threads.size());
   }
   ThreadEncoder& te = m.threads[e.thread];
   m.encode(te, e, fields);
   if (te.n >= m.opt.chunk_events) {
     m.flush_thread(e.thread);
-  } else if (m.staged_events * kStagedBytesPerEvent > kStagingBudget) [[unlikely]] {
+  } else if (m.staged_events > kMaxStagedEvents) [[unlikely]] {
     m.flush_largest();
   }
   return e.id;
@@ -346,7 +362,7 @@ void TraceWriter::set_final_metadata(std::string json) {
 
 void TraceWriter::flush() {
   Impl& m = *impl_;
-  for (uint32_t t = 0; t < m.threads.size(); ++t) m.flush_thread(t);
+  for (uint32_t t = 0; t < m.thread_slots; ++t) m.flush_thread(t);
 }
 
 void TraceWriter::close() {
