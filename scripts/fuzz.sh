@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and
-# runs the trace reader fuzzer for SECONDS (default 60) on 2 workers.
+# Builds the libFuzzer target for the trace reader with clang (ASan + UBSan)
+# in build-fuzz/ and runs it for SECONDS (default 60) on 2 workers, seeded
+# with real traces. Only the format library is built with clang: Debian's
+# libfmt is built with GCC and does not link into clang builds.
 #   scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_TO_RUN="${1:-60}"
-export HEAPLAB_BUILD_DIR="$REPO/build-fuzz"
-CC=clang CXX=clang++ "$REPO/scripts/bootstrap.sh" -DHEAPLAB_FUZZ=ON \
-  -DHEAPLAB_SANITIZE=address,undefined -DHEAPLAB_BENCHMARKS=OFF
-corpus="$HEAPLAB_BUILD_DIR/fuzz-corpus"
+FUZZ_BUILD="$REPO/build-fuzz"
+# Packages and the normal build (its heaplab makes the seed corpus).
+"$REPO/scripts/bootstrap.sh"
+HEAPLAB="${HEAPLAB_BUILD_DIR:-$REPO/build}/cli/heaplab"
+if [[ ! -f "$FUZZ_BUILD/build.ninja" ]]; then
+  CC=clang CXX=clang++ cmake -S "$REPO" -B "$FUZZ_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHEAPLAB_FUZZ=ON -DHEAPLAB_SANITIZE=address,undefined -DHEAPLAB_BENCHMARKS=OFF
+fi
+cmake --build "$FUZZ_BUILD" --target trace_reader_fuzz
+corpus="$FUZZ_BUILD/fuzz-corpus"
 mkdir -p "$corpus"
-# Seed with real traces: the golden CLI trace and the bundled hmmer import.
-"$HEAPLAB_BUILD_DIR/cli/heaplab" import --from cmt-text "$REPO/cli/testdata/small.cmt" \
-  -o "$corpus/small.hlt" --codec none 2>/dev/null
-{ printf '\0'; cat "$corpus/small.hlt"; } > "$corpus/small.seed" && rm "$corpus/small.hlt"
-"$HEAPLAB_BUILD_DIR/capture/format/trace_reader_fuzz" -max_total_time="$SECONDS_TO_RUN" \
+for codec in none lz4 zstd; do
+  "$HEAPLAB" import --from cmt-text "$REPO/cli/testdata/small.cmt" -o "$corpus/small.hlt" \
+    --codec "$codec" 2>/dev/null
+  { printf '\0'; cat "$corpus/small.hlt"; } > "$corpus/small-$codec.seed"
+  { printf '\1'; cat "$corpus/small.hlt"; } > "$corpus/small-$codec-repaired.seed"
+done
+rm -f "$corpus/small.hlt"
+cd "$FUZZ_BUILD"
+"$FUZZ_BUILD/capture/format/trace_reader_fuzz" -max_total_time="$SECONDS_TO_RUN" \
   -jobs=2 -workers=2 -max_len=65536 "$corpus"
