@@ -140,7 +140,7 @@ int run_check(const std::string& path, size_t max_listed) {
     return kExitProblems;
   }
   fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events),
-             r->thread_count(), group_digits(rep.objects));
+             r->active_threads().size(), group_digits(rep.objects));
   return 0;
 }
 
@@ -200,8 +200,9 @@ int run_cat(const CatArgs& a) {
   }
   std::unique_ptr<trace::EventCursor> cur;
   if (a.thread >= 0) {
-    if (a.thread >= static_cast<int64_t>(r->thread_count()))
-      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread, r->thread_count())};
+    if (a.thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(a.thread)).empty())
+      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread,
+                                r->active_threads().size())};
     cur = std::make_unique<trace::ThreadCursor>(*r, static_cast<uint32_t>(a.thread));
   } else {
     cur = std::make_unique<trace::MergedCursor>(*r);

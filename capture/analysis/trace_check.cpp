@@ -27,7 +27,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     uint64_t last_time = 0;
     bool ended = false;
   };
-  std::vector<ThreadState> threads(r.thread_count());
+  FlatMap<ThreadState> threads;  // by thread index + 1 (keys must be non-zero)
   FlatMap<uint8_t> live;  // id -> 1
   uint64_t max_id = 0;
   uint64_t expected_seq = 0;
@@ -51,7 +51,12 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
       prev_seq = e.seq;
       expected_seq = e.seq + 1;
 
-      ThreadState& ts = threads[e.thread];
+      ThreadState* tsp = threads.find(uint64_t{e.thread} + 1);
+      if (!tsp) {
+        threads.put(uint64_t{e.thread} + 1, ThreadState{});
+        tsp = threads.find(uint64_t{e.thread} + 1);
+      }
+      ThreadState& ts = *tsp;
       if (ts.ended) problem(e.seq, e.thread, op + " after thread_end");
       if (e.op == Op::thread_start && ts.events != 0)
         problem(e.seq, e.thread, "thread_start is not the thread's first event");

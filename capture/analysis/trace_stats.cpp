@@ -1,5 +1,6 @@
 #include "capture/analysis/trace_stats.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "capture/format/flat_map.h"
@@ -70,11 +71,14 @@ std::string group_digits(uint64_t v) {
 
 TraceStats compute_stats(const trace::TraceReader& r) {
   TraceStats s;
-  s.threads = r.thread_count();
+  s.thread_ids = r.active_threads();
+  s.threads = static_cast<uint32_t>(s.thread_ids.size());
   s.has_time = r.has_time();
   s.thread_ops.resize(s.threads);
   s.thread_events.resize(s.threads);
   FlatMap<Obj> live;
+  uint32_t cached_thread = UINT32_MAX;
+  size_t cached_slot = 0;
   uint128 live_bytes = 0;
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
@@ -85,8 +89,16 @@ TraceStats compute_stats(const trace::TraceReader& r) {
       const unsigned op = static_cast<unsigned>(e.op);
       ++s.events;
       ++s.ops[op];
-      ++s.thread_ops[e.thread][op];
-      ++s.thread_events[e.thread];
+      // Slot of the event's thread among the active ones (cached: runs of
+      // one thread are the common case).
+      if (e.thread != cached_thread) {
+        cached_thread = e.thread;
+        cached_slot = static_cast<size_t>(
+            std::lower_bound(s.thread_ids.begin(), s.thread_ids.end(), e.thread) -
+            s.thread_ids.begin());
+      }
+      ++s.thread_ops[cached_slot][op];
+      ++s.thread_events[cached_slot];
       if (e.flags & trace::kFailed) ++s.failed[op];
       if (s.has_time) {
         // Earliest and latest time: clocks of different threads may be
@@ -153,7 +165,7 @@ nlohmann::json stats_to_json(const TraceStats& s) {
     nlohmann::json o = nlohmann::json::object();
     for (unsigned k = 0; k < trace::kOpCount; ++k)
       if (s.thread_ops[t][k]) o[std::string(trace::kOpInfo[k].name)] = s.thread_ops[t][k];
-    th.push_back({{"thread", t}, {"events", s.thread_events[t]}, {"operations", o}});
+    th.push_back({{"thread", s.thread_ids[t]}, {"events", s.thread_events[t]}, {"operations", o}});
   }
   j["per_thread"] = th;
   j["objects"] = {{"created", s.objects_created},
@@ -201,7 +213,8 @@ std::string stats_to_text(const TraceStats& s) {
   if (s.threads > 1) {
     out += "per thread (events; top operations):\n";
     for (uint32_t t = 0; t < s.threads; ++t) {
-      std::snprintf(line, sizeof line, "  thread %-5u %14s ", t, group_digits(s.thread_events[t]).c_str());
+      std::snprintf(line, sizeof line, "  thread %-5u %14s ", s.thread_ids[t],
+                    group_digits(s.thread_events[t]).c_str());
       out += line;
       for (unsigned k = 0; k < trace::kOpCount; ++k)
         if (s.thread_ops[t][k])

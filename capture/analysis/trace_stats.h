@@ -33,7 +33,9 @@ struct Peak {
 
 struct TraceStats {
   uint64_t events = 0;
-  uint32_t threads = 0;
+  uint32_t threads = 0;                  // threads with events
+  std::vector<uint32_t> thread_ids;       // their indices, ascending; the
+                                          // per-thread vectors below follow it
   bool has_time = false;
   uint64_t first_time = 0, last_time = 0;
   std::array<uint64_t, trace::kOpCount> ops{};

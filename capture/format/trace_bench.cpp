@@ -67,7 +67,7 @@ std::string trace_file(uint32_t threads, int level) {
 // Decodes every thread's events in batches, as a replay's threads do.
 uint64_t decode_threads(const TraceReader& r, std::vector<Event>& buf) {
   uint64_t n = 0;
-  for (uint32_t t = 0; t < r.thread_count(); ++t) {
+  for (uint32_t t : r.active_threads()) {
     ThreadCursor c(r, t);
     while (size_t k = c.next(buf.data(), buf.size())) {
       n += k;

@@ -71,7 +71,7 @@ TEST_P(RoundTrip, EveryEventComesBackExactly) {
     for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], expected[i]) << "event " << i;
 
     // Per-thread cursors give each thread's events in order.
-    for (uint32_t t = 0; t < r->thread_count(); ++t) {
+    for (uint32_t t : r->active_threads()) {
       std::vector<Event> mine;
       for (const Event& e : expected)
         if (e.thread == t) mine.push_back(e);
@@ -127,6 +127,7 @@ TEST(RoundTripValues, ExtremeValuesSurvive) {
   EXPECT_EQ(back[5].flags, kFailed | kNullResult);
   EXPECT_EQ(back[7].count, UINT64_MAX);
   EXPECT_EQ(r->thread_count(), (1u << 20) + 1);
+  EXPECT_EQ(r->active_threads(), (std::vector<uint32_t>{0, 2, 3, 5, 1u << 20}));
 }
 
 TEST(Writer, NormalisesFieldsTheOpDoesNotCarry) {
@@ -159,11 +160,14 @@ TEST(Writer, MetadataAndThreadTable) {
     w.close();
     auto r = TraceReader::open(dir.file("m.hlt"));
     EXPECT_EQ(r->metadata(), R"({"a":1})");
-    ASSERT_EQ(r->threads().size(), 3u);
-    EXPECT_EQ(r->threads()[0], (ThreadInfo{1234, "main"}));
-    EXPECT_EQ(r->threads()[1], ThreadInfo{});
-    EXPECT_EQ(r->threads()[2], (ThreadInfo{1236, "worker \xe2\x9c\x93"}));
-    EXPECT_EQ(r->thread_count(), 2u);  // threads with events
+    ASSERT_EQ(r->thread_table().size(), 2u);
+    EXPECT_EQ(r->thread_table()[0].first, 0u);
+    EXPECT_EQ(r->thread_table()[1].first, 2u);
+    EXPECT_EQ(r->thread_info(0), (ThreadInfo{1234, "main"}));
+    EXPECT_EQ(r->thread_info(1), ThreadInfo{});
+    EXPECT_EQ(r->thread_info(2), (ThreadInfo{1236, "worker \xe2\x9c\x93"}));
+    EXPECT_EQ(r->active_threads(), std::vector<uint32_t>{1});
+    EXPECT_EQ(r->thread_count(), 2u);  // the largest thread with events, plus one
   }
   {
     TraceWriter w(dir.file("m2.hlt"), opt);
@@ -174,6 +178,31 @@ TEST(Writer, MetadataAndThreadTable) {
     EXPECT_EQ(r->event_count(), 0u);
     EXPECT_TRUE(read_all(*r).empty());
   }
+}
+
+TEST(Writer, HugeThreadIndicesCostOnlyWhatIsUsed) {
+  // Two events on threads 3 and 2^24 - 1: the file stays small and the
+  // reader lists only the threads that have events.
+  TempDir dir;
+  {
+    TraceWriter w(dir.file("h.hlt"), {});
+    Event a{.size = 8, .thread = (1u << 24) - 1, .op = Op::malloc};
+    Event b{.old = 1, .thread = 3, .op = Op::free};
+    w.append(a);
+    w.append(b);
+    w.set_thread_info((1u << 24) - 1, {77, "last"});
+    w.close();
+  }
+  auto r = TraceReader::open(dir.file("h.hlt"));
+  EXPECT_LT(r->file_size(), 1000u);
+  EXPECT_EQ(r->thread_count(), 1u << 24);
+  EXPECT_EQ(r->active_threads(), (std::vector<uint32_t>{3, (1u << 24) - 1}));
+  EXPECT_TRUE(r->thread_chunks(4).empty());
+  EXPECT_EQ(r->thread_info((1u << 24) - 1), (ThreadInfo{77, "last"}));
+  std::vector<Event> back = read_all(*r);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].thread, (1u << 24) - 1);
+  EXPECT_EQ(back[1].thread, 3u);
 }
 
 TEST(Writer, RejectsObjectsThatDoNotExistYet) {
@@ -291,7 +320,7 @@ TEST(BadInput, EveryTruncationReadsACompletePrefixOrFailsCleanly) {
     std::vector<Event> got = read_all(*r);  // must not throw: complete chunks only
     EXPECT_EQ(got.size(), r->event_count());
     // Each thread's events are a prefix of that thread's original events.
-    for (uint32_t t = 0; t < r->thread_count(); ++t) {
+    for (uint32_t t : r->active_threads()) {
       std::vector<Event> mine, orig;
       for (const Event& e : got)
         if (e.thread == t) mine.push_back(e);

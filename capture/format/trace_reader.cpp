@@ -84,8 +84,22 @@ void TraceReader::fail(uint64_t offset, const std::string& what) const {
 
 uint64_t TraceReader::thread_event_count(uint32_t t) const {
   uint64_t n = 0;
-  for (uint32_t i : per_thread_[t]) n += chunks_[i].events;
+  for (uint32_t i : thread_chunks(t)) n += chunks_[i].events;
   return n;
+}
+
+const std::vector<uint32_t>& TraceReader::thread_chunks(uint32_t t) const {
+  static const std::vector<uint32_t> kNone;
+  auto it = std::lower_bound(active_.begin(), active_.end(), t);
+  if (it == active_.end() || *it != t) return kNone;
+  return lists_[static_cast<size_t>(it - active_.begin())];
+}
+
+const ThreadInfo& TraceReader::thread_info(uint32_t t) const {
+  static const ThreadInfo kNone;
+  auto it = std::lower_bound(threads_.begin(), threads_.end(), t,
+                             [](const auto& e, uint32_t x) { return e.first < x; });
+  return it != threads_.end() && it->first == t ? it->second : kNone;
 }
 
 void TraceReader::add_chunk(const ChunkRef& c) {
@@ -93,14 +107,34 @@ void TraceReader::add_chunk(const ChunkRef& c) {
                                                    ", beyond the limit of 2^24 threads");
   if (c.events == 0 || c.last_seq < c.first_seq || c.last_seq - c.first_seq < c.events - 1)
     fail(c.offset, "chunk header is inconsistent (events/seq range)");
-  if (c.thread >= per_thread_.size()) per_thread_.resize(c.thread + 1);
-  auto& list = per_thread_[c.thread];
+  auto [it, fresh] = loading_slot_.try_emplace(c.thread, static_cast<uint32_t>(active_.size()));
+  if (fresh) {
+    active_.push_back(c.thread);
+    lists_.emplace_back();
+  }
+  auto& list = lists_[it->second];
   if (!list.empty() && chunks_[list.back()].last_seq >= c.first_seq)
     fail(c.offset, "chunk of thread " + std::to_string(c.thread) +
                        " overlaps the previous chunk of that thread");
   list.push_back(static_cast<uint32_t>(chunks_.size()));
   chunks_.push_back(c);
   events_ += c.events;
+}
+
+// Sorts the active threads (and their chunk lists) by thread index.
+void TraceReader::finish_threads() {
+  std::vector<uint32_t> order(active_.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return active_[a] < active_[b]; });
+  std::vector<uint32_t> active(order.size());
+  std::vector<std::vector<uint32_t>> lists(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    active[i] = active_[order[i]];
+    lists[i] = std::move(lists_[order[i]]);
+  }
+  active_ = std::move(active);
+  lists_ = std::move(lists);
+  loading_slot_ = {};
 }
 
 void TraceReader::load() {
@@ -144,23 +178,30 @@ static ChunkRef parse_chunk_header(const uint8_t* payload, uint64_t off) {
   return c;
 }
 
-static void parse_threads(const uint8_t* p, uint32_t len, std::vector<ThreadInfo>& out,
+// THRD payload: u32 count, then per entry {u32 thread, u64 os_tid, u32
+// name length, name}, by strictly ascending thread index.
+static void parse_threads(const uint8_t* p, uint32_t len,
+                          std::vector<std::pair<uint32_t, ThreadInfo>>& out,
                           const std::function<void(const std::string&)>& bad) {
   if (len < 4) bad("thread table too short");
   const uint32_t n = load_u32(p);
-  if (n > kMaxThreads) bad("thread table has too many entries");
+  if (n > (len - 4) / 16) bad("thread table has more entries than fit");
   size_t pos = 4;
   out.clear();
+  out.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
-    if (len - pos < 12) bad("thread table truncated");
+    if (len - pos < 16) bad("thread table truncated");
+    const uint32_t thread = load_u32(p + pos);
     ThreadInfo ti;
-    ti.os_tid = load_u64(p + pos);
-    const uint32_t nl = load_u32(p + pos + 8);
-    pos += 12;
+    ti.os_tid = load_u64(p + pos + 4);
+    const uint32_t nl = load_u32(p + pos + 12);
+    pos += 16;
     if (len - pos < nl) bad("thread table truncated");
+    if (thread >= kMaxThreads) bad("thread table names a thread beyond the limit of 2^24");
+    if (!out.empty() && thread <= out.back().first) bad("thread table is not in ascending order");
     ti.name.assign(reinterpret_cast<const char*>(p + pos), nl);
     pos += nl;
-    out.push_back(std::move(ti));
+    out.emplace_back(thread, std::move(ti));
   }
   if (pos != len) bad("thread table has trailing bytes");
 }
@@ -214,7 +255,7 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
   if (events_ != total)
     fail(size - kFooterSize, "footer says " + std::to_string(total) + " events, index has " +
                                  std::to_string(events_));
-  if (threads_.size() < per_thread_.size()) threads_.resize(per_thread_.size());
+  finish_threads();
 }
 
 void TraceReader::scan() {
@@ -274,7 +315,7 @@ void TraceReader::scan() {
   warning_ += "; read " + std::to_string(chunks_.size()) + " complete chunks with " +
               std::to_string(events_) + " events; events after offset " + std::to_string(off) +
               " are lost";
-  if (threads_.size() < per_thread_.size()) threads_.resize(per_thread_.size());
+  finish_threads();
 }
 
 // ---------------------------------------------------------------- decoding
@@ -550,11 +591,8 @@ size_t ThreadCursor::next(Event* out, size_t max) {
 }
 
 MergedCursor::MergedCursor(const TraceReader& r) {
-  uint32_t active = 0;
-  for (uint32_t t = 0; t < r.thread_count(); ++t) active += !r.thread_chunks(t).empty();
-  const size_t batch = active <= 1 ? 4096 : 512;
-  for (uint32_t t = 0; t < r.thread_count(); ++t) {
-    if (r.thread_chunks(t).empty()) continue;
+  const size_t batch = r.active_threads().size() <= 1 ? 4096 : 512;
+  for (uint32_t t : r.active_threads()) {
     Source s;
     s.cursor = std::make_unique<ThreadCursor>(r, t);
     s.buf.resize(std::min<uint64_t>(batch, r.thread_event_count(t)));

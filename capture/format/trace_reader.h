@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "capture/format/event.h"
@@ -40,11 +42,17 @@ class TraceReader {
   uint64_t file_size() const { return data_.size(); }
   // Metadata JSON (the last complete METADATA block).
   const std::string& metadata() const { return metadata_; }
-  // Thread table; has at least thread_count() entries (unnamed ones empty).
-  const std::vector<ThreadInfo>& threads() const { return threads_; }
-  uint32_t thread_count() const { return static_cast<uint32_t>(per_thread_.size()); }
+  // Thread table: the threads described by the writer, by ascending index.
+  const std::vector<std::pair<uint32_t, ThreadInfo>>& thread_table() const { return threads_; }
+  // A thread's description (empty if the table has none).
+  const ThreadInfo& thread_info(uint32_t t) const;
+  // Thread indices that have events, ascending; thread_count() is the
+  // largest plus one (0 for an empty trace).
+  const std::vector<uint32_t>& active_threads() const { return active_; }
+  uint32_t thread_count() const { return active_.empty() ? 0 : active_.back() + 1; }
   const std::vector<ChunkRef>& chunks() const { return chunks_; }
-  const std::vector<uint32_t>& thread_chunks(uint32_t t) const { return per_thread_[t]; }
+  // Indices into chunks() of thread t's chunks, in order (empty if none).
+  const std::vector<uint32_t>& thread_chunks(uint32_t t) const;
   uint64_t event_count() const { return events_; }
   uint64_t thread_event_count(uint32_t t) const;
   // False when the footer is missing: the file was cut short (e.g. the
@@ -58,6 +66,7 @@ class TraceReader {
   void load_from_index(uint64_t index_offset, uint64_t total);
   void scan();
   void add_chunk(const ChunkRef& c);
+  void finish_threads();
   [[noreturn]] void fail(uint64_t offset, const std::string& what) const;
   friend class ChunkDecoder;
 
@@ -70,9 +79,13 @@ class TraceReader {
   bool complete_ = false;
   std::string warning_;
   std::string metadata_;
-  std::vector<ThreadInfo> threads_;
+  std::vector<std::pair<uint32_t, ThreadInfo>> threads_;
   std::vector<ChunkRef> chunks_;
-  std::vector<std::vector<uint32_t>> per_thread_;
+  // Chunk lists of the threads that have chunks, parallel to active_ (sorted
+  // by finish_threads(); while loading, in order of first appearance).
+  std::vector<uint32_t> active_;
+  std::vector<std::vector<uint32_t>> lists_;
+  std::unordered_map<uint32_t, uint32_t> loading_slot_;
   uint64_t events_ = 0;
 };
 

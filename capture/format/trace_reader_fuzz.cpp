@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     heaplab::trace::MergedCursor merged(*r);
     while (merged.next(buf.data(), buf.size()) != 0) {
     }
-    for (uint32_t t = 0; t < r->thread_count(); ++t) {
+    for (uint32_t t : r->active_threads()) {
       heaplab::trace::ThreadCursor c(*r, t);
       while (c.next(buf.data(), buf.size()) != 0) {
       }

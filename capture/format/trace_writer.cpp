@@ -7,6 +7,9 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
 #include <cstring>
 #include <vector>
 
@@ -90,10 +93,15 @@ struct TraceWriter::Impl {
   uint64_t offset = 0;
   uint64_t next_seq = 0;
   uint64_t last_id = 0;
-  std::vector<ThreadEncoder> threads;
-  uint32_t thread_slots = 0;  // threads.size(), kept to avoid a division per event
+  // Encoders by thread index in pages of 1,024, allocated on first use, so a
+  // thread index costs memory only if it is used; `active` lists the used
+  // indices.
+  static constexpr unsigned kPageBits = 10;
+  using Page = std::array<std::unique_ptr<ThreadEncoder>, 1u << kPageBits>;
+  std::vector<std::unique_ptr<Page>> pages;
+  std::vector<uint32_t> active;
   size_t staged_events = 0;
-  std::vector<ThreadInfo> infos;
+  std::map<uint32_t, ThreadInfo> infos;
   std::vector<IndexEntry> index;
   std::string final_meta;
   bool has_final_meta = false;
@@ -132,8 +140,24 @@ struct TraceWriter::Impl {
     write_all(payload.data(), payload.size());
   }
 
+  ThreadEncoder* encoder_slot(uint32_t t) {
+    const uint32_t p = t >> kPageBits;
+    if (p >= pages.size() || !pages[p]) return nullptr;
+    return (*pages[p])[t & ((1u << kPageBits) - 1)].get();
+  }
+
+  [[gnu::noinline]] ThreadEncoder& new_encoder(uint32_t t) {
+    const uint32_t p = t >> kPageBits;
+    if (p >= pages.size()) pages.resize(p + 1);
+    if (!pages[p]) pages[p] = std::make_unique<Page>();
+    auto& slot = (*pages[p])[t & ((1u << kPageBits) - 1)];
+    slot = std::make_unique<ThreadEncoder>();
+    active.push_back(t);
+    return *slot;
+  }
+
   void flush_thread(uint32_t t) {
-    ThreadEncoder& te = threads[t];
+    ThreadEncoder& te = *encoder_slot(t);
     if (te.n == 0) return;
     te.last_seq = te.seq_next - 1;
     te.last_time = te.time_prev;
@@ -196,9 +220,9 @@ struct TraceWriter::Impl {
 
   // Flushes the thread with the most staged events.
   void flush_largest() {
-    uint32_t best = 0;
-    for (uint32_t t = 1; t < threads.size(); ++t)
-      if (threads[t].n > threads[best].n) best = t;
+    uint32_t best = active.front();
+    for (uint32_t t : active)
+      if (encoder_slot(t)->n > encoder_slot(best)->n) best = t;
     flush_thread(best);
   }
 
@@ -333,12 +357,8 @@ uint64_t TraceWriter::append(Event& e) {
   if (!m.opt.timestamps) e.time = 0;
   e.seq = m.next_seq++;
 
-  if (e.thread >= m.thread_slots) [[unlikely]] {
-    m.threads.resize(e.thread + 1);
-    m.thread_slots = e.thread + 1;
-    if (m.infos.size() < m.threads.size()) m.infos.resize(m.threads.size());
-  }
-  ThreadEncoder& te = m.threads[e.thread];
+  ThreadEncoder* slot = m.encoder_slot(e.thread);
+  ThreadEncoder& te = slot ? *slot : m.new_encoder(e.thread);
   m.encode(te, e, fields);
   if (te.n >= m.opt.chunk_events) {
     m.flush_thread(e.thread);
@@ -351,7 +371,6 @@ uint64_t TraceWriter::append(Event& e) {
 void TraceWriter::set_thread_info(uint32_t thread, ThreadInfo info) {
   Impl& m = *impl_;
   if (thread >= kMaxThreads) throw TraceError(m.path + ": thread index out of range");
-  if (thread >= m.infos.size()) m.infos.resize(thread + 1);
   m.infos[thread] = std::move(info);
 }
 
@@ -362,7 +381,9 @@ void TraceWriter::set_final_metadata(std::string json) {
 
 void TraceWriter::flush() {
   Impl& m = *impl_;
-  for (uint32_t t = 0; t < m.thread_slots; ++t) m.flush_thread(t);
+  std::vector<uint32_t> order = m.active;
+  std::sort(order.begin(), order.end());
+  for (uint32_t t : order) m.flush_thread(t);
 }
 
 void TraceWriter::close() {
@@ -371,7 +392,8 @@ void TraceWriter::close() {
   flush();
   std::string payload;
   put_u32(payload, static_cast<uint32_t>(m.infos.size()));
-  for (const ThreadInfo& ti : m.infos) {
+  for (const auto& [thread, ti] : m.infos) {  // ascending thread index
+    put_u32(payload, thread);
     put_u64(payload, ti.os_tid);
     put_u32(payload, static_cast<uint32_t>(ti.name.size()));
     payload += ti.name;
