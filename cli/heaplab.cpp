@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <fmt/core.h>
 #include <string>
 #include <vector>
@@ -55,9 +56,11 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   opt.level = a.level != 0 ? a.level : opt.codec == trace::kCodecZstd ? 3 : 1;
   opt.chunk_events = a.chunk_events;
   opt.metadata_json = meta.dump();
+  if (opt.codec == trace::kCodecZstd && (opt.level < 1 || opt.level > 22))
+    throw Failure{"--level: zstd levels are 1 to 22 (got " + std::to_string(opt.level) + ")"};
   // Write beside the target and rename at the end: a failed import leaves no
-  // half-written trace under the requested name.
-  const std::string tmp = a.output + ".part";
+  // half-written trace under the requested name (nor touches a user's file).
+  const std::string tmp = a.output + ".heaplab-" + std::to_string(::getpid()) + ".part";
   import::CmtImportReport rep;
   uint64_t bytes = 0;
   try {
@@ -199,6 +202,7 @@ int run_cat(const CatArgs& a) {
     return 0;
   }
   std::unique_ptr<trace::EventCursor> cur;
+  if (a.thread < -1) throw Failure{fmt::format("--thread: no thread {}", a.thread)};
   if (a.thread >= 0) {
     if (a.thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(a.thread)).empty())
       throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread,
@@ -288,6 +292,8 @@ int main(int argc, char** argv) {
     if (*ct) return run_cat(ca);
   } catch (const Failure& f) {
     fmt::print(stderr, "heaplab: error: {}\n", f.message);
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "heaplab: error: out of memory\n");
   } catch (const std::exception& e) {
     fmt::print(stderr, "heaplab: error: {}\n", e.what());
   }

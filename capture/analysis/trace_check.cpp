@@ -75,17 +75,22 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
       if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult))
         problem(e.seq, e.thread, op + " failed but has a result");
       const bool complete = r.complete();
-      if (trace::op_consumes(e.op) && e.old != 0 && !(e.flags & trace::kFailed)) {
-        if (!complete && !live.erase(e.old)) {
-          ++rep.refs_to_lost_objects;  // produced in a chunk the truncation lost
-        } else if (!complete) {
-          // was live: fine
-        } else if (e.old > max_id) {
-          problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
-                                       ", which does not exist yet");
-        } else if (!live.erase(e.old)) {
-          problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
-                                       ", which was already freed (double free)");
+      if (trace::op_consumes(e.op) && e.old != 0) {
+        // A failed call (realloc returning NULL) leaves its object live, but
+        // the object must have been live to be passed at all.
+        const bool failed = e.flags & trace::kFailed;
+        const bool was_live = failed ? live.find(e.old) != nullptr : live.erase(e.old);
+        if (!was_live) {
+          if (!complete) {
+            ++rep.refs_to_lost_objects;  // produced in a chunk the truncation lost
+          } else if (e.old > max_id) {
+            problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
+                                         ", which does not exist yet");
+          } else {
+            problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
+                                         (failed ? ", which was already freed (use after free)"
+                                                 : ", which was already freed (double free)"));
+          }
         }
       }
       if (produces && !(e.flags & trace::kNullResult)) {

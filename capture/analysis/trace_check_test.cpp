@@ -208,6 +208,17 @@ TEST(checkObjects, DoubleFreeByReallocAndDelete) {
   EXPECT_TRUE(Listed(rep, 0, 2, 0, "delete of object 1, which was already freed (double free)"));
 }
 
+TEST(checkObjects, FailedReallocOfAFreedObjectIsAUseAfterFree) {
+  Event r = ev(Op::realloc);
+  r.old = 1;
+  r.size = 16;
+  r.flags = trace::kFailed | trace::kNullResult;
+  std::vector<Event> evs = {alloc(64), release(1), r};
+  const CheckReport rep = check_events(evs);
+  EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
+  EXPECT_TRUE(Listed(rep, 0, 2, 0, "realloc of object 1, which was already freed (use after free)"));
+}
+
 TEST(checkObjects, FailedReallocDoesNotFree) {
   std::vector<Event> evs = {alloc(16), ev(Op::realloc), release(1)};
   evs[1].old = 1;

@@ -320,8 +320,20 @@ void TraceReader::scan() {
 
 // ---------------------------------------------------------------- decoding
 
-ChunkDecoder::ChunkDecoder() : dctx_(ZSTD_createDCtx()) {}
-ChunkDecoder::~ChunkDecoder() { ZSTD_freeDCtx(dctx_); }
+// One zstd context per OS thread, shared by every decoder on it: a context
+// is only used inside start(), and a merged read over many threads would
+// otherwise hold ~100 KB per trace thread.
+static ZSTD_DCtx* thread_dctx() {
+  struct Holder {
+    ZSTD_DCtx* ctx = ZSTD_createDCtx();
+    ~Holder() { ZSTD_freeDCtx(ctx); }
+  };
+  thread_local Holder h;
+  return h.ctx;
+}
+
+ChunkDecoder::ChunkDecoder() = default;
+ChunkDecoder::~ChunkDecoder() = default;
 
 void ChunkDecoder::corrupt(const char* what) const {
   r_->fail(c_.offset, std::string("chunk: ") + what + " (corrupt data)");
@@ -368,7 +380,9 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   buf_.resize(raw_size + kDecodePadding);
   std::memset(buf_.data() + raw_size, 0, kDecodePadding);
   if (codec == kCodecZstd) {
-    size_t got = ZSTD_decompressDCtx(dctx_, buf_.data(), raw_size, z, zlen);
+    ZSTD_DCtx* dctx = thread_dctx();
+    if (!dctx) corrupt("cannot create a zstd context");
+    size_t got = ZSTD_decompressDCtx(dctx, buf_.data(), raw_size, z, zlen);
     if (ZSTD_isError(got)) corrupt((std::string("zstd: ") + ZSTD_getErrorName(got)).c_str());
     if (got != raw_size) corrupt("decompressed size differs from the header");
   } else if (codec == kCodecLz4) {
@@ -584,7 +598,10 @@ ThreadCursor::ThreadCursor(const TraceReader& r, uint32_t thread)
 
 size_t ThreadCursor::next(Event* out, size_t max) {
   while (dec_.remaining() == 0) {
-    if (pos_ >= chunks_.size()) return 0;
+    if (pos_ >= chunks_.size()) {
+      dec_.release();  // done: give the decoded chunk's memory back
+      return 0;
+    }
     dec_.start(r_, r_.chunks()[chunks_[pos_++]]);
   }
   return dec_.next(out, max);

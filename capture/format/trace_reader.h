@@ -15,8 +15,6 @@
 #include "capture/format/trace_format.h"
 #include "capture/format/trace_writer.h"
 
-struct ZSTD_DCtx_s;
-
 namespace heaplab::trace {
 
 struct ChunkRef {
@@ -102,6 +100,8 @@ class ChunkDecoder {
   // Decodes up to `max` events into `out`; returns how many (0 at the end).
   size_t next(Event* out, size_t max);
   uint32_t remaining() const { return remaining_; }
+  // Frees the decoded chunk (after the last event was handed out).
+  void release() { std::vector<uint8_t>().swap(buf_); }
 
  private:
   [[noreturn]] void corrupt(const char* what) const;
@@ -113,7 +113,6 @@ class ChunkDecoder {
   DecodeFn decode_ = nullptr;
   const TraceReader* r_ = nullptr;
   ChunkRef c_{};
-  ZSTD_DCtx_s* dctx_ = nullptr;
   std::vector<uint8_t> buf_;
   const uint8_t* ops_ = nullptr;
   const uint8_t* p_[kColumnCount] = {};
