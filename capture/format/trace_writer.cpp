@@ -100,6 +100,8 @@ struct TraceWriter::Impl {
   using Page = std::array<std::unique_ptr<ThreadEncoder>, 1u << kPageBits>;
   std::vector<std::unique_ptr<Page>> pages;
   std::vector<uint32_t> active;
+  uint32_t cached_thread = UINT32_MAX;  // the last thread appended to,
+  ThreadEncoder* cached_encoder = nullptr;  // and its encoder
   size_t staged_events = 0;
   std::map<uint32_t, ThreadInfo> infos;
   std::vector<IndexEntry> index;
@@ -357,8 +359,12 @@ uint64_t TraceWriter::append(Event& e) {
   if (!m.opt.timestamps) e.time = 0;
   e.seq = m.next_seq++;
 
-  ThreadEncoder* slot = m.encoder_slot(e.thread);
-  ThreadEncoder& te = slot ? *slot : m.new_encoder(e.thread);
+  if (e.thread != m.cached_thread) [[unlikely]] {
+    ThreadEncoder* slot = m.encoder_slot(e.thread);
+    m.cached_encoder = slot ? slot : &m.new_encoder(e.thread);
+    m.cached_thread = e.thread;
+  }
+  ThreadEncoder& te = *m.cached_encoder;
   m.encode(te, e, fields);
   if (te.n >= m.opt.chunk_events) {
     m.flush_thread(e.thread);
