@@ -16,6 +16,9 @@ inline constexpr char kFileMagic[8] = {'H', 'E', 'A', 'P', 'L', 'A', 'B', 'T'};
 inline constexpr size_t kFileHeaderSize = 32;
 enum FileFlag : uint32_t { kFileHasTime = 1u << 0 };
 
+// Thread indices are below 2^24.
+inline constexpr uint32_t kMaxThreads = 1u << 24;
+
 // Every block: 16-byte header {u32 type, u32 length, u64 checksum} + payload.
 inline constexpr size_t kBlockHeaderSize = 16;
 inline constexpr uint32_t kMaxBlockPayload = 1u << 30;

@@ -15,9 +15,6 @@
 
 #include "capture/format/bytes.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HEAPLAB_HAVE_BMI2_DECODE 1
-#endif
 
 namespace heaplab::trace {
 namespace {
@@ -25,8 +22,6 @@ namespace {
 using bytes::load_u16;
 using bytes::load_u32;
 using bytes::load_u64;
-
-constexpr uint32_t kMaxThreads = 1u << 24;
 
 std::string fmt_bytes(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
 
@@ -410,33 +405,16 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   has_time_ = flags & kChunkHasTime;
   if (has_time_ != r.has_time_) corrupt("time flag differs from the file header");
   if (!has_time_ && width_[kColTime] != 0) corrupt("time column present without the time flag");
-  // The loop is specialised on the chunk's constant shape and the CPU.
-  static const bool bmi2 = [] {
-#ifdef HEAPLAB_HAVE_BMI2_DECODE
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
-#else
-    return false;
-#endif
-  }();
-  (void)bmi2;
-  // Align and count columns are absent (width 0) in most chunks: a variant
-  // without them stores zeros instead of loading.
+  // The loop is specialised on the chunk's constant shape. Align and count
+  // columns are absent (width 0) in most chunks: a variant without them
+  // stores zeros instead of loading.
   const unsigned shape = (width_[kColSeq] != 0 ? 4u : 0u) | (has_time_ ? 2u : 0u) |
                          (width_[kColAlign] != 0 || width_[kColCount] != 0 ? 1u : 0u);
-#ifdef HEAPLAB_HAVE_BMI2_DECODE
-#define HEAPLAB_PICK(SEQ, TIME, AUX) \
-  (bmi2 ? &decode_bmi2<SEQ, TIME, AUX> : &decode_portable<SEQ, TIME, AUX>)
-#else
-#define HEAPLAB_PICK(SEQ, TIME, AUX) (&decode_portable<SEQ, TIME, AUX>)
-#endif
-  static const DecodeFn kByShape[8] = {
-      HEAPLAB_PICK(false, false, false), HEAPLAB_PICK(false, false, true),
-      HEAPLAB_PICK(false, true, false),  HEAPLAB_PICK(false, true, true),
-      HEAPLAB_PICK(true, false, false),  HEAPLAB_PICK(true, false, true),
-      HEAPLAB_PICK(true, true, false),   HEAPLAB_PICK(true, true, true)};
+  static constexpr DecodeFn kByShape[8] = {
+      &decode<false, false, false>, &decode<false, false, true>, &decode<false, true, false>,
+      &decode<false, true, true>,   &decode<true, false, false>, &decode<true, false, true>,
+      &decode<true, true, false>,   &decode<true, true, true>};
   decode_ = kByShape[shape];
-#undef HEAPLAB_PICK
   seq_next_ = c.first_seq;
   time_prev_ = c.first_time;
   id_next_ = id_start;
@@ -476,90 +454,7 @@ struct ByteInfoTable {
 };
 constexpr ByteInfoTable kByteInfo;
 
-inline uint64_t all_if(bool b) { return uint64_t{0} - uint64_t{b}; }
-
 }  // namespace
-
-// The decode loop, shared by the portable and the BMI2 build (below). Each
-// column holds one fixed-width value per event, so every load is at a
-// pointer that advances by a chunk constant: no bounds checks (the sizes
-// were validated in start()) and no dependency between events but the
-// predictors. Values in slots of fields an op does not carry are ignored.
-#define HEAPLAB_DECODE_BODY                                                                     \
-  using bytes::load_u64;                                                                        \
-  using bytes::unzigzag;                                                                        \
-  const uint8_t* ops = d->ops_;                                                                 \
-  const uint8_t* const ops_end = ops + n;                                                       \
-  uint64_t seq_next = d->seq_next_, time_prev = d->time_prev_, id_next = d->id_next_,           \
-           ref = d->ref_;                                                                       \
-  const uint8_t *ps = d->p_[kColSeq], *pt = d->p_[kColTime], *po = d->p_[kColOld],              \
-                *pi = d->p_[kColId], *pz = d->p_[kColSize], *pa = d->p_[kColAlign],             \
-                *pc = d->p_[kColCount];                                                         \
-  const size_t ws = d->width_[kColSeq], wt = d->width_[kColTime], wo = d->width_[kColOld],      \
-               wi = d->width_[kColId], wz = d->width_[kColSize], wa = d->width_[kColAlign],     \
-               wc = d->width_[kColCount];                                                       \
-  const uint64_t ms = kWidthMask[ws], mt = kWidthMask[wt], mo = kWidthMask[wo],                 \
-                 mi = kWidthMask[wi], mz = kWidthMask[wz], ma = kWidthMask[wa],                 \
-                 mc = kWidthMask[wc];                                                           \
-  const uint32_t thread = d->thread_;                                                           \
-  for (; ops != ops_end; ++ops, ++out) {                                                        \
-    const uint8_t b = *ops;                                                                     \
-    const ByteInfo& bi = kByteInfo.b[b];                                                        \
-    if (bi.fields & kInvalidOp) [[unlikely]]                                                    \
-      d->corrupt("invalid op code");                                                            \
-    Event& e = *out;                                                                            \
-    if constexpr (kSeq) {                                                                       \
-      e.seq = seq_next + (load_u64(ps) & ms);                                                   \
-      ps += ws;                                                                                 \
-    } else {                                                                                    \
-      e.seq = seq_next;                                                                         \
-    }                                                                                           \
-    seq_next = e.seq + 1;                                                                       \
-    if constexpr (kTime) {                                                                      \
-      time_prev += static_cast<uint64_t>(unzigzag(load_u64(pt) & mt));                          \
-      pt += wt;                                                                                 \
-      e.time = time_prev;                                                                       \
-    } else {                                                                                    \
-      e.time = 0;                                                                               \
-    }                                                                                           \
-    /* Consumed object: ref - unzigzag(value); it becomes the reference. */                     \
-    ref -= static_cast<uint64_t>(unzigzag(load_u64(po) & mo & bi.consume));                     \
-    po += wo;                                                                                   \
-    e.old = ref & bi.consume;                                                                   \
-    /* Produced object: id_next + value; it becomes the reference. */                           \
-    const uint64_t id = id_next + (load_u64(pi) & mi & bi.produce);                             \
-    pi += wi;                                                                                   \
-    e.id = id & bi.produce;                                                                     \
-    id_next += (id + 1 - id_next) & bi.produce;                                                 \
-    ref ^= (ref ^ id) & bi.produce;                                                             \
-    e.size = load_u64(pz) & mz & bi.size;                                                       \
-    pz += wz;                                                                                   \
-    if constexpr (kAux) {                                                                       \
-      e.align = load_u64(pa) & ma & bi.align;                                                   \
-      pa += wa;                                                                                 \
-      e.count = load_u64(pc) & mc & bi.count;                                                   \
-      pc += wc;                                                                                 \
-    } else {                                                                                    \
-      e.align = 0;                                                                              \
-      e.count = 0;                                                                              \
-    }                                                                                           \
-    e.thread = thread;                                                                          \
-    e.op = static_cast<Op>(b & kOpMask);                                                        \
-    e.flags = static_cast<uint8_t>(b >> 6);                                                     \
-  }                                                                                             \
-  d->p_[kColSeq] = ps;                                                                          \
-  d->p_[kColTime] = pt;                                                                         \
-  d->p_[kColOld] = po;                                                                          \
-  d->p_[kColId] = pi;                                                                           \
-  d->p_[kColSize] = pz;                                                                         \
-  d->p_[kColAlign] = pa;                                                                        \
-  d->p_[kColCount] = pc;                                                                        \
-  d->ops_ = ops;                                                                                \
-  d->seq_next_ = seq_next;                                                                      \
-  d->time_prev_ = time_prev;                                                                    \
-  d->id_next_ = id_next;                                                                        \
-  d->ref_ = ref;                                                                                \
-  return n;
 
 namespace {
 constexpr uint64_t kWidthMask[9] = {0,          0xff,           0xffff,           0xffffff,
@@ -567,21 +462,89 @@ constexpr uint64_t kWidthMask[9] = {0,          0xff,           0xffff,         
                                     ~uint64_t{0}};
 }  // namespace
 
+// The decode loop, specialised on the chunk's shape (seq gaps, time, align/count
+// columns present). Each
+// column holds one fixed-width value per event, so every load is at a
+// pointer that advances by a chunk constant: no bounds checks (the sizes
+// were validated in start()) and no dependency between events but the
+// predictors. Values in slots of fields an op does not carry are ignored.
 template <bool kSeq, bool kTime, bool kAux>
-size_t ChunkDecoder::decode_portable(ChunkDecoder* d, Event* out, size_t n) {
-  HEAPLAB_DECODE_BODY
+size_t ChunkDecoder::decode(ChunkDecoder* d, Event* out, size_t n) {
+  using bytes::load_u64;
+  using bytes::unzigzag;
+  const uint8_t* ops = d->ops_;
+  const uint8_t* const ops_end = ops + n;
+  uint64_t seq_next = d->seq_next_, time_prev = d->time_prev_, id_next = d->id_next_,
+           ref = d->ref_;
+  const uint8_t *ps = d->p_[kColSeq], *pt = d->p_[kColTime], *po = d->p_[kColOld],
+                *pi = d->p_[kColId], *pz = d->p_[kColSize], *pa = d->p_[kColAlign],
+                *pc = d->p_[kColCount];
+  const size_t ws = d->width_[kColSeq], wt = d->width_[kColTime], wo = d->width_[kColOld],
+               wi = d->width_[kColId], wz = d->width_[kColSize], wa = d->width_[kColAlign],
+               wc = d->width_[kColCount];
+  const uint64_t ms = kWidthMask[ws], mt = kWidthMask[wt], mo = kWidthMask[wo],
+                 mi = kWidthMask[wi], mz = kWidthMask[wz], ma = kWidthMask[wa],
+                 mc = kWidthMask[wc];
+  const uint32_t thread = d->thread_;
+  for (; ops != ops_end; ++ops, ++out) {
+    const uint8_t b = *ops;
+    const ByteInfo& bi = kByteInfo.b[b];
+    if (bi.fields & kInvalidOp) [[unlikely]]
+      d->corrupt("invalid op code");
+    Event& e = *out;
+    if constexpr (kSeq) {
+      e.seq = seq_next + (load_u64(ps) & ms);
+      ps += ws;
+    } else {
+      e.seq = seq_next;
+    }
+    seq_next = e.seq + 1;
+    if constexpr (kTime) {
+      time_prev += static_cast<uint64_t>(unzigzag(load_u64(pt) & mt));
+      pt += wt;
+      e.time = time_prev;
+    } else {
+      e.time = 0;
+    }
+    // Consumed object: ref - unzigzag(value); it becomes the reference.
+    ref -= static_cast<uint64_t>(unzigzag(load_u64(po) & mo & bi.consume));
+    po += wo;
+    e.old = ref & bi.consume;
+    // Produced object: id_next + value; it becomes the reference.
+    const uint64_t id = id_next + (load_u64(pi) & mi & bi.produce);
+    pi += wi;
+    e.id = id & bi.produce;
+    id_next += (id + 1 - id_next) & bi.produce;
+    ref ^= (ref ^ id) & bi.produce;
+    e.size = load_u64(pz) & mz & bi.size;
+    pz += wz;
+    if constexpr (kAux) {
+      e.align = load_u64(pa) & ma & bi.align;
+      pa += wa;
+      e.count = load_u64(pc) & mc & bi.count;
+      pc += wc;
+    } else {
+      e.align = 0;
+      e.count = 0;
+    }
+    e.thread = thread;
+    e.op = static_cast<Op>(b & kOpMask);
+    e.flags = static_cast<uint8_t>(b >> 6);
+  }
+  d->p_[kColSeq] = ps;
+  d->p_[kColTime] = pt;
+  d->p_[kColOld] = po;
+  d->p_[kColId] = pi;
+  d->p_[kColSize] = pz;
+  d->p_[kColAlign] = pa;
+  d->p_[kColCount] = pc;
+  d->ops_ = ops;
+  d->seq_next_ = seq_next;
+  d->time_prev_ = time_prev;
+  d->id_next_ = id_next;
+  d->ref_ = ref;
+  return n;
 }
-
-#ifdef HEAPLAB_HAVE_BMI2_DECODE
-// The same loop compiled for BMI1/BMI2, chosen at run time when the CPU has
-// them.
-template <bool kSeq, bool kTime, bool kAux>
-__attribute__((target("bmi,bmi2"))) size_t ChunkDecoder::decode_bmi2(ChunkDecoder* d, Event* out,
-                                                                     size_t n) {
-  HEAPLAB_DECODE_BODY
-}
-#endif
-#undef HEAPLAB_DECODE_BODY
 
 size_t ChunkDecoder::next(Event* out, size_t max) {
   const size_t n = std::min<size_t>(max, remaining_);

@@ -106,9 +106,7 @@ class ChunkDecoder {
  private:
   [[noreturn]] void corrupt(const char* what) const;
   template <bool kSeq, bool kTime, bool kAux>
-  static size_t decode_portable(ChunkDecoder* d, Event* out, size_t n);
-  template <bool kSeq, bool kTime, bool kAux>
-  static size_t decode_bmi2(ChunkDecoder* d, Event* out, size_t n);
+  static size_t decode(ChunkDecoder* d, Event* out, size_t n);
   using DecodeFn = size_t (*)(ChunkDecoder*, Event*, size_t);
   DecodeFn decode_ = nullptr;
   const TraceReader* r_ = nullptr;

@@ -24,8 +24,6 @@ using bytes::put_u64;
 using bytes::put_u8;
 using bytes::zigzag;
 
-constexpr uint32_t kMaxThreads = 1u << 24;
-
 struct IndexEntry {
   uint64_t offset;
   uint32_t thread;
