@@ -154,6 +154,7 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
 
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +167,16 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
 #include "capture/format/trace_writer.h"
 
 namespace heaplab::trace::testutil {
+
+// The source tree: $HEAPLAB_SOURCE_DIR (set by ctest), else the compile-time
+// HEAPLAB_TEST_SOURCE_DIR of the test target, else ".".
+#ifndef HEAPLAB_TEST_SOURCE_DIR
+#define HEAPLAB_TEST_SOURCE_DIR "."
+#endif
+inline std::string source_dir() {
+  const char* env = std::getenv("HEAPLAB_SOURCE_DIR");
+  return env && *env ? env : HEAPLAB_TEST_SOURCE_DIR;
+}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

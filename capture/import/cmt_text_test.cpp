@@ -26,14 +26,12 @@
 #include "capture/format/trace_testutil.h"
 #include "capture/import/input_stream.h"
 
-#ifndef HEAPLAB_TEST_SOURCE_DIR
-#define HEAPLAB_TEST_SOURCE_DIR "."
-#endif
 
 namespace heaplab::import {
 namespace {
 
 namespace fs = std::filesystem;
+using trace::testutil::source_dir;
 using trace::testutil::TempDir;
 using trace::testutil::write_file;
 using trace::Event;
@@ -42,10 +40,6 @@ using trace::Op;
 // ---------------------------------------------------------------------------
 // Helpers
 
-std::string source_dir() {
-  const char* env = std::getenv("HEAPLAB_SOURCE_DIR");
-  return env && *env ? env : HEAPLAB_TEST_SOURCE_DIR;
-}
 
 std::string cmt_fixture(const std::string& name) {
   return source_dir() + "/capture/testdata/cmt/" + name;

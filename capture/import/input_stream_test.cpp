@@ -24,24 +24,18 @@
 #include <string_view>
 #include <vector>
 
-#ifndef HEAPLAB_TEST_SOURCE_DIR
-#define HEAPLAB_TEST_SOURCE_DIR "."
-#endif
 
 namespace heaplab::import {
 namespace {
 
 namespace fs = std::filesystem;
+using trace::testutil::source_dir;
 using trace::testutil::TempDir;
 using trace::testutil::write_file;
 
 // ---------------------------------------------------------------------------
 // Helpers
 
-std::string source_dir() {
-  const char* env = std::getenv("HEAPLAB_SOURCE_DIR");
-  return env && *env ? env : HEAPLAB_TEST_SOURCE_DIR;
-}
 
 
 
