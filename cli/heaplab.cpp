@@ -17,6 +17,8 @@
 #include "capture/import/cmt_text.h"
 #include "capture/import/input_stream.h"
 #include "capture/import/metadata.h"
+#include "capture/launch/launcher.h"
+#include "capture/normalise/normalise.h"
 
 namespace {
 
@@ -46,18 +48,61 @@ struct ImportArgs {
   uint32_t chunk_events = 1u << 20;
 };
 
+trace::Codec parse_codec(const std::string& codec) {
+  return codec == "zstd" ? trace::kCodecZstd : codec == "lz4" ? trace::kCodecLz4 : trace::kCodecNone;
+}
+
+int codec_level(trace::Codec codec, int level) {
+  int l = level != 0 ? level : codec == trace::kCodecZstd ? 3 : 1;
+  if (codec == trace::kCodecZstd && (l < 1 || l > 22))
+    throw Failure{"--level: zstd levels are 1 to 22 (got " + std::to_string(l) + ")"};
+  return l;
+}
+
+// A raw capture file (kept with `heaplab capture --keep-raw`, or copied from
+// another machine) -> trace.
+int run_import_raw(const ImportArgs& a) {
+  normalise::RawFile raw(a.input);
+  normalise::NormaliseOptions opt;
+  opt.codec = parse_codec(a.codec);
+  opt.level = codec_level(opt.codec, a.level);
+  opt.chunk_events = std::min<uint32_t>(a.chunk_events, 65536);
+  const std::string tmp = a.output + ".heaplab-" + std::to_string(::getpid()) + ".part";
+  normalise::NormaliseReport rep;
+  try {
+    rep = normalise::normalise(raw, tmp, opt);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, a.output, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw Failure{a.output + ": cannot create: " + ec.message()};
+  }
+  fmt::print(stderr, "normalised {} calls in {} threads from {} into {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(rep.calls), rep.threads, a.input, a.output, group_digits(rep.bytes),
+             rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
+  if (rep.unknown_frees)
+    fmt::print(stderr, "heaplab: note: {} frees of memory allocated before capture were skipped\n",
+               group_digits(rep.unknown_frees));
+  if (rep.holes) fmt::print(stderr, "heaplab: note: {} records were lost\n", group_digits(rep.holes));
+  return 0;
+}
+
 int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
-  if (a.from != "cmt-text") throw Failure{"unknown import format '" + a.from + "' (known: cmt-text)"};
+  if (a.from == "heaplab-raw") return run_import_raw(a);
+  if (a.from != "cmt-text")
+    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw)"};
   auto in = import::InputStream::open(a.input);
   nlohmann::json meta = import::base_metadata("import", "none", argv);
   meta["import"] = {{"from", a.from}, {"source", in->name()}, {"compression", in->compression()}};
   trace::WriterOptions opt;
-  opt.codec = a.codec == "zstd" ? trace::kCodecZstd : a.codec == "lz4" ? trace::kCodecLz4 : trace::kCodecNone;
-  opt.level = a.level != 0 ? a.level : opt.codec == trace::kCodecZstd ? 3 : 1;
+  opt.codec = parse_codec(a.codec);
+  opt.level = codec_level(opt.codec, a.level);
   opt.chunk_events = a.chunk_events;
   opt.metadata_json = meta.dump();
-  if (opt.codec == trace::kCodecZstd && (opt.level < 1 || opt.level > 22))
-    throw Failure{"--level: zstd levels are 1 to 22 (got " + std::to_string(opt.level) + ")"};
   // Write beside the target and rename at the end: a failed import leaves no
   // half-written trace under the requested name (nor touches a user's file).
   const std::string tmp = a.output + ".heaplab-" + std::to_string(::getpid()) + ".part";
@@ -229,6 +274,33 @@ int run_cat(const CatArgs& a) {
   return 0;
 }
 
+// ------------------------------------------------------------------ capture
+struct CaptureArgs {
+  launch::CaptureOptions opt;
+  std::string codec = "zstd";
+  int level = 0;
+  bool follow = false;
+  bool quiet = false;
+};
+
+int run_capture(CaptureArgs& a, std::vector<std::string> command) {
+  a.opt.argv = std::move(command);
+  if (a.follow) a.opt.follow_fork = a.opt.follow_exec = true;
+  if (a.opt.output.empty() && !a.opt.argv.empty())
+    a.opt.output = std::filesystem::path(a.opt.argv[0]).filename().string() + ".hlt";
+  a.opt.normalise.codec = parse_codec(a.codec);
+  a.opt.normalise.level = codec_level(a.opt.normalise.codec, a.level);
+  launch::CaptureResult r;
+  try {
+    r = launch::run_capture(a.opt);
+  } catch (const launch::LaunchError& e) {
+    throw Failure{std::string("capture: ") + e.what()};
+  }
+  if (!a.quiet || !r.failed.empty()) fmt::print(stderr, "{}", launch::summary(r, a.opt));
+  if (!r.failed.empty() || r.traces.empty()) return kExitBadInput;
+  return r.exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -241,7 +313,9 @@ int main(int argc, char** argv) {
 
   ImportArgs ia;
   auto* imp = app.add_subcommand("import", "Convert another tool's trace into a heaplab trace");
-  imp->add_option("--from", ia.from, "Input format: cmt-text (Compact Memory Traces text)")->required();
+  imp->add_option("--from", ia.from,
+                  "Input format: cmt-text (Compact Memory Traces text) or heaplab-raw (a .hlraw capture file)")
+      ->required();
   imp->add_option("input", ia.input, "Input file (plain, .gz, .bz2, .xz or .zst), or - for stdin")->required();
   imp->add_option("-o,--output", ia.output, "Output trace (.hlt)")->required();
   imp->add_option("--codec", ia.codec, "Chunk compression: zstd (smallest), lz4 (fastest) or none")
@@ -272,6 +346,29 @@ int main(int argc, char** argv) {
   ct->add_option("-n,--limit", ca.limit, "Print at most this many events");
   ct->add_flag("--meta", ca.meta, "Print the metadata JSON instead of events");
 
+  CaptureArgs cap_args;
+  std::vector<std::string> cap_command;
+  auto* cap = app.add_subcommand("capture",
+                                 "Run a program under the capture shim and write its heap trace\n"
+                                 "  heaplab capture [options] -- PROGRAM [ARGS...]\n"
+                                 "Exits with the program's status (128+N if killed by signal N), 2 on errors.");
+  cap->add_option("-o,--output", cap_args.opt.output, "Output trace (default: PROGRAM.hlt)");
+  cap->add_option("--allocator", cap_args.opt.allocator,
+                  "Allocator to run the program on: glibc (default), jemalloc, mimalloc, tcmalloc or a .so path");
+  cap->add_flag("--follow-fork", cap_args.opt.follow_fork, "Capture fork children too (a trace each)");
+  cap->add_flag("--follow-exec", cap_args.opt.follow_exec, "Capture programs exec'd by the program too (a trace each)");
+  cap->add_flag("--follow", cap_args.follow, "Both --follow-fork and --follow-exec");
+  cap->add_option("--raw-dir", cap_args.opt.raw_dir, "Where raw capture files go (default: OUTPUT.raw.PID)");
+  cap->add_flag("--keep-raw", cap_args.opt.keep_raw, "Keep the raw files (heaplab import --from heaplab-raw reads them)");
+  cap->add_option("--clock", cap_args.opt.clock, "Timestamps: auto (invariant TSC if present), tsc or monotonic")
+      ->check(CLI::IsMember({"auto", "tsc", "monotonic"}))->capture_default_str();
+  cap->add_option("--codec", cap_args.codec, "Trace compression: zstd, lz4 or none")
+      ->check(CLI::IsMember({"zstd", "lz4", "none"}))->capture_default_str();
+  cap->add_option("--level", cap_args.level, "zstd level 1..22 (default 3), or lz4 acceleration")
+      ->check(CLI::Range(1, 65537));
+  cap->add_flag("-q,--quiet", cap_args.quiet, "No summary");
+  cap->add_option("command", cap_command, "PROGRAM [ARGS...] (after --)")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -290,6 +387,7 @@ int main(int argc, char** argv) {
     if (*st) return run_stats(stats_path, stats_json);
     if (*ck) return run_check(check_path, check_max);
     if (*ct) return run_cat(ca);
+    if (*cap) return run_capture(cap_args, cap_command);
   } catch (const Failure& f) {
     fmt::print(stderr, "heaplab: error: {}\n", f.message);
   } catch (const std::bad_alloc&) {

@@ -1,0 +1,332 @@
+#include "capture/launch/launcher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <elf.h>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "allocators/library.h"
+#include "capture/analysis/trace_stats.h"
+
+namespace heaplab::launch {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw LaunchError(what); }
+
+std::string errstr(int e) { return std::strerror(e); }
+
+// execvp's search, done up front so that a missing program is reported
+// before anything runs.
+std::string resolve_program(const std::string& name) {
+  auto check = [&](const std::string& path) -> int {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return errno;
+    if (S_ISDIR(st.st_mode)) return EISDIR;
+    if (access(path.c_str(), X_OK) != 0) return errno;
+    return 0;
+  };
+  if (name.empty()) fail("no program given (heaplab capture [options] -- PROGRAM [ARGS...])");
+  if (name.find('/') != std::string::npos) {
+    if (int e = check(name)) fail("cannot run '" + name + "': " + errstr(e));
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string cand = (dir.empty() ? "." : dir) + "/" + name;
+    if (check(cand) == 0) return cand;
+    start = end + 1;
+  }
+  fail("program '" + name + "' not found in PATH");
+}
+
+// A statically linked program ignores LD_PRELOAD: nothing would be captured.
+bool statically_linked(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  Elf64_Ehdr eh;
+  if (!f.read(reinterpret_cast<char*>(&eh), sizeof eh)) return false;
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) return false;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    f.seekg(std::streamoff(eh.e_phoff + uint64_t(i) * eh.e_phentsize));
+    if (!f.read(reinterpret_cast<char*>(&ph), sizeof ph)) return false;
+    if (ph.p_type == PT_INTERP || ph.p_type == PT_DYNAMIC) return false;
+  }
+  return true;
+}
+
+void check_writable_output(const std::string& out) {
+  if (out.empty()) fail("no output file given (-o FILE.hlt)");
+  struct stat st;
+  if (stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("cannot write output '" + out + "': is a directory");
+  std::string probe = out + ".heaplab-probe-" + std::to_string(getpid());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot write output '" + out + "': " + errstr(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+struct ClockPair {
+  uint64_t ticks = 0, mono = 0;
+};
+
+ClockPair clock_pair() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ClockPair p;
+  p.mono = uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+#if defined(__x86_64__)
+  p.ticks = __rdtsc();
+#endif
+  return p;
+}
+
+pid_t g_child = 0;
+void forward_signal(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+struct RawName {
+  std::string path;
+  uint32_t pid = 0, gen = 0;
+};
+
+std::vector<RawName> list_raw(const std::string& dir) {
+  std::vector<RawName> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    unsigned pid = 0, gen = 0;
+    char tail[16] = {0};
+    if (std::sscanf(name.c_str(), "%u.%u.%15s", &pid, &gen, tail) == 3 && std::string(tail) == "hlraw")
+      out.push_back({e.path().string(), pid, gen});
+  }
+  return out;
+}
+
+std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root) {
+  if (root) return output;
+  fs::path p(output);
+  std::string stem = p.extension() == ".hlt" ? p.stem().string() : p.filename().string();
+  std::string name = stem + "." + std::to_string(pid) + (gen ? "-" + std::to_string(gen) : "") + ".hlt";
+  return (p.parent_path() / name).string();
+}
+
+}  // namespace
+
+std::string self_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+void validate(CaptureOptions& opt) {
+  if (opt.argv.empty()) fail("no program given (heaplab capture [options] -- PROGRAM [ARGS...])");
+  std::string prog = resolve_program(opt.argv[0]);
+  if (statically_linked(prog))
+    fail("'" + prog + "' is statically linked: LD_PRELOAD cannot capture it");
+  if (opt.clock != "auto" && opt.clock != "tsc" && opt.clock != "monotonic")
+    fail("unknown clock '" + opt.clock + "' (auto, tsc or monotonic)");
+  if (opt.shim.empty()) {
+    const char* env = std::getenv("HEAPLAB_SHIM");
+    opt.shim = env && *env ? env : self_dir() + "/libheaplab_capture.so";
+  }
+  if (access(opt.shim.c_str(), R_OK) != 0)
+    fail("capture shim '" + opt.shim + "' not found: " + errstr(errno) + " (build heaplab, or set HEAPLAB_SHIM)");
+  opt.shim = fs::absolute(opt.shim).string();
+  std::string err;
+  auto lib = allocators::resolve_allocator(opt.allocator, err);
+  if (!lib) fail(err);
+  opt.allocator = lib->path;  // empty for glibc
+  check_writable_output(opt.output);
+  if (opt.raw_dir.empty()) opt.raw_dir = opt.output + ".raw." + std::to_string(getpid());
+  if (mkdir(opt.raw_dir.c_str(), 0755) != 0) {
+    if (errno != EEXIST) fail("cannot create raw directory '" + opt.raw_dir + "': " + errstr(errno));
+    std::error_code ec;
+    if (!fs::is_directory(opt.raw_dir, ec)) fail("raw directory '" + opt.raw_dir + "' is not a directory");
+    if (!list_raw(opt.raw_dir).empty())
+      fail("raw directory '" + opt.raw_dir + "' already holds a capture (.hlraw files)");
+  }
+  opt.raw_dir = fs::absolute(opt.raw_dir).string();
+  opt.argv[0] = prog;
+}
+
+CaptureResult run_capture(CaptureOptions opt) {
+  std::string given = opt.argv.empty() ? "" : opt.argv[0];
+  validate(opt);
+  CaptureResult res;
+  res.raw_dir = opt.raw_dir;
+
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC) != 0) fail("pipe: " + errstr(errno));
+  ClockPair c0 = clock_pair();
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid < 0) fail("fork: " + errstr(errno));
+  if (pid == 0) {
+    ::close(errpipe[0]);
+    std::string preload = opt.shim;
+    if (!opt.allocator.empty()) preload += ":" + opt.allocator;
+    if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("HEAPLAB_CAPTURE_DIR", opt.raw_dir.c_str(), 1);
+    setenv("HEAPLAB_CAPTURE_ROOT", std::to_string(getpid()).c_str(), 1);
+    std::string follow = std::string(opt.follow_fork ? "fork," : "") + (opt.follow_exec ? "exec" : "");
+    setenv("HEAPLAB_CAPTURE_FOLLOW", follow.c_str(), 1);
+    setenv("HEAPLAB_CAPTURE_CLOCK", opt.clock.c_str(), 1);
+    std::vector<char*> args;
+    for (std::string& a : opt.argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    int e = errno;
+    ssize_t w = write(errpipe[1], &e, sizeof e);
+    (void)w;
+    _exit(127);
+  }
+  ::close(errpipe[1]);
+  g_child = pid;
+  struct sigaction ign {}, fwd {}, old_int {}, old_quit {}, old_term {}, old_hup {};
+  ign.sa_handler = SIG_IGN;
+  fwd.sa_handler = forward_signal;
+  sigaction(SIGINT, &ign, &old_int);  // Ctrl-C reaches the program; we keep its trace
+  sigaction(SIGQUIT, &ign, &old_quit);
+  sigaction(SIGTERM, &fwd, &old_term);
+  sigaction(SIGHUP, &fwd, &old_hup);
+  int exec_errno = 0;
+  ssize_t n;
+  do n = read(errpipe[0], &exec_errno, sizeof exec_errno);
+  while (n < 0 && errno == EINTR);
+  ::close(errpipe[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGQUIT, &old_quit, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (n == sizeof exec_errno) {
+    std::error_code ec;
+    fs::remove_all(opt.raw_dir, ec);
+    fail("cannot run '" + given + "': " + errstr(exec_errno));
+  }
+  if (WIFSIGNALED(status)) {
+    res.signal = WTERMSIG(status);
+    res.exit_code = 128 + res.signal;
+  } else {
+    res.exit_code = WEXITSTATUS(status);
+  }
+
+  // A TSC rate for processes too short-lived to calibrate on their own.
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  if (elapsed < std::chrono::milliseconds(20)) std::this_thread::sleep_for(std::chrono::milliseconds(20) - elapsed);
+  ClockPair c1 = clock_pair();
+  if (c1.ticks > c0.ticks) opt.normalise.fallback_ns_per_tick = double(c1.mono - c0.mono) / double(c1.ticks - c0.ticks);
+
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<RawName> raws = list_raw(opt.raw_dir);
+  std::sort(raws.begin(), raws.end(), [&](const RawName& a, const RawName& b) {
+    bool ra = a.pid == uint32_t(pid) && a.gen == 0, rb = b.pid == uint32_t(pid) && b.gen == 0;
+    if (ra != rb) return ra;
+    return std::tie(a.pid, a.gen) < std::tie(b.pid, b.gen);
+  });
+  for (const RawName& r : raws) {
+    bool root = r.pid == uint32_t(pid) && r.gen == 0;
+    std::string out = trace_name(opt.output, r.pid, r.gen, root);
+    std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
+    try {
+      normalise::RawFile raw(r.path);
+      normalise::NormaliseOptions nopt = opt.normalise;
+      nlohmann::json alloc = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
+      nopt.capture_metadata["allocator"] = alloc;
+      if (root) {
+        nopt.capture_metadata["exit_code"] = res.exit_code;
+        if (res.signal) nopt.capture_metadata["signal"] = res.signal;
+      }
+      TraceResult tr;
+      tr.report = normalise::normalise(raw, part, nopt);
+      if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
+      tr.path = out;
+      tr.pid = r.pid;
+      tr.exec_generation = r.gen;
+      tr.command_line = raw.command_line();
+      res.traces.push_back(std::move(tr));
+    } catch (const std::exception& e) {
+      ::unlink(part.c_str());
+      res.failed.push_back(e.what());
+    }
+  }
+  res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  res.raw_kept = opt.keep_raw || !res.failed.empty();
+  if (!res.raw_kept) {
+    std::error_code ec;
+    fs::remove_all(opt.raw_dir, ec);
+  }
+  return res;
+}
+
+std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
+  std::string s;
+  auto line = [&](const std::string& l) { s += "heaplab capture: " + l + "\n"; };
+  std::string prog = opt.argv.empty() ? "program" : fs::path(opt.argv[0]).filename().string();
+  if (r.signal)
+    line(fmt::format("{} was killed by signal {} ({}) after {:.3f} s; the trace holds every event up to then",
+                     prog, r.signal, sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?", r.wall_seconds));
+  else
+    line(fmt::format("{} exited with status {} after {:.3f} s", prog, r.exit_code, r.wall_seconds));
+  if (r.traces.empty() && r.failed.empty())
+    line("no events were captured (the program never allocated, or it cleared LD_PRELOAD)");
+  for (const TraceResult& t : r.traces) {
+    const auto& rep = t.report;
+    double bpe = rep.events ? double(rep.bytes) / double(rep.events) : 0;
+    line(fmt::format("{}: {} calls in {} thread{}, {} objects ({} live at end), {} bytes = {:.2f} bytes/event{}",
+                     t.path, analysis::group_digits(rep.calls), rep.threads, rep.threads == 1 ? "" : "s",
+                     analysis::group_digits(rep.objects), analysis::group_digits(rep.live_at_end),
+                     analysis::group_digits(rep.bytes), bpe,
+                     &t == &r.traces.front() && t.exec_generation == 0 ? "" : fmt::format(" (pid {}{})", t.pid,
+                                                    t.exec_generation ? fmt::format(", exec #{}", t.exec_generation) : "")));
+    std::string notes;
+    auto note = [&](uint64_t n, const std::string& what) {
+      if (n) notes += (notes.empty() ? "" : "; ") + analysis::group_digits(n) + " " + what;
+    };
+    note(rep.unknown_frees, "frees of memory allocated before capture (skipped)");
+    note(rep.unknown_reallocs, "reallocs of such memory (as realloc(NULL, n))");
+    note(rep.reused_live, "allocations at a still-live address");
+    note(rep.holes, "lost records");
+    note(rep.unfinished_reallocs, "unfinished reallocs");
+    note(rep.blocks_missing, "blocks claimed but never written");
+    note(rep.bad_records, "unreadable records");
+    if (!notes.empty()) line("  " + notes);
+  }
+  for (const std::string& f : r.failed) line("could not normalise " + f);
+  line(fmt::format("normalised in {:.3f} s{}", r.normalise_seconds,
+                   r.raw_kept ? "; raw files kept in " + r.raw_dir : ""));
+  return s;
+}
+
+}  // namespace heaplab::launch

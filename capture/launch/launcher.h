@@ -1,0 +1,65 @@
+// `heaplab capture`: checks everything that can fail before the program
+// starts, runs it under the shim (LD_PRELOAD=shim[:allocator]), waits, and
+// normalises every raw file into a trace.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "capture/normalise/normalise.h"
+
+namespace heaplab::launch {
+
+// One line, for bad options, a missing program or library, an unwritable output.
+struct LaunchError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CaptureOptions {
+  std::vector<std::string> argv;  // program and arguments
+  std::string output;             // trace of the program (its first image)
+  std::string allocator;          // "", glibc, jemalloc, mimalloc, tcmalloc or a .so path
+  bool follow_fork = false;       // fork children get traces of their own
+  bool follow_exec = false;       // programs exec'd by the program (or its children) too
+  std::string raw_dir;            // where raw files go; empty: OUTPUT.raw.PID next to the output
+  bool keep_raw = false;          // keep raw files after normalising
+  std::string clock = "auto";     // auto (TSC if invariant), tsc, monotonic
+  std::string shim;               // path of libheaplab_capture.so; empty: next to heaplab
+  normalise::NormaliseOptions normalise;
+};
+
+struct TraceResult {
+  std::string path;
+  uint32_t pid = 0;
+  uint32_t exec_generation = 0;
+  std::vector<std::string> command_line;
+  normalise::NormaliseReport report;
+};
+
+struct CaptureResult {
+  int exit_code = 0;       // the program's exit code, or 128 + signal
+  int signal = 0;          // the signal that killed it, 0 if it exited
+  double wall_seconds = 0; // the program's run, start to exit
+  double normalise_seconds = 0;
+  std::string raw_dir;
+  bool raw_kept = false;
+  std::vector<TraceResult> traces;  // the program's own first
+  std::vector<std::string> failed;  // raw files that could not be normalised: "PATH: why"
+};
+
+// Checks the program, allocator, shim and output; throws LaunchError naming
+// what is wrong before anything runs.
+void validate(CaptureOptions& opt);
+
+// validate() + run + normalise. Progress and the summary are not printed here.
+CaptureResult run_capture(CaptureOptions opt);
+
+// The summary lines `heaplab capture` prints.
+std::string summary(const CaptureResult& r, const CaptureOptions& opt);
+
+// Path of the executable running this code's directory, for finding the shim.
+std::string self_dir();
+
+}  // namespace heaplab::launch

@@ -1,0 +1,276 @@
+#include "capture/normalise/normalise.h"
+
+#include <algorithm>
+#include <queue>
+#include <tuple>
+
+#include "capture/format/flat_map.h"
+#include "capture/import/metadata.h"
+
+namespace heaplab::normalise {
+
+using trace::Event;
+using trace::Op;
+using namespace heaplab::raw;
+
+namespace {
+
+struct Pending {  // a realloc between its two records
+  uint64_t old = 0, id = 0, size = 0, count = 0;
+  bool known = false;
+};
+
+struct Stream {
+  RawThreadCursor cursor;
+  const Record* rec = nullptr;
+  uint64_t ticks = 0;      // of rec, unwrapped and never decreasing
+  uint32_t index = 0;      // output thread index
+  bool started = false;
+  std::vector<Pending> pending;
+};
+
+// Releases sort before allocations stamped at the same tick.
+uint32_t rank(uint32_t op) {
+  if (op == kRawReallocBegin || op == kRawReallocarrayBegin) return 0;
+  if (op < trace::kOpCount && trace::op_produces(Op(op))) return 1;
+  return 0;
+}
+
+class Normaliser {
+ public:
+  Normaliser(const RawFile& in, const std::string& out, const NormaliseOptions& opt)
+      : in_(in), opt_(opt), writer_(out, writer_options()) {}
+
+  NormaliseReport run();
+
+ private:
+  trace::WriterOptions writer_options();
+  nlohmann::json metadata();
+  void advance(size_t s);
+  void handle(Stream& st, const Record& r, uint64_t time);
+  uint64_t append(Event& e);
+
+  const RawFile& in_;
+  const NormaliseOptions& opt_;
+  double ns_per_tick_ = 0;
+  NormaliseReport rep_;  // before writer_: writer_options() fills rep_.clock
+  trace::TraceWriter writer_;
+  std::vector<Stream> streams_;
+  FlatMap<uint64_t> live_;  // address -> object id
+  uint32_t next_thread_ = 0;
+};
+
+trace::WriterOptions Normaliser::writer_options() {
+  ns_per_tick_ = in_.ns_per_tick();
+  if (ns_per_tick_ == 0) ns_per_tick_ = opt_.fallback_ns_per_tick;
+  trace::WriterOptions w;
+  w.codec = opt_.codec;
+  w.level = opt_.level;
+  w.chunk_events = opt_.chunk_events;
+  w.timestamps = ns_per_tick_ > 0;
+  rep_.clock = !w.timestamps ? "none" : in_.header().clock == kClockTsc ? "tsc" : "monotonic";
+  w.metadata_json = metadata().dump();
+  return w;
+}
+
+nlohmann::json Normaliser::metadata() {
+  const FileHeader& h = in_.header();
+  nlohmann::json m = import::base_metadata("ldpreload", rep_.clock, in_.command_line());
+  nlohmann::json& c = m["capture"];
+  c["pid"] = h.pid;
+  c["ppid"] = h.ppid;
+  c["exec_generation"] = h.exec_generation;
+  c["fork_child"] = bool(h.flags & kFlagForkChild);
+  c["exe"] = std::string(h.exe, std::min<size_t>(h.exe_len, sizeof h.exe));
+  c["start_realtime_ns"] = h.start_real_ns;
+  if (h.clock == kClockTsc) c["tsc_ns_per_tick"] = ns_per_tick_;
+  c.update(opt_.capture_metadata);
+  return m;
+}
+
+uint64_t Normaliser::append(Event& e) { return writer_.append(e); }
+
+void Normaliser::advance(size_t s) {
+  Stream& st = streams_[s];
+  st.rec = st.cursor.next();
+  if (!st.rec) return;
+  uint64_t start = in_.header().start_ticks;
+  uint64_t t = start + ((record_ticks(st.rec->head) - start) & kTicksMask);
+  if (t < st.ticks) t = st.ticks;  // a signal handler's record stamped out of slot order
+  st.ticks = t;
+}
+
+void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
+  uint32_t op = record_op(r.head);
+  Event e;
+  e.time = time;
+  e.thread = st.index;
+  if (op == kRawReallocBegin || op == kRawReallocarrayBegin) {
+    Pending p{r.a, 0, r.b, r.c, false};
+    if (r.a) p.known = live_.erase(r.a, &p.id);
+    st.pending.push_back(p);
+    return;
+  }
+  if (op > uint32_t(Op::op_delete_array_aligned_nothrow)) {
+    ++rep_.bad_records;
+    return;
+  }
+  e.op = Op(op);
+  ++rep_.calls;
+  if (e.op == Op::realloc || e.op == Op::reallocarray) {
+    Pending p;
+    if (!st.pending.empty() && st.pending.back().old == r.b) {
+      p = st.pending.back();
+      st.pending.pop_back();
+    } else {  // its first record was lost (a hole)
+      p.old = r.b;
+      p.size = e.op == Op::realloc ? r.c : 0;
+      if (r.b) p.known = live_.erase(r.b, &p.id);
+    }
+    e.size = e.op == Op::realloc ? r.c : p.size;
+    e.count = e.op == Op::reallocarray ? r.c : 0;
+    if (p.old && !p.known) ++rep_.unknown_reallocs;
+    e.old = p.known ? p.id : 0;
+    if (r.a == 0) {
+      bool zero = e.op == Op::realloc ? e.size == 0 : e.size == 0 || e.count == 0;
+      if (p.known && zero) {
+        e.flags = trace::kNullResult;  // glibc: realloc(p, 0) frees p
+      } else {
+        e.flags = trace::kNullResult | trace::kFailed;
+        if (p.known) live_.put(p.old, p.id);  // a failed realloc keeps its object
+      }
+      append(e);
+      return;
+    }
+    if (live_.erase(r.a)) ++rep_.reused_live;
+    live_.put(r.a, append(e));
+    return;
+  }
+  if (trace::op_produces(e.op)) {
+    e.size = r.b;
+    if (trace::op_has(e.op, trace::kAlign)) e.align = r.c;
+    if (trace::op_has(e.op, trace::kCount)) e.count = r.c;
+    if (r.a == 0) {
+      e.flags = trace::kNullResult | trace::kFailed;
+      append(e);
+      return;
+    }
+    if (live_.erase(r.a)) ++rep_.reused_live;
+    live_.put(r.a, append(e));
+    return;
+  }
+  if (trace::op_has(e.op, trace::kSize)) e.size = r.b;
+  if (trace::op_has(e.op, trace::kAlign)) e.align = r.c;
+  if (r.a && !live_.erase(r.a, &e.old)) {
+    ++rep_.unknown_frees;  // allocated before capture started
+    --rep_.calls;
+    return;
+  }
+  append(e);
+}
+
+NormaliseReport Normaliser::run() {
+  const auto& threads = in_.threads();
+  streams_.reserve(threads.size());
+  for (const RawThread& t : threads) streams_.push_back(Stream{RawThreadCursor(in_, t), nullptr, 0, 0, false, {}});
+  using Key = std::tuple<uint64_t, uint32_t, uint32_t>;  // ticks, rank, stream
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> heap;
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    advance(s);
+    if (streams_[s].rec) heap.emplace(streams_[s].ticks, rank(record_op(streams_[s].rec->head)), uint32_t(s));
+  }
+  uint64_t start = in_.header().start_ticks, first = 0, last = 0;
+  bool any = false;
+  auto ns = [&](uint64_t ticks) {
+    if (ns_per_tick_ == 0) return uint64_t(0);
+    return ticks > start ? uint64_t(double(ticks - start) * ns_per_tick_) : uint64_t(0);
+  };
+  uint64_t prev_time = 0;
+  while (!heap.empty()) {
+    auto [ticks, r, s] = heap.top();
+    heap.pop();
+    Stream& st = streams_[s];
+    uint64_t time = std::max(ns(ticks), prev_time);  // rounding never reorders
+    prev_time = time;
+    if (!any) first = time;
+    any = true;
+    last = time;
+    if (!st.started) {
+      st.started = true;
+      st.index = next_thread_++;
+      const RawThread& rt = threads[s];
+      writer_.set_thread_info(st.index, trace::ThreadInfo{rt.tid, rt.name});
+      Event e;
+      e.op = Op::thread_start;
+      e.time = time;
+      e.thread = st.index;
+      append(e);
+    }
+    uint64_t holes_before = st.cursor.holes();
+    const Record rec = *st.rec;
+    ++rep_.records;
+    advance(s);  // holes found here lie between rec and the thread's next record
+    handle(st, rec, time);
+    if (uint64_t lost = st.cursor.holes() - holes_before) {
+      Event e;
+      e.op = Op::lost;
+      e.count = lost;
+      e.time = time;
+      e.thread = st.index;
+      append(e);
+      rep_.holes += lost;
+    }
+    if (st.rec) {
+      heap.emplace(st.ticks, rank(record_op(st.rec->head)), s);
+    } else {
+      rep_.unfinished_reallocs += st.pending.size();
+      for (const Pending& p : st.pending)
+        if (p.known) live_.put(p.old, p.id);
+      Event e;
+      e.op = Op::thread_end;
+      e.time = time;
+      e.thread = st.index;
+      append(e);
+    }
+  }
+  rep_.threads = next_thread_;
+  rep_.objects = writer_.objects();
+  rep_.live_at_end = live_.size();
+  rep_.blocks_missing = in_.blocks_missing();
+  rep_.clean_exit = in_.clean_exit();
+  rep_.duration_ns = any ? last - first : 0;
+  rep_.events = writer_.events();
+  nlohmann::json m = metadata();
+  m["capture"].update(report_to_json(rep_));
+  writer_.set_final_metadata(m.dump());
+  writer_.close();
+  rep_.bytes = writer_.bytes_written();
+  return rep_;
+}
+
+}  // namespace
+
+NormaliseReport normalise(const RawFile& in, const std::string& out_path, const NormaliseOptions& opt) {
+  Normaliser n(in, out_path, opt);
+  return n.run();
+}
+
+nlohmann::json report_to_json(const NormaliseReport& r) {
+  return {{"records", r.records},
+          {"events", r.events},
+          {"calls", r.calls},
+          {"threads", r.threads},
+          {"objects", r.objects},
+          {"live_at_end", r.live_at_end},
+          {"unknown_frees", r.unknown_frees},
+          {"unknown_reallocs", r.unknown_reallocs},
+          {"reused_live_addresses", r.reused_live},
+          {"lost_records", r.holes},
+          {"unfinished_reallocs", r.unfinished_reallocs},
+          {"bad_records", r.bad_records},
+          {"blocks_missing", r.blocks_missing},
+          {"duration_ns", r.duration_ns},
+          {"clean_exit", r.clean_exit}};
+}
+
+}  // namespace heaplab::normalise

@@ -1,0 +1,55 @@
+// Turns a raw capture file into a normalised trace: the threads' record
+// streams merged by time, addresses turned into object ids, realloc's two
+// records joined, frees of memory allocated before capture started counted
+// and skipped. Streams: memory follows the live set and the thread count,
+// never the number of events.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "capture/format/trace_writer.h"
+#include "capture/normalise/raw_reader.h"
+
+namespace heaplab::normalise {
+
+struct NormaliseOptions {
+  trace::Codec codec = trace::kCodecZstd;
+  int level = 3;
+  uint32_t chunk_events = 65536;
+  // Merged into the metadata's "capture" object (allocator, exit status ...).
+  nlohmann::json capture_metadata = nlohmann::json::object();
+  // ns per TSC tick to use when the file's own clock pairs are too close
+  // together (a process that ran for under a millisecond). 0 = none.
+  double fallback_ns_per_tick = 0;
+};
+
+struct NormaliseReport {
+  uint64_t records = 0;           // complete records read
+  uint64_t events = 0;            // events written (with thread_start/thread_end)
+  uint64_t calls = 0;             // allocation and release calls written
+  uint64_t threads = 0;
+  uint64_t objects = 0;
+  uint64_t live_at_end = 0;       // objects never freed
+  uint64_t unknown_frees = 0;     // frees of memory allocated before capture: skipped
+  uint64_t unknown_reallocs = 0;  // reallocs of such memory: written as realloc(NULL, n)
+  uint64_t reused_live = 0;       // an allocation returned a still-live address
+  uint64_t holes = 0;             // records the program died while writing: written as `lost`
+  uint64_t unfinished_reallocs = 0;  // a realloc the program never returned from
+  uint64_t bad_records = 0;       // records with an unknown op: skipped
+  uint64_t blocks_missing = 0;    // blocks claimed but not written
+  uint64_t duration_ns = 0;       // first to last event
+  uint64_t bytes = 0;             // size of the trace written
+  bool clean_exit = false;
+  std::string clock;              // "tsc", "monotonic" or "none"
+};
+
+// Writes `out_path`. Throws RawError / trace::TraceError naming the file.
+NormaliseReport normalise(const RawFile& in, const std::string& out_path, const NormaliseOptions& opt);
+
+nlohmann::json report_to_json(const NormaliseReport& r);
+
+}  // namespace heaplab::normalise

@@ -1,0 +1,197 @@
+#include "capture/normalise/raw_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace heaplab::normalise {
+
+using namespace heaplab::raw;
+
+namespace {
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw RawError(path + ": " + what);
+}
+}  // namespace
+
+RawFile::Mapping RawFile::map_file(const std::string& path, bool required) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (!required && errno == ENOENT) return {};
+    fail(path, std::strerror(errno));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail(path, std::strerror(e));
+  }
+  Mapping m;
+  m.size = uint64_t(st.st_size);
+  if (m.size == 0) {
+    ::close(fd);
+    return m;
+  }
+  void* p = mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) fail(path, std::string("cannot map: ") + std::strerror(errno));
+  m.data = static_cast<const uint8_t*>(p);
+  return m;
+}
+
+RawFile::RawFile(const std::string& path) : path_(path) {
+  ring_ = map_file(path, true);
+  if (ring_.size < sizeof(FileHeader))
+    fail(path, "not a heaplab raw capture (file too short: " + std::to_string(ring_.size) + " bytes)");
+  header_ = reinterpret_cast<const FileHeader*>(ring_.data);
+  const FileHeader& h = *header_;
+  if (std::memcmp(h.magic, kFileMagic, sizeof h.magic) != 0)
+    fail(path, "not a heaplab raw capture (bad magic)");
+  if (h.version != kVersion)
+    fail(path, "unsupported raw capture version " + std::to_string(h.version) + " (this heaplab reads " +
+                   std::to_string(kVersion) + ")");
+  if (h.header_size != kBlockSize || h.block_size != kBlockSize || h.record_size != kRecordSize)
+    fail(path, "raw capture has an unexpected block layout");
+  if (h.clock != kClockTsc && h.clock != kClockMonotonic)
+    fail(path, "raw capture names an unknown clock " + std::to_string(h.clock));
+  std::string blocks_path = path + ".blocks";
+  appended_fd_ = ::open(blocks_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (appended_fd_ < 0 && errno != ENOENT) fail(blocks_path, std::strerror(errno));
+  uint64_t appended_size = 0;
+  if (appended_fd_ >= 0) {
+    struct stat st;
+    if (fstat(appended_fd_, &st) != 0) fail(blocks_path, std::strerror(errno));
+    appended_size = uint64_t(st.st_size);
+  }
+
+  uint32_t nthreads = h.next_thread;
+  std::vector<RawThread> by_slot(nthreads);
+  auto valid = [&](const BlockHeader& b) { return b.magic == kBlockMagic && b.thread < nthreads; };
+  // Appended blocks: only whole ones (a cut-off last one is still whole in the mapping).
+  for (uint64_t b = 0; b < appended_size / kBlockSize; ++b) {
+    BlockRef ref;
+    ref.offset = b * kBlockSize;
+    if (pread(appended_fd_, &ref.header, sizeof ref.header, off_t(ref.offset)) != sizeof ref.header)
+      fail(blocks_path, "cannot read block " + std::to_string(b));
+    if (valid(ref.header)) by_slot[ref.header.thread].blocks.push_back(ref);
+  }
+  // Each thread's current block in the mapping: the complete copy if its seq
+  // was also appended (it is cleared, magic first, only after the append).
+  uint64_t in_ring = std::min<uint64_t>(nthreads, (ring_.size - kBlockSize) / kBlockSize);
+  for (uint64_t s = 0; s < in_ring; ++s) {
+    BlockRef ref;
+    ref.mapped = ring_.data + kBlockSize * (s + 1);
+    std::memcpy(&ref.header, ref.mapped, sizeof ref.header);
+    if (valid(ref.header) && ref.header.thread == s) by_slot[s].blocks.push_back(ref);
+  }
+  for (uint32_t s = 0; s < nthreads; ++s) {
+    RawThread& t = by_slot[s];
+    if (t.blocks.empty()) continue;
+    // Sort by seq; for equal seqs the mapped copy (pushed last) wins.
+    std::stable_sort(t.blocks.begin(), t.blocks.end(), [](const BlockRef& a, const BlockRef& b) {
+      return a.header.thread_block_seq < b.header.thread_block_seq;
+    });
+    std::vector<BlockRef> unique;
+    for (const BlockRef& b : t.blocks) {
+      if (!unique.empty() && unique.back().header.thread_block_seq == b.header.thread_block_seq)
+        unique.back() = b;
+      else
+        unique.push_back(b);
+    }
+    t.blocks = std::move(unique);
+    for (size_t i = 0; i < t.blocks.size(); ++i) {
+      uint64_t expect = i == 0 ? 0 : t.blocks[i - 1].header.thread_block_seq + 1;
+      missing_ += t.blocks[i].header.thread_block_seq - expect;
+    }
+    blocks_ += t.blocks.size();
+    t.slot = s;
+    t.tid = t.blocks.front().header.tid;
+    const char* name = t.blocks.back().header.name;
+    t.name.assign(name, strnlen(name, sizeof t.blocks.back().header.name));
+    threads_.push_back(std::move(t));
+  }
+}
+
+RawFile::~RawFile() {
+  if (ring_.data) munmap(const_cast<uint8_t*>(ring_.data), ring_.size);
+  if (appended_fd_ >= 0) ::close(appended_fd_);
+}
+
+void RawFile::read_block(const BlockRef& b, uint8_t* buf) const {
+  uint64_t done = 0;
+  while (done < kBlockSize) {
+    ssize_t n = pread(appended_fd_, buf + done, kBlockSize - done, off_t(b.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(path_ + ".blocks", "cannot read block at offset " + std::to_string(b.offset));
+    done += uint64_t(n);
+  }
+}
+
+std::vector<std::string> RawFile::command_line() const {
+  std::vector<std::string> argv;
+  uint32_t len = std::min<uint32_t>(header_->cmdline_len, uint32_t(kCmdlineMax));
+  const char* p = header_->cmdline;
+  const char* end = p + len;
+  while (p < end) {
+    const char* z = static_cast<const char*>(std::memchr(p, 0, size_t(end - p)));
+    if (!z) z = end;
+    argv.emplace_back(p, z);
+    p = z + 1;
+  }
+  return argv;
+}
+
+double RawFile::ns_per_tick() const {
+  const FileHeader& h = *header_;
+  if (h.clock == kClockMonotonic) return 1.0;
+  uint64_t t0 = h.start_ticks, m0 = h.start_mono_ns, t1 = t0, m1 = m0;
+  auto consider = [&](uint64_t t, uint64_t m) {
+    if (t > t1 && m > m1) {
+      t1 = t;
+      m1 = m;
+    }
+  };
+  if (h.end_ticks) consider(h.end_ticks, h.end_mono_ns);
+  for (const RawThread& t : threads_)
+    for (const BlockRef& b : t.blocks) consider(b.header.ticks, b.header.mono_ns);
+  if (m1 - m0 < 1000000) return 0;  // under 1 ms apart: too imprecise
+  return double(m1 - m0) / double(t1 - t0);
+}
+
+void RawThreadCursor::load_block() {
+  cur_ = end_ = nullptr;
+  if (block_ >= t_->blocks.size()) return;
+  const BlockRef& b = t_->blocks[block_];
+  const uint8_t* base = b.mapped;
+  if (!base) {
+    f_->read_block(b, buf_.data());
+    base = buf_.data();
+  }
+  cur_ = reinterpret_cast<const Record*>(base + kBlockHeaderSize);
+  end_ = reinterpret_cast<const Record*>(base + kBlockSize);
+}
+
+const Record* RawThreadCursor::next() {
+  for (;;) {
+    if (cur_ == end_) {
+      if (block_ >= t_->blocks.size()) return nullptr;
+      ++block_;
+      load_block();
+      if (!cur_) return nullptr;
+      continue;
+    }
+    if (cur_->head) return cur_++;
+    // A zero record: the block's unused tail, or a hole before later records.
+    const Record* z = cur_;
+    while (z != end_ && z->head == 0) ++z;
+    if (z != end_) holes_ += uint64_t(z - cur_);
+    cur_ = z;
+  }
+}
+
+}  // namespace heaplab::normalise

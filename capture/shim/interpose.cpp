@@ -1,0 +1,52 @@
+// The override layer: every allocation entry point of C and C++, each a
+// one-line forward to its hook (hooks.h). Nothing else lives here.
+#include <malloc.h>
+#include <stdlib.h>
+
+#include <new>
+
+#include "capture/shim/hooks.h"
+
+using heaplab::shim::Op;
+namespace s = heaplab::shim;
+
+#define HEAPLAB_EXPORT extern "C" __attribute__((visibility("default")))
+#define HEAPLAB_OPERATOR __attribute__((visibility("default")))
+
+HEAPLAB_EXPORT void* malloc(size_t n) { return s::hook_malloc(n); }
+HEAPLAB_EXPORT void* calloc(size_t count, size_t n) { return s::hook_calloc(count, n); }
+HEAPLAB_EXPORT void* realloc(void* p, size_t n) { return s::hook_realloc(p, n); }
+HEAPLAB_EXPORT void* reallocarray(void* p, size_t count, size_t n) { return s::hook_reallocarray(p, count, n); }
+HEAPLAB_EXPORT void free(void* p) { s::hook_free(p); }
+HEAPLAB_EXPORT void* memalign(size_t align, size_t n) { return s::hook_memalign(align, n); }
+HEAPLAB_EXPORT int posix_memalign(void** out, size_t align, size_t n) { return s::hook_posix_memalign(out, align, n); }
+HEAPLAB_EXPORT void* aligned_alloc(size_t align, size_t n) { return s::hook_aligned_alloc(align, n); }
+HEAPLAB_EXPORT void* valloc(size_t n) { return s::hook_valloc(n); }
+HEAPLAB_EXPORT void* pvalloc(size_t n) { return s::hook_pvalloc(n); }
+
+using std::align_val_t;
+using std::nothrow_t;
+using std::size_t;
+#define A(a) static_cast<size_t>(a)
+
+HEAPLAB_OPERATOR void* operator new(size_t n) { return s::hook_new(Op::op_new, n, 0, nullptr); }
+HEAPLAB_OPERATOR void* operator new[](size_t n) { return s::hook_new(Op::op_new_array, n, 0, nullptr); }
+HEAPLAB_OPERATOR void* operator new(size_t n, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_nothrow, n, 0, &nt); }
+HEAPLAB_OPERATOR void* operator new[](size_t n, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_array_nothrow, n, 0, &nt); }
+HEAPLAB_OPERATOR void* operator new(size_t n, align_val_t a) { return s::hook_new(Op::op_new_aligned, n, A(a), nullptr); }
+HEAPLAB_OPERATOR void* operator new[](size_t n, align_val_t a) { return s::hook_new(Op::op_new_array_aligned, n, A(a), nullptr); }
+HEAPLAB_OPERATOR void* operator new(size_t n, align_val_t a, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_aligned_nothrow, n, A(a), &nt); }
+HEAPLAB_OPERATOR void* operator new[](size_t n, align_val_t a, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_array_aligned_nothrow, n, A(a), &nt); }
+
+HEAPLAB_OPERATOR void operator delete(void* p) noexcept { s::hook_delete(Op::op_delete, p, 0, 0, nullptr); }
+HEAPLAB_OPERATOR void operator delete[](void* p) noexcept { s::hook_delete(Op::op_delete_array, p, 0, 0, nullptr); }
+HEAPLAB_OPERATOR void operator delete(void* p, size_t n) noexcept { s::hook_delete(Op::op_delete_sized, p, n, 0, nullptr); }
+HEAPLAB_OPERATOR void operator delete[](void* p, size_t n) noexcept { s::hook_delete(Op::op_delete_array_sized, p, n, 0, nullptr); }
+HEAPLAB_OPERATOR void operator delete(void* p, align_val_t a) noexcept { s::hook_delete(Op::op_delete_aligned, p, 0, A(a), nullptr); }
+HEAPLAB_OPERATOR void operator delete[](void* p, align_val_t a) noexcept { s::hook_delete(Op::op_delete_array_aligned, p, 0, A(a), nullptr); }
+HEAPLAB_OPERATOR void operator delete(void* p, size_t n, align_val_t a) noexcept { s::hook_delete(Op::op_delete_sized_aligned, p, n, A(a), nullptr); }
+HEAPLAB_OPERATOR void operator delete[](void* p, size_t n, align_val_t a) noexcept { s::hook_delete(Op::op_delete_array_sized_aligned, p, n, A(a), nullptr); }
+HEAPLAB_OPERATOR void operator delete(void* p, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_nothrow, p, 0, 0, &nt); }
+HEAPLAB_OPERATOR void operator delete[](void* p, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_array_nothrow, p, 0, 0, &nt); }
+HEAPLAB_OPERATOR void operator delete(void* p, align_val_t a, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_aligned_nothrow, p, 0, A(a), &nt); }
+HEAPLAB_OPERATOR void operator delete[](void* p, align_val_t a, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_array_aligned_nothrow, p, 0, A(a), &nt); }

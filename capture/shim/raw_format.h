@@ -1,0 +1,124 @@
+// The raw capture the LD_PRELOAD shim writes, one pair of files per process
+// image, and the normaliser reads:
+//
+//   PID.GEN.hlraw         FileHeader (kBlockSize bytes), then one block per
+//                         thread slot s at offset kBlockSize*(s+1): the
+//                         thread's current block, a shared file mapping.
+//   PID.GEN.hlraw.blocks  full blocks, appended with pwrite(2) in the order
+//                         they filled up (kBlockSize each).
+//
+// A thread writes records into its block in the mapping; when the block is
+// full it appends it to .blocks, clears it and starts the next one. Records
+// are in the page cache the moment they are written, so every completed
+// record survives abort(), SIGSEGV and SIGKILL of the program: the full ones
+// in .blocks, the rest in the mapping. (The mapped pages are faulted in once
+// per thread and reused: on gVisor-like hosts a page fault costs ~11 us.)
+//
+// Depends on nothing but <stdint.h>: the shim (libc only) and the normaliser
+// both include it. Little-endian, x86-64 / AArch64 layout.
+//
+// A block belongs to one thread. It starts with a BlockHeader, then records of
+// kRecordSize bytes. A record is complete when its `head` word is non-zero;
+// the shim writes `head` last. A block's unused tail is zero. A zero record
+// followed by a complete one is a hole (the thread died while writing it).
+// A thread's blocks are ordered by thread_block_seq; when a mapped block and
+// an appended one have the same seq, the mapped one is the complete copy if
+// its magic is set (the shim clears the magic before reusing it).
+#pragma once
+
+#include <stdint.h>
+
+namespace heaplab::raw {
+
+inline constexpr char kFileMagic[8] = {'H', 'L', 'R', 'A', 'W', 'C', 'A', 'P'};
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint64_t kBlockSize = 65536;       // blocks are this aligned in memory too
+inline constexpr uint64_t kBlockHeaderSize = 128;   // also the overflow margin (see shim)
+inline constexpr uint64_t kRecordSize = 32;
+inline constexpr uint64_t kRecordsPerBlock = (kBlockSize - kBlockHeaderSize) / kRecordSize;
+inline constexpr uint64_t kBlocksPerSegment = 64;  // the shim maps 64 thread slots at a time
+inline constexpr uint32_t kBlockMagic = 0x4B4C4248;  // "HBLK"
+inline constexpr uint64_t kTicksMask = (uint64_t{1} << 56) - 1;
+
+// FileHeader::clock
+enum Clock : uint32_t {
+  kClockTsc = 1,        // x86 invariant TSC ticks; rate from the block headers' clock pairs
+  kClockMonotonic = 2,  // CLOCK_MONOTONIC nanoseconds
+};
+
+// FileHeader::flags
+enum FileFlag : uint32_t {
+  kFlagCleanExit = 1,  // the process ran its destructors (exit() or return from main)
+  kFlagForkChild = 2,  // this process was created by fork() of a captured process
+};
+
+// Record ops: the trace format's Op values 0..29 (allocation and release
+// calls) keep their numbers; the raw file adds these.
+enum RawOp : uint8_t {
+  kRawReallocBegin = 40,       // before realloc(old, size): a = old, b = size
+  kRawReallocarrayBegin = 41,  // before reallocarray(old, count, size): a = old, b = size, c = count
+};
+
+// Fields per record, by op:
+//   producing calls (malloc ... new[]_aligned_nothrow): a = result (0 = NULL),
+//     b = size, c = alignment (aligned calls) or count (calloc)
+//   releasing calls (free, delete ...): a = pointer, b = size (sized deletes),
+//     c = alignment (aligned deletes)
+//   realloc (after the call): a = result, b = old, c = size
+//   reallocarray (after the call): a = result, b = old, c = count
+//   kRawRealloc*Begin (before the call): see RawOp
+// Allocations are stamped after the real call returns and releases before the
+// real call starts, so an address is never seen reused before it was freed.
+struct Record {
+  uint64_t head;  // ticks << 8 | (op + 1); 0 = not (yet) written
+  uint64_t a, b, c;
+};
+static_assert(sizeof(Record) == kRecordSize);
+
+inline constexpr uint64_t record_head(uint32_t op, uint64_t ticks) {
+  return (ticks & kTicksMask) << 8 | (op + 1u);
+}
+inline constexpr uint32_t record_op(uint64_t head) { return uint32_t(head & 0xff) - 1u; }
+inline constexpr uint64_t record_ticks(uint64_t head) { return head >> 8; }
+
+struct BlockHeader {
+  uint32_t magic;             // kBlockMagic once the block is claimed
+  uint32_t thread;            // the process's thread slot, 0-based, in order of first event
+  uint64_t thread_block_seq;  // this block's position among its thread's blocks, 0-based
+  uint64_t tid;               // the kernel's thread id
+  uint64_t ticks;             // clock pair taken when the block was claimed:
+  uint64_t mono_ns;           //   (ticks, CLOCK_MONOTONIC ns)
+  char name[16];              // thread name when the block was claimed
+  uint8_t reserved[kBlockHeaderSize - 56];
+};
+static_assert(sizeof(BlockHeader) == kBlockHeaderSize);
+
+inline constexpr uint64_t kCmdlineMax = 32768;
+
+struct FileHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_size;  // == kBlockSize
+  uint32_t block_size;
+  uint32_t record_size;
+  uint32_t pid;
+  uint32_t ppid;
+  uint32_t exec_generation;  // 0 for a process's first captured image, then 1, 2 after exec
+  uint32_t clock;            // Clock
+  uint64_t start_ticks;      // clock pair at start of capture
+  uint64_t start_mono_ns;
+  uint64_t start_real_ns;    // CLOCK_REALTIME at start
+  uint64_t end_ticks;        // clock pair at clean exit (0 if none)
+  uint64_t end_mono_ns;
+  uint64_t data_blocks;      // blocks appended to .blocks (atomic)
+  uint32_t next_thread;      // thread slots handed out (atomic)
+  uint32_t flags;            // FileFlag (atomic)
+  uint32_t cmdline_len;      // bytes of cmdline used: NUL-separated argv
+  uint32_t exe_len;
+  uint64_t reserved[8];
+  char exe[4096];            // /proc/self/exe at start
+  char cmdline[kCmdlineMax]; // /proc/self/cmdline at start (truncated to fit)
+};
+static_assert(sizeof(FileHeader) <= kBlockSize);
+
+}  // namespace heaplab::raw

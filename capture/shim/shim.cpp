@@ -1,0 +1,249 @@
+// Start-up of the capture shim: finds the next definition of every
+// allocation function (dlsym(RTLD_NEXT)), decides whether this process image
+// is captured, opens the sink, and follows (or leaves alone) fork children.
+// libc, libdl and pthread only: no C++ runtime, no allocation of its own.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "capture/shim/hooks.h"
+#include "capture/shim/shim_util.h"
+
+extern char** environ;
+
+namespace heaplab::shim {
+
+Real g_real;
+int g_state = 0;
+alignas(4096) char g_boot[256 * 1024];
+const size_t g_boot_size = sizeof g_boot;
+
+namespace {
+
+size_t g_boot_used = 0;
+pthread_t g_init_thread;
+const char* g_dir = nullptr;
+bool g_follow_fork = false;
+
+// Boot allocations carry their size just below the returned pointer.
+struct BootHeader {
+  size_t size;
+  size_t pad;
+};
+
+const char* env(const char* name) {
+  if (!environ) return nullptr;
+  size_t len = strlen(name);
+  for (char** e = environ; *e; ++e)
+    if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
+  return nullptr;
+}
+
+// The library a symbol lives in, or nullptr.
+const void* object_of(const void* fn) {
+  Dl_info info;
+  if (!fn || !dladdr(fn, &info)) return nullptr;
+  return info.dli_fbase;
+}
+
+bool in_library(const void* fn, const char* name_part) {
+  Dl_info info;
+  return fn && dladdr(fn, &info) && info.dli_fname && strstr(info.dli_fname, name_part);
+}
+
+void* next_symbol(const char* name) { return dlsym(RTLD_NEXT, name); }
+
+[[noreturn]] void fatal(const char* what) {
+  shim_error(what, 0);
+  _exit(127);
+}
+
+// Replacements for the optional C functions an allocator may not define: a
+// glibc definition would hand the allocator's pointers to glibc's heap.
+size_t page_size() { return size_t(sysconf(_SC_PAGESIZE)); }
+void* emu_memalign(size_t align, size_t n) {
+  void* p = nullptr;
+  if (g_real.posix_memalign(&p, align < sizeof(void*) ? sizeof(void*) : align, n) != 0) return nullptr;
+  return p;
+}
+int emu_posix_memalign(void** out, size_t align, size_t n) {
+  if (align == 0 || (align & (align - 1)) || align % sizeof(void*)) return EINVAL;
+  void* p = g_real.memalign(align, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+void* emu_aligned_alloc(size_t align, size_t n) { return g_real.memalign(align, n); }
+void* emu_valloc(size_t n) { return g_real.memalign(page_size(), n); }
+void* emu_pvalloc(size_t n) {
+  size_t ps = page_size();
+  size_t rounded = (n + ps - 1) & ~(ps - 1);
+  return g_real.memalign(ps, rounded ? rounded : ps);
+}
+void* emu_reallocarray(void* old, size_t count, size_t n) {
+  size_t total;
+  if (__builtin_mul_overflow(count, n, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return g_real.realloc(old, total);
+}
+
+template <typename F>
+void resolve_optional(F*& slot, const char* name, F* emulation, const void* alloc_object,
+                      bool alloc_is_libc) {
+  auto* fn = reinterpret_cast<F*>(next_symbol(name));
+  bool mixes_heaps = !alloc_is_libc && fn && object_of(reinterpret_cast<void*>(fn)) != alloc_object &&
+                     in_library(reinterpret_cast<void*>(fn), "libc.so");
+  slot = (fn && !mixes_heaps) ? fn : emulation;
+}
+
+const char* const kNewNames[8] = {
+    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
+    "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t",
+    "_ZnamSt11align_val_tRKSt9nothrow_t"};
+const char* const kDeleteNames[12] = {
+    "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t",
+    "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t", "_ZdlPvRKSt9nothrow_t",
+    "_ZdaPvRKSt9nothrow_t", "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+    "_ZdaPvSt11align_val_tRKSt9nothrow_t"};
+
+// The next operator, unless it is libstdc++'s (which only calls malloc/free
+// and is emulated, so that one `new` is one event).
+void* next_operator(const char* name) {
+  void* fn = next_symbol(name);
+  if (!fn || in_library(fn, "libstdc++")) return nullptr;
+  return fn;
+}
+
+void resolve() {
+  g_real.malloc = reinterpret_cast<void* (*)(size_t)>(next_symbol("malloc"));
+  g_real.free = reinterpret_cast<void (*)(void*)>(next_symbol("free"));
+  g_real.calloc = reinterpret_cast<void* (*)(size_t, size_t)>(next_symbol("calloc"));
+  g_real.realloc = reinterpret_cast<void* (*)(void*, size_t)>(next_symbol("realloc"));
+  if (!g_real.malloc || !g_real.free || !g_real.calloc || !g_real.realloc)
+    fatal("no malloc/free/calloc/realloc found after the shim in the library chain");
+  const void* alloc_object = object_of(reinterpret_cast<void*>(g_real.malloc));
+  bool alloc_is_libc = in_library(reinterpret_cast<void*>(g_real.malloc), "libc.so");
+  // memalign first: the other emulations build on it; its own emulation on posix_memalign.
+  g_real.posix_memalign = reinterpret_cast<int (*)(void**, size_t, size_t)>(next_symbol("posix_memalign"));
+  resolve_optional(g_real.memalign, "memalign", emu_memalign, alloc_object, alloc_is_libc);
+  resolve_optional(g_real.posix_memalign, "posix_memalign", emu_posix_memalign, alloc_object,
+                   alloc_is_libc);
+  if (g_real.memalign == emu_memalign && g_real.posix_memalign == emu_posix_memalign)
+    fatal("the allocator after the shim defines neither memalign nor posix_memalign");
+  resolve_optional(g_real.aligned_alloc, "aligned_alloc", emu_aligned_alloc, alloc_object,
+                   alloc_is_libc);
+  resolve_optional(g_real.valloc, "valloc", emu_valloc, alloc_object, alloc_is_libc);
+  resolve_optional(g_real.pvalloc, "pvalloc", emu_pvalloc, alloc_object, alloc_is_libc);
+  resolve_optional(g_real.reallocarray, "reallocarray", emu_reallocarray, alloc_object,
+                   alloc_is_libc);
+  for (int i = 0; i < 8; ++i) g_real.new_[i] = next_operator(kNewNames[i]);
+  for (int i = 0; i < 12; ++i) g_real.delete_[i] = next_operator(kDeleteNames[i]);
+}
+
+bool cpu_has_invariant_tsc() {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return false;
+  __get_cpuid(0x80000007u, &a, &b, &c, &d);
+  return (d >> 8) & 1u;
+#else
+  return false;
+#endif
+}
+
+void after_fork_child() {
+  if (g_dir) sink_after_fork(g_follow_fork, g_dir);
+}
+
+// Whether this process image is captured, and with which clock.
+void start_capture() {
+  const char* dir = env("HEAPLAB_CAPTURE_DIR");
+  if (!dir || !*dir) return;  // loaded without heaplab capture: pass through
+  const char* follow = env("HEAPLAB_CAPTURE_FOLLOW");
+  bool follow_exec = follow && strstr(follow, "exec");
+  g_follow_fork = follow && strstr(follow, "fork");
+  const char* root = env("HEAPLAB_CAPTURE_ROOT");
+  bool is_root = root && strtol(root, nullptr, 10) == long(getpid());
+  if (!((is_root && sink_first_image(dir)) || follow_exec)) return;
+  g_dir = dir;
+  const char* clock = env("HEAPLAB_CAPTURE_CLOCK");
+  bool tsc = cpu_has_invariant_tsc();
+  if (clock && strcmp(clock, "monotonic") == 0) tsc = false;
+  if (!sink_open(SinkConfig{dir, tsc, false})) g_dir = nullptr;
+}
+
+}  // namespace
+
+void* boot_alloc(size_t n, size_t align) {
+  if (align < 16) align = 16;
+  size_t start = (g_boot_used + sizeof(BootHeader) + align - 1) & ~(align - 1);
+  if (n > g_boot_size || start + n > g_boot_size) fatal("bootstrap arena exhausted during start-up");
+  reinterpret_cast<BootHeader*>(g_boot + start)[-1].size = n;
+  g_boot_used = start + n;
+  return g_boot + start;
+}
+
+void* boot_realloc(void* old, size_t n) {
+  size_t old_size = reinterpret_cast<BootHeader*>(old)[-1].size;
+  void* p = hook_malloc(n);
+  if (p) memcpy(p, old, old_size < n ? old_size : n);
+  return p;
+}
+
+void init() {
+  int expected = 0;
+  if (__atomic_compare_exchange_n(&g_state, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
+    g_init_thread = pthread_self();
+    resolve();
+    pthread_atfork(nullptr, nullptr, after_fork_child);
+    start_capture();
+    __atomic_store_n(&g_state, 2, __ATOMIC_RELEASE);
+    return;
+  }
+  if (expected == 2) return;
+  // Initialising: this thread (re-entered from dlsym) uses the boot arena;
+  // any other thread waits.
+  if (pthread_equal(g_init_thread, pthread_self())) return;
+  while (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) sched_yield();
+}
+
+void* new_emulated(size_t n, size_t align, bool nothrow) {
+  // libstdc++'s definitions: size 0 becomes 1; aligned sizes round up to the
+  // alignment (aligned_alloc's rule); retry after the new-handler; throw
+  // std::bad_alloc (or return nullptr for nothrow) when there is none.
+  if (n == 0) n = 1;
+  if (align && align < sizeof(void*)) align = sizeof(void*);
+  for (;;) {
+    void* p;
+    if (align == 0) {
+      p = g_real.malloc(n);
+    } else {
+      size_t rounded = (n + align - 1) & ~(align - 1);
+      p = rounded < n ? nullptr : g_real.aligned_alloc(align, rounded);
+    }
+    if (p) return p;
+    using Handler = void (*)();
+    auto get = reinterpret_cast<Handler (*)()>(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
+    Handler h = get ? get() : nullptr;
+    if (!h) {
+      if (nothrow) return nullptr;
+      auto thrower = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"));
+      if (thrower) thrower();
+      fatal("operator new failed and std::bad_alloc cannot be thrown (no libstdc++)");
+    }
+    h();
+  }
+}
+
+__attribute__((destructor)) void shim_fini() { sink_close(); }
+
+}  // namespace heaplab::shim

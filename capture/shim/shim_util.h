@@ -1,0 +1,62 @@
+// Helpers for the shim that never allocate: messages with write(2), paths
+// and numbers formatted by hand.
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+namespace heaplab::shim {
+
+// Appends s to buf[*n..cap); keeps the result NUL-terminated. False if it did not fit.
+inline bool append(char* buf, uint64_t cap, uint64_t* n, const char* s) {
+  uint64_t len = strlen(s);
+  if (*n + len + 1 > cap) return false;
+  memcpy(buf + *n, s, len);
+  *n += len;
+  buf[*n] = 0;
+  return true;
+}
+
+inline bool append_u64(char* buf, uint64_t cap, uint64_t* n, uint64_t v) {
+  char tmp[24];
+  int i = 23;
+  tmp[i] = 0;
+  do {
+    tmp[--i] = char('0' + v % 10);
+    v /= 10;
+  } while (v);
+  return append(buf, cap, n, tmp + i);
+}
+
+// DIR/PID.GEN.hlraw
+inline bool format_path(char* buf, uint64_t cap, const char* dir, uint32_t pid, uint32_t gen) {
+  uint64_t n = 0;
+  buf[0] = 0;
+  return append(buf, cap, &n, dir) && append(buf, cap, &n, "/") && append_u64(buf, cap, &n, pid) &&
+         append(buf, cap, &n, ".") && append_u64(buf, cap, &n, gen) && append(buf, cap, &n, ".hlraw");
+}
+
+// "heaplab capture: WHAT[ PATH]: strerror(err)\n" on stderr, one write.
+inline void shim_error_path(const char* what, const char* path, int err) {
+  char buf[1024];
+  uint64_t n = 0;
+  buf[0] = 0;
+  append(buf, sizeof buf, &n, "heaplab capture: ");
+  append(buf, sizeof buf, &n, what);
+  if (path) {
+    append(buf, sizeof buf, &n, " ");
+    append(buf, sizeof buf, &n, path);
+  }
+  if (err) {
+    append(buf, sizeof buf, &n, ": ");
+    append(buf, sizeof buf, &n, strerror(err));
+  }
+  append(buf, sizeof buf, &n, "\n");
+  ssize_t r = write(2, buf, n);
+  (void)r;
+}
+
+inline void shim_error(const char* what, int err) { shim_error_path(what, nullptr, err); }
+
+}  // namespace heaplab::shim

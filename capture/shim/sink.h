@@ -1,0 +1,104 @@
+// The seam between interposition (hooks.h) and where events go. Every hook
+// ends in emit(); the file sink below is the software route (per-thread
+// blocks of a shared file mapping). A ptwrite sink for Intel PT plugs in here:
+// emit() and the clock are all the hooks know of.
+//
+// libc only: no C++ runtime, no allocation, async-signal-safe on the hot path.
+#pragma once
+
+#include <stdint.h>
+
+#include "capture/shim/raw_format.h"
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+#include <time.h>
+
+namespace heaplab::shim {
+
+// Per-thread state of the file sink. `cur` is the next free record slot in
+// the thread's current block. Blocks are kBlockSize-aligned in memory, so a
+// slot whose offset in its block is below kBlockHeaderSize means "no room":
+// the slow path claims a block. The reservation is a single instruction, so
+// a signal handler that allocates between reservation and write gets its own
+// slot and never tears the interrupted record.
+struct ThreadSink {
+  uint64_t cur;         // 0 = no block yet
+  uint32_t slot;        // thread slot + 1, 0 = not assigned
+  uint32_t tid;
+  uint64_t block_seq;   // blocks this thread has started
+  char* block;          // the thread's block in the mapping
+};
+
+extern __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
+
+extern uint32_t g_clock;  // raw::Clock
+
+// Slow path: claims a block (or drops the event if capture is off in this
+// process) and writes the record.
+void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c);
+
+inline uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+// Timestamps. Allocations are stamped after the real call returns, releases
+// before it starts. The TSC is read without fences: fencing (lfence, rdtscp)
+// waits for the program's outstanding cache misses and tripled the cost per
+// event on a std::map workload. The rare cross-thread inversion this allows
+// (an allocation stamped a few cycles before the free that made its address
+// available) is repaired by the normaliser, which looks for the resolving
+// record at the head of the other threads' streams.
+inline uint64_t stamp() {
+#if defined(__x86_64__)
+  if (__builtin_expect(g_clock == raw::kClockTsc, 1)) return __rdtsc();
+#endif
+  return mono_ns();
+}
+
+// False in processes (and fork children) that are not captured: emit() then
+// does nothing.
+extern bool g_capturing;
+
+// Records one event, stamped now: hooks call it after an allocating call
+// returns and before a releasing call starts.
+inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
+  if (__builtin_expect(!g_capturing, 0)) return;
+  uint64_t ticks = stamp();
+  uint64_t slot = raw::kRecordSize;
+#if defined(__x86_64__)
+  // Not `lock`ed: only this thread (and its signal handlers) touch t_sink.
+  asm volatile("xaddq %0, %1" : "+r"(slot), "+m"(t_sink.cur) : : "memory");
+#else
+  slot = __atomic_fetch_add(&t_sink.cur, slot, __ATOMIC_RELAXED);
+#endif
+  if (__builtin_expect((slot & (raw::kBlockSize - 1)) < raw::kBlockHeaderSize, 0)) {
+    emit_slow(op, ticks, a, b, c);
+    return;
+  }
+  auto* r = reinterpret_cast<raw::Record*>(slot);
+  r->a = a;
+  r->b = b;
+  r->c = c;
+  __atomic_store_n(&r->head, raw::record_head(op, ticks), __ATOMIC_RELEASE);
+}
+
+// Process lifecycle of the sink (shim.cpp calls these).
+struct SinkConfig {
+  const char* dir;        // where raw files go
+  bool tsc;               // use the TSC (else CLOCK_MONOTONIC)
+  bool fork_child;        // this image is a fork child
+};
+// Opens DIR/PID.GEN.hlraw. Returns false (capture off) with a message on stderr.
+bool sink_open(const SinkConfig& cfg);
+// In a fork child: drop the parent's file; open a new one if `follow`.
+void sink_after_fork(bool follow, const char* dir);
+// At exit: clock pair and clean-exit flag.
+void sink_close();
+// Whether a raw file exists for this pid with generation 0 (exec detection).
+bool sink_first_image(const char* dir);
+
+}  // namespace heaplab::shim

@@ -1,0 +1,292 @@
+// The file sink (layout in raw_format.h): each thread writes into its own
+// block of a shared mapping of DIR/PID.GEN.hlraw and appends the block to
+// PID.GEN.hlraw.blocks with pwrite(2) when it is full. Thread slots are
+// handed out lock-free; mapping a segment of 64 slots and growing the file
+// happen under a spin lock, with all signals blocked. libc only.
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "capture/shim/shim_util.h"
+#include "capture/shim/sink.h"
+
+namespace heaplab::shim {
+
+using namespace heaplab::raw;
+
+__thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
+uint32_t g_clock = kClockMonotonic;
+bool g_capturing = false;
+
+namespace {
+
+constexpr uint64_t kSegmentBytes = kBlocksPerSegment * kBlockSize;
+constexpr uint64_t kMaxSegments = 65536;  // 1 TiB of records per process image
+
+int g_fd = -1;
+int g_data_fd = -1;
+FileHeader* g_header = nullptr;
+char* g_segments[kMaxSegments];  // atomic pointers; (char*)1 = being mapped
+int g_grow_lock = 0;
+
+uint64_t now_ticks() {
+#if defined(__x86_64__)
+  if (g_clock == kClockTsc) return __rdtsc();
+#endif
+  return mono_ns();
+}
+
+uint64_t real_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+void* map_aligned_segment(uint64_t file_offset) {
+  // Reserve an over-sized range, then map the file at its kBlockSize-aligned start.
+  void* res = mmap(nullptr, kSegmentBytes + kBlockSize, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (res == MAP_FAILED) return nullptr;
+  uintptr_t base = (reinterpret_cast<uintptr_t>(res) + kBlockSize - 1) & ~(kBlockSize - 1);
+  void* seg = mmap(reinterpret_cast<void*>(base), kSegmentBytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, g_fd, off_t(file_offset));
+  if (seg == MAP_FAILED) {
+    munmap(res, kSegmentBytes + kBlockSize);
+    return nullptr;
+  }
+  uintptr_t head = base - reinterpret_cast<uintptr_t>(res);
+  if (head) munmap(res, head);
+  uintptr_t tail = kBlockSize - head;
+  if (tail) munmap(reinterpret_cast<char*>(base) + kSegmentBytes, tail);
+  return seg;
+}
+
+// Returns the segment's base address, mapping it (and growing the file) if
+// this thread is first. nullptr if the file cannot grow.
+char* segment(uint64_t s) {
+  if (s >= kMaxSegments) return nullptr;
+  for (;;) {
+    char* p = __atomic_load_n(&g_segments[s], __ATOMIC_ACQUIRE);
+    if (p && p != reinterpret_cast<char*>(1)) return p;
+    if (p == nullptr) {
+      char* expect = nullptr;
+      if (__atomic_compare_exchange_n(&g_segments[s], &expect, reinterpret_cast<char*>(1), false,
+                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        uint64_t off = kBlockSize * (1 + s * kBlocksPerSegment);
+        uint64_t need = off + kSegmentBytes;
+        while (__atomic_exchange_n(&g_grow_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
+        struct stat st;
+        bool ok = fstat(g_fd, &st) == 0;
+        if (ok && uint64_t(st.st_size) < need) ok = ftruncate(g_fd, off_t(need)) == 0;
+        __atomic_store_n(&g_grow_lock, 0, __ATOMIC_RELEASE);
+        char* seg = ok ? static_cast<char*>(map_aligned_segment(off)) : nullptr;
+        if (!seg) {
+          shim_error("cannot grow the raw capture file", errno);
+          g_capturing = false;
+          __atomic_store_n(&g_segments[s], nullptr, __ATOMIC_RELEASE);
+          return nullptr;
+        }
+        __atomic_store_n(&g_segments[s], seg, __ATOMIC_RELEASE);
+        return seg;
+      }
+      continue;
+    }
+    sched_yield();  // another thread is mapping it
+    if (!__atomic_load_n(&g_capturing, __ATOMIC_RELAXED)) return nullptr;
+  }
+}
+
+void start_block(char* block) {
+  ThreadSink& t = t_sink;
+  auto* h = reinterpret_cast<BlockHeader*>(block);
+  h->thread = t.slot - 1;
+  h->thread_block_seq = t.block_seq++;
+  h->tid = t.tid;
+  h->ticks = now_ticks();
+  h->mono_ns = mono_ns();
+  prctl(PR_GET_NAME, h->name, 0, 0, 0);
+  __atomic_store_n(&h->magic, kBlockMagic, __ATOMIC_RELEASE);
+  t.cur = reinterpret_cast<uint64_t>(block) + kBlockHeaderSize;
+}
+
+// The thread's first event: a slot, and its block in the mapping.
+bool claim_slot() {
+  ThreadSink& t = t_sink;
+  uint32_t slot = __atomic_add_fetch(&g_header->next_thread, 1u, __ATOMIC_RELAXED);
+  char* seg = segment((slot - 1) / kBlocksPerSegment);
+  if (!seg) return false;
+  t.slot = slot;
+  t.tid = uint32_t(syscall(SYS_gettid));
+  t.block_seq = 0;
+  t.block = seg + ((slot - 1) % kBlocksPerSegment) * kBlockSize;
+  start_block(t.block);
+  return true;
+}
+
+// The thread's block is full: append it to .blocks, clear it, start the next.
+bool next_block() {
+  ThreadSink& t = t_sink;
+  uint64_t index = __atomic_fetch_add(&g_header->data_blocks, 1u, __ATOMIC_RELAXED);
+  uint64_t done = 0;
+  while (done < kBlockSize) {
+    ssize_t n = pwrite(g_data_fd, t.block + done, kBlockSize - done, off_t(index * kBlockSize + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      shim_error("cannot append to the raw capture file", n < 0 ? errno : ENOSPC);
+      g_capturing = false;
+      return false;
+    }
+    done += uint64_t(n);
+  }
+  // Clear the magic first: a copy in the mapping without it is never read.
+  __atomic_store_n(&reinterpret_cast<BlockHeader*>(t.block)->magic, 0u, __ATOMIC_RELEASE);
+  memset(t.block + sizeof(uint32_t), 0, kBlockSize - sizeof(uint32_t));
+  start_block(t.block);
+  return true;
+}
+
+void read_proc_file(const char* path, char* buf, uint64_t cap, uint32_t* len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint64_t n = 0;
+  if (fd >= 0) {
+    while (n < cap) {
+      ssize_t r = read(fd, buf + n, cap - n);
+      if (r <= 0) break;
+      n += uint64_t(r);
+    }
+    close(fd);
+  }
+  *len = uint32_t(n);
+}
+
+}  // namespace
+
+void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  ThreadSink& t = t_sink;
+  // A signal handler may have started a fresh block since our reservation failed.
+  if ((t.cur & (kBlockSize - 1)) < kBlockHeaderSize) {
+    bool ok = g_capturing && (t.slot == 0 ? claim_slot() : next_block());
+    if (!ok) t.cur = 0;
+  }
+  if (t.cur) {
+    auto* r = reinterpret_cast<Record*>(t.cur);
+    t.cur += kRecordSize;
+    r->a = a;
+    r->b = b;
+    r->c = c;
+    __atomic_store_n(&r->head, record_head(op, ticks), __ATOMIC_RELEASE);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+bool sink_first_image(const char* dir) {
+  char path[4096];
+  if (!format_path(path, sizeof path, dir, uint32_t(getpid()), 0)) return false;
+  return access(path, F_OK) != 0;
+}
+
+bool sink_open(const SinkConfig& cfg) {
+  g_clock = cfg.tsc ? kClockTsc : kClockMonotonic;
+  char path[4096];
+  int fd = -1;
+  uint32_t gen = 0;
+  for (; gen < 1000; ++gen) {
+    if (!format_path(path, sizeof path, cfg.dir, uint32_t(getpid()), gen)) {
+      shim_error("raw capture directory path too long", 0);
+      return false;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    shim_error_path("cannot create raw capture file", path, errno);
+    return false;
+  }
+  char data_path[4096 + 8];
+  uint64_t dn = 0;
+  data_path[0] = 0;
+  append(data_path, sizeof data_path, &dn, path);
+  append(data_path, sizeof data_path, &dn, ".blocks");
+  int data_fd = open(data_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (data_fd < 0) {
+    shim_error_path("cannot create raw capture file", data_path, errno);
+    close(fd);
+    return false;
+  }
+  if (ftruncate(fd, off_t(kBlockSize)) != 0) {
+    shim_error_path("cannot size raw capture file", path, errno);
+    close(fd);
+    close(data_fd);
+    return false;
+  }
+  void* h = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (h == MAP_FAILED) {
+    shim_error_path("cannot map raw capture file", path, errno);
+    close(fd);
+    close(data_fd);
+    return false;
+  }
+  g_fd = fd;
+  g_data_fd = data_fd;
+  g_header = static_cast<FileHeader*>(h);
+  FileHeader& fh = *g_header;
+  fh.version = kVersion;
+  fh.header_size = uint32_t(kBlockSize);
+  fh.block_size = uint32_t(kBlockSize);
+  fh.record_size = uint32_t(kRecordSize);
+  fh.pid = uint32_t(getpid());
+  fh.ppid = uint32_t(getppid());
+  fh.exec_generation = gen;
+  fh.clock = g_clock;
+  fh.flags = cfg.fork_child ? uint32_t(kFlagForkChild) : 0u;
+  read_proc_file("/proc/self/cmdline", fh.cmdline, kCmdlineMax, &fh.cmdline_len);
+  ssize_t n = readlink("/proc/self/exe", fh.exe, sizeof fh.exe - 1);
+  fh.exe_len = n > 0 ? uint32_t(n) : 0;
+  fh.start_ticks = now_ticks();
+  fh.start_mono_ns = mono_ns();
+  fh.start_real_ns = real_ns();
+  memcpy(fh.magic, kFileMagic, sizeof fh.magic);  // last: the file is now valid
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  t_sink = ThreadSink{};
+  g_capturing = true;
+  return true;
+}
+
+void sink_after_fork(bool follow, const char* dir) {
+  // The child must never write into the parent's mapping.
+  g_capturing = false;
+  t_sink = ThreadSink{};
+  for (uint64_t s = 0; s < kMaxSegments; ++s) {
+    if (!g_segments[s]) continue;
+    if (g_segments[s] != reinterpret_cast<char*>(1)) munmap(g_segments[s], kSegmentBytes);
+    g_segments[s] = nullptr;
+  }
+  if (g_header) munmap(g_header, kBlockSize);
+  g_header = nullptr;
+  if (g_fd >= 0) close(g_fd);
+  if (g_data_fd >= 0) close(g_data_fd);
+  g_fd = g_data_fd = -1;
+  g_grow_lock = 0;
+  if (follow) sink_open(SinkConfig{dir, g_clock == kClockTsc, true});
+}
+
+void sink_close() {
+  if (!g_capturing || !g_header) return;
+  g_header->end_ticks = now_ticks();
+  g_header->end_mono_ns = mono_ns();
+  __atomic_fetch_or(&g_header->flags, kFlagCleanExit, __ATOMIC_RELEASE);
+  // Recording continues: destructors that run after this one still allocate.
+}
+
+}  // namespace heaplab::shim

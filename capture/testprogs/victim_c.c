@@ -1,0 +1,128 @@
+/* A C program with exactly known heap calls, for the capture tests.
+ *   victim_c single        one thread, a fixed sequence (see below)
+ *   victim_c fork          allocates, forks; the child allocates and exits
+ *   victim_c exec          allocates, then execs "victim_c single" in the same process
+ *   victim_c spawn         allocates, then fork+exec "victim_c single" and waits
+ *   victim_c crash MODE N  N mallocs, then dies by MODE: kill, segv or abort
+ *   victim_c signal N      N malloc/free pairs while a timer signal handler
+ *                          also mallocs and frees; prints both counts
+ * Every scenario brackets its calls with malloc(777001)/free and
+ * malloc(777002)/free markers, so tests ignore what libc does around them. */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void marker(size_t n) { free(malloc(n)); }
+#define BEGIN() marker(777001)
+#define END() marker(777002)
+
+static void* volatile sink;
+
+static int single(void) {
+  BEGIN();
+  void* a = malloc(10);
+  void* b = calloc(3, 8);
+  a = realloc(a, 100);
+  void* c = realloc(NULL, 5);
+  free(NULL);
+  free(b);
+  c = realloc(c, 0);     /* glibc frees and returns NULL */
+  volatile size_t huge = SIZE_MAX;
+  void* d = malloc(huge);   /* fails */
+  sink = d;
+  free(a);
+  END();
+  return 0;
+}
+
+static int do_fork(void) {
+  BEGIN();
+  void* p = malloc(111);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void* q = malloc(222);
+    free(p);   /* allocated before the fork: unknown to the child's trace */
+    free(q);
+    END();
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  void* r = malloc(333);
+  free(r);
+  free(p);
+  END();
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+static int do_exec(const char* self, int spawn) {
+  BEGIN();
+  void* p = malloc(444);
+  sink = p;
+  if (spawn) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl(self, self, "single", (char*)NULL);
+      _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    free(p);
+    END();
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+  }
+  execl(self, self, "single", (char*)NULL);
+  return 127;
+}
+
+static int crash(const char* mode, long n) {
+  BEGIN();
+  for (long i = 0; i < n; ++i) sink = malloc((size_t)(i % 100) + 1);
+  if (strcmp(mode, "kill") == 0) kill(getpid(), SIGKILL);
+  if (strcmp(mode, "segv") == 0) *(volatile int*)0 = 1;
+  if (strcmp(mode, "abort") == 0) abort();
+  return 3;
+}
+
+static volatile long handler_calls;
+static void on_alarm(int sig) {
+  (void)sig;
+  free(malloc(48));   /* not async-signal-safe, but programs do it */
+  ++handler_calls;
+}
+
+static int signals(long n) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 50}, {0, 50}};
+  BEGIN();
+  setitimer(ITIMER_REAL, &it, NULL);
+  long i = 0;
+  for (; i < n || handler_calls < 100; ++i) free(malloc(32));
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  END();
+  printf("%ld %ld\n", i, handler_calls);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  if (!strcmp(argv[1], "single")) return single();
+  if (!strcmp(argv[1], "fork")) return do_fork();
+  if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
+  if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
+  if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
+  if (!strcmp(argv[1], "signal") && argc == 3) return signals(atol(argv[2]));
+  return 2;
+}
