@@ -1,7 +1,6 @@
 #include "allocators/library.h"
 
-#include <dlfcn.h>
-#include <link.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,8 +20,11 @@ const std::vector<KnownAllocator>& known_allocators() {
 
 namespace {
 
-// dlopen in a child, so that a library's constructors never run in heaplab.
-// Returns "" and the path on success, or the error text.
+// Runs /bin/true with LD_PRELOAD=lib, LD_BIND_NOW=1 and LD_DEBUG=bindings:
+// the dynamic loader then reports whether the library could be preloaded
+// (some, like jemalloc, cannot be dlopen'ed: static TLS) and which object
+// libc's own references to malloc bind to. Nothing of the library runs in
+// heaplab. Returns "" and the path on success, or the error text.
 std::string probe(const std::string& lib, std::string& path) {
   int fds[2];
   if (pipe(fds) != 0) return std::string("pipe: ") + std::strerror(errno);
@@ -34,36 +36,49 @@ std::string probe(const std::string& lib, std::string& path) {
   }
   if (pid == 0) {
     close(fds[0]);
-    std::string out;
-    void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char* e = dlerror();
-      out = std::string("E") + (e ? e : "cannot be loaded");
-    } else {
-      // dlsym also searches the library's dependencies: malloc must be its own.
-      void* fn = dlsym(h, "malloc");
-      link_map* map = nullptr;
-      Dl_info info;
-      if (!fn || dlinfo(h, RTLD_DI_LINKMAP, &map) != 0 || !dladdr(fn, &info) ||
-          info.dli_fbase != reinterpret_cast<void*>(map->l_addr))
-        out = "Edoes not define malloc";
-      else
-        out = std::string("P") + (map->l_name && *map->l_name ? map->l_name : lib.c_str());
-    }
-    ssize_t w = write(fds[1], out.data(), out.size());
-    (void)w;
-    _exit(0);
+    dup2(fds[1], 2);
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, 1);
+    setenv("LD_PRELOAD", lib.c_str(), 1);
+    setenv("LD_BIND_NOW", "1", 1);
+    setenv("LD_DEBUG", "bindings", 1);
+    unsetenv("LD_DEBUG_OUTPUT");
+    execl("/bin/true", "true", static_cast<char*>(nullptr));
+    _exit(127);
   }
   close(fds[1]);
   std::string out;
-  char buf[4096];
+  char buf[65536];
   for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (out.empty()) return "crashed while being loaded";
-  if (out[0] == 'E') return out.substr(1);
-  path = out.substr(1);
+  std::string provider;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t eol = out.find('\n', pos);
+    if (eol == std::string::npos) eol = out.size();
+    std::string line = out.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.find("cannot be preloaded") != std::string::npos) {
+      size_t colon = line.find("ERROR: ld.so: ");
+      return colon == std::string::npos ? line : line.substr(colon + 14);
+    }
+    // "binding file /lib/.../libc.so.6 [0] to /usr/lib/.../libjemalloc.so.2 [0]: normal symbol `malloc'"
+    size_t f = line.find("binding file ");
+    size_t to = line.find(" to ");
+    if (f == std::string::npos || to == std::string::npos || line.find("symbol `malloc'") == std::string::npos)
+      continue;
+    std::string from = line.substr(f + 13, to - f - 13);
+    if (from.find("/libc.so") == std::string::npos) continue;
+    std::string target = line.substr(to + 4);
+    target = target.substr(0, target.find(" ["));
+    provider = target;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && provider.empty())
+    return "cannot run /bin/true to check it";
+  if (provider.empty() || provider.find("/libc.so") != std::string::npos) return "does not define malloc";
+  path = provider;
   return "";
 }
 

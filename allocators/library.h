@@ -23,7 +23,7 @@ struct ResolvedLibrary {
 };
 
 // Resolves NAME (a known name, or a path to a .so) and checks, in a child
-// process, that it loads and defines malloc. Returns the library or sets
+// process, that it can be preloaded and defines malloc. Returns the library or sets
 // `error` to one line: "allocator 'X': ...".
 std::optional<ResolvedLibrary> resolve_allocator(const std::string& name, std::string& error);
 

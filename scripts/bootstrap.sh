@@ -17,11 +17,15 @@ set -euo pipefail
 #   compression:   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
 #   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
 #   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
+#   allocators to run captured programs on: libjemalloc2 libmimalloc2.0 libgoogle-perftools4
+#   real programs and the reference tool (capture tests, demo, overhead
+#   benchmark): sqlite3 heaptrack python3
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-  zstd xz-utils bzip2 gzip lz4 clang"
+  zstd xz-utils bzip2 gzip lz4 clang
+  libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3"
 
 say() { echo "bootstrap: $*"; }
 die() { echo "bootstrap: error: $*" >&2; exit 1; }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# heaplab demo: build, then import the bundled real trace (SPEC 456.hmmer, in
-# Compact Memory Traces text format), validate it and print its statistics.
-# (Later this will also capture and replay.)
+# heaplab demo: build; capture a real program (Debian's sqlite3 building,
+# indexing and querying a 20,000-row table) with the LD_PRELOAD shim, on
+# glibc and on jemalloc, mimalloc and tcmalloc; check the traces and print
+# their statistics; then import the bundled SPEC 456.hmmer trace (Compact
+# Memory Traces text format) the same way. (Replay and the comparison table
+# come with issues 4 to 7.)
 #
 # Usage: scripts/demo.sh
 # Environment: HEAPLAB_BUILD_DIR  build directory (default: <repo>/build)
@@ -25,6 +28,28 @@ heading "Build (scripts/bootstrap.sh)"
 HEAPLAB_BUILD_DIR="$BUILD_DIR" bash scripts/bootstrap.sh
 
 mkdir -p results
+
+SQL="results/demo.sql"
+cat > "$SQL" <<'SQL_EOF'
+CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<20000)
+INSERT INTO t SELECT x, printf('name-%d-%s', x, hex(randomblob(8))), x*1.5 FROM c;
+CREATE INDEX t_name ON t(name);
+SELECT count(*), sum(v) FROM t WHERE name LIKE 'name-1%';
+UPDATE t SET name = upper(name) WHERE id % 7 = 0;
+DELETE FROM t WHERE id % 3 = 0;
+VACUUM;
+SQL_EOF
+
+for alloc in glibc jemalloc mimalloc tcmalloc; do
+  heading "Capture sqlite3 on $alloc -> results/sqlite3.$alloc.hlt"
+  "$HEAPLAB" capture --allocator "$alloc" -o "results/sqlite3.$alloc.hlt" -- \
+    sqlite3 :memory: -init /dev/null -cmd ".read $SQL" </dev/null >/dev/null
+  "$HEAPLAB" check "results/sqlite3.$alloc.hlt"
+done
+
+heading "Stats results/sqlite3.glibc.hlt"
+"$HEAPLAB" stats results/sqlite3.glibc.hlt
 
 heading "Import $INPUT -> $TRACE"
 "$HEAPLAB" import --from cmt-text "$INPUT" -o "$TRACE"

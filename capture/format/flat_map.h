@@ -33,7 +33,7 @@ class FlatMap {
 
   // Inserts or overwrites; returns true if the key was new.
   bool put(uint64_t key, const V& value) {
-    if ((size_ + 1) * 4 > table_.size() * 3) rehash(table_.size() * 2);
+    if ((size_ + 1) * 2 > table_.size()) rehash(table_.size() * 2);  // load <= 1/2: short probe runs
     size_t i = slot(key);
     for (;;) {
       Entry& e = table_[i];

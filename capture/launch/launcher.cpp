@@ -75,7 +75,7 @@ bool statically_linked(const std::string& path) {
     Elf64_Phdr ph;
     f.seekg(std::streamoff(eh.e_phoff + uint64_t(i) * eh.e_phentsize));
     if (!f.read(reinterpret_cast<char*>(&ph), sizeof ph)) return false;
-    if (ph.p_type == PT_INTERP || ph.p_type == PT_DYNAMIC) return false;
+    if (ph.p_type == PT_INTERP) return false;  // static-pie has PT_DYNAMIC but no interpreter
   }
   return true;
 }

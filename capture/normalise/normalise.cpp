@@ -21,12 +21,25 @@ struct Pending {  // a realloc between its two records
 };
 
 struct Stream {
+  explicit Stream(RawThreadCursor c) : cursor(std::move(c)) {}
   RawThreadCursor cursor;
   const Record* rec = nullptr;
   uint64_t ticks = 0;      // of rec, unwrapped and never decreasing
+  uint64_t gen = 0;        // records advanced past: tells stale heap entries
   uint32_t index = 0;      // output thread index
   bool started = false;
+  bool busy = false;       // its record is being processed
   std::vector<Pending> pending;
+};
+
+struct Key {
+  uint64_t ticks;
+  uint32_t rank;
+  uint32_t stream;
+  uint64_t gen;
+  bool operator>(const Key& o) const {
+    return std::tie(ticks, rank, stream) > std::tie(o.ticks, o.rank, o.stream);
+  }
 };
 
 // Releases sort before allocations stamped at the same tick.
@@ -47,8 +60,11 @@ class Normaliser {
   trace::WriterOptions writer_options();
   nlohmann::json metadata();
   void advance(size_t s);
+  void process(size_t s);
+  bool resolve(uint64_t addr, bool want_release);
   void handle(Stream& st, const Record& r, uint64_t time);
   uint64_t append(Event& e);
+  uint64_t ns(uint64_t ticks) const;
 
   const RawFile& in_;
   const NormaliseOptions& opt_;
@@ -57,6 +73,10 @@ class Normaliser {
   trace::TraceWriter writer_;
   std::vector<Stream> streams_;
   FlatMap<uint64_t> live_;  // address -> object id
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> heap_;
+  uint64_t first_time_ = 0, last_time_ = 0;
+  bool any_ = false;
+  uint64_t written_time_ = 0;
   uint32_t next_thread_ = 0;
 };
 
@@ -88,7 +108,11 @@ nlohmann::json Normaliser::metadata() {
   return m;
 }
 
-uint64_t Normaliser::append(Event& e) { return writer_.append(e); }
+uint64_t Normaliser::append(Event& e) {
+  e.time = std::max(e.time, written_time_);  // a record processed early by resolve()
+  written_time_ = e.time;
+  return writer_.append(e);
+}
 
 void Normaliser::advance(size_t s) {
   Stream& st = streams_[s];
@@ -98,6 +122,7 @@ void Normaliser::advance(size_t s) {
   uint64_t t = start + ((record_ticks(st.rec->head) - start) & kTicksMask);
   if (t < st.ticks) t = st.ticks;  // a signal handler's record stamped out of slot order
   st.ticks = t;
+  ++st.gen;
 }
 
 void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
@@ -107,7 +132,7 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
   e.thread = st.index;
   if (op == kRawReallocBegin || op == kRawReallocarrayBegin) {
     Pending p{r.a, 0, r.b, r.c, false};
-    if (r.a) p.known = live_.erase(r.a, &p.id);
+    if (r.a) p.known = live_.erase(r.a, &p.id) || (resolve(r.a, false) && live_.erase(r.a, &p.id));
     st.pending.push_back(p);
     return;
   }
@@ -142,7 +167,8 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
       append(e);
       return;
     }
-    if (live_.erase(r.a)) ++rep_.reused_live;
+    if (live_.find(r.a) && !resolve(r.a, true)) ++rep_.reused_live;
+    live_.erase(r.a);
     live_.put(r.a, append(e));
     return;
   }
@@ -155,13 +181,14 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
       append(e);
       return;
     }
-    if (live_.erase(r.a)) ++rep_.reused_live;
+    if (live_.find(r.a) && !resolve(r.a, true)) ++rep_.reused_live;
+    live_.erase(r.a);
     live_.put(r.a, append(e));
     return;
   }
   if (trace::op_has(e.op, trace::kSize)) e.size = r.b;
   if (trace::op_has(e.op, trace::kAlign)) e.align = r.c;
-  if (r.a && !live_.erase(r.a, &e.old)) {
+  if (r.a && !live_.erase(r.a, &e.old) && !(resolve(r.a, false) && live_.erase(r.a, &e.old))) {
     ++rep_.unknown_frees;  // allocated before capture started
     --rep_.calls;
     return;
@@ -169,70 +196,101 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
   append(e);
 }
 
+// Processes stream s's current record: writes its events, advances the
+// stream and queues its next record.
+void Normaliser::process(size_t s) {
+  Stream& st = streams_[s];
+  st.busy = true;
+  uint64_t time = std::max(ns(st.ticks), last_time_);  // rounding never reorders
+  if (!any_) first_time_ = time;
+  any_ = true;
+  last_time_ = time;
+  if (!st.started) {
+    st.started = true;
+    st.index = next_thread_++;
+    const RawThread& rt = in_.threads()[s];
+    writer_.set_thread_info(st.index, trace::ThreadInfo{rt.tid, rt.name});
+    Event e;
+    e.op = Op::thread_start;
+    e.time = time;
+    e.thread = st.index;
+    append(e);
+  }
+  uint64_t holes_before = st.cursor.holes();
+  const Record rec = *st.rec;
+  ++rep_.records;
+  advance(s);  // holes found here lie between rec and the thread's next record
+  handle(st, rec, time);
+  if (uint64_t lost = st.cursor.holes() - holes_before) {
+    Event e;
+    e.op = Op::lost;
+    e.count = lost;
+    e.time = time;
+    e.thread = st.index;
+    append(e);
+    rep_.holes += lost;
+  }
+  if (st.rec) {
+    heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
+  } else {
+    rep_.unfinished_reallocs += st.pending.size();
+    for (const Pending& p : st.pending)
+      if (p.known) live_.put(p.old, p.id);
+    Event e;
+    e.op = Op::thread_end;
+    e.time = time;
+    e.thread = st.index;
+    append(e);
+  }
+  st.busy = false;
+}
+
+// The TSC is read without fences (sink.h), so a record can be stamped a few
+// cycles out of causal order with another thread's. When an allocation
+// returns a still-live address (or a release names an unknown one), the
+// record that resolves it is at the head of another thread's stream:
+// process that first. Returns true if one was found.
+bool Normaliser::resolve(uint64_t addr, bool want_release) {
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    Stream& o = streams_[s];
+    if (o.busy || !o.rec || o.rec->a != addr) continue;
+    uint32_t op = record_op(o.rec->head);
+    bool release = op == kRawReallocBegin || op == kRawReallocarrayBegin ||
+                   (op < trace::kOpCount && trace::op_consumes(Op(op)) && !trace::op_produces(Op(op)));
+    bool produce = op < trace::kOpCount && trace::op_produces(Op(op));
+    if (want_release ? release : produce) {
+      ++rep_.reordered;
+      process(s);
+      return true;
+    }
+  }
+  return false;
+}
+
+uint64_t Normaliser::ns(uint64_t ticks) const {
+  uint64_t start = in_.header().start_ticks;
+  if (ns_per_tick_ == 0) return 0;
+  return ticks > start ? uint64_t(double(ticks - start) * ns_per_tick_) : 0;
+}
+
 NormaliseReport Normaliser::run() {
   const auto& threads = in_.threads();
   streams_.reserve(threads.size());
-  for (const RawThread& t : threads) streams_.push_back(Stream{RawThreadCursor(in_, t), nullptr, 0, 0, false, {}});
-  using Key = std::tuple<uint64_t, uint32_t, uint32_t>;  // ticks, rank, stream
-  std::priority_queue<Key, std::vector<Key>, std::greater<>> heap;
+  for (const RawThread& t : threads) streams_.emplace_back(RawThreadCursor(in_, t));
   for (size_t s = 0; s < streams_.size(); ++s) {
     advance(s);
-    if (streams_[s].rec) heap.emplace(streams_[s].ticks, rank(record_op(streams_[s].rec->head)), uint32_t(s));
-  }
-  uint64_t start = in_.header().start_ticks, first = 0, last = 0;
-  bool any = false;
-  auto ns = [&](uint64_t ticks) {
-    if (ns_per_tick_ == 0) return uint64_t(0);
-    return ticks > start ? uint64_t(double(ticks - start) * ns_per_tick_) : uint64_t(0);
-  };
-  uint64_t prev_time = 0;
-  while (!heap.empty()) {
-    auto [ticks, r, s] = heap.top();
-    heap.pop();
     Stream& st = streams_[s];
-    uint64_t time = std::max(ns(ticks), prev_time);  // rounding never reorders
-    prev_time = time;
-    if (!any) first = time;
-    any = true;
-    last = time;
-    if (!st.started) {
-      st.started = true;
-      st.index = next_thread_++;
-      const RawThread& rt = threads[s];
-      writer_.set_thread_info(st.index, trace::ThreadInfo{rt.tid, rt.name});
-      Event e;
-      e.op = Op::thread_start;
-      e.time = time;
-      e.thread = st.index;
-      append(e);
-    }
-    uint64_t holes_before = st.cursor.holes();
-    const Record rec = *st.rec;
-    ++rep_.records;
-    advance(s);  // holes found here lie between rec and the thread's next record
-    handle(st, rec, time);
-    if (uint64_t lost = st.cursor.holes() - holes_before) {
-      Event e;
-      e.op = Op::lost;
-      e.count = lost;
-      e.time = time;
-      e.thread = st.index;
-      append(e);
-      rep_.holes += lost;
-    }
-    if (st.rec) {
-      heap.emplace(st.ticks, rank(record_op(st.rec->head)), s);
-    } else {
-      rep_.unfinished_reallocs += st.pending.size();
-      for (const Pending& p : st.pending)
-        if (p.known) live_.put(p.old, p.id);
-      Event e;
-      e.op = Op::thread_end;
-      e.time = time;
-      e.thread = st.index;
-      append(e);
-    }
+    if (st.rec) heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
   }
+  while (!heap_.empty()) {
+    Key k = heap_.top();
+    heap_.pop();
+    Stream& st = streams_[k.stream];
+    if (k.gen != st.gen || !st.rec) continue;  // processed early by resolve()
+    process(k.stream);
+  }
+  uint64_t first = first_time_, last = last_time_;
+  bool any = any_;
   rep_.threads = next_thread_;
   rep_.objects = writer_.objects();
   rep_.live_at_end = live_.size();
@@ -268,6 +326,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
           {"lost_records", r.holes},
           {"unfinished_reallocs", r.unfinished_reallocs},
           {"bad_records", r.bad_records},
+          {"reordered_records", r.reordered},
           {"blocks_missing", r.blocks_missing},
           {"duration_ns", r.duration_ns},
           {"clean_exit", r.clean_exit}};

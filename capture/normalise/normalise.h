@@ -40,6 +40,8 @@ struct NormaliseReport {
   uint64_t holes = 0;             // records the program died while writing: written as `lost`
   uint64_t unfinished_reallocs = 0;  // a realloc the program never returned from
   uint64_t bad_records = 0;       // records with an unknown op: skipped
+  uint64_t reordered = 0;         // records taken ahead of their timestamp to keep
+                                  // an address's alloc/free order (unfenced TSC)
   uint64_t blocks_missing = 0;    // blocks claimed but not written
   uint64_t duration_ns = 0;       // first to last event
   uint64_t bytes = 0;             // size of the trace written
