@@ -29,6 +29,8 @@ struct Stream {
   uint32_t index = 0;      // output thread index
   bool started = false;
   bool busy = false;       // its record is being processed
+  uint64_t holes_reported = 0;
+  uint64_t ticks_of_current = 0;  // of the record being processed
   std::vector<Pending> pending;
 };
 
@@ -77,6 +79,8 @@ class Normaliser {
   uint64_t first_time_ = 0, last_time_ = 0;
   bool any_ = false;
   uint64_t written_time_ = 0;
+  uint64_t now_ticks_ = 0;      // ticks of the record being processed
+  uint64_t window_ticks_ = 0;   // how far ahead resolve() may look
   uint32_t next_thread_ = 0;
 };
 
@@ -118,8 +122,10 @@ void Normaliser::advance(size_t s) {
   Stream& st = streams_[s];
   st.rec = st.cursor.next();
   if (!st.rec) return;
-  uint64_t start = in_.header().start_ticks;
-  uint64_t t = start + ((record_ticks(st.rec->head) - start) & kTicksMask);
+  // 56-bit ticks, unwrapped around the start: up to 2^55 ticks before it (a
+  // thread's unfenced TSC read just before capture started) or after.
+  uint64_t base = in_.header().start_ticks - (uint64_t{1} << 55);
+  uint64_t t = base + ((record_ticks(st.rec->head) - base) & kTicksMask);
   if (t < st.ticks) t = st.ticks;  // a signal handler's record stamped out of slot order
   st.ticks = t;
   ++st.gen;
@@ -216,12 +222,9 @@ void Normaliser::process(size_t s) {
     e.thread = st.index;
     append(e);
   }
-  uint64_t holes_before = st.cursor.holes();
-  const Record rec = *st.rec;
-  ++rep_.records;
-  advance(s);  // holes found here lie between rec and the thread's next record
-  handle(st, rec, time);
-  if (uint64_t lost = st.cursor.holes() - holes_before) {
+  // Holes before this record (found when the stream advanced to it).
+  if (uint64_t lost = st.cursor.holes() - st.holes_reported) {
+    st.holes_reported = st.cursor.holes();
     Event e;
     e.op = Op::lost;
     e.count = lost;
@@ -230,6 +233,14 @@ void Normaliser::process(size_t s) {
     append(e);
     rep_.holes += lost;
   }
+  const Record rec = *st.rec;
+  st.ticks_of_current = st.ticks;
+  ++rep_.records;
+  advance(s);  // holes it finds lie before the next record: reported with it
+  uint64_t saved_now = now_ticks_;
+  now_ticks_ = st.ticks_of_current;
+  handle(st, rec, time);
+  now_ticks_ = saved_now;
   if (st.rec) {
     heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
   } else {
@@ -254,6 +265,10 @@ bool Normaliser::resolve(uint64_t addr, bool want_release) {
   for (size_t s = 0; s < streams_.size(); ++s) {
     Stream& o = streams_[s];
     if (o.busy || !o.rec || o.rec->a != addr) continue;
+    // Unfenced TSC reads are out of order by at most a few hundred cycles;
+    // anything further apart is a genuine event (e.g. reuse of an address
+    // freed before capture started), not an inversion.
+    if (o.ticks > now_ticks_ + window_ticks_) continue;
     uint32_t op = record_op(o.rec->head);
     bool release = op == kRawReallocBegin || op == kRawReallocarrayBegin ||
                    (op < trace::kOpCount && trace::op_consumes(Op(op)) && !trace::op_produces(Op(op)));
@@ -275,6 +290,8 @@ uint64_t Normaliser::ns(uint64_t ticks) const {
 
 NormaliseReport Normaliser::run() {
   const auto& threads = in_.threads();
+  constexpr double kWindowNs = 10000;  // 10 us; the real skew is well under 1 us
+  window_ticks_ = uint64_t(kWindowNs / (ns_per_tick_ > 0 ? ns_per_tick_ : 1.0 / 3));
   streams_.reserve(threads.size());
   for (const RawThread& t : threads) streams_.emplace_back(RawThreadCursor(in_, t));
   for (size_t s = 0; s < streams_.size(); ++s) {

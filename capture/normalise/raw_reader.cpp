@@ -46,7 +46,7 @@ RawFile::Mapping RawFile::map_file(const std::string& path, bool required) {
 
 RawFile::RawFile(const std::string& path) : path_(path) {
   ring_ = map_file(path, true);
-  if (ring_.size < sizeof(FileHeader))
+  if (ring_.size < kBlockSize)  // the shim sizes the file to the header block at once
     fail(path, "not a heaplab raw capture (file too short: " + std::to_string(ring_.size) + " bytes)");
   header_ = reinterpret_cast<const FileHeader*>(ring_.data);
   const FileHeader& h = *header_;
@@ -69,7 +69,10 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     appended_size = uint64_t(st.st_size);
   }
 
-  uint32_t nthreads = h.next_thread;
+  // A thread writes only after its slot's block is in the file, so slots
+  // beyond the file (a corrupt or cut-off header) hold nothing.
+  uint64_t in_ring = (ring_.size - kBlockSize) / kBlockSize;
+  uint32_t nthreads = uint32_t(std::min<uint64_t>(h.next_thread, in_ring));
   std::vector<RawThread> by_slot(nthreads);
   auto valid = [&](const BlockHeader& b) { return b.magic == kBlockMagic && b.thread < nthreads; };
   // Appended blocks: only whole ones (a cut-off last one is still whole in the mapping).
@@ -82,8 +85,7 @@ RawFile::RawFile(const std::string& path) : path_(path) {
   }
   // Each thread's current block in the mapping: the complete copy if its seq
   // was also appended (it is cleared, magic first, only after the append).
-  uint64_t in_ring = std::min<uint64_t>(nthreads, (ring_.size - kBlockSize) / kBlockSize);
-  for (uint64_t s = 0; s < in_ring; ++s) {
+  for (uint64_t s = 0; s < nthreads; ++s) {
     BlockRef ref;
     ref.mapped = ring_.data + kBlockSize * (s + 1);
     std::memcpy(&ref.header, ref.mapped, sizeof ref.header);

@@ -1,0 +1,1187 @@
+// Tests of the raw capture reader (RawFile, RawThreadCursor) and of the
+// normaliser, over raw files built byte by byte as the shim lays them out
+// (capture/shim/raw_format.h): the normalised trace is read back and every
+// event compared exactly, with the report's counters.
+#include "capture/normalise/normalise.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "capture/format/event.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_testutil.h"
+#include "capture/normalise/raw_reader.h"
+#include "capture/shim/raw_format.h"
+
+namespace heaplab::trace {
+// Readable failures for event comparisons.
+void PrintTo(const Event& e, std::ostream* os) {
+  *os << "{seq " << e.seq << " t" << e.thread << " @" << e.time << " " << op_name(e.op);
+  if (e.id) *os << " id " << e.id;
+  if (e.old) *os << " old " << e.old;
+  if (e.size) *os << " size " << e.size;
+  if (e.align) *os << " align " << e.align;
+  if (e.count) *os << " count " << e.count;
+  if (e.flags) *os << " flags " << unsigned(e.flags);
+  *os << "}";
+}
+}  // namespace heaplab::trace
+
+namespace heaplab::normalise {
+namespace {
+
+using trace::Event;
+using trace::Op;
+using trace::testutil::TempDir;
+
+constexpr uint64_t kStart = 1000;  // header start_ticks in most tests
+
+// ---------------------------------------------------------------- raw builder
+
+constexpr uint32_t op(Op o) { return uint32_t(o); }
+
+raw::Record rec(uint32_t o, uint64_t ticks, uint64_t a = 0, uint64_t b = 0, uint64_t c = 0) {
+  return raw::Record{raw::record_head(o, ticks), a, b, c};
+}
+raw::Record rec(Op o, uint64_t ticks, uint64_t a = 0, uint64_t b = 0, uint64_t c = 0) {
+  return rec(op(o), ticks, a, b, c);
+}
+raw::Record hole() { return raw::Record{0, 0, 0, 0}; }
+
+struct Block {
+  uint32_t magic = raw::kBlockMagic;
+  uint32_t thread = 0;
+  uint64_t seq = 0;
+  uint64_t tid = 0;
+  std::string name;
+  std::vector<raw::Record> records;  // from the block's first record slot; the rest is zero
+
+  std::string bytes() const {
+    std::string out(raw::kBlockSize, '\0');
+    raw::BlockHeader h{};
+    h.magic = magic;
+    h.thread = thread;
+    h.thread_block_seq = seq;
+    h.tid = tid;
+    std::memcpy(h.name, name.data(), std::min(name.size(), sizeof h.name));
+    std::memcpy(out.data(), &h, sizeof h);
+    if (records.size() > raw::kRecordsPerBlock) throw std::runtime_error("too many records for a block");
+    if (!records.empty())
+      std::memcpy(out.data() + raw::kBlockHeaderSize, records.data(), records.size() * sizeof(raw::Record));
+    return out;
+  }
+};
+
+Block block(uint32_t thread, uint64_t seq, std::vector<raw::Record> records, uint64_t tid = 0) {
+  Block b;
+  b.thread = thread;
+  b.seq = seq;
+  b.tid = tid ? tid : 100 + thread;
+  b.name = "thread" + std::to_string(thread);
+  b.records = std::move(records);
+  return b;
+}
+
+// A raw capture: the header, the mapped current block of each thread slot
+// (nullopt: all zero), and the appended blocks.
+struct Capture {
+  // FileHeader fields
+  char magic[8] = {'H', 'L', 'R', 'A', 'W', 'C', 'A', 'P'};
+  uint32_t version = raw::kVersion;
+  uint32_t header_size = uint32_t(raw::kBlockSize);
+  uint32_t block_size = uint32_t(raw::kBlockSize);
+  uint32_t record_size = uint32_t(raw::kRecordSize);
+  uint32_t clock = raw::kClockMonotonic;
+  uint64_t start_ticks = kStart;
+  uint64_t start_mono_ns = 0;
+  uint64_t end_ticks = 0, end_mono_ns = 0;
+  uint32_t flags = raw::kFlagCleanExit;
+  std::optional<uint32_t> next_thread;  // default: slots.size()
+
+  std::vector<std::optional<Block>> slots;  // mapped blocks, by slot
+  std::vector<Block> appended;              // .blocks, in file order
+  std::string appended_tail;                // bytes after the whole appended blocks
+  bool blocks_file = true;                  // write .blocks (when it has any content)
+
+  // Mapped block of `slot` (grows the slot list).
+  Capture& map(uint32_t slot, Block b) {
+    if (slots.size() <= slot) slots.resize(slot + 1);
+    slots[slot] = std::move(b);
+    return *this;
+  }
+  // A thread whose records all are in its mapped block (seq 0).
+  Capture& thread(uint32_t slot, std::vector<raw::Record> records) {
+    return map(slot, block(slot, 0, std::move(records)));
+  }
+
+  std::string header_bytes() const {
+    auto h = std::make_unique<raw::FileHeader>();  // zero
+    std::memcpy(h->magic, magic, sizeof h->magic);
+    h->version = version;
+    h->header_size = header_size;
+    h->block_size = block_size;
+    h->record_size = record_size;
+    h->pid = 4321;
+    h->ppid = 1;
+    h->clock = clock;
+    h->start_ticks = start_ticks;
+    h->start_mono_ns = start_mono_ns;
+    h->start_real_ns = 1700000000000000000ull;
+    h->end_ticks = end_ticks;
+    h->end_mono_ns = end_mono_ns;
+    h->data_blocks = appended.size();
+    h->next_thread = next_thread ? *next_thread : uint32_t(slots.size());
+    h->flags = flags;
+    static const char kCmd[] = "prog\0arg1";
+    std::memcpy(h->cmdline, kCmd, sizeof kCmd - 1);
+    h->cmdline_len = sizeof kCmd - 1;
+    static const char kExe[] = "/usr/bin/prog";
+    std::memcpy(h->exe, kExe, sizeof kExe - 1);
+    h->exe_len = sizeof kExe - 1;
+    std::string out(raw::kBlockSize, '\0');
+    std::memcpy(out.data(), h.get(), sizeof *h);
+    return out;
+  }
+
+  std::string ring_bytes() const {
+    std::string out = header_bytes();
+    for (const auto& b : slots) out += b ? b->bytes() : std::string(raw::kBlockSize, '\0');
+    return out;
+  }
+
+  std::string blocks_bytes() const {
+    std::string out;
+    for (const Block& b : appended) out += b.bytes();
+    return out + appended_tail;
+  }
+
+  // Writes DIR/4321.0.hlraw (and .blocks); returns its path.
+  std::string write(const TempDir& dir) const {
+    std::string path = dir.file("4321.0.hlraw");
+    trace::testutil::write_file(path, ring_bytes());
+    std::string blocks = blocks_bytes();
+    if (blocks_file && !blocks.empty()) trace::testutil::write_file(path + ".blocks", blocks);
+    return path;
+  }
+};
+
+// ------------------------------------------------------------------- running
+
+struct Result {
+  NormaliseReport rep;
+  std::vector<Event> events;
+  std::unique_ptr<trace::TraceReader> reader;
+};
+
+Result run(const Capture& c, const TempDir& dir, const NormaliseOptions& opt = {}) {
+  std::string path = c.write(dir);
+  RawFile f(path);
+  Result r;
+  r.rep = normalise(f, dir.file("out.hlt"), opt);
+  r.reader = trace::TraceReader::open(dir.file("out.hlt"));
+  r.events = trace::testutil::read_all(*r.reader);
+  return r;
+}
+
+// An expected event.
+struct X {
+  Event e;
+  X(Op o, uint64_t time, uint32_t thread = 0) {
+    e.op = o;
+    e.time = time;
+    e.thread = thread;
+  }
+  X& id(uint64_t v) { e.id = v; return *this; }
+  X& old(uint64_t v) { e.old = v; return *this; }
+  X& size(uint64_t v) { e.size = v; return *this; }
+  X& align(uint64_t v) { e.align = v; return *this; }
+  X& count(uint64_t v) { e.count = v; return *this; }
+  X& flags(uint8_t v) { e.flags = v; return *this; }
+  operator Event() const { return e; }
+};
+
+std::string dump(const std::vector<Event>& events) {
+  std::string s;
+  for (const Event& e : events) s += "\n  " + testing::PrintToString(e);
+  return s;
+}
+
+// Compares the whole trace; seq is the position.
+void expect_events(const std::vector<Event>& got, std::vector<Event> want) {
+  for (size_t i = 0; i < want.size(); ++i) want[i].seq = i;
+  ASSERT_EQ(got.size(), want.size()) << "got:" << dump(got) << "\nwant:" << dump(want);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(got[i], want[i]) << "event " << i << "; got:" << dump(got);
+}
+
+void expect_times_never_decrease(const std::vector<Event>& events) {
+  for (size_t i = 1; i < events.size(); ++i)
+    EXPECT_LE(events[i - 1].time, events[i].time) << "event " << i << dump(events);
+}
+
+// The report's anomaly counters, all expected zero unless named.
+struct Anomalies {
+  uint64_t unknown_frees = 0, unknown_reallocs = 0, reused_live = 0, holes = 0,
+           unfinished_reallocs = 0, bad_records = 0, reordered = 0, blocks_missing = 0;
+};
+void expect_anomalies(const NormaliseReport& r, const Anomalies& a) {
+  EXPECT_EQ(r.unknown_frees, a.unknown_frees);
+  EXPECT_EQ(r.unknown_reallocs, a.unknown_reallocs);
+  EXPECT_EQ(r.reused_live, a.reused_live);
+  EXPECT_EQ(r.holes, a.holes);
+  EXPECT_EQ(r.unfinished_reallocs, a.unfinished_reallocs);
+  EXPECT_EQ(r.bad_records, a.bad_records);
+  EXPECT_EQ(r.reordered, a.reordered);
+  EXPECT_EQ(r.blocks_missing, a.blocks_missing);
+}
+
+std::string raw_error(const std::string& path) {
+  try {
+    RawFile f(path);
+  } catch (const RawError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Sizes of the malloc events, in trace order.
+std::vector<uint64_t> malloc_sizes(const std::vector<Event>& events) {
+  std::vector<uint64_t> out;
+  for (const Event& e : events)
+    if (e.op == Op::malloc) out.push_back(e.size);
+  return out;
+}
+
+constexpr uint8_t kNull = trace::kNullResult;
+constexpr uint8_t kNullFailed = trace::kNullResult | trace::kFailed;
+
+// ===================================================================== 1. one thread
+
+TEST(Normalise, OneThreadExactTrace) {
+  TempDir dir;
+  Capture c;
+  c.thread(0, {
+                  rec(Op::malloc, 1010, 0x1000, 16),
+                  rec(Op::calloc, 1020, 0x2000, 8, 10),
+                  rec(Op::free, 1030, 0x1000),
+                  rec(Op::op_new, 1040, 0x3000, 24),
+                  rec(Op::op_delete_sized, 1050, 0x3000, 24),
+                  rec(Op::posix_memalign, 1060, 0x4000, 100, 64),
+                  rec(Op::free, 1070, 0),                   // free(NULL)
+                  rec(Op::malloc, 1080, 0, uint64_t{1} << 50),  // failed
+                  rec(Op::op_delete_aligned, 1090, 0x4000, 0, 64),
+                  rec(Op::free, 1100, 0x2000),
+              });
+  c.slots[0]->tid = 4242;
+  c.slots[0]->name = "main";
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(16),
+                              X(Op::calloc, 20).id(2).size(8).count(10),
+                              X(Op::free, 30).old(1),
+                              X(Op::op_new, 40).id(3).size(24),
+                              X(Op::op_delete_sized, 50).old(3).size(24),
+                              X(Op::posix_memalign, 60).id(4).size(100).align(64),
+                              X(Op::free, 70),
+                              X(Op::malloc, 80).size(uint64_t{1} << 50).flags(kNullFailed),
+                              X(Op::op_delete_aligned, 90).old(4).align(64),
+                              X(Op::free, 100).old(2),
+                              X(Op::thread_end, 100),
+                          });
+  EXPECT_EQ(r.rep.records, 10u);
+  EXPECT_EQ(r.rep.calls, 10u);
+  EXPECT_EQ(r.rep.events, 12u);
+  EXPECT_EQ(r.rep.threads, 1u);
+  EXPECT_EQ(r.rep.objects, 4u);
+  EXPECT_EQ(r.rep.live_at_end, 0u);
+  EXPECT_EQ(r.rep.duration_ns, 90u);
+  EXPECT_TRUE(r.rep.clean_exit);
+  EXPECT_EQ(r.rep.clock, "monotonic");
+  EXPECT_EQ(r.rep.bytes, r.reader->file_size());
+  expect_anomalies(r.rep, {});
+  EXPECT_TRUE(r.reader->has_time());
+  EXPECT_TRUE(r.reader->complete());
+  EXPECT_EQ(r.reader->thread_info(0), (trace::ThreadInfo{4242, "main"}));
+  auto meta = nlohmann::json::parse(r.reader->metadata());
+  EXPECT_EQ(meta["capture"]["pid"], 4321);
+  EXPECT_EQ(meta["capture"]["exe"], "/usr/bin/prog");
+  EXPECT_EQ(meta["capture"]["records"], 10);
+}
+
+TEST(Normalise, EveryProducingAndReleasingOpKeepsItsFields) {
+  // Ops 0..29 except realloc/reallocarray: each allocation freed by the next
+  // release op, fields per raw_format.h.
+  TempDir dir;
+  std::vector<raw::Record> recs;
+  std::vector<Event> want;
+  uint64_t t = 1010, id = 0;
+  want.push_back(X(Op::thread_start, 10));
+  const Op producers[] = {Op::malloc, Op::calloc, Op::memalign, Op::posix_memalign, Op::aligned_alloc,
+                          Op::valloc, Op::pvalloc, Op::op_new, Op::op_new_array, Op::op_new_nothrow,
+                          Op::op_new_array_nothrow, Op::op_new_aligned, Op::op_new_array_aligned,
+                          Op::op_new_aligned_nothrow, Op::op_new_array_aligned_nothrow};
+  const Op releasers[] = {Op::free, Op::op_delete, Op::op_delete_array, Op::op_delete_sized,
+                          Op::op_delete_array_sized, Op::op_delete_aligned, Op::op_delete_array_aligned,
+                          Op::op_delete_sized_aligned, Op::op_delete_array_sized_aligned,
+                          Op::op_delete_nothrow, Op::op_delete_array_nothrow,
+                          Op::op_delete_aligned_nothrow, Op::op_delete_array_aligned_nothrow,
+                          Op::free, Op::free};
+  for (size_t i = 0; i < std::size(producers); ++i) {
+    Op p = producers[i], q = releasers[i];
+    uint64_t addr = 0x10000 + i * 0x100, size = 10 + i, extra = 16u << i;
+    recs.push_back(rec(p, t, addr, size, extra));
+    X e(p, t - kStart);
+    e.id(++id).size(size);
+    if (trace::op_has(p, trace::kAlign)) e.align(extra);
+    if (trace::op_has(p, trace::kCount)) e.count(extra);
+    want.push_back(e);
+    t += 10;
+    recs.push_back(rec(q, t, addr, size + 1, extra * 2));
+    X f(q, t - kStart);
+    f.old(id);
+    if (trace::op_has(q, trace::kSize)) f.size(size + 1);
+    if (trace::op_has(q, trace::kAlign)) f.align(extra * 2);
+    want.push_back(f);
+    t += 10;
+  }
+  want.push_back(X(Op::thread_end, t - 10 - kStart));
+  Capture c;
+  c.thread(0, recs);
+  Result r = run(c, dir);
+  expect_events(r.events, want);
+  expect_anomalies(r.rep, {});
+  EXPECT_EQ(r.rep.calls, recs.size());
+}
+
+TEST(Normalise, UnknownRecordOpsAreCountedAndSkipped) {
+  TempDir dir;
+  Capture c;
+  c.thread(0, {
+                  rec(Op::malloc, 1010, 0x1000, 16),
+                  rec(uint32_t(Op::thread_start), 1020, 0x2000, 1),  // not a raw record op
+                  rec(35u, 1030, 0x3000, 2),
+                  rec(42u, 1040, 0x4000, 3),
+                  rec(Op::free, 1050, 0x1000),
+              });
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(16),
+                              X(Op::free, 50).old(1),
+                              X(Op::thread_end, 50),
+                          });
+  expect_anomalies(r.rep, {.bad_records = 3});
+  EXPECT_EQ(r.rep.records, 5u);
+  EXPECT_EQ(r.rep.calls, 2u);
+}
+
+// ===================================================================== 2. realloc
+
+TEST(Normalise, ReallocPairing) {
+  TempDir dir;
+  const uint64_t A = 0x1000, B = 0x2000, C = 0x3000, D = 0x4000, E = 0x5000, F = 0x6000, G = 0x7000;
+  const uint64_t unknown = 0x9000, huge = uint64_t{1} << 40;
+  Capture c;
+  c.thread(0, {
+                  rec(Op::malloc, 1010, A, 16),
+                  rec(raw::kRawReallocBegin, 1020, A, 32),
+                  rec(Op::realloc, 1021, B, A, 32),  // moved: A's object consumed
+                  rec(Op::malloc, 1030, C, 8),
+                  rec(raw::kRawReallocBegin, 1040, C, 0),
+                  rec(Op::realloc, 1041, 0, C, 0),  // realloc(C, 0) == NULL: C released
+                  rec(Op::malloc, 1050, D, 64),
+                  rec(raw::kRawReallocBegin, 1060, D, huge),
+                  rec(Op::realloc, 1061, 0, D, huge),  // failed: D stays live
+                  rec(Op::free, 1070, D),              // D's original object
+                  rec(raw::kRawReallocBegin, 1080, unknown, 24),
+                  rec(Op::realloc, 1081, E, unknown, 24),  // allocated before capture
+                  rec(raw::kRawReallocarrayBegin, 1090, E, 8, 10),
+                  rec(Op::reallocarray, 1091, F, E, 10),
+                  rec(raw::kRawReallocBegin, 1100, 0, 16),
+                  rec(Op::realloc, 1101, G, 0, 16),  // realloc(NULL, 16): not unknown
+                  rec(Op::free, 1110, C),            // released by realloc(C, 0): unknown now
+              });
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(16),
+                              X(Op::realloc, 21).id(2).old(1).size(32),
+                              X(Op::malloc, 30).id(3).size(8),
+                              X(Op::realloc, 41).old(3).size(0).flags(kNull),
+                              X(Op::malloc, 50).id(4).size(64),
+                              X(Op::realloc, 61).old(4).size(huge).flags(kNullFailed),
+                              X(Op::free, 70).old(4),
+                              X(Op::realloc, 81).id(5).size(24),
+                              X(Op::reallocarray, 91).id(6).old(5).size(8).count(10),
+                              X(Op::realloc, 101).id(7).size(16),
+                              X(Op::thread_end, 110),
+                          });
+  expect_anomalies(r.rep, {.unknown_frees = 1, .unknown_reallocs = 1});
+  EXPECT_EQ(r.rep.records, 17u);
+  EXPECT_EQ(r.rep.calls, 10u);
+  EXPECT_EQ(r.rep.objects, 7u);
+  EXPECT_EQ(r.rep.live_at_end, 3u);  // B, F, G
+}
+
+TEST(Normalise, ReallocInPlaceAndFailedReallocarray) {
+  TempDir dir;
+  const uint64_t A = 0x1000;
+  Capture c;
+  c.thread(0, {
+                  rec(Op::malloc, 1010, A, 16),
+                  rec(raw::kRawReallocBegin, 1020, A, 20),
+                  rec(Op::realloc, 1021, A, A, 20),  // grown in place: same address, new id
+                  rec(raw::kRawReallocarrayBegin, 1030, A, 8, uint64_t{1} << 62),
+                  rec(Op::reallocarray, 1031, 0, A, uint64_t{1} << 62),  // overflow: fails, A stays
+                  rec(Op::free, 1040, A),
+              });
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(16),
+                              X(Op::realloc, 21).id(2).old(1).size(20),
+                              X(Op::reallocarray, 31).old(2).size(8).count(uint64_t{1} << 62)
+                                  .flags(kNullFailed),
+                              X(Op::free, 40).old(2),
+                              X(Op::thread_end, 40),
+                          });
+  expect_anomalies(r.rep, {});
+  EXPECT_EQ(r.rep.live_at_end, 0u);
+}
+
+TEST(Normalise, ReallocNeverReturningKeepsItsObject) {
+  // The program died inside realloc: only the begin record exists.
+  TempDir dir;
+  const uint64_t A = 0x1000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, A, 16), rec(raw::kRawReallocBegin, 1020, A, 4096)});
+  c.thread(1, {rec(Op::free, 1030, A)});  // a later free on another thread still resolves
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(16),
+                              X(Op::thread_end, 20, 0),
+                              X(Op::thread_start, 30, 1),
+                              X(Op::free, 30, 1).old(1),
+                              X(Op::thread_end, 30, 1),
+                          });
+  expect_anomalies(r.rep, {.unfinished_reallocs = 1});
+}
+
+TEST(Normalise, ReallocEndWithoutBeginAfterHole) {
+  // The begin record is a hole: the end record alone still consumes the old object.
+  TempDir dir;
+  const uint64_t A = 0x1000, B = 0x2000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, A, 16), hole(), rec(Op::realloc, 1021, B, A, 48),
+               rec(Op::free, 1030, B)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(16),
+                              X(Op::lost, 21).count(1),
+                              X(Op::realloc, 21).id(2).old(1).size(48),
+                              X(Op::free, 30).old(2),
+                              X(Op::thread_end, 30),
+                          });
+  expect_anomalies(r.rep, {.holes = 1});
+}
+
+// ===================================================================== 3. threads
+
+TEST(Normalise, TwoThreadsMergedByTime) {
+  TempDir dir;
+  const uint64_t A = 0xA000, B = 0xB000, C = 0xC000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, A, 10), rec(Op::malloc, 1030, B, 30), rec(Op::free, 1050, C)});
+  c.thread(1, {rec(Op::malloc, 1020, C, 20), rec(Op::free, 1040, A), rec(Op::free, 1060, B)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(10),
+                              X(Op::thread_start, 20, 1),
+                              X(Op::malloc, 20, 1).id(2).size(20),
+                              X(Op::malloc, 30, 0).id(3).size(30),
+                              X(Op::free, 40, 1).old(1),  // thread 0's object
+                              X(Op::free, 50, 0).old(2),  // thread 1's object
+                              X(Op::thread_end, 50, 0),
+                              X(Op::free, 60, 1).old(3),
+                              X(Op::thread_end, 60, 1),
+                          });
+  expect_anomalies(r.rep, {});
+  EXPECT_EQ(r.rep.threads, 2u);
+  EXPECT_EQ(r.rep.events, 10u);
+  EXPECT_EQ(r.rep.duration_ns, 50u);
+  EXPECT_EQ(r.reader->thread_info(0), (trace::ThreadInfo{100, "thread0"}));
+  EXPECT_EQ(r.reader->thread_info(1), (trace::ThreadInfo{101, "thread1"}));
+}
+
+TEST(Normalise, ThreadIndicesInOrderOfFirstEvent) {
+  // Slot 1 has the earliest record: it becomes trace thread 0.
+  TempDir dir;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1020, 0x1000, 1)});
+  c.thread(1, {rec(Op::malloc, 1010, 0x2000, 2)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(2),
+                              X(Op::thread_end, 10, 0),
+                              X(Op::thread_start, 20, 1),
+                              X(Op::malloc, 20, 1).id(2).size(1),
+                              X(Op::thread_end, 20, 1),
+                          });
+  EXPECT_EQ(r.reader->thread_info(0).os_tid, 101u);
+  EXPECT_EQ(r.reader->thread_info(1).os_tid, 100u);
+}
+
+TEST(Normalise, ReleaseBeforeAllocationAtTheSameTick) {
+  // Slot 0's malloc returns P at the tick slot 1 frees it: the free sorts
+  // first without any reordering.
+  TempDir dir;
+  const uint64_t P = 0x5000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x100, 1), rec(Op::malloc, 1050, P, 2)});
+  c.thread(1, {rec(Op::malloc, 1020, P, 3), rec(Op::free, 1050, P)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(1),
+                              X(Op::thread_start, 20, 1),
+                              X(Op::malloc, 20, 1).id(2).size(3),
+                              X(Op::free, 50, 1).old(2),
+                              X(Op::thread_end, 50, 1),
+                              X(Op::malloc, 50, 0).id(3).size(2),
+                              X(Op::thread_end, 50, 0),
+                          });
+  expect_anomalies(r.rep, {});
+}
+
+// ===================================================================== 4. unfenced TSC
+
+TEST(Normalise, AllocationOfAnAddressFreedLaterOnAnotherThreadIsReordered) {
+  // Thread 1's malloc returns P (tick 100) before thread 0's free of P
+  // (tick 105) by the stamps: the free must be processed first.
+  TempDir dir;
+  const uint64_t P = 0x7000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, P, 8), rec(Op::free, 1105, P)});
+  c.thread(1, {rec(Op::malloc, 1100, P, 16)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(8),
+                              X(Op::thread_start, 100, 1),
+                              X(Op::free, 105, 0).old(1),
+                              X(Op::thread_end, 105, 0),
+                              X(Op::malloc, 105, 1).id(2).size(16),
+                              X(Op::thread_end, 105, 1),
+                          });
+  expect_times_never_decrease(r.events);
+  expect_anomalies(r.rep, {.reordered = 1});
+  EXPECT_EQ(r.rep.live_at_end, 1u);
+}
+
+TEST(Normalise, FreeStampedBeforeItsAllocationIsReordered) {
+  // Thread 1 frees Q at tick 50; thread 0's malloc that returns Q is stamped 55.
+  TempDir dir;
+  const uint64_t Q = 0x200;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x100, 1), rec(Op::malloc, 1055, Q, 2)});
+  c.thread(1, {rec(Op::free, 1050, Q), rec(Op::malloc, 1060, 0x300, 3)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(1),
+                              X(Op::thread_start, 50, 1),
+                              X(Op::malloc, 55, 0).id(2).size(2),
+                              X(Op::thread_end, 55, 0),
+                              X(Op::free, 55, 1).old(2),
+                              X(Op::malloc, 60, 1).id(3).size(3),
+                              X(Op::thread_end, 60, 1),
+                          });
+  expect_times_never_decrease(r.events);
+  expect_anomalies(r.rep, {.reordered = 1});
+  EXPECT_EQ(r.rep.calls, 4u);
+  EXPECT_EQ(r.rep.live_at_end, 2u);
+}
+
+TEST(Normalise, ReallocBeginStampedBeforeItsAllocationIsReordered) {
+  TempDir dir;
+  const uint64_t Q = 0x200, R = 0x400;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x100, 1), rec(Op::malloc, 1055, Q, 2)});
+  c.thread(1, {rec(raw::kRawReallocBegin, 1050, Q, 64), rec(Op::realloc, 1060, R, Q, 64)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(1),
+                              X(Op::thread_start, 50, 1),
+                              X(Op::malloc, 55, 0).id(2).size(2),
+                              X(Op::thread_end, 55, 0),
+                              X(Op::realloc, 60, 1).id(3).old(2).size(64),
+                              X(Op::thread_end, 60, 1),
+                          });
+  expect_anomalies(r.rep, {.reordered = 1});
+}
+
+// A free of memory allocated before capture started, on a thread whose
+// address is returned again by another thread's malloc a whole second later,
+// is not an unfenced-TSC inversion: the free stays unknown and the malloc
+// keeps its time.
+TEST(Normalise, UnknownFreeIsNotPairedWithAnAllocationFarInTheFuture) {
+  TempDir dir;
+  const uint64_t X_ = 0x5000;
+  const uint64_t later = kStart + 1000000000;  // one second after the free
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x100, 1), rec(Op::malloc, later, X_, 2)});
+  c.thread(1, {rec(Op::free, 1050, X_), rec(Op::malloc, 1060, 0x300, 3)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10, 0),
+                              X(Op::malloc, 10, 0).id(1).size(1),
+                              X(Op::thread_start, 50, 1),
+                              X(Op::malloc, 60, 1).id(2).size(3),
+                              X(Op::thread_end, 60, 1),
+                              X(Op::malloc, later - kStart, 0).id(3).size(2),
+                              X(Op::thread_end, later - kStart, 0),
+                          });
+  expect_anomalies(r.rep, {.unknown_frees = 1});
+  EXPECT_EQ(r.rep.live_at_end, 3u);
+}
+
+// ===================================================================== 5. unknown / reused
+
+TEST(Normalise, FreeOfUnknownAddressIsSkipped) {
+  TempDir dir;
+  Capture c;
+  c.thread(0, {rec(Op::free, 1010, 0xDEAD0), rec(Op::malloc, 1020, 0x1000, 8),
+               rec(Op::op_delete, 1030, 0xBEEF0),
+               rec(Op::free, 1040, 0x1000)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 20).id(1).size(8),
+                              X(Op::free, 40).old(1),
+                              X(Op::thread_end, 40),
+                          });
+  expect_anomalies(r.rep, {.unknown_frees = 2});
+  EXPECT_EQ(r.rep.calls, 2u);
+  EXPECT_EQ(r.rep.records, 4u);
+}
+
+TEST(Normalise, AllocationOfStillLiveAddressCountsReusedLive) {
+  TempDir dir;
+  const uint64_t A = 0x1000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, A, 8), rec(Op::malloc, 1020, A, 16), rec(Op::free, 1030, A)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(8),
+                              X(Op::malloc, 20).id(2).size(16),
+                              X(Op::free, 30).old(2),  // the newer object
+                              X(Op::thread_end, 30),
+                          });
+  expect_anomalies(r.rep, {.reused_live = 1});
+}
+
+TEST(Normalise, ReusedLiveAcrossThreadsWithoutResolvingRecord) {
+  // Thread 1's head record is a free of another address: nothing resolves.
+  TempDir dir;
+  const uint64_t A = 0x1000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, A, 8), rec(Op::malloc, 1030, A, 16)});
+  c.thread(1, {rec(Op::malloc, 1020, 0x2000, 4), rec(Op::free, 1040, 0x2000)});
+  Result r = run(c, dir);
+  expect_anomalies(r.rep, {.reused_live = 1});
+  EXPECT_EQ(r.rep.calls, 4u);
+}
+
+// ===================================================================== 6. holes
+
+TEST(Normalise, HoleInsideBlockIsALostEvent) {
+  TempDir dir;
+  const uint64_t A = 0x1000, B = 0x2000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, A, 8), hole(), hole(), rec(Op::malloc, 1020, B, 16),
+               rec(Op::free, 1030, A)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(8),
+                              X(Op::lost, 20).count(2),
+                              X(Op::malloc, 20).id(2).size(16),
+                              X(Op::free, 30).old(1),
+                              X(Op::thread_end, 30),
+                          });
+  expect_anomalies(r.rep, {.holes = 2});
+  EXPECT_EQ(r.rep.records, 3u);
+}
+
+TEST(Normalise, HoleAtTheStartOfAThreadIsALostEvent) {
+  // The thread's very first record slot is zero, complete records follow.
+  TempDir dir;
+  const uint64_t A = 0x1000;
+  Capture c;
+  c.thread(0, {hole(), rec(Op::malloc, 1010, A, 8), rec(Op::free, 1020, A)});
+  Result r = run(c, dir);
+  EXPECT_EQ(r.rep.holes, 1u);
+  uint64_t lost = 0, lost_events = 0;
+  for (const Event& e : r.events)
+    if (e.op == Op::lost) {
+      lost += e.count;
+      ++lost_events;
+      EXPECT_EQ(e.thread, 0u);
+    }
+  EXPECT_EQ(lost_events, 1u) << dump(r.events);
+  EXPECT_EQ(lost, 1u);
+  EXPECT_EQ(r.rep.calls, 2u);
+}
+
+TEST(Normalise, ZeroTailOfABlockIsNotAHole) {
+  // A full block in .blocks ends with a partly used current block; the zero
+  // tail of the current block is not counted.
+  TempDir dir;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x1000, 8), rec(Op::free, 1020, 0x1000)});
+  Result r = run(c, dir);
+  expect_anomalies(r.rep, {});
+  EXPECT_EQ(r.rep.events, 4u);
+}
+
+TEST(Normalise, HoleAtTheStartOfALaterBlock) {
+  TempDir dir;
+  Capture c;
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 8)}));
+  c.map(0, block(0, 1, {hole(), hole(), hole(), rec(Op::free, 1020, 0x1000)}));
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(8),
+                              X(Op::lost, 20).count(3),
+                              X(Op::free, 20).old(1),
+                              X(Op::thread_end, 20),
+                          });
+  expect_anomalies(r.rep, {.holes = 3});
+}
+
+// ===================================================================== 7. blocks
+
+TEST(RawFile, BlocksInSeqOrder) {
+  TempDir dir;
+  Capture c;
+  // .blocks holds seq 1 before seq 0 (and another thread's block between).
+  c.appended.push_back(block(0, 1, {rec(Op::malloc, 1020, 0x2000, 2)}));
+  c.appended.push_back(block(1, 0, {rec(Op::malloc, 1005, 0x9000, 9)}));
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 1)}));
+  c.map(0, block(0, 2, {rec(Op::malloc, 1030, 0x3000, 3)}));
+  c.map(1, block(1, 1, {rec(Op::free, 1040, 0x9000)}));
+  std::string path = c.write(dir);
+  {
+    RawFile f(path);
+    EXPECT_EQ(f.blocks(), 5u);
+    EXPECT_EQ(f.blocks_missing(), 0u);
+    ASSERT_EQ(f.threads().size(), 2u);
+    const RawThread& t0 = f.threads()[0];
+    EXPECT_EQ(t0.slot, 0u);
+    EXPECT_EQ(t0.tid, 100u);
+    EXPECT_EQ(t0.name, "thread0");
+    ASSERT_EQ(t0.blocks.size(), 3u);
+    for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(t0.blocks[i].header.thread_block_seq, i);
+    EXPECT_EQ(t0.blocks[0].mapped, nullptr);
+    EXPECT_EQ(t0.blocks[0].offset, 2 * raw::kBlockSize);
+    EXPECT_EQ(t0.blocks[1].offset, 0u);
+    EXPECT_NE(t0.blocks[2].mapped, nullptr);
+    RawThreadCursor cur(f, t0);
+    std::vector<uint64_t> sizes;
+    while (const raw::Record* r = cur.next()) sizes.push_back(r->b);
+    EXPECT_EQ(sizes, (std::vector<uint64_t>{1, 2, 3}));
+    EXPECT_EQ(cur.holes(), 0u);
+    EXPECT_EQ(cur.next(), nullptr);  // stays at the end
+    EXPECT_EQ(f.command_line(), (std::vector<std::string>{"prog", "arg1"}));
+    EXPECT_TRUE(f.clean_exit());
+    EXPECT_EQ(f.ns_per_tick(), 1.0);
+  }
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 5, 0),
+                              X(Op::malloc, 5, 0).id(1).size(9),
+                              X(Op::thread_start, 10, 1),
+                              X(Op::malloc, 10, 1).id(2).size(1),
+                              X(Op::malloc, 20, 1).id(3).size(2),
+                              X(Op::malloc, 30, 1).id(4).size(3),
+                              X(Op::thread_end, 30, 1),
+                              X(Op::free, 40, 0).old(1),
+                              X(Op::thread_end, 40, 0),
+                          });
+  expect_anomalies(r.rep, {});
+}
+
+TEST(RawFile, FullBlockThenMappedBlock) {
+  // A completely filled block (kRecordsPerBlock records) in .blocks.
+  TempDir dir;
+  std::vector<raw::Record> recs;
+  uint64_t t = 1010;
+  for (uint64_t i = 0; i < raw::kRecordsPerBlock / 2; ++i) {
+    recs.push_back(rec(Op::malloc, t++, 0x1000, i + 1));
+    recs.push_back(rec(Op::free, t++, 0x1000));
+  }
+  ASSERT_EQ(recs.size(), raw::kRecordsPerBlock);
+  Capture c;
+  c.appended.push_back(block(0, 0, recs));
+  c.map(0, block(0, 1, {rec(Op::malloc, t, 0x1000, 99999)}));
+  Result r = run(c, dir);
+  expect_anomalies(r.rep, {});
+  EXPECT_EQ(r.rep.records, raw::kRecordsPerBlock + 1);
+  ASSERT_EQ(r.events.size(), raw::kRecordsPerBlock + 3);
+  Event last = X(Op::malloc, t - kStart).id(raw::kRecordsPerBlock / 2 + 1).size(99999);
+  last.seq = r.events.size() - 2;
+  EXPECT_EQ(r.events[r.events.size() - 2], last);
+  EXPECT_EQ(r.events.back().op, Op::thread_end);
+  expect_times_never_decrease(r.events);
+}
+
+TEST(RawFile, MappedCopyOfTheSameSeqWinsWhenItsMagicIsSet) {
+  TempDir dir;
+  Capture c;
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 999)}));
+  c.map(0, block(0, 0, {rec(Op::malloc, 1010, 0x1000, 111), rec(Op::malloc, 1020, 0x2000, 222)}));
+  std::string path = c.write(dir);
+  {
+    RawFile f(path);
+    EXPECT_EQ(f.blocks(), 1u);
+    EXPECT_EQ(f.blocks_missing(), 0u);
+    ASSERT_EQ(f.threads().size(), 1u);
+    ASSERT_EQ(f.threads()[0].blocks.size(), 1u);
+    EXPECT_NE(f.threads()[0].blocks[0].mapped, nullptr);
+  }
+  Result r = run(c, dir);
+  EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{111, 222}));
+  expect_anomalies(r.rep, {});
+}
+
+TEST(RawFile, MappedCopyWithoutMagicIsIgnored) {
+  TempDir dir;
+  Capture c;
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 999)}));
+  Block stale = block(0, 0, {rec(Op::malloc, 1010, 0x1000, 555), rec(Op::malloc, 1020, 0x2000, 556)});
+  stale.magic = 0;  // being cleared by the shim
+  c.map(0, stale);
+  std::string path = c.write(dir);
+  {
+    RawFile f(path);
+    EXPECT_EQ(f.blocks(), 1u);
+    ASSERT_EQ(f.threads().size(), 1u);
+    ASSERT_EQ(f.threads()[0].blocks.size(), 1u);
+    EXPECT_EQ(f.threads()[0].blocks[0].mapped, nullptr);
+  }
+  Result r = run(c, dir);
+  EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{999}));
+  expect_anomalies(r.rep, {});
+}
+
+TEST(RawFile, MappedBlockOfAnotherSlotOrBeyondNextThreadIsIgnored) {
+  TempDir dir;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x1000, 1)});
+  c.map(1, block(0, 1, {rec(Op::malloc, 1020, 0x2000, 2)}));  // header says thread 0 in slot 1
+  c.thread(2, {rec(Op::malloc, 1030, 0x3000, 3)});             // slot not handed out
+  c.next_thread = 2;
+  Result r = run(c, dir);
+  EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(r.rep.threads, 1u);
+}
+
+TEST(RawFile, GapInBlockSequenceIsCounted) {
+  TempDir dir;
+  Capture c;
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 1)}));
+  c.map(0, block(0, 2, {rec(Op::malloc, 1030, 0x3000, 3)}));
+  std::string path = c.write(dir);
+  {
+    RawFile f(path);
+    EXPECT_EQ(f.blocks(), 2u);
+    EXPECT_EQ(f.blocks_missing(), 1u);
+  }
+  Result r = run(c, dir);
+  EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{1, 3}));
+  expect_anomalies(r.rep, {.blocks_missing = 1});
+}
+
+TEST(RawFile, MissingFirstBlocksAreCounted) {
+  TempDir dir;
+  Capture c;
+  c.map(0, block(0, 3, {rec(Op::malloc, 1030, 0x3000, 3)}));
+  RawFile f(c.write(dir));
+  EXPECT_EQ(f.blocks_missing(), 3u);
+}
+
+TEST(RawFile, CutOffBlocksFileReadsTheWholeBlocks) {
+  TempDir dir;
+  Capture c;
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 1)}));
+  c.appended.push_back(block(0, 1, {rec(Op::malloc, 1020, 0x2000, 2)}));
+  // The append of seq 2 was cut off; the mapping still has it whole.
+  c.appended_tail = block(0, 2, {rec(Op::malloc, 1030, 0x3000, 777)}).bytes().substr(0, 5000);
+  c.map(0, block(0, 2, {rec(Op::malloc, 1030, 0x3000, 3)}));
+  std::string path = c.write(dir);
+  {
+    RawFile f(path);
+    EXPECT_EQ(f.blocks(), 3u);
+    EXPECT_EQ(f.blocks_missing(), 0u);
+  }
+  Result r = run(c, dir);
+  EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{1, 2, 3}));
+  expect_anomalies(r.rep, {});
+}
+
+TEST(RawFile, CutOffBlocksFileWithoutMappedCopy) {
+  TempDir dir;
+  Capture c;
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 1)}));
+  c.appended_tail = std::string(100, '\x55');
+  c.slots.resize(1);  // slot 0's mapped block is zero
+  std::string path = c.write(dir);
+  RawFile f(path);
+  EXPECT_EQ(f.blocks(), 1u);
+  Result r = run(c, dir);
+  EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{1}));
+}
+
+// ===================================================================== 8. errors
+
+TEST(RawFile, MissingBlocksFileIsFine) {
+  TempDir dir;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x1000, 8)});
+  std::string path = c.write(dir);
+  ASSERT_FALSE(std::filesystem::exists(path + ".blocks"));
+  RawFile f(path);
+  EXPECT_EQ(f.path(), path);
+  EXPECT_EQ(f.blocks(), 1u);
+  EXPECT_EQ(f.threads().size(), 1u);
+}
+
+TEST(RawFile, NoThreadsAtAll) {
+  TempDir dir;
+  Capture c;
+  c.flags = 0;
+  Result r = run(c, dir);
+  EXPECT_TRUE(r.events.empty());
+  EXPECT_EQ(r.rep.threads, 0u);
+  EXPECT_EQ(r.rep.events, 0u);
+  EXPECT_EQ(r.rep.duration_ns, 0u);
+  EXPECT_FALSE(r.rep.clean_exit);
+}
+
+TEST(RawFile, Errors) {
+  TempDir dir;
+  std::string path = dir.file("4321.0.hlraw");
+  EXPECT_EQ(raw_error(path), path + ": No such file or directory");
+
+  trace::testutil::write_file(path, std::string(100, '\0'));
+  EXPECT_EQ(raw_error(path), path + ": not a heaplab raw capture (file too short: 100 bytes)");
+  trace::testutil::write_file(path, "");
+  EXPECT_EQ(raw_error(path), path + ": not a heaplab raw capture (file too short: 0 bytes)");
+
+  auto with = [&](auto change) {
+    Capture c;
+    c.thread(0, {rec(Op::malloc, 1010, 0x1000, 8)});
+    change(c);
+    return raw_error(c.write(dir));
+  };
+  EXPECT_EQ(with([](Capture&) {}), "(no error)");
+  EXPECT_EQ(with([](Capture& c) { c.magic[7] = 'X'; }), path + ": not a heaplab raw capture (bad magic)");
+  EXPECT_EQ(with([](Capture& c) { c.version = 2; }),
+            path + ": unsupported raw capture version 2 (this heaplab reads 1)");
+  EXPECT_EQ(with([](Capture& c) { c.version = 0; }),
+            path + ": unsupported raw capture version 0 (this heaplab reads 1)");
+  const std::string layout = path + ": raw capture has an unexpected block layout";
+  EXPECT_EQ(with([](Capture& c) { c.header_size = 4096; }), layout);
+  EXPECT_EQ(with([](Capture& c) { c.block_size = 131072; }), layout);
+  EXPECT_EQ(with([](Capture& c) { c.record_size = 16; }), layout);
+  EXPECT_EQ(with([](Capture& c) { c.clock = 3; }), path + ": raw capture names an unknown clock 3");
+  EXPECT_EQ(with([](Capture& c) { c.clock = 0; }), path + ": raw capture names an unknown clock 0");
+  EXPECT_EQ(with([](Capture& c) { c.clock = raw::kClockTsc; }), "(no error)");
+}
+
+// In a death-test child: opens `path` (a file of `file_size` bytes) with the
+// pages after the reader's mapping of it inaccessible, so that a read past
+// its end faults instead of reading whatever is mapped there. Mappings go
+// top-down into the highest gap that fits: reserve 1 MiB, free its first
+// pages, and fill every higher gap of that size until a mapping of it lands
+// in the hole. Exits 0 when the file opens (with no threads) or is rejected
+// with RawError, 2 when it yields threads; 0 too when the guard cannot be
+// arranged (nothing to check then).
+[[noreturn]] void open_with_guard_pages(const std::string& path, uint64_t file_size) {
+  const size_t len = (file_size + 4095) / 4096 * 4096;
+  void* res = mmap(nullptr, 1 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (res == MAP_FAILED || munmap(res, len) != 0) std::_Exit(0);
+  bool arranged = false;
+  for (int i = 0; i < 100000 && !arranged; ++i) {
+    void* probe = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (probe == MAP_FAILED) break;
+    if (probe == res) {
+      munmap(probe, len);
+      arranged = true;
+    }
+  }
+  if (!arranged) std::_Exit(0);
+  try {
+    RawFile f(path);
+    if (!f.threads().empty()) std::_Exit(2);  // there is no block to read
+  } catch (const RawError&) {
+  }
+  std::_Exit(0);
+}
+
+// A file that ends inside the header block (longer than FileHeader, shorter
+// than kBlockSize) with a thread slot handed out: the reader must not read a
+// mapped block past the end of the file.
+TEST(RawFileDeathTest, FileEndingInsideTheHeaderBlockDoesNotCrash) {
+  TempDir dir;
+  const uint64_t size = sizeof(raw::FileHeader) + 100;
+  const std::string path = dir.file("4321.0.hlraw");
+  Capture c;
+  // Control: no thread slot, so nothing past the header is read.
+  c.next_thread = 0;
+  trace::testutil::write_file(path, c.header_bytes().substr(0, size));
+  EXPECT_EXIT(open_with_guard_pages(path, size), testing::ExitedWithCode(0), "");
+  c.next_thread = 1;
+  trace::testutil::write_file(path, c.header_bytes().substr(0, size));
+  EXPECT_EXIT(open_with_guard_pages(path, size), testing::ExitedWithCode(0), "");
+}
+
+// ===================================================================== 9. time
+
+TEST(Normalise, SignalHandlerRecordStampedEarlierNeverGoesBackInTime) {
+  TempDir dir;
+  const uint64_t A = 0x1000, B = 0x2000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1100, A, 1), rec(Op::malloc, 1090, B, 2),  // from a signal handler
+               rec(Op::free, 1110, A), rec(Op::free, 1105, B)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 100),
+                              X(Op::malloc, 100).id(1).size(1),
+                              X(Op::malloc, 100).id(2).size(2),
+                              X(Op::free, 110).old(1),
+                              X(Op::free, 110).old(2),
+                              X(Op::thread_end, 110),
+                          });
+  expect_anomalies(r.rep, {});
+}
+
+TEST(Normalise, OutOfOrderTicksWithTwoThreadsNeverDecrease) {
+  TempDir dir;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1100, 0x1000, 1), rec(Op::malloc, 1090, 0x2000, 2),
+               rec(Op::free, 1130, 0x1000)});
+  c.thread(1, {rec(Op::malloc, 1095, 0x3000, 3), rec(Op::malloc, 1092, 0x4000, 4),
+               rec(Op::free, 1120, 0x2000)});
+  Result r = run(c, dir);
+  expect_times_never_decrease(r.events);
+  EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{3, 4, 1, 2}));
+  expect_anomalies(r.rep, {});
+  EXPECT_EQ(r.rep.calls, 6u);
+  EXPECT_EQ(r.rep.duration_ns, 35u);
+}
+
+TEST(Normalise, TicksUnwrapAcrossThe56BitMask) {
+  // start_ticks above 2^56: records hold the low 56 bits only.
+  TempDir dir;
+  Capture c;
+  c.start_ticks = (uint64_t{1} << 56) + 1000;
+  c.thread(0, {rec(Op::malloc, c.start_ticks + 10, 0x1000, 1), rec(Op::free, c.start_ticks + 20, 0x1000)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(1),
+                              X(Op::free, 20).old(1),
+                              X(Op::thread_end, 20),
+                          });
+}
+
+// TSC: a record stamped a few ticks before the header's start (an unfenced
+// read on another CPU) is at time 0, not 2^56 ticks later.
+TEST(Normalise, RecordStampedJustBeforeStartIsAtTimeZero) {
+  TempDir dir;
+  Capture c;
+  c.clock = raw::kClockTsc;
+  c.start_ticks = 1000;
+  c.start_mono_ns = 5000000;
+  c.end_ticks = 1000 + 2000000;  // 1 ns per tick
+  c.end_mono_ns = 5000000 + 2000000;
+  c.thread(0, {rec(Op::malloc, 995, 0x1000, 1), rec(Op::free, 1010, 0x1000)});
+  Result r = run(c, dir);
+  EXPECT_EQ(r.rep.clock, "tsc");
+  expect_events(r.events, {
+                              X(Op::thread_start, 0),
+                              X(Op::malloc, 0).id(1).size(1),
+                              X(Op::free, 10).old(1),
+                              X(Op::thread_end, 10),
+                          });
+}
+
+TEST(Normalise, TscRateFromClockPairs) {
+  TempDir dir;
+  Capture c;
+  c.clock = raw::kClockTsc;
+  c.start_ticks = 1000;
+  c.start_mono_ns = 5000000;
+  c.end_ticks = 1000 + 4000000;  // 4 ticks per ns
+  c.end_mono_ns = 5000000 + 1000000;
+  c.thread(0, {rec(Op::malloc, 1400, 0x1000, 1), rec(Op::free, 1800, 0x1000)});
+  std::string path = c.write(dir);
+  {
+    RawFile f(path);
+    EXPECT_DOUBLE_EQ(f.ns_per_tick(), 0.25);
+  }
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 100),
+                              X(Op::malloc, 100).id(1).size(1),
+                              X(Op::free, 200).old(1),
+                              X(Op::thread_end, 200),
+                          });
+}
+
+TEST(Normalise, TscWithoutUsablePairsUsesFallbackOrNoTime) {
+  TempDir dir;
+  Capture c;
+  c.clock = raw::kClockTsc;
+  c.thread(0, {rec(Op::malloc, 1400, 0x1000, 1), rec(Op::free, 1800, 0x1000)});
+  {
+    Result r = run(c, dir);
+    EXPECT_EQ(r.rep.clock, "none");
+    EXPECT_FALSE(r.reader->has_time());
+    for (const Event& e : r.events) EXPECT_EQ(e.time, 0u);
+  }
+  NormaliseOptions opt;
+  opt.fallback_ns_per_tick = 0.5;
+  Result r = run(c, dir, opt);
+  EXPECT_EQ(r.rep.clock, "tsc");
+  expect_events(r.events, {
+                              X(Op::thread_start, 200),
+                              X(Op::malloc, 200).id(1).size(1),
+                              X(Op::free, 400).old(1),
+                              X(Op::thread_end, 400),
+                          });
+}
+
+}  // namespace
+}  // namespace heaplab::normalise
