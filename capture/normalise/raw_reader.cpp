@@ -83,13 +83,15 @@ RawFile::RawFile(const std::string& path) : path_(path) {
       fail(blocks_path, "cannot read block " + std::to_string(b));
     if (valid(ref.header)) by_slot[ref.header.thread].blocks.push_back(ref);
   }
-  // Each thread's current block in the mapping: the complete copy if its seq
-  // was also appended (it is cleared, magic first, only after the append).
+  // Blocks in the mapping: each thread's current one, the complete copy if
+  // its seq was also appended (it is cleared, magic first, after the append).
   for (uint64_t s = 0; s < nthreads; ++s) {
     BlockRef ref;
     ref.mapped = ring_.data + kBlockSize * (s + 1);
     std::memcpy(&ref.header, ref.mapped, sizeof ref.header);
-    if (valid(ref.header) && ref.header.thread == s) by_slot[s].blocks.push_back(ref);
+    // Usually slot s's own block; a block a thread moved to from a signal
+    // handler (sink_file.cpp, switch_block) sits in a slot of its own.
+    if (valid(ref.header)) by_slot[ref.header.thread].blocks.push_back(ref);
   }
   for (uint32_t s = 0; s < nthreads; ++s) {
     RawThread& t = by_slot[s];

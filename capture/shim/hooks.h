@@ -149,15 +149,20 @@ inline void* hook_pvalloc(size_t n) {
 
 // C++ operators. `kind` is the Op; `align` 0 for the unaligned forms; `nt`
 // the nothrow_t argument of the nothrow forms (passed on), else nullptr.
-void* new_emulated(size_t n, size_t align, bool nothrow);
+void* new_emulated(size_t n, size_t align);  // nullptr on failure
+[[noreturn]] void throw_bad_alloc();
 
 inline void* hook_new(Op kind, size_t n, size_t align, const void* nt) {
   void* p;
   if (not_ready(n, align ? align : 16, &p)) return p;
   void* next = g_real.new_[op(kind) - op(Op::op_new)];
-  if (next == nullptr)
-    p = new_emulated(n, align, nt != nullptr);
-  else if (align == 0 && nt == nullptr)
+  if (next == nullptr) {
+    p = new_emulated(n, align);
+    if (!p && !nt) {  // record the failure, then throw as libstdc++ would
+      emit(op(kind), 0, n, align);
+      throw_bad_alloc();
+    }
+  } else if (align == 0 && nt == nullptr)
     p = reinterpret_cast<void* (*)(size_t)>(next)(n);
   else if (align == 0)
     p = reinterpret_cast<void* (*)(size_t, const void*)>(next)(n, nt);

@@ -142,8 +142,9 @@ void resolve() {
                    alloc_is_libc);
   resolve_optional(g_real.valloc, "valloc", emu_valloc, alloc_object, alloc_is_libc);
   resolve_optional(g_real.pvalloc, "pvalloc", emu_pvalloc, alloc_object, alloc_is_libc);
-  resolve_optional(g_real.reallocarray, "reallocarray", emu_reallocarray, alloc_object,
-                   alloc_is_libc);
+  // Always ours: glibc's reallocarray calls realloc through the PLT, which
+  // would record the call twice; this is the same overflow check + realloc.
+  g_real.reallocarray = emu_reallocarray;
   for (int i = 0; i < 8; ++i) g_real.new_[i] = next_operator(kNewNames[i]);
   for (int i = 0; i < 12; ++i) g_real.delete_[i] = next_operator(kDeleteNames[i]);
 }
@@ -216,10 +217,10 @@ void init() {
   while (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) sched_yield();
 }
 
-void* new_emulated(size_t n, size_t align, bool nothrow) {
+void* new_emulated(size_t n, size_t align) {
   // libstdc++'s definitions: size 0 becomes 1; aligned sizes round up to the
-  // alignment (aligned_alloc's rule); retry after the new-handler; throw
-  // std::bad_alloc (or return nullptr for nothrow) when there is none.
+  // alignment (aligned_alloc's rule); retry after the new-handler; nullptr
+  // when there is none (the caller records the failure, then throws).
   if (n == 0) n = 1;
   if (align && align < sizeof(void*)) align = sizeof(void*);
   for (;;) {
@@ -234,14 +235,15 @@ void* new_emulated(size_t n, size_t align, bool nothrow) {
     using Handler = void (*)();
     auto get = reinterpret_cast<Handler (*)()>(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
     Handler h = get ? get() : nullptr;
-    if (!h) {
-      if (nothrow) return nullptr;
-      auto thrower = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"));
-      if (thrower) thrower();
-      fatal("operator new failed and std::bad_alloc cannot be thrown (no libstdc++)");
-    }
+    if (!h) return nullptr;
     h();
   }
+}
+
+void throw_bad_alloc() {
+  auto thrower = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"));
+  if (thrower) thrower();
+  fatal("operator new failed and std::bad_alloc cannot be thrown (no libstdc++)");
 }
 
 __attribute__((destructor)) void shim_fini() { sink_close(); }

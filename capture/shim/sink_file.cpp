@@ -117,16 +117,39 @@ void start_block(char* block) {
   t.cur = reinterpret_cast<uint64_t>(block) + kBlockHeaderSize;
 }
 
+// A fresh block in the mapping: a slot number from the counter. Returns the
+// slot + 1 in *slot.
+char* claim_mapped_block(uint32_t* slot) {
+  uint32_t n = __atomic_add_fetch(&g_header->next_thread, 1u, __ATOMIC_RELAXED);
+  char* seg = segment((n - 1) / kBlocksPerSegment);
+  *slot = n;
+  return seg ? seg + ((n - 1) % kBlocksPerSegment) * kBlockSize : nullptr;
+}
+
 // The thread's first event: a slot, and its block in the mapping.
 bool claim_slot() {
   ThreadSink& t = t_sink;
-  uint32_t slot = __atomic_add_fetch(&g_header->next_thread, 1u, __ATOMIC_RELAXED);
-  char* seg = segment((slot - 1) / kBlocksPerSegment);
-  if (!seg) return false;
+  uint32_t slot;
+  char* block = claim_mapped_block(&slot);
+  if (!block) return false;
   t.slot = slot;
   t.tid = uint32_t(syscall(SYS_gettid));
   t.block_seq = 0;
-  t.block = seg + ((slot - 1) % kBlocksPerSegment) * kBlockSize;
+  t.block = block;
+  start_block(t.block);
+  return true;
+}
+
+// In a signal handler that interrupted an emit() whose slot in the full
+// block is reserved but not yet written: that block can be neither appended
+// nor cleared. Leave it in the mapping (the interrupted write completes it;
+// the normaliser reads it there) and move the thread to a fresh block.
+bool switch_block() {
+  ThreadSink& t = t_sink;
+  uint32_t unused;
+  char* block = claim_mapped_block(&unused);
+  if (!block) return false;
+  t.block = block;
   start_block(t.block);
   return true;
 }
@@ -176,7 +199,7 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   ThreadSink& t = t_sink;
   // A signal handler may have started a fresh block since our reservation failed.
   if ((t.cur & (kBlockSize - 1)) < kBlockHeaderSize) {
-    bool ok = g_capturing && (t.slot == 0 ? claim_slot() : next_block());
+    bool ok = g_capturing && (t.slot == 0 ? claim_slot() : t.depth > 1 ? switch_block() : next_block());
     if (!ok) t.cur = 0;
   }
   if (t.cur) {
