@@ -207,9 +207,27 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
                    "Run 'heaplab --help' for usage.\n");
   r = run({"import", "--from", "valgrind", "x", "-o", "y.hlt"}, dir_);
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.err, "heaplab: error: unknown import format 'valgrind' (known: cmt-text)\n");
+  EXPECT_EQ(r.err, "heaplab: error: unknown import format 'valgrind' (known: cmt-text, heaplab-raw)\n");
   r = run({"frobnicate"});
   EXPECT_EQ(r.status, 2);
+}
+
+TEST_F(Cli, CaptureRefusesBeforeRunning) {
+  Result r = run({"capture", "-o", "x.hlt", "--", "no-such-program-xyz"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: capture: program 'no-such-program-xyz' not found in PATH\n");
+  r = run({"capture", "--allocator", "nosuch", "-o", "x.hlt", "--", "true"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: capture: allocator 'nosuch': unknown name (known: glibc, jemalloc, mimalloc, "
+            "tcmalloc; or give the path of a .so)\n");
+  r = run({"capture", "-o", "/nonexistent-dir/x.hlt", "--", "true"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: capture: cannot write output '/nonexistent-dir/x.hlt': No such file or directory\n");
+  r = run({"import", "--from", "heaplab-raw", "/nonexistent.hlraw", "-o", "x.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: /nonexistent.hlraw: No such file or directory\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/x.hlt"));
 }
 
 TEST_F(Cli, MissingInputsExit2) {
