@@ -29,8 +29,7 @@ struct ThreadSink {
   uint32_t tid;
   uint64_t block_seq;   // blocks this thread has started
   char* block;          // the thread's block in the mapping
-  uint32_t depth;       // emit() calls in progress: > 1 in a signal handler that
-                        // interrupted one (whose slot may still be unwritten)
+  char name[16];        // the thread's name when last read
 };
 
 extern __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
@@ -70,8 +69,6 @@ extern bool g_capturing;
 inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   if (__builtin_expect(!g_capturing, 0)) return;
   uint64_t ticks = stamp();
-  ++t_sink.depth;
-  asm volatile("" : : : "memory");
   uint64_t slot = raw::kRecordSize;
 #if defined(__x86_64__)
   // Not `lock`ed: only this thread (and its signal handlers) touch t_sink.
@@ -81,8 +78,6 @@ inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
 #endif
   if (__builtin_expect((slot & (raw::kBlockSize - 1)) < raw::kBlockHeaderSize, 0)) {
     emit_slow(op, ticks, a, b, c);
-    asm volatile("" : : : "memory");
-    --t_sink.depth;
     return;
   }
   auto* r = reinterpret_cast<raw::Record*>(slot);
@@ -90,8 +85,6 @@ inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   r->b = b;
   r->c = c;
   __atomic_store_n(&r->head, raw::record_head(op, ticks), __ATOMIC_RELEASE);
-  asm volatile("" : : : "memory");
-  --t_sink.depth;
 }
 
 // Process lifecycle of the sink (shim.cpp calls these).

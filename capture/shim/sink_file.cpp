@@ -112,7 +112,11 @@ void start_block(char* block) {
   h->tid = t.tid;
   h->ticks = now_ticks();
   h->mono_ns = mono_ns();
-  prctl(PR_GET_NAME, h->name, 0, 0, 0);
+  // The thread's name: at its first block and then every 16th (a syscall;
+  // programs name their threads soon after starting them).
+  if ((t.block_seq - 1) % 16 == 0 || t.block_seq <= 2)
+    prctl(PR_GET_NAME, t.name, 0, 0, 0);
+  memcpy(h->name, t.name, sizeof h->name);
   __atomic_store_n(&h->magic, kBlockMagic, __ATOMIC_RELEASE);
   t.cur = reinterpret_cast<uint64_t>(block) + kBlockHeaderSize;
 }
@@ -138,6 +142,17 @@ bool claim_slot() {
   t.block = block;
   start_block(t.block);
   return true;
+}
+
+// Whether a record of the full block is reserved but not yet written: we are
+// in a signal handler that interrupted an emit() between its reservation and
+// its write. (Scanned once per block, instead of counting emit() nesting on
+// every event.)
+bool write_pending() {
+  const auto* r = reinterpret_cast<const Record*>(t_sink.block + kBlockHeaderSize);
+  for (uint64_t i = 0; i < kRecordsPerBlock; ++i)
+    if (__atomic_load_n(&r[i].head, __ATOMIC_RELAXED) == 0) return true;
+  return false;
 }
 
 // In a signal handler that interrupted an emit() whose slot in the full
@@ -199,7 +214,7 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   ThreadSink& t = t_sink;
   // A signal handler may have started a fresh block since our reservation failed.
   if ((t.cur & (kBlockSize - 1)) < kBlockHeaderSize) {
-    bool ok = g_capturing && (t.slot == 0 ? claim_slot() : t.depth > 1 ? switch_block() : next_block());
+    bool ok = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
     if (!ok) t.cur = 0;
   }
   if (t.cur) {
