@@ -660,6 +660,29 @@ TEST(Capture, ExecFollowed) {
   expect_trace_ok(r.traces[1].path);
 }
 
+// With children followed, heaplab waits for descendants that outlive the
+// program (here a background job started by a shell that exits at once).
+TEST(Capture, FollowWaitsForDescendantsThatOutliveTheProgram) {
+  TempDir dir;
+  CaptureOptions opt =
+      options(dir, {"/bin/sh", "-c", "( sleep 0.3; exec " + victim("victim_c") + " single ) & exit 0"});
+  opt.follow_fork = opt.follow_exec = true;
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_FALSE(r.descendants_running);
+  EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+  int found = 0;
+  for (const auto& t : r.traces) {
+    if (t.command_line.size() < 2 || t.command_line[1] != "single") continue;
+    ++found;
+    auto calls = between_markers(read_events(t.path), false);
+    ASSERT_TRUE(calls);
+    expect_sequence(*calls, single_sequence());
+    expect_trace_ok(t.path);
+  }
+  EXPECT_EQ(found, 1);
+}
+
 TEST(Capture, SpawnFollowExec) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_c"), "spawn"});

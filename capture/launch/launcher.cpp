@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -107,8 +108,26 @@ ClockPair clock_pair() {
 }
 
 pid_t g_child = 0;
+volatile sig_atomic_t g_interrupted = 0;
 void forward_signal(int sig) {
   if (g_child > 0) kill(g_child, sig);
+}
+void note_interrupt(int) { g_interrupted = 1; }
+
+// With children followed, heaplab is their subreaper: after the program
+// exits, wait for its remaining descendants (their captures are still being
+// written) until they have all exited or the user presses Ctrl-C. Returns
+// true if some were still running when the wait was cut short.
+bool wait_descendants() {
+  struct sigaction stop {}, old_int {};
+  stop.sa_handler = note_interrupt;  // no SA_RESTART: waitpid returns EINTR
+  sigaction(SIGINT, &stop, &old_int);
+  while (!g_interrupted) {
+    if (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) continue;
+    break;  // ECHILD: none left
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  return waitpid(-1, nullptr, WNOHANG) == 0;  // 0: children exist, none exited
 }
 
 struct RawName {
@@ -183,6 +202,8 @@ CaptureResult run_capture(CaptureOptions opt) {
 
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) fail("pipe: " + errstr(errno));
+  bool following = opt.follow_fork || opt.follow_exec;
+  if (following) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   ClockPair c0 = clock_pair();
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = fork();
@@ -225,11 +246,16 @@ CaptureResult run_capture(CaptureOptions opt) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
+  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (following) {
+    g_interrupted = 0;
+    res.descendants_running = wait_descendants();
+    prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+  }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGQUIT, &old_quit, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
-  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (n == sizeof exec_errno) {
     std::error_code ec;
     fs::remove_all(opt.raw_dir, ec);
@@ -323,6 +349,9 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     note(rep.bad_records, "unreadable records");
     if (!notes.empty()) line("  " + notes);
   }
+  if (r.descendants_running)
+    line("some child processes were still running when the wait for them was interrupted; "
+         "their traces hold what they had recorded by then");
   for (const std::string& f : r.failed) line("could not normalise " + f);
   line(fmt::format("normalised in {:.3f} s{}", r.normalise_seconds,
                    r.raw_kept ? "; raw files kept in " + r.raw_dir : ""));

@@ -23,6 +23,7 @@ struct CaptureOptions {
   std::string allocator;          // "", glibc, jemalloc, mimalloc, tcmalloc or a .so path
   bool follow_fork = false;       // fork children get traces of their own
   bool follow_exec = false;       // programs exec'd by the program (or its children) too
+                                  // (either: heaplab waits for all descendants to exit)
   std::string raw_dir;            // where raw files go; empty: OUTPUT.raw.PID next to the output
   bool keep_raw = false;          // keep raw files after normalising
   std::string clock = "auto";     // auto (TSC if invariant), tsc, monotonic
@@ -42,6 +43,7 @@ struct CaptureResult {
   int exit_code = 0;       // the program's exit code, or 128 + signal
   int signal = 0;          // the signal that killed it, 0 if it exited
   double wall_seconds = 0; // the program's run, start to exit
+  bool descendants_running = false;  // followed children still ran when the wait was cut short
   double normalise_seconds = 0;
   std::string raw_dir;
   bool raw_kept = false;
