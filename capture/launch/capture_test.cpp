@@ -1044,4 +1044,43 @@ TEST(CaptureRaw, ExplicitRawDirKept) {
   EXPECT_EQ(names, want);
 }
 
+// A --raw-dir that already holds the user's files: only the capture's own
+// raw files are removed afterwards.
+TEST(CaptureRaw, ExistingRawDirKeepsItsOtherFiles) {
+  TempDir dir;
+  std::string raw = dir.file("mine");
+  fs::create_directory(raw);
+  heaplab::trace::testutil::write_file(raw + "/notes.txt", "important");
+  CaptureOptions opt = options(dir, {victim("victim_c"), "single"});
+  opt.raw_dir = raw;
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  ASSERT_EQ(r.traces.size(), 1u);
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(raw)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, std::set<std::string>{"notes.txt"});
+  EXPECT_EQ(heaplab::trace::testutil::read_file(raw + "/notes.txt"), "important");
+}
+
+// Under a file-size limit the capture stops with a message when the raw
+// file would pass it; the program is never killed by SIGXFSZ.
+TEST(Capture, FileSizeLimitStopsCaptureNotTheProgram) {
+  TempDir dir;
+  // 16384 blocks of 512 bytes (POSIX sh units): 8 MiB.
+  CaptureOptions opt = options(dir, {"/bin/sh", "-c", "ulimit -f 16384 && exec " + victim("victim_c") +
+                                                          " signal 600000 > /dev/null"});
+  opt.follow_exec = true;
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.exit_code, 0);
+  bool found = false;
+  for (const auto& t : r.traces) {
+    if (t.command_line.size() < 2 || t.command_line[1] != "signal") continue;
+    found = true;
+    EXPECT_GT(t.report.calls, 100000u);   // what fitted under the limit
+    EXPECT_LT(t.report.calls, 1200000u);  // not all of it
+    expect_trace_ok(t.path);
+  }
+  EXPECT_TRUE(found);
+}
+
 }  // namespace

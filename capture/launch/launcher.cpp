@@ -116,17 +116,21 @@ void note_interrupt(int) { g_interrupted = 1; }
 
 // With children followed, heaplab is their subreaper: after the program
 // exits, wait for its remaining descendants (their captures are still being
-// written) until they have all exited or the user presses Ctrl-C. Returns
+// written) until they have all exited, or Ctrl-C, SIGTERM or SIGHUP. Returns
 // true if some were still running when the wait was cut short.
 bool wait_descendants() {
-  struct sigaction stop {}, old_int {};
+  struct sigaction stop {}, old_int {}, old_term {}, old_hup {};
   stop.sa_handler = note_interrupt;  // no SA_RESTART: waitpid returns EINTR
   sigaction(SIGINT, &stop, &old_int);
+  sigaction(SIGTERM, &stop, &old_term);
+  sigaction(SIGHUP, &stop, &old_hup);
   while (!g_interrupted) {
     if (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) continue;
     break;  // ECHILD: none left
   }
   sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
   return waitpid(-1, nullptr, WNOHANG) == 0;  // 0: children exist, none exited
 }
 
@@ -145,6 +149,17 @@ std::vector<RawName> list_raw(const std::string& dir) {
       out.push_back({e.path().string(), pid, gen});
   }
   return out;
+}
+
+// Removes the raw files of this capture (and the directory, if heaplab made
+// it); never anything else a user's --raw-dir holds.
+void remove_raw(const CaptureOptions& opt) {
+  std::error_code ec;
+  for (const RawName& r : list_raw(opt.raw_dir)) {
+    fs::remove(r.path, ec);
+    fs::remove(r.path + ".blocks", ec);
+  }
+  if (opt.raw_dir_created) fs::remove(opt.raw_dir, ec);  // only if now empty
 }
 
 std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root) {
@@ -183,7 +198,8 @@ void validate(CaptureOptions& opt) {
   opt.allocator = lib->path;  // empty for glibc
   check_writable_output(opt.output);
   if (opt.raw_dir.empty()) opt.raw_dir = opt.output + ".raw." + std::to_string(getpid());
-  if (mkdir(opt.raw_dir.c_str(), 0755) != 0) {
+  opt.raw_dir_created = mkdir(opt.raw_dir.c_str(), 0755) == 0;
+  if (!opt.raw_dir_created) {
     if (errno != EEXIST) fail("cannot create raw directory '" + opt.raw_dir + "': " + errstr(errno));
     std::error_code ec;
     if (!fs::is_directory(opt.raw_dir, ec)) fail("raw directory '" + opt.raw_dir + "' is not a directory");
@@ -257,8 +273,7 @@ CaptureResult run_capture(CaptureOptions opt) {
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
   if (n == sizeof exec_errno) {
-    std::error_code ec;
-    fs::remove_all(opt.raw_dir, ec);
+    remove_raw(opt);
     fail("cannot run '" + given + "': " + errstr(exec_errno));
   }
   if (WIFSIGNALED(status)) {
@@ -309,10 +324,7 @@ CaptureResult run_capture(CaptureOptions opt) {
   }
   res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   res.raw_kept = opt.keep_raw || !res.failed.empty();
-  if (!res.raw_kept) {
-    std::error_code ec;
-    fs::remove_all(opt.raw_dir, ec);
-  }
+  if (!res.raw_kept) remove_raw(opt);
   return res;
 }
 

@@ -26,6 +26,7 @@ struct CaptureOptions {
                                   // (either: heaplab waits for all descendants to exit)
   std::string raw_dir;            // where raw files go; empty: OUTPUT.raw.PID next to the output
   bool keep_raw = false;          // keep raw files after normalising
+  bool raw_dir_created = false;   // set by validate(): heaplab made raw_dir (and may remove it)
   std::string clock = "auto";     // auto (TSC if invariant), tsc, monotonic
   std::string shim;               // path of libheaplab_capture.so; empty: next to heaplab
   normalise::NormaliseOptions normalise;

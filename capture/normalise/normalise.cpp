@@ -245,6 +245,7 @@ void Normaliser::process(size_t s) {
     heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
   } else {
     rep_.unfinished_reallocs += st.pending.size();
+    rep_.blocks_missing += st.cursor.changed();
     for (const Pending& p : st.pending)
       if (p.known) live_.put(p.old, p.id);
     Event e;
@@ -311,7 +312,7 @@ NormaliseReport Normaliser::run() {
   rep_.threads = next_thread_;
   rep_.objects = writer_.objects();
   rep_.live_at_end = live_.size();
-  rep_.blocks_missing = in_.blocks_missing();
+  rep_.blocks_missing += in_.blocks_missing();
   rep_.clean_exit = in_.clean_exit();
   rep_.duration_ns = any ? last - first : 0;
   rep_.events = writer_.events();

@@ -168,16 +168,28 @@ double RawFile::ns_per_tick() const {
 }
 
 void RawThreadCursor::load_block() {
-  cur_ = end_ = nullptr;
-  if (block_ >= t_->blocks.size()) return;
-  const BlockRef& b = t_->blocks[block_];
-  const uint8_t* base = b.mapped;
-  if (!base) {
-    f_->read_block(b, buf_.data());
-    base = buf_.data();
+  for (;;) {
+    cur_ = end_ = nullptr;
+    if (block_ >= t_->blocks.size()) return;
+    const BlockRef& b = t_->blocks[block_];
+    if (b.mapped) {
+      // Copy, then check the block is still the one listed: a process still
+      // running (a followed child) may have appended and reused it since.
+      std::memcpy(buf_.data(), b.mapped, kBlockSize);
+      BlockHeader now;
+      std::memcpy(&now, buf_.data(), sizeof now);
+      if (now.magic != b.header.magic || now.thread_block_seq != b.header.thread_block_seq) {
+        ++changed_;
+        ++block_;
+        continue;
+      }
+    } else {
+      f_->read_block(b, buf_.data());
+    }
+    cur_ = reinterpret_cast<const Record*>(buf_.data() + kBlockHeaderSize);
+    end_ = reinterpret_cast<const Record*>(buf_.data() + kBlockSize);
+    return;
   }
-  cur_ = reinterpret_cast<const Record*>(base + kBlockHeaderSize);
-  end_ = reinterpret_cast<const Record*>(base + kBlockSize);
 }
 
 const Record* RawThreadCursor::next() {

@@ -82,6 +82,8 @@ class RawThreadCursor {
   // The next complete record, or nullptr at the end.
   const raw::Record* next();
   uint64_t holes() const { return holes_; }
+  // Mapped blocks that changed while being read (the process was still running).
+  uint64_t changed() const { return changed_; }
 
  private:
   void load_block();
@@ -92,6 +94,7 @@ class RawThreadCursor {
   const raw::Record* cur_ = nullptr;
   const raw::Record* end_ = nullptr;
   uint64_t holes_ = 0;
+  uint64_t changed_ = 0;
 };
 
 }  // namespace heaplab::normalise

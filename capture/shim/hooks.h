@@ -87,8 +87,8 @@ void* boot_realloc(void* old, size_t n);
 
 inline void* hook_realloc(void* old, size_t n) {
   void* p;
-  if (not_ready(n, 16, &p)) return p;
   if (__builtin_expect(boot_owns(old), 0)) return boot_realloc(old, n);
+  if (not_ready(n, 16, &p)) return p;  // (before start-up ends, `old` is NULL or boot memory)
   emit(raw::kRawReallocBegin, u(old), n, 0);
   p = g_real.realloc(old, n);
   emit(op(Op::realloc), u(p), u(old), n);
@@ -97,7 +97,13 @@ inline void* hook_realloc(void* old, size_t n) {
 
 inline void* hook_reallocarray(void* old, size_t count, size_t n) {
   void* p;
-  if (not_ready(0, 16, &p)) return p;
+  size_t total;
+  if (__builtin_mul_overflow(count, n, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (__builtin_expect(boot_owns(old), 0)) return boot_realloc(old, total);
+  if (not_ready(total, 16, &p)) return p;
   emit(raw::kRawReallocarrayBegin, u(old), n, count);
   p = g_real.reallocarray(old, count, n);
   emit(op(Op::reallocarray), u(p), u(old), count);

@@ -2,6 +2,7 @@
 // and numbers formatted by hand.
 #pragma once
 
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,7 +38,26 @@ inline bool format_path(char* buf, uint64_t cap, const char* dir, uint32_t pid, 
          append(buf, cap, &n, ".") && append_u64(buf, cap, &n, gen) && append(buf, cap, &n, ".hlraw");
 }
 
-// "heaplab capture: WHAT[ PATH]: strerror(err)\n" on stderr, one write.
+// The name of an errno value, without strerror() (which may allocate
+// through gettext and so re-enter the shim).
+inline const char* errno_text(int err) {
+  switch (err) {
+    case ENOSPC: return "No space left on device";
+    case EFBIG: return "File too large";
+    case ENOMEM: return "Cannot allocate memory";
+    case EACCES: return "Permission denied";
+    case ENOENT: return "No such file or directory";
+    case EROFS: return "Read-only file system";
+    case EDQUOT: return "Disk quota exceeded";
+    case EIO: return "Input/output error";
+    case EEXIST: return "File exists";
+    case ENOTDIR: return "Not a directory";
+    case EMFILE: return "Too many open files";
+    default: return nullptr;
+  }
+}
+
+// "heaplab capture: WHAT[ PATH]: error text\n" on stderr, one write.
 inline void shim_error_path(const char* what, const char* path, int err) {
   char buf[1024];
   uint64_t n = 0;
@@ -50,7 +70,12 @@ inline void shim_error_path(const char* what, const char* path, int err) {
   }
   if (err) {
     append(buf, sizeof buf, &n, ": ");
-    append(buf, sizeof buf, &n, strerror(err));
+    if (const char* text = errno_text(err)) {
+      append(buf, sizeof buf, &n, text);
+    } else {
+      append(buf, sizeof buf, &n, "errno ");
+      append_u64(buf, sizeof buf, &n, uint64_t(err));
+    }
   }
   append(buf, sizeof buf, &n, "\n");
   ssize_t r = write(2, buf, n);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -35,6 +36,14 @@ int g_fd = -1;
 int g_data_fd = -1;
 FileHeader* g_header = nullptr;
 char* g_segments[kMaxSegments];  // atomic pointers; (char*)1 = being mapped
+uint64_t g_fsize_limit = ~uint64_t{0};  // RLIMIT_FSIZE: never write past it (SIGXFSZ)
+pid_t g_pid = 0;                         // the process the sink was opened in
+
+// Capture off first, then the message: nothing the report does may record.
+void stop_capture(const char* what, int err) {
+  __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
+  shim_error(what, err);
+}
 int g_grow_lock = 0;
 
 uint64_t now_ticks() {
@@ -77,6 +86,7 @@ char* segment(uint64_t s) {
     char* p = __atomic_load_n(&g_segments[s], __ATOMIC_ACQUIRE);
     if (p && p != reinterpret_cast<char*>(1)) return p;
     if (p == nullptr) {
+      if (!__atomic_load_n(&g_capturing, __ATOMIC_RELAXED)) return nullptr;  // a mapping failed
       char* expect = nullptr;
       if (__atomic_compare_exchange_n(&g_segments[s], &expect, reinterpret_cast<char*>(1), false,
                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -84,13 +94,24 @@ char* segment(uint64_t s) {
         uint64_t need = off + kSegmentBytes;
         while (__atomic_exchange_n(&g_grow_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
         struct stat st;
-        bool ok = fstat(g_fd, &st) == 0;
-        if (ok && uint64_t(st.st_size) < need) ok = ftruncate(g_fd, off_t(need)) == 0;
+        int err = EFBIG;  // past RLIMIT_FSIZE: growing would be a SIGXFSZ in the program
+        bool ok = need <= g_fsize_limit && fstat(g_fd, &st) == 0;
+        // Allocate the space now: a sparse page written through the mapping
+        // on a full disk would be a SIGBUS in the program, not an error here.
+        if (ok && uint64_t(st.st_size) < need) {
+          int rc = posix_fallocate(g_fd, off_t(off), off_t(kSegmentBytes));
+          if (rc != 0) {
+            ok = false;
+            err = rc;
+          }
+        } else if (!ok && need <= g_fsize_limit) {
+          err = errno;
+        }
         __atomic_store_n(&g_grow_lock, 0, __ATOMIC_RELEASE);
         char* seg = ok ? static_cast<char*>(map_aligned_segment(off)) : nullptr;
         if (!seg) {
-          shim_error("cannot grow the raw capture file", errno);
-          g_capturing = false;
+          if (ok) err = errno;
+          stop_capture("cannot grow the raw capture file", err);
           __atomic_store_n(&g_segments[s], nullptr, __ATOMIC_RELEASE);
           return nullptr;
         }
@@ -173,13 +194,16 @@ bool switch_block() {
 bool next_block() {
   ThreadSink& t = t_sink;
   uint64_t index = __atomic_fetch_add(&g_header->data_blocks, 1u, __ATOMIC_RELAXED);
+  if ((index + 1) * kBlockSize > g_fsize_limit) {  // past RLIMIT_FSIZE: SIGXFSZ would kill the program
+    stop_capture("cannot append to the raw capture file", EFBIG);
+    return false;
+  }
   uint64_t done = 0;
   while (done < kBlockSize) {
     ssize_t n = pwrite(g_data_fd, t.block + done, kBlockSize - done, off_t(index * kBlockSize + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      shim_error("cannot append to the raw capture file", n < 0 ? errno : ENOSPC);
-      g_capturing = false;
+      stop_capture("cannot append to the raw capture file", n < 0 ? errno : ENOSPC);
       return false;
     }
     done += uint64_t(n);
@@ -212,6 +236,12 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   ThreadSink& t = t_sink;
+  // A child made by a raw fork/clone (no atfork handlers) still shares our
+  // mapping: it must stop writing at once.
+  if (g_capturing && pid_t(syscall(SYS_getpid)) != g_pid) {
+    __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
+    t.cur = 0;
+  }
   // A signal handler may have started a fresh block since our reservation failed.
   if ((t.cur & (kBlockSize - 1)) < kBlockHeaderSize) {
     bool ok = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
@@ -236,6 +266,13 @@ bool sink_first_image(const char* dir) {
 
 bool sink_open(const SinkConfig& cfg) {
   g_clock = cfg.tsc ? kClockTsc : kClockMonotonic;
+  struct rlimit lim;
+  g_fsize_limit = getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? uint64_t(lim.rlim_cur)
+                                                                                       : ~uint64_t{0};
+  if (g_fsize_limit < kBlockSize * (1 + kBlocksPerSegment)) {
+    shim_error("file size limit (ulimit -f) too small for a capture; not capturing", 0);
+    return false;
+  }
   char path[4096];
   int fd = -1;
   uint32_t gen = 0;
@@ -275,6 +312,7 @@ bool sink_open(const SinkConfig& cfg) {
     close(data_fd);
     return false;
   }
+  g_pid = getpid();
   g_fd = fd;
   g_data_fd = data_fd;
   g_header = static_cast<FileHeader*>(h);
