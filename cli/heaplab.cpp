@@ -59,6 +59,26 @@ int codec_level(trace::Codec codec, int level) {
   return l;
 }
 
+// Writes beside `output` (`write(tmp)`) and renames at the end: a failed
+// write leaves no half-written trace under the requested name (nor touches a
+// user's existing file).
+template <typename F>
+void write_then_rename(const std::string& output, F&& write) {
+  const std::string tmp = output + ".heaplab-" + std::to_string(::getpid()) + ".part";
+  try {
+    write(tmp);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, output, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw Failure{output + ": cannot create: " + ec.message()};
+  }
+}
+
 // A raw capture file (kept with `heaplab capture --keep-raw`, or copied from
 // another machine) -> trace.
 int run_import_raw(const ImportArgs& a) {
@@ -67,20 +87,8 @@ int run_import_raw(const ImportArgs& a) {
   opt.codec = parse_codec(a.codec);
   opt.level = codec_level(opt.codec, a.level);
   opt.chunk_events = std::min<uint32_t>(a.chunk_events, 65536);
-  const std::string tmp = a.output + ".heaplab-" + std::to_string(::getpid()) + ".part";
   normalise::NormaliseReport rep;
-  try {
-    rep = normalise::normalise(raw, tmp, opt);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, a.output, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Failure{a.output + ": cannot create: " + ec.message()};
-  }
+  write_then_rename(a.output, [&](const std::string& tmp) { rep = normalise::normalise(raw, tmp, opt); });
   fmt::print(stderr, "normalised {} calls in {} threads from {} into {} ({} bytes, {:.3f} bytes/event)\n",
              group_digits(rep.calls), rep.threads, a.input, a.output, group_digits(rep.bytes),
              rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
@@ -103,12 +111,9 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   opt.level = codec_level(opt.codec, a.level);
   opt.chunk_events = a.chunk_events;
   opt.metadata_json = meta.dump();
-  // Write beside the target and rename at the end: a failed import leaves no
-  // half-written trace under the requested name (nor touches a user's file).
-  const std::string tmp = a.output + ".heaplab-" + std::to_string(::getpid()) + ".part";
   import::CmtImportReport rep;
   uint64_t bytes = 0;
-  try {
+  write_then_rename(a.output, [&](const std::string& tmp) {
     trace::TraceWriter w(tmp, opt);
     w.set_thread_info(0, {0, "main"});
     rep = import::import_cmt_text(*in, w);
@@ -121,16 +126,7 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
     w.set_final_metadata(meta.dump());
     w.close();
     bytes = w.bytes_written();
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, a.output, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Failure{a.output + ": cannot create: " + ec.message()};
-  }
+  });
   const std::string how = std::string(in->compression()) == "none" ? "" : fmt::format(" ({})", in->compression());
   fmt::print(stderr, "imported {} events from {} lines of {}{} into {} ({} bytes, {:.3f} bytes/event)\n",
              group_digits(rep.events), group_digits(rep.lines), in->name(), how, a.output,

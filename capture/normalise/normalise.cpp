@@ -66,6 +66,7 @@ class Normaliser {
   bool resolve(uint64_t addr, bool want_release);
   void handle(Stream& st, const Record& r, uint64_t time);
   uint64_t append(Event& e);
+  void produce(Event& e, uint64_t addr);
   uint64_t ns(uint64_t ticks) const;
 
   const RawFile& in_;
@@ -110,6 +111,13 @@ nlohmann::json Normaliser::metadata() {
   if (h.clock == kClockTsc) c["tsc_ns_per_tick"] = ns_per_tick_;
   c.update(opt_.capture_metadata);
   return m;
+}
+
+// Writes a successful producing call whose result is `addr`.
+void Normaliser::produce(Event& e, uint64_t addr) {
+  if (live_.find(addr) && !resolve(addr, true)) ++rep_.reused_live;  // the old object leaks
+  live_.erase(addr);
+  live_.put(addr, append(e));
 }
 
 uint64_t Normaliser::append(Event& e) {
@@ -173,9 +181,7 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
       append(e);
       return;
     }
-    if (live_.find(r.a) && !resolve(r.a, true)) ++rep_.reused_live;
-    live_.erase(r.a);
-    live_.put(r.a, append(e));
+    produce(e, r.a);
     return;
   }
   if (trace::op_produces(e.op)) {
@@ -187,9 +193,7 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
       append(e);
       return;
     }
-    if (live_.find(r.a) && !resolve(r.a, true)) ++rep_.reused_live;
-    live_.erase(r.a);
-    live_.put(r.a, append(e));
+    produce(e, r.a);
     return;
   }
   if (trace::op_has(e.op, trace::kSize)) e.size = r.b;
