@@ -1083,4 +1083,40 @@ TEST(Capture, FileSizeLimitStopsCaptureNotTheProgram) {
   EXPECT_TRUE(found);
 }
 
+// A program that closes every descriptor it did not open (as daemons do) and
+// opens files of its own: the capture stops, and never writes into them.
+TEST(Capture, ProgramClosingOurDescriptorsKeepsItsFiles) {
+  TempDir dir;
+  std::string file = dir.file("program-output.txt");
+  CaptureOptions opt = options(dir, {victim("victim_c"), "closefds", file});
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(heaplab::trace::testutil::read_file(file), "mine");
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_GE(r.traces[0].report.calls, 11u);  // at least what came before the descriptors went
+  expect_trace_ok(r.traces[0].path);
+}
+
+// More threads than one segment of the mapping holds (64 slots).
+TEST(Capture, ManyThreadsAcrossMappingSegments) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_cpp"), "threads", "60", "60", "500"});
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_GE(r.traces[0].report.threads, 121u);
+  auto calls = between_markers(read_events(r.traces[0].path), false);
+  ASSERT_TRUE(calls);
+  // The producers' objects (sizes 16..79; thread start-up allocates others).
+  std::set<uint64_t> objects;
+  uint64_t freed = 0;
+  for (const Event& e : *calls) {
+    if (e.op == Op::malloc && e.size >= 16 && e.size <= 79) objects.insert(e.id);
+    if (e.op == Op::free && objects.count(e.old)) ++freed;
+  }
+  EXPECT_EQ(objects.size(), 30000u);
+  EXPECT_EQ(freed, 30000u);
+  expect_trace_ok(r.traces[0].path);
+}
+
 }  // namespace

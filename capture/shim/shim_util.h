@@ -53,6 +53,7 @@ inline const char* errno_text(int err) {
     case EEXIST: return "File exists";
     case ENOTDIR: return "Not a directory";
     case EMFILE: return "Too many open files";
+    case EBADF: return "Bad file descriptor (the program closed it)";
     default: return nullptr;
   }
 }

@@ -34,6 +34,24 @@ constexpr uint64_t kMaxSegments = 65536;  // 1 TiB of records per process image
 
 int g_fd = -1;
 int g_data_fd = -1;
+// What the descriptors must still refer to: a program that closes every
+// descriptor it did not open (daemons do) and opens others could otherwise
+// hand our writes to its own files.
+dev_t g_dev = 0;
+ino_t g_ino = 0, g_data_ino = 0;
+
+bool same_file(int fd, ino_t ino) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == ino;
+}
+
+// Moves a descriptor out of the range programs usually use.
+int high_fd(int fd) {
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, 1000);
+  if (moved < 0) return fd;
+  close(fd);
+  return moved;
+}
 FileHeader* g_header = nullptr;
 char* g_segments[kMaxSegments];  // atomic pointers; (char*)1 = being mapped
 uint64_t g_fsize_limit = ~uint64_t{0};  // RLIMIT_FSIZE: never write past it (SIGXFSZ)
@@ -95,7 +113,9 @@ char* segment(uint64_t s) {
         while (__atomic_exchange_n(&g_grow_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
         struct stat st;
         int err = EFBIG;  // past RLIMIT_FSIZE: growing would be a SIGXFSZ in the program
-        bool ok = need <= g_fsize_limit && fstat(g_fd, &st) == 0;
+        bool ours = same_file(g_fd, g_ino);
+        bool ok = ours && need <= g_fsize_limit && fstat(g_fd, &st) == 0;
+        if (!ours) err = EBADF;  // the program closed or replaced our descriptor
         // Allocate the space now: a sparse page written through the mapping
         // on a full disk would be a SIGBUS in the program, not an error here.
         if (ok && uint64_t(st.st_size) < need) {
@@ -104,7 +124,7 @@ char* segment(uint64_t s) {
             ok = false;
             err = rc;
           }
-        } else if (!ok && need <= g_fsize_limit) {
+        } else if (!ok && ours && need <= g_fsize_limit) {
           err = errno;
         }
         __atomic_store_n(&g_grow_lock, 0, __ATOMIC_RELEASE);
@@ -193,6 +213,10 @@ bool switch_block() {
 // The thread's block is full: append it to .blocks, clear it, start the next.
 bool next_block() {
   ThreadSink& t = t_sink;
+  if (!same_file(g_data_fd, g_data_ino)) {
+    stop_capture("the program closed or replaced the capture's file descriptor; capture stopped", 0);
+    return false;
+  }
   uint64_t index = __atomic_fetch_add(&g_header->data_blocks, 1u, __ATOMIC_RELAXED);
   if ((index + 1) * kBlockSize > g_fsize_limit) {  // past RLIMIT_FSIZE: SIGXFSZ would kill the program
     stop_capture("cannot append to the raw capture file", EFBIG);
@@ -313,8 +337,14 @@ bool sink_open(const SinkConfig& cfg) {
     return false;
   }
   g_pid = getpid();
-  g_fd = fd;
-  g_data_fd = data_fd;
+  g_fd = high_fd(fd);
+  g_data_fd = high_fd(data_fd);
+  struct stat st;
+  if (fstat(g_fd, &st) == 0) {
+    g_dev = st.st_dev;
+    g_ino = st.st_ino;
+  }
+  if (fstat(g_data_fd, &st) == 0) g_data_ino = st.st_ino;
   g_header = static_cast<FileHeader*>(h);
   FileHeader& fh = *g_header;
   fh.version = kVersion;

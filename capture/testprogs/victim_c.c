@@ -4,6 +4,9 @@
  *   victim_c exec          allocates, then execs "victim_c single" in the same process
  *   victim_c spawn         allocates, then fork+exec "victim_c single" and waits
  *   victim_c crash MODE N  N mallocs, then dies by MODE: kill, segv or abort
+ *   victim_c closefds FILE like a daemon: closes every descriptor above 2, opens FILE
+ *                          (which gets a low number) and writes "mine" to it, then
+ *                          allocates on: the capture must never write into FILE
  *   victim_c signal N      N malloc/free pairs while a timer signal handler
  *                          also mallocs and frees; prints both counts
  * Every scenario brackets its calls with malloc(777001)/free and
@@ -91,6 +94,19 @@ static int crash(const char* mode, long n) {
   return 3;
 }
 
+static int closefds(const char* file) {
+  BEGIN();
+  for (int i = 0; i < 10; ++i) sink = malloc(16);
+  for (int fd = 3; fd < 4096; ++fd) close(fd);
+  FILE* f = fopen(file, "w");
+  if (!f) return 4;
+  for (int i = 0; i < 20000; ++i) free(malloc(24));  /* fills blocks: appends are attempted */
+  fputs("mine", f);
+  fclose(f);
+  END();
+  return 0;
+}
+
 static volatile long handler_calls;
 static void on_alarm(int sig) {
   (void)sig;
@@ -124,5 +140,6 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
   if (!strcmp(argv[1], "signal") && argc == 3) return signals(atol(argv[2]));
+  if (!strcmp(argv[1], "closefds") && argc == 3) return closefds(argv[2]);
   return 2;
 }
