@@ -292,7 +292,7 @@ int run_capture(CaptureArgs& a, std::vector<std::string> command) {
   } catch (const launch::LaunchError& e) {
     throw Failure{std::string("capture: ") + e.what()};
   }
-  if (!a.quiet || !r.failed.empty()) fmt::print(stderr, "{}", launch::summary(r, a.opt));
+  if (!a.quiet || !r.failed.empty() || r.traces.empty()) fmt::print(stderr, "{}", launch::summary(r, a.opt));
   if (!r.failed.empty() || r.traces.empty()) return kExitBadInput;
   return r.exit_code;
 }
@@ -346,7 +346,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> cap_command;
   auto* cap = app.add_subcommand("capture",
                                  "Run a program under the capture shim and write its heap trace\n"
-                                 "  heaplab capture [options] -- PROGRAM [ARGS...]\n"
+                                 "  heaplab capture [options] [--] PROGRAM [ARGS...]\n"
                                  "Exits with the program's status (128+N if killed by signal N), 2 on errors.");
   cap->add_option("-o,--output", cap_args.opt.output, "Output trace (default: PROGRAM.hlt)");
   cap->add_option("--allocator", cap_args.opt.allocator,
@@ -363,10 +363,28 @@ int main(int argc, char** argv) {
   cap->add_option("--level", cap_args.level, "zstd level 1..22 (default 3), or lz4 acceleration")
       ->check(CLI::Range(1, 65537));
   cap->add_flag("-q,--quiet", cap_args.quiet, "No summary");
-  cap->add_option("command", cap_command, "PROGRAM [ARGS...] (after --)")->required();
+  // Everything from the first argument that is not an option of ours on (or
+  // after `--`) is the program and its arguments.
+  cap->prefix_command();
+
+  // `heaplab capture [options] -- PROGRAM ARGS`: what follows `--` is the
+  // program's, never parsed as ours (without `--`, the first argument that is
+  // not one of our options starts the program: prefix_command below).
+  std::vector<std::string> after_dashes;
+  bool dashes = false;
+  std::vector<char*> ours(argv, argv + argc);
+  if (argc > 1 && std::string(argv[1]) == "capture") {
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "--") {
+        after_dashes.assign(argv + i + 1, argv + argc);
+        ours.resize(size_t(i));
+        dashes = true;
+        break;
+      }
+  }
 
   try {
-    app.parse(argc, argv);
+    app.parse(int(ours.size()), ours.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -383,7 +401,12 @@ int main(int argc, char** argv) {
     if (*st) return run_stats(stats_path, stats_json);
     if (*ck) return run_check(check_path, check_max);
     if (*ct) return run_cat(ca);
-    if (*cap) return run_capture(cap_args, cap_command);
+    if (*cap) {
+      cap_command = dashes ? after_dashes : cap->remaining();
+      if (dashes && !cap->remaining().empty())
+        throw Failure{"capture: unexpected arguments before --: " + cap->remaining().front()};
+      return run_capture(cap_args, cap_command);
+    }
   } catch (const Failure& f) {
     fmt::print(stderr, "heaplab: error: {}\n", f.message);
   } catch (const std::bad_alloc&) {

@@ -212,6 +212,27 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
   EXPECT_EQ(r.status, 2);
 }
 
+TEST_F(Cli, CaptureTakesTheProgramWithOrWithoutDashes) {
+  const std::string victim = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/victim_c";
+  Result r = run({"capture", "-q", "-o", "a.hlt", "--", victim, "single"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/a.hlt"));
+  r = run({"capture", "-q", "-o", "b.hlt", victim, "single"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/b.hlt"));
+  // After --, even our own option names belong to the program; its status is ours.
+  r = run({"capture", "-q", "-o", "c.hlt", "--", "/bin/sh", "-c", "exit 3", "--allocator"}, dir_);
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(fs::exists(dir_ + "/c.hlt"));
+  r = run({"capture", "-q", "--bogus", "--", victim, "single"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: capture: unexpected arguments before --: --bogus\n");
+  r = run({"capture", "-q", "--"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: capture: no program given (heaplab capture [options] -- PROGRAM [ARGS...])\n");
+}
+
 TEST_F(Cli, CaptureRefusesBeforeRunning) {
   Result r = run({"capture", "-o", "x.hlt", "--", "no-such-program-xyz"}, dir_);
   EXPECT_EQ(r.status, 2);
