@@ -13,6 +13,8 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -296,7 +298,12 @@ CaptureResult run_capture(CaptureOptions opt) {
     if (ra != rb) return ra;
     return std::tie(a.pid, a.gen) < std::tie(b.pid, b.gen);
   });
-  for (const RawName& r : raws) {
+  // One trace per raw file, normalised in parallel (a `make -j` capture has
+  // many), results kept in the sorted order.
+  std::vector<std::optional<TraceResult>> done(raws.size());
+  std::vector<std::string> errors(raws.size());
+  auto normalise_one = [&](size_t i) {
+    const RawName& r = raws[i];
     bool root = r.pid == uint32_t(pid) && r.gen == 0;
     std::string out = trace_name(opt.output, r.pid, r.gen, root);
     std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
@@ -316,11 +323,24 @@ CaptureResult run_capture(CaptureOptions opt) {
       tr.pid = r.pid;
       tr.exec_generation = r.gen;
       tr.command_line = raw.command_line();
-      res.traces.push_back(std::move(tr));
+      done[i] = std::move(tr);
     } catch (const std::exception& e) {
       ::unlink(part.c_str());
-      res.failed.push_back(e.what());
+      errors[i] = e.what();
     }
+  };
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < raws.size();) normalise_one(i);
+  };
+  size_t nthreads = std::min<size_t>(raws.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < raws.size(); ++i) {
+    if (done[i]) res.traces.push_back(std::move(*done[i]));
+    if (!errors[i].empty()) res.failed.push_back(errors[i]);
   }
   res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   res.raw_kept = opt.keep_raw || !res.failed.empty();
