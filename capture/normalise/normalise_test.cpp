@@ -5,6 +5,8 @@
 #include "capture/normalise/normalise.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -1183,6 +1185,43 @@ TEST(Normalise, TscWithoutUsablePairsUsesFallbackOrNoTime) {
                               X(Op::free, 400).old(1),
                               X(Op::thread_end, 400),
                           });
+}
+
+}  // namespace
+}  // namespace heaplab::normalise
+
+namespace heaplab::normalise {
+namespace {
+
+// Events are written on a second thread: its write errors still reach the
+// caller as one exception, and nothing hangs.
+TEST(Normalise, WriteErrorOnTheWriterThreadIsReported) {
+  TempDir dir;
+  Capture c;
+  std::vector<raw::Record> recs;
+  for (uint64_t i = 0; i < 2000; ++i) recs.push_back(rec(Op::malloc, 1010 + i, 0x1000 + 16 * i, 8));
+  c.thread(0, recs);
+  std::string path = c.write(dir);
+  RawFile f(path);
+  NormaliseOptions opt;
+  opt.chunk_events = 16;  // many chunks: the writer thread writes (and fails) early
+  opt.codec = trace::kCodecNone;
+  const std::string out = dir.file("out.hlt");
+  // In a child: a 16 KiB file-size limit lets the writer create the trace,
+  // then makes a later chunk write on the writer thread fail (EFBIG).
+  auto child = [&] {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {16384, 16384};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      normalise::normalise(f, out, opt);
+    } catch (const trace::TraceError& e) {
+      std::fprintf(stderr, "caught: %s\n", e.what());
+      std::_Exit(0);
+    }
+    std::_Exit(1);
+  };
+  EXPECT_EXIT(child(), testing::ExitedWithCode(0), "caught: .*out.hlt.*");
 }
 
 }  // namespace
