@@ -425,8 +425,6 @@ NormaliseReport Normaliser::run() {
     if (k.gen != st.gen || !st.rec) continue;  // processed early by resolve()
     process(k.stream);
   }
-  uint64_t first = first_time_, last = last_time_;
-  bool any = any_;
   pipe_.finish();
   if (writer_.objects() != next_id_ || writer_.events() != events_)
     throw trace::TraceError("normaliser: object ids out of step with the writer");
@@ -435,7 +433,7 @@ NormaliseReport Normaliser::run() {
   rep_.live_at_end = live_.size();
   rep_.blocks_missing += in_.blocks_missing();
   rep_.clean_exit = in_.clean_exit();
-  rep_.duration_ns = any ? last - first : 0;
+  rep_.duration_ns = any_ ? last_time_ - first_time_ : 0;
   rep_.events = writer_.events();
   nlohmann::json m = metadata();
   m["capture"].update(report_to_json(rep_));

@@ -19,12 +19,9 @@ namespace {
 }
 }  // namespace
 
-RawFile::Mapping RawFile::map_file(const std::string& path, bool required) {
+RawFile::Mapping RawFile::map_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (!required && errno == ENOENT) return {};
-    fail(path, std::strerror(errno));
-  }
+  if (fd < 0) fail(path, std::strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int e = errno;
@@ -45,7 +42,7 @@ RawFile::Mapping RawFile::map_file(const std::string& path, bool required) {
 }
 
 RawFile::RawFile(const std::string& path) : path_(path) {
-  ring_ = map_file(path, true);
+  ring_ = map_file(path);
   if (ring_.size < kBlockSize)  // the shim sizes the file to the header block at once
     fail(path, "not a heaplab raw capture (file too short: " + std::to_string(ring_.size) + " bytes)");
   header_ = reinterpret_cast<const FileHeader*>(ring_.data);

@@ -63,7 +63,7 @@ class RawFile {
     const uint8_t* data = nullptr;
     uint64_t size = 0;
   };
-  static Mapping map_file(const std::string& path, bool required);
+  static Mapping map_file(const std::string& path);
   std::string path_;
   Mapping ring_;
   int appended_fd_ = -1;

@@ -15,8 +15,6 @@
 #include "capture/shim/hooks.h"
 #include "capture/shim/shim_util.h"
 
-extern char** environ;
-
 namespace heaplab::shim {
 
 Real g_real;
@@ -36,14 +34,6 @@ struct BootHeader {
   size_t size;
   size_t pad;
 };
-
-const char* env(const char* name) {
-  if (!environ) return nullptr;
-  size_t len = strlen(name);
-  for (char** e = environ; *e; ++e)
-    if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
-  return nullptr;
-}
 
 // The library a symbol lives in, or nullptr.
 const void* object_of(const void* fn) {
@@ -166,16 +156,16 @@ void after_fork_child() {
 
 // Whether this process image is captured, and with which clock.
 void start_capture() {
-  const char* dir = env("HEAPLAB_CAPTURE_DIR");
+  const char* dir = getenv("HEAPLAB_CAPTURE_DIR");
   if (!dir || !*dir) return;  // loaded without heaplab capture: pass through
-  const char* follow = env("HEAPLAB_CAPTURE_FOLLOW");
+  const char* follow = getenv("HEAPLAB_CAPTURE_FOLLOW");
   bool follow_exec = follow && strstr(follow, "exec");
   g_follow_fork = follow && strstr(follow, "fork");
-  const char* root = env("HEAPLAB_CAPTURE_ROOT");
+  const char* root = getenv("HEAPLAB_CAPTURE_ROOT");
   bool is_root = root && strtol(root, nullptr, 10) == long(getpid());
   if (!((is_root && sink_first_image(dir)) || follow_exec)) return;
   g_dir = dir;
-  const char* clock = env("HEAPLAB_CAPTURE_CLOCK");
+  const char* clock = getenv("HEAPLAB_CAPTURE_CLOCK");
   bool tsc = cpu_has_invariant_tsc();
   if (clock && strcmp(clock, "monotonic") == 0) tsc = false;
 #if defined(__x86_64__)

@@ -64,13 +64,6 @@ void stop_capture(const char* what, int err) {
 }
 int g_grow_lock = 0;
 
-uint64_t now_ticks() {
-#if defined(__x86_64__)
-  if (g_clock == kClockTsc) return __rdtsc();
-#endif
-  return mono_ns();
-}
-
 uint64_t real_ns() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -151,7 +144,7 @@ void start_block(char* block) {
   h->thread = t.slot - 1;
   h->thread_block_seq = t.block_seq++;
   h->tid = t.tid;
-  h->ticks = now_ticks();
+  h->ticks = stamp();
   h->mono_ns = mono_ns();
   // The thread's name: at its first block and then every 16th (a syscall;
   // programs name their threads soon after starting them).
@@ -359,7 +352,7 @@ bool sink_open(const SinkConfig& cfg) {
   read_proc_file("/proc/self/cmdline", fh.cmdline, kCmdlineMax, &fh.cmdline_len);
   ssize_t n = readlink("/proc/self/exe", fh.exe, sizeof fh.exe - 1);
   fh.exe_len = n > 0 ? uint32_t(n) : 0;
-  fh.start_ticks = now_ticks();
+  fh.start_ticks = stamp();
   fh.start_mono_ns = mono_ns();
   fh.start_real_ns = real_ns();
   memcpy(fh.magic, kFileMagic, sizeof fh.magic);  // last: the file is now valid
@@ -389,7 +382,7 @@ void sink_after_fork(bool follow, const char* dir) {
 
 void sink_close() {
   if (!g_capturing || !g_header) return;
-  g_header->end_ticks = now_ticks();
+  g_header->end_ticks = stamp();
   g_header->end_mono_ns = mono_ns();
   __atomic_fetch_or(&g_header->flags, kFlagCleanExit, __ATOMIC_RELEASE);
   // Recording continues: destructors that run after this one still allocate.
