@@ -3,7 +3,6 @@
 #include "capture/import/cmt_text.h"
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -24,6 +23,7 @@
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
 #include "capture/format/trace_testutil.h"
+#include "capture/import/compress_testutil.h"
 #include "capture/import/input_stream.h"
 
 
@@ -46,22 +46,6 @@ std::string cmt_fixture(const std::string& name) {
 }
 
 
-
-std::string gzip(std::string_view data) {
-  z_stream z{};
-  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    throw std::runtime_error("deflateInit2");
-  std::string out(deflateBound(&z, static_cast<uLong>(data.size())) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  if (rc != Z_STREAM_END) throw std::runtime_error("deflate");
-  return out;
-}
 
 // An in-memory input with a chosen name.
 class StringInput final : public InputStream {
@@ -769,7 +753,7 @@ TEST(cmt_errors, ErrorLineNumberInACompressedFile) {
   for (int i = 0; i < 5000; ++i) text += "malloc(16) = 0x" + std::to_string(1000 + i) + "\n";
   text += "free(0x1000, 2)\n";
   const std::string path = dir.file("broken.txt.gz");
-  write_file(path, gzip(text));
+  write_file(path, testutil::compress(testutil::Codec::gzip, text));
   auto in = InputStream::open(path);
   trace::TraceWriter w(dir.file("broken.hlt"), trace::WriterOptions{});
   try {
