@@ -10,10 +10,12 @@ namespace heaplab::allocators {
 
 const std::vector<KnownAllocator>& known_allocators() {
   static const std::vector<KnownAllocator> known = {
-      {"glibc", "", "libc6"},
-      {"jemalloc", "libjemalloc.so.2", "libjemalloc2"},
-      {"mimalloc", "libmimalloc.so.2", "libmimalloc2.0"},
-      {"tcmalloc", "libtcmalloc.so.4", "libgoogle-perftools4"},
+      // The registry: one line per allocator (and its backend file in this folder).
+      {"glibc", "", "libc6", "libc6-dev", "heaplab-replay"},
+      {"jemalloc", "libjemalloc.so.2", "libjemalloc2", "libjemalloc-dev", "heaplab-replay-jemalloc"},
+      {"mimalloc", "libmimalloc.so.2", "libmimalloc2.0", "libmimalloc-dev", "heaplab-replay-mimalloc"},
+      {"tcmalloc", "libtcmalloc.so.4", "libgoogle-perftools4", "libgoogle-perftools-dev",
+       "heaplab-replay-tcmalloc"},
   };
   return known;
 }

@@ -1,6 +1,6 @@
 // Where an allocator's shared library is, for loading it with LD_PRELOAD:
 // the names heaplab knows (glibc, jemalloc, mimalloc, tcmalloc) or the path
-// of any custom .so. The replay backends (issue 4) add direct linkage.
+// of any custom .so; and which replayer executable loads it directly.
 #pragma once
 
 #include <optional>
@@ -13,6 +13,8 @@ struct KnownAllocator {
   std::string name;      // "jemalloc"
   std::string soname;    // "libjemalloc.so.2"; empty for glibc (the system allocator)
   std::string package;   // Debian package that provides it
+  std::string dev_package;  // Debian package needed to build its direct replayer
+  std::string replayer;  // executable of the direct load mode, next to `heaplab`
 };
 
 const std::vector<KnownAllocator>& known_allocators();

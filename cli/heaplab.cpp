@@ -19,6 +19,7 @@
 #include "capture/import/metadata.h"
 #include "capture/launch/launcher.h"
 #include "capture/normalise/normalise.h"
+#include "replay/launch.h"
 
 namespace {
 
@@ -297,6 +298,39 @@ int run_capture(CaptureArgs& a, std::vector<std::string> command) {
   return r.exit_code;
 }
 
+struct ReplayArgs {
+  replay::ReplayOptions opt;
+  std::string out;
+  bool list = false;
+  bool quiet = false;
+  bool json = false;
+};
+
+int run_replay(const ReplayArgs& a) {
+  if (a.list) {
+    fmt::print("{}", replay::list_allocators());
+    return 0;
+  }
+  if (a.opt.trace.empty()) throw Failure{"replay: no trace given (heaplab replay TRACE --allocator NAME)"};
+  replay::ReplayOutcome o;
+  try {
+    o = replay::run_replay(a.opt);
+  } catch (const replay::ReplayError& e) {
+    throw Failure{std::string("replay: ") + e.what()};
+  }
+  const std::string text = o.result.dump(2) + "\n";
+  if (!a.out.empty())
+    write_then_rename(a.out, [&](const std::string& tmp) {
+      FILE* f = std::fopen(tmp.c_str(), "w");
+      if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+        throw Failure{"replay: cannot write '" + a.out + "'"};
+    });
+  if (a.json) fmt::print("{}", text);
+  else if (!a.quiet) fmt::print("{}", replay::result_summary(o.result));
+  if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
+  return o.exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,6 +401,33 @@ int main(int argc, char** argv) {
   // after `--`) is the program and its arguments.
   cap->prefix_command();
 
+  ReplayArgs ra;
+  auto* rp = app.add_subcommand("replay",
+                                "Replay a trace on an allocator, one thread per recorded thread\n"
+                                "  heaplab replay TRACE [--allocator NAME] [--load preload|direct] [--out result.json]\n"
+                                "Exits 0 when every call was replayed as recorded, 1 if the replay failed, 2 on errors.");
+  rp->add_option("trace", ra.opt.trace, "Trace file (.hlt)");
+  rp->add_option("--allocator", ra.opt.allocator,
+                 "glibc (default), jemalloc, mimalloc, tcmalloc, or the path of an allocator .so")
+      ->capture_default_str();
+  rp->add_option("--load", ra.opt.load,
+                 "preload: LD_PRELOAD the allocator; direct: a replayer linked against it (native API)")
+      ->check(CLI::IsMember({"preload", "direct"}))->capture_default_str();
+  rp->add_option("--threads", ra.opt.threads,
+                 "Replay threads (default: one per recorded thread; fewer folds recorded threads)")
+      ->check(CLI::Range(1u, 1u << 20));
+  rp->add_option("--touch", ra.opt.touch,
+                 "Write allocated memory: none, first (byte), pages (a byte per page) or all")
+      ->check(CLI::IsMember({"none", "first", "pages", "all"}))->capture_default_str();
+  rp->add_option("--timing", ra.opt.timing, "fast (as fast as possible) or recorded (the trace's pace)")
+      ->check(CLI::IsMember({"fast", "recorded"}))->capture_default_str();
+  rp->add_option("--speed", ra.opt.speed, "With --timing recorded: replay this many times faster")
+      ->check(CLI::PositiveNumber);
+  rp->add_option("-o,--out", ra.out, "Write the result JSON here");
+  rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
+  rp->add_flag("-q,--quiet", ra.quiet, "No summary");
+  rp->add_flag("--list-allocators", ra.list, "List the allocators and load modes available, and why not");
+
   // `heaplab capture [options] -- PROGRAM ARGS`: what follows `--` is the
   // program's, never parsed as ours (without `--`, the first argument that is
   // not one of our options starts the program: prefix_command below).
@@ -401,6 +462,7 @@ int main(int argc, char** argv) {
     if (*st) return run_stats(stats_path, stats_json);
     if (*ck) return run_check(check_path, check_max);
     if (*ct) return run_cat(ca);
+    if (*rp) return run_replay(ra);
     if (*cap) {
       cap_command = dashes ? after_dashes : cap->remaining();
       if (dashes && !cap->remaining().empty())

@@ -1,0 +1,101 @@
+// The allocator backend interface of the replayer.
+//
+// A backend is a struct of static functions, one per call the trace format
+// records, passed as a template argument to the replay engine
+// (replay/engine.h), so that each call is a direct call with no dispatch of
+// heaplab's own. `LibcApi` implements every call with the process's C and C++
+// allocation functions; that is the backend of the preload mode (whatever
+// LD_PRELOAD put first answers) and of glibc. A backend for an allocator's
+// native API derives from it and replaces what the allocator does better:
+// sized and aligned frees, aligned allocation, statistics.
+//
+// Besides the calls, a backend has:
+//   static constexpr const char* kName;      // "jemalloc"
+//   static nlohmann::json describe();        // {"version", "library", "build_id", ...}
+//   static nlohmann::json stats();           // the allocator's own statistics
+//
+// Calls that throw (operator new) may throw std::bad_alloc or return NULL;
+// the engine records either as a NULL result.
+//
+// Adding an allocator: one file `allocators/NAME.cpp` with the struct and
+// HEAPLAB_REPLAYER(Struct), and one line in allocators/CMakeLists.txt
+// (heaplab_allocator(NAME ...)). See allocators/README.md.
+#pragma once
+
+#include <malloc.h>
+#include <stdlib.h>
+
+#include <cstddef>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace heaplab::allocators {
+
+struct LibcApi {
+  static nlohmann::json describe();
+  static nlohmann::json stats();
+
+  static void* malloc(size_t n) { return ::malloc(n); }
+  static void* calloc(size_t c, size_t n) { return ::calloc(c, n); }
+  static void* realloc(void* p, size_t n) { return ::realloc(p, n); }
+  static void* reallocarray(void* p, size_t c, size_t n) { return ::reallocarray(p, c, n); }
+  static void free(void* p) { ::free(p); }
+  static void* memalign(size_t a, size_t n) { return ::memalign(a, n); }
+  static int posix_memalign(void** p, size_t a, size_t n) { return ::posix_memalign(p, a, n); }
+  static void* aligned_alloc(size_t a, size_t n) { return ::aligned_alloc(a, n); }
+  static void* valloc(size_t n) { return ::valloc(n); }
+  static void* pvalloc(size_t n) { return ::pvalloc(n); }
+
+  static void* op_new(size_t n) { return ::operator new(n); }
+  static void* op_new_array(size_t n) { return ::operator new[](n); }
+  static void* op_new_nothrow(size_t n) { return ::operator new(n, std::nothrow); }
+  static void* op_new_array_nothrow(size_t n) { return ::operator new[](n, std::nothrow); }
+  static void* op_new_aligned(size_t n, size_t a) { return ::operator new(n, std::align_val_t(a)); }
+  static void* op_new_array_aligned(size_t n, size_t a) {
+    return ::operator new[](n, std::align_val_t(a));
+  }
+  static void* op_new_aligned_nothrow(size_t n, size_t a) {
+    return ::operator new(n, std::align_val_t(a), std::nothrow);
+  }
+  static void* op_new_array_aligned_nothrow(size_t n, size_t a) {
+    return ::operator new[](n, std::align_val_t(a), std::nothrow);
+  }
+
+  static void op_delete(void* p) { ::operator delete(p); }
+  static void op_delete_array(void* p) { ::operator delete[](p); }
+  static void op_delete_sized(void* p, size_t n) { ::operator delete(p, n); }
+  static void op_delete_array_sized(void* p, size_t n) { ::operator delete[](p, n); }
+  static void op_delete_aligned(void* p, size_t a) { ::operator delete(p, std::align_val_t(a)); }
+  static void op_delete_array_aligned(void* p, size_t a) {
+    ::operator delete[](p, std::align_val_t(a));
+  }
+  static void op_delete_sized_aligned(void* p, size_t n, size_t a) {
+    ::operator delete(p, n, std::align_val_t(a));
+  }
+  static void op_delete_array_sized_aligned(void* p, size_t n, size_t a) {
+    ::operator delete[](p, n, std::align_val_t(a));
+  }
+  static void op_delete_nothrow(void* p) { ::operator delete(p, std::nothrow); }
+  static void op_delete_array_nothrow(void* p) { ::operator delete[](p, std::nothrow); }
+  static void op_delete_aligned_nothrow(void* p, size_t a) {
+    ::operator delete(p, std::align_val_t(a), std::nothrow);
+  }
+  static void op_delete_array_aligned_nothrow(void* p, size_t a) {
+    ::operator delete[](p, std::align_val_t(a), std::nothrow);
+  }
+};
+
+// Facts about the allocator that answers `malloc`, found at
+// run time: the library that defines it (dladdr), its GNU build id (from the
+// loaded image's notes), and its version and statistics through whichever
+// native API it exports (mallctl, mi_version/mi_process_info,
+// tc_version/MallocExtension_GetNumericProperty, glibc's mallinfo2).
+// `handle` is RTLD_DEFAULT (the process's malloc) or a dlopen handle.
+nlohmann::json describe_allocator(void* handle);
+nlohmann::json allocator_stats(void* handle);
+
+// The GNU build id of the loaded object whose path is `path` (hex), or "".
+std::string loaded_build_id(const std::string& path);
+
+}  // namespace heaplab::allocators

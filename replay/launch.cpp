@@ -1,0 +1,326 @@
+#include "replay/launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "allocators/library.h"
+#include "capture/format/trace_reader.h"
+#include "replay/plan.h"
+
+extern char** environ;
+
+namespace heaplab::replay {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string self_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+std::string replayer_dir(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* env = std::getenv("HEAPLAB_REPLAYER_DIR"); env && *env) return env;
+  return self_dir();
+}
+
+const allocators::KnownAllocator* known(const std::string& name) {
+  for (const auto& k : allocators::known_allocators())
+    if (k.name == name || (name == "system" && k.name == "glibc")) return &k;
+  return nullptr;
+}
+
+bool is_executable(const std::string& p) { return access(p.c_str(), X_OK) == 0; }
+
+// Settings an allocator reads from the environment.
+nlohmann::json allocator_settings() {
+  nlohmann::json s = nlohmann::json::object();
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string k = kv.substr(0, eq);
+    if (k.rfind("MALLOC_", 0) == 0 || k.rfind("MIMALLOC_", 0) == 0 || k.rfind("TCMALLOC_", 0) == 0 ||
+        k.rfind("JEMALLOC_", 0) == 0 || k == "GLIBC_TUNABLES" || k == "_RJEM_MALLOC_CONF")
+      s[k] = kv.substr(eq + 1);
+  }
+  return s;
+}
+
+struct Launch {
+  std::string exe;
+  std::vector<std::string> args;
+  std::string preload;  // LD_PRELOAD value, "" = none
+  std::string library;  // allocator library path ("" = glibc)
+};
+
+Launch resolve(const ReplayOptions& opt) {
+  Launch l;
+  const std::string dir = replayer_dir(opt.replayer_dir);
+  const auto* k = known(opt.allocator);
+  const bool is_path = !k && opt.allocator.find('/') != std::string::npos;
+  if (opt.load != "preload" && opt.load != "direct")
+    throw ReplayError("--load: expected preload or direct, not '" + opt.load + "'");
+  if (opt.load == "preload" || (k && k->name == "glibc")) {
+    std::string err;
+    auto lib = allocators::resolve_allocator(opt.allocator, err);
+    if (!lib) throw ReplayError(err);
+    l.exe = dir + "/heaplab-replay";
+    l.preload = lib->path;
+    l.library = lib->path;
+  } else if (k) {
+    l.exe = dir + "/" + k->replayer;
+    if (!is_executable(l.exe))
+      throw ReplayError("allocator '" + k->name + "': direct load is not available: " + k->replayer +
+                        " was not built (install " + k->dev_package + " and rebuild heaplab)");
+  } else if (is_path) {
+    if (access(opt.allocator.c_str(), R_OK) != 0)
+      throw ReplayError("allocator '" + opt.allocator + "': " + std::strerror(errno));
+    l.exe = dir + "/heaplab-replay";
+    l.args = {"--direct-library", fs::absolute(opt.allocator).string()};
+    l.library = fs::absolute(opt.allocator).string();
+  } else {
+    std::string err;
+    allocators::resolve_allocator(opt.allocator, err);  // for its "unknown name" message
+    throw ReplayError(err);
+  }
+  if (!is_executable(l.exe))
+    throw ReplayError("replayer '" + l.exe + "' not found (build heaplab, or set HEAPLAB_REPLAYER_DIR)");
+  return l;
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+}  // namespace
+
+std::string file_id(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  std::string id;
+  if (fstat(fd, &st) == 0) {
+    const size_t len = size_t(st.st_size);
+    void* m = len ? mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    if (len == 0 || m != MAP_FAILED) {
+      id = fmt::format("{:016x}", XXH3_64bits(len ? m : "", len));
+      if (len) munmap(m, len);
+    }
+  }
+  close(fd);
+  return id;
+}
+
+ReplayOutcome run_replay(const ReplayOptions& opt) {
+  if (opt.touch != "none" && opt.touch != "first" && opt.touch != "pages" && opt.touch != "all")
+    throw ReplayError("--touch: expected none, first, pages or all, not '" + opt.touch + "'");
+  if (opt.timing != "fast" && opt.timing != "recorded")
+    throw ReplayError("--timing: expected fast or recorded, not '" + opt.timing + "'");
+  if (!(opt.speed > 0) || opt.speed > 1e9)
+    throw ReplayError("--speed: expected a positive factor");
+  const Launch l = resolve(opt);
+
+  std::unique_ptr<trace::TraceReader> reader;
+  try {
+    reader = trace::TraceReader::open(opt.trace);
+  } catch (const std::exception& e) {
+    throw ReplayError(e.what());
+  }
+  if (opt.timing == "recorded" && !reader->has_time())
+    throw ReplayError(opt.trace + ": --timing recorded: the trace has no timestamps");
+  PlanSummary plan;
+  int plan_fd = -1;
+  try {
+    plan_fd = build_plan(*reader, PlanOptions{opt.threads, opt.timing == "recorded"}, plan);
+  } catch (const trace::TraceError& e) {
+    throw ReplayError(e.what());
+  } catch (const PlanError& e) {
+    throw ReplayError(opt.trace + ": " + e.what());
+  }
+
+  nlohmann::json trace_j = {{"path", opt.trace},
+                            {"id", file_id(opt.trace)},
+                            {"events", plan.events},
+                            {"calls", plan.steps},
+                            {"complete", reader->complete()},
+                            {"recorded_threads", plan.recorded_threads},
+                            {"objects", plan.max_id},
+                            {"bytes_requested", plan.bytes_requested},
+                            {"live_bytes_peak", plan.live_bytes_peak},
+                            {"live_bytes_end", plan.live_bytes_end},
+                            {"cross_thread_consumes", plan.cross_thread_consumes},
+                            {"consumes_of_lost_objects_skipped", plan.skipped_lost},
+                            {"reallocs_of_lost_objects", plan.realloc_of_lost}};
+  if (plan.has_times || reader->has_time()) trace_j["duration_s"] = double(plan.duration_ns) / 1e9;
+  if (!reader->complete()) trace_j["warning"] = reader->warning();
+  reader.reset();
+
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    close(plan_fd);
+    throw ReplayError(std::string("pipe: ") + std::strerror(errno));
+  }
+  std::vector<std::string> argv = {l.exe, "--plan-fd", "3", "--result-fd", "4", "--touch", opt.touch,
+                                   "--timing", opt.timing, "--load", opt.load};
+  if (opt.timing == "recorded") {
+    argv.push_back("--speed");
+    argv.push_back(fmt::format("{}", opt.speed));
+  }
+  argv.insert(argv.end(), l.args.begin(), l.args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(plan_fd);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    throw ReplayError(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    // fds 3 and 4 in the child: the plan and the result pipe.
+    int p = fcntl(plan_fd, F_DUPFD_CLOEXEC, 10), w = fcntl(pipefd[1], F_DUPFD_CLOEXEC, 10);
+    if (p < 0 || w < 0 || dup2(p, 3) < 0 || dup2(w, 4) < 0) _exit(126);
+    if (l.preload.empty())
+      unsetenv("LD_PRELOAD");
+    else
+      setenv("LD_PRELOAD", l.preload.c_str(), 1);
+    execv(l.exe.c_str(), cargv.data());
+    _exit(127);
+  }
+  close(plan_fd);
+  close(pipefd[1]);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(pipefd[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+  close(pipefd[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+
+  ReplayOutcome o;
+  nlohmann::json& r = o.result;
+  r["format"] = "heaplab-replay-result";
+  r["format_version"] = 1;
+  r["trace"] = trace_j;
+  r["allocator"] = {{"name", opt.allocator},
+                    {"load", opt.load},
+                    {"library", l.library},
+                    {"settings", allocator_settings()}};
+  r["replay_threads"] = plan.replay_threads;
+  nlohmann::json fold = nlohmann::json::array();
+  for (const auto& f : plan.fold) fold.push_back(f);
+  r["thread_map"] = fold;
+  nlohmann::json replay;
+  if (!out.empty()) {
+    try {
+      replay = nlohmann::json::parse(out);
+    } catch (const std::exception&) {
+      replay = nullptr;
+    }
+  }
+  if (replay.is_object()) {
+    for (const char* k : {"version", "build_id", "library", "emulated"})
+      if (replay["allocator"].contains(k)) r["allocator"][k] = replay["allocator"][k];
+    replay.erase("allocator");
+    r["replay"] = replay;
+  }
+  nlohmann::json exit_j;
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    exit_j = {{"status", code == 0 ? "ok" : code == 3 ? "unfaithful" : "error"}, {"code", code}};
+    if (code == 127) o.error = "cannot run the replayer '" + l.exe + "'";
+    else if (code == 3) o.error = "the replay's call counts differ from the trace's";
+    else if (code != 0) o.error = "the replayer failed (exit status " + std::to_string(code) + ")";
+    else if (!replay.is_object()) o.error = "the replayer wrote no result";
+  } else if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    exit_j = {{"status", "crashed"}, {"signal", sig}, {"signal_name", signal_name(sig)}};
+    o.error = "the replayer was killed by " + signal_name(sig) + " (on allocator '" +
+              opt.allocator + "', " + opt.load + ")";
+  }
+  r["exit"] = exit_j;
+  o.exit_code = o.error.empty() ? 0 : 1;
+  return o;
+}
+
+std::string result_summary(const nlohmann::json& r) {
+  std::string s;
+  const auto& t = r["trace"];
+  const auto& a = r["allocator"];
+  s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n",
+                   t.value("path", ""), t.value("calls", uint64_t{0}),
+                   t.value("recorded_threads", 0u), r.value("replay_threads", 0u),
+                   a.value("name", ""), a.value("load", ""),
+                   a.contains("version") ? ", " + a["version"].get<std::string>() : "",
+                   a.value("library", "").empty() ? "" : ", " + a["library"].get<std::string>());
+  if (!r.contains("replay")) return s;
+  const auto& p = r["replay"];
+  s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s, max RSS {:.1f} MiB\n",
+                   p.value("wall_s", 0.0), p.value("calls_per_s", 0.0) / 1e6,
+                   p["cpu"].value("user_s", 0.0), p["cpu"].value("system_s", 0.0),
+                   double(p.value("max_rss_kib", 0)) / 1024.0);
+  std::string ops;
+  uint64_t nulls = 0, unexpected = 0;
+  for (const auto& [name, o] : p["ops"].items()) {
+    ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, o.value("calls", uint64_t{0}));
+    nulls += o.value("null_results", uint64_t{0});
+    unexpected += o.value("unexpected_results", uint64_t{0});
+  }
+  s += fmt::format("  calls {}: {}\n", p.value("faithful", false) ? "exactly as recorded" : "DIFFER from the trace", ops);
+  if (nulls || unexpected)
+    s += fmt::format("  NULL results where the trace had one: {}; results where it had NULL: {}\n", nulls,
+                     unexpected);
+  const auto& w = p["cross_thread_waits"];
+  if (w.value("count", uint64_t{0}) != 0)
+    s += fmt::format("  cross-thread waits: {} ({:.3f} ms)\n", w.value("count", uint64_t{0}),
+                     double(w.value("total_ns", uint64_t{0})) / 1e6);
+  s += fmt::format("  live requested bytes peak (trace order): {}\n", t.value("live_bytes_peak", uint64_t{0}));
+  return s;
+}
+
+std::string list_allocators(const std::string& dir_given) {
+  const std::string dir = replayer_dir(dir_given);
+  std::string s = fmt::format("{:<10} {:<52} {}\n", "allocator", "preload", "direct");
+  for (const auto& k : allocators::known_allocators()) {
+    std::string err;
+    auto lib = allocators::resolve_allocator(k.name, err);
+    std::string pre = lib ? "yes" + (lib->path.empty() ? std::string(" (the system allocator)") : " (" + lib->path + ")")
+                          : "no: " + err;
+    const std::string exe = dir + "/" + k.replayer;
+    std::string direct;
+    if (!is_executable(exe))
+      direct = "no: " + k.replayer + " not built (install " + k.dev_package + " and rebuild)";
+    else if (!lib && !k.soname.empty())
+      direct = "no: " + k.soname + " is not installed (Debian package " + k.package + ")";
+    else
+      direct = "yes (" + k.replayer + ")";
+    s += fmt::format("{:<10} {:<52} {}\n", k.name, pre, direct);
+  }
+  s += fmt::format("{:<10} {:<52} {}\n", "PATH.so", "any allocator library that defines malloc",
+                   "dlopen'ed with RTLD_DEEPBIND, called through its own functions");
+  return s;
+}
+
+}  // namespace heaplab::replay

@@ -1,0 +1,51 @@
+// `heaplab replay`: builds the plan of a trace, starts the replayer process
+// for the chosen allocator and load mode, and turns its output into the
+// result JSON (trace, allocator, replay, exit status).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace heaplab::replay {
+
+struct ReplayOptions {
+  std::string trace;
+  std::string allocator = "glibc";  // known name or path of a .so
+  std::string load = "preload";     // preload | direct
+  uint32_t threads = 0;             // 0 = one per recorded thread
+  std::string touch = "pages";
+  std::string timing = "fast";      // fast | recorded
+  double speed = 1.0;
+  std::string replayer_dir;         // where the heaplab-replay* executables are ("" = next to heaplab)
+};
+
+// A replay that could not start (bad option, unknown allocator, corrupt
+// trace...): what() is one line.
+class ReplayError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ReplayOutcome {
+  nlohmann::json result;
+  // 0: replayed exactly as recorded; 1: the replayer failed or crashed, or
+  // a call count differs (result["exit"] says which).
+  int exit_code = 0;
+  std::string error;  // one line when exit_code != 0
+};
+
+// Throws ReplayError when it cannot start.
+ReplayOutcome run_replay(const ReplayOptions& opt);
+
+// The console summary of a result.
+std::string result_summary(const nlohmann::json& result);
+
+// `heaplab replay --list-allocators`: each allocator, whether each load mode
+// is available, and why not.
+std::string list_allocators(const std::string& replayer_dir = "");
+
+// The XXH3-64 of a file's bytes, as 16 hex digits: the trace id.
+std::string file_id(const std::string& path);
+
+}  // namespace heaplab::replay

@@ -1,0 +1,117 @@
+// A replay plan: a trace's calls pre-decoded into fixed-size steps, one array
+// per replay thread, checked so that the replay can never wait forever.
+//
+// The plan is built by the `heaplab` process (which does not run the
+// allocator under test) into a memfd, and mapped read-only by the replayer
+// process, so decoding neither costs replay time nor leaves decoder memory in
+// the measured heap. See replay/README.md for the whole picture.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "capture/format/event.h"
+#include "capture/format/trace_reader.h"
+
+namespace heaplab::replay {
+
+// One call to replay: 32 bytes.
+//   head = op | flags << 8 | id << 16   (op: trace::Op 0..29; flags: trace
+//                                        EventFlag; id: object produced, 0 none)
+//   old  = object consumed (0 = NULL pointer)
+//   size = requested size (element size for calloc and reallocarray; the
+//          size argument of sized deletes)
+//   arg  = element count (calloc, reallocarray) or alignment (aligned calls)
+struct Step {
+  uint64_t head;
+  uint64_t old;
+  uint64_t size;
+  uint64_t arg;
+
+  trace::Op op() const { return static_cast<trace::Op>(head & 0xff); }
+  uint8_t flags() const { return static_cast<uint8_t>(head >> 8); }
+  uint64_t id() const { return head >> 16; }
+};
+static_assert(sizeof(Step) == 32);
+
+inline constexpr uint64_t kMaxObjectId = (uint64_t{1} << 48) - 1;
+
+struct PlanOptions {
+  // Replay threads; 0 = one per recorded thread. Fewer than the recorded
+  // threads folds them: each replay thread runs the calls of its recorded
+  // threads in their recorded global order.
+  uint32_t threads = 0;
+  // Also store each call's recorded time (for replaying at recorded pace).
+  bool times = false;
+};
+
+// What the plan builder learned about the trace, in trace order.
+struct PlanSummary {
+  uint64_t events = 0;                        // all events of the trace
+  uint64_t steps = 0;                         // calls in the plan
+  std::array<uint64_t, trace::kOpCount> ops{};  // calls per op in the plan
+  uint64_t skipped_lost = 0;     // consumes of objects a truncated trace lost, dropped
+  uint64_t realloc_of_lost = 0;  // reallocs of such objects, replayed with NULL
+  uint64_t max_id = 0;
+  uint64_t live_bytes_peak = 0;  // peak of the live requested bytes, trace order
+  uint64_t live_bytes_end = 0;
+  uint64_t bytes_requested = 0;
+  uint64_t cross_thread_consumes = 0;  // consumes of objects another replay thread produced
+  uint32_t recorded_threads = 0;
+  uint32_t replay_threads = 0;
+  std::vector<std::vector<uint32_t>> fold;  // per replay thread: its recorded threads
+  bool has_times = false;
+  uint64_t duration_ns = 0;      // last recorded time (0 without timestamps)
+};
+
+// Builds the plan of `r` into a new memfd and returns its descriptor (the
+// caller owns it). Throws PlanError for an inconsistent trace (a call on an
+// object that is not live, ids out of order), naming the event; the replay
+// would otherwise wait forever or free garbage.
+int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& summary);
+
+class PlanError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A plan mapped read-only (by the replayer).
+class MappedPlan {
+ public:
+  // Maps the plan in `fd`; throws PlanError if it is not a plan.
+  explicit MappedPlan(int fd);
+  ~MappedPlan();
+  MappedPlan(const MappedPlan&) = delete;
+  MappedPlan& operator=(const MappedPlan&) = delete;
+
+  uint32_t threads() const { return threads_; }
+  uint64_t max_id() const { return max_id_; }
+  uint64_t total_steps() const { return total_steps_; }
+  bool has_times() const { return times_; }
+  const Step* steps(uint32_t t) const { return steps_[t]; }
+  uint64_t step_count(uint32_t t) const { return counts_[t]; }
+  // Recorded time of each step (ns since capture start), or nullptr.
+  const uint64_t* times(uint32_t t) const { return time_[t]; }
+  const std::array<uint64_t, trace::kOpCount>& expected_ops() const { return ops_; }
+  size_t mapped_bytes() const { return len_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t len_ = 0;
+  uint32_t threads_ = 0;
+  uint64_t max_id_ = 0, total_steps_ = 0;
+  bool times_ = false;
+  std::vector<const Step*> steps_;
+  std::vector<const uint64_t*> time_;
+  std::vector<uint64_t> counts_;
+  std::array<uint64_t, trace::kOpCount> ops_{};
+};
+
+// Which replay thread each recorded thread goes to, for `threads` replay
+// threads: one each if there are enough, else largest first onto the least
+// loaded (by event count). Returns per replay thread its recorded threads.
+std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads);
+
+}  // namespace heaplab::replay

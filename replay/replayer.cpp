@@ -1,0 +1,271 @@
+#include "replay/replayer.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+namespace heaplab::replay {
+
+const char* touch_name(Touch t) {
+  switch (t) {
+    case Touch::none: return "none";
+    case Touch::first: return "first";
+    case Touch::pages: return "pages";
+    case Touch::all: return "all";
+  }
+  return "?";
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+uint64_t parse_u64(const std::string& opt, const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(v, &end, 10);
+  if (errno || end == v || *end || v[0] == '-') bad(opt + ": not a number: '" + v + "'");
+  return x;
+}
+
+// Memory of the replayer's own (object table, results): straight from mmap,
+// never from the allocator under test.
+void* map_anon(size_t len, bool populate, const char* what) {
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (populate ? MAP_POPULATE : 0), -1, 0);
+  if (p == MAP_FAILED)
+    throw std::runtime_error(std::string("cannot map ") + what + " (" + std::to_string(len) +
+                             " bytes): " + std::strerror(errno));
+  return p;
+}
+
+struct Worker {
+  const BackendHooks* backend;
+  const Step* steps;
+  const Step* end;
+  RunParams params;
+  ThreadResult* result;
+  const std::atomic<int>* go;
+};
+
+void* worker_main(void* arg) {
+  auto* w = static_cast<Worker*>(arg);
+  while (w->go->load(std::memory_order_acquire) == 0) __builtin_ia32_pause();
+  w->result->start_ns = monotonic_ns();
+  (w->params.times ? w->backend->paced : w->backend->fast)(w->steps, w->end, w->params, *w->result);
+  w->result->end_ns = monotonic_ns();
+  return nullptr;
+}
+
+double seconds(const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; }
+
+// Checks what the engine trusts: ops are calls, ids fit the table.
+void check_steps(const MappedPlan& plan) {
+  for (uint32_t t = 0; t < plan.threads(); ++t) {
+    const Step* s = plan.steps(t);
+    for (uint64_t i = 0; i < plan.step_count(t); ++i) {
+      const unsigned op = s[i].head & 0xff;
+      if (op > static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow) ||
+          s[i].id() > plan.max_id() || s[i].old > plan.max_id())
+        throw PlanError("plan: thread " + std::to_string(t) + " step " + std::to_string(i) +
+                        " is not a valid call");
+    }
+  }
+}
+
+}  // namespace
+
+ReplayerArgs parse_replayer_args(int argc, char** argv) {
+  ReplayerArgs a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string opt = argv[i];
+    const auto value = [&]() -> const char* {
+      if (i + 1 >= argc) bad(opt + " needs a value");
+      return argv[++i];
+    };
+    if (opt == "--plan-fd") {
+      a.plan_fd = int(parse_u64(opt, value()));
+    } else if (opt == "--threads") {
+      a.threads = uint32_t(parse_u64(opt, value()));
+    } else if (opt == "--touch") {
+      const std::string v = value();
+      if (v == "none") a.touch = Touch::none;
+      else if (v == "first") a.touch = Touch::first;
+      else if (v == "pages") a.touch = Touch::pages;
+      else if (v == "all") a.touch = Touch::all;
+      else bad("--touch: expected none, first, pages or all, not '" + v + "'");
+    } else if (opt == "--timing") {
+      const std::string v = value();
+      if (v == "fast") a.paced = false;
+      else if (v == "recorded") a.paced = true;
+      else bad("--timing: expected fast or recorded, not '" + v + "'");
+    } else if (opt == "--speed") {
+      const char* v = value();
+      char* end = nullptr;
+      a.speed = std::strtod(v, &end);
+      if (end == v || *end || !(a.speed > 0) || a.speed > 1e9)
+        bad(std::string("--speed: expected a positive factor, not '") + v + "'");
+    } else if (opt == "--result-fd") {
+      a.result_fd = int(parse_u64(opt, value()));
+    } else if (opt == "--load") {
+      a.load = value();
+      if (a.load != "preload" && a.load != "direct")
+        bad("--load: expected preload or direct, not '" + a.load + "'");
+    } else if (opt == "--direct-library") {
+      a.direct_library = value();
+    } else if (!opt.empty() && opt[0] == '-') {
+      bad("unknown option '" + opt + "'");
+    } else if (a.trace.empty()) {
+      a.trace = opt;
+    } else {
+      bad("more than one trace given ('" + a.trace + "', '" + opt + "')");
+    }
+  }
+  if (a.trace.empty() == (a.plan_fd < 0)) bad("give either a trace or --plan-fd");
+  return a;
+}
+
+int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
+  int plan_fd = args.plan_fd;
+  nlohmann::json plan_info;
+  if (!args.trace.empty()) {
+    auto reader = trace::TraceReader::open(args.trace);
+    PlanSummary summary;
+    plan_fd = build_plan(*reader, PlanOptions{args.threads, args.paced}, summary);
+    plan_info = {{"trace", args.trace}, {"live_bytes_peak", summary.live_bytes_peak}};
+  }
+  MappedPlan plan(plan_fd);
+  if (!args.trace.empty()) close(plan_fd);
+  if (args.paced && !plan.has_times())
+    throw PlanError("--timing recorded: the plan has no timestamps (the trace has no clock)");
+  check_steps(plan);
+
+  const size_t table_bytes = (plan.max_id() + 1) * sizeof(Slot);
+  auto* table = static_cast<Slot*>(map_anon(table_bytes, true, "the object table"));
+  const uint32_t nthreads = plan.threads();
+  const size_t results_bytes = std::max<size_t>(1, nthreads) * sizeof(ThreadResult);
+  auto* results = static_cast<ThreadResult*>(map_anon(results_bytes, true, "the thread results"));
+  for (uint32_t t = 0; t < nthreads; ++t) new (&results[t]) ThreadResult();
+  auto* workers = static_cast<Worker*>(
+      map_anon(std::max<size_t>(1, nthreads) * sizeof(Worker), true, "the thread table"));
+  auto* tids = static_cast<pthread_t*>(
+      map_anon(std::max<size_t>(1, nthreads) * sizeof(pthread_t), true, "the thread table"));
+
+  std::atomic<int> go{0};
+  for (uint32_t t = 0; t < nthreads; ++t) {
+    RunParams prm;
+    prm.table = table;
+    prm.touch = args.touch;
+    prm.times = args.paced ? plan.times(t) : nullptr;
+    prm.speed = args.speed;
+    workers[t] = Worker{&backend, plan.steps(t), plan.steps(t) + plan.step_count(t), prm,
+                        &results[t], &go};
+  }
+  rusage ru0{}, ru1{};
+  uint32_t started = 0;
+  for (; started < nthreads; ++started) {
+    const int err = pthread_create(&tids[started], nullptr, worker_main, &workers[started]);
+    if (err != 0) {
+      go.store(-1);
+      for (uint32_t t = 0; t < started; ++t) pthread_join(tids[t], nullptr);
+      throw std::runtime_error("cannot start replay thread " + std::to_string(started) + " of " +
+                               std::to_string(nthreads) + ": " + std::strerror(err));
+    }
+  }
+  getrusage(RUSAGE_SELF, &ru0);
+  const uint64_t start = monotonic_ns();
+  for (uint32_t t = 0; t < nthreads; ++t) workers[t].params.start_ns = start;
+  go.store(1, std::memory_order_release);
+  for (uint32_t t = 0; t < nthreads; ++t) pthread_join(tids[t], nullptr);
+  uint64_t end = start;
+  for (uint32_t t = 0; t < nthreads; ++t) end = std::max(end, results[t].end_ns);
+  getrusage(RUSAGE_SELF, &ru1);
+
+  // The replay is over: from here on heaplab may allocate.
+  ThreadResult total;
+  nlohmann::json per_thread = nlohmann::json::array();
+  for (uint32_t t = 0; t < nthreads; ++t) {
+    const ThreadResult& r = results[t];
+    uint64_t calls = 0;
+    for (unsigned op = 0; op < trace::kOpCount; ++op) {
+      total.calls[op] += r.calls[op];
+      total.nulls[op] += r.nulls[op];
+      total.unexpected[op] += r.unexpected[op];
+      calls += r.calls[op];
+    }
+    total.waits += r.waits;
+    total.wait_ns += r.wait_ns;
+    total.moved_failed_reallocs += r.moved_failed_reallocs;
+    per_thread.push_back({{"calls", calls},
+                          {"wall_ns", r.end_ns - r.start_ns},
+                          {"waits", r.waits},
+                          {"wait_ns", r.wait_ns}});
+  }
+  const double wall_s = double(end - start) / 1e9;
+  nlohmann::json ops = nlohmann::json::object();
+  uint64_t calls = 0;
+  bool faithful = true;
+  for (unsigned op = 0; op < trace::kOpCount; ++op) {
+    if (total.calls[op] != plan.expected_ops()[op]) faithful = false;
+    if (total.calls[op] == 0 && plan.expected_ops()[op] == 0) continue;
+    calls += total.calls[op];
+    ops[std::string(trace::op_name(static_cast<trace::Op>(op)))] = {
+        {"calls", total.calls[op]},
+        {"expected", plan.expected_ops()[op]},
+        {"null_results", total.nulls[op]},
+        {"unexpected_results", total.unexpected[op]},
+        {"per_s", wall_s > 0 ? double(total.calls[op]) / wall_s : 0.0}};
+  }
+  nlohmann::json j;
+  j["backend"] = backend.name;
+  j["load"] = args.load;
+  j["allocator"] = backend.describe();
+  j["replay_threads"] = nthreads;
+  j["touch"] = touch_name(args.touch);
+  j["timing"] = args.paced ? "recorded" : "fast";
+  if (args.paced) j["speed"] = args.speed;
+  j["wall_s"] = wall_s;
+  j["cpu"] = {{"user_s", seconds(ru1.ru_utime) - seconds(ru0.ru_utime)},
+              {"system_s", seconds(ru1.ru_stime) - seconds(ru0.ru_stime)}};
+  j["max_rss_kib"] = ru1.ru_maxrss;
+  j["calls"] = calls;
+  j["calls_per_s"] = wall_s > 0 ? double(calls) / wall_s : 0.0;
+  j["ops"] = ops;
+  j["faithful"] = faithful;
+  j["cross_thread_waits"] = {{"count", total.waits}, {"total_ns", total.wait_ns}};
+  j["moved_failed_reallocs"] = total.moved_failed_reallocs;
+  j["threads"] = per_thread;
+  j["bookkeeping_bytes"] = {{"plan", plan.mapped_bytes()}, {"object_table", table_bytes}};
+  j["allocator_stats"] = backend.stats();
+  if (!plan_info.is_null()) j["plan"] = plan_info;
+
+  const std::string out = j.dump(2) + "\n";
+  for (size_t off = 0; off < out.size();) {
+    const ssize_t n = write(args.result_fd, out.data() + off, out.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("writing the result: ") + std::strerror(errno));
+    off += size_t(n);
+  }
+  munmap(table, table_bytes);
+  return faithful ? 0 : 3;
+}
+
+int replayer_main(int argc, char** argv, const BackendHooks& backend) {
+  const char* prog = argc > 0 ? argv[0] : "heaplab-replay";
+  if (const char* slash = std::strrchr(prog, '/')) prog = slash + 1;
+  try {
+    return run_replayer(parse_replayer_args(argc, argv), backend);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", prog, e.what());
+    return 2;
+  }
+}
+
+}  // namespace heaplab::replay

@@ -1,0 +1,67 @@
+// The replayer process: maps a plan, runs one thread per replay thread
+// against a backend, and writes the result JSON. One executable per backend
+// (heaplab-replay for the preload mode and glibc, heaplab-replay-NAME for
+// each allocator linked directly), each a HEAPLAB_REPLAYER(Backend) line.
+//
+//   heaplab-replay (TRACE | --plan-fd N) [--threads N] [--touch none|first|pages|all]
+//                  [--timing fast|recorded] [--speed X] [--result-fd N] [--load preload|direct]
+//
+// `heaplab replay` builds the plan itself and passes it as --plan-fd, so the
+// replayer does no decoding. Given a TRACE instead, the replayer builds the
+// plan in-process (handy with a hand-written LD_PRELOAD; the decoder's
+// scratch memory then comes from the allocator under test).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "replay/engine.h"
+
+namespace heaplab::replay {
+
+using StepsFn = void (*)(const Step*, const Step*, const RunParams&, ThreadResult&);
+
+struct BackendHooks {
+  const char* name;
+  StepsFn fast;
+  StepsFn paced;
+  nlohmann::json (*describe)();
+  nlohmann::json (*stats)();
+};
+
+template <class B>
+BackendHooks hooks_of() {
+  return {B::kName, &run_steps<B, false>, &run_steps<B, true>, &B::describe, &B::stats};
+}
+
+struct ReplayerArgs {
+  std::string trace;  // or
+  int plan_fd = -1;
+  uint32_t threads = 0;
+  Touch touch = Touch::pages;
+  bool paced = false;
+  double speed = 1.0;
+  int result_fd = 1;
+  std::string load = "preload";
+  std::string direct_library;  // heaplab-replay only: a custom .so loaded directly
+};
+
+// Parses the replayer's arguments; throws std::invalid_argument with a
+// one-line message.
+ReplayerArgs parse_replayer_args(int argc, char** argv);
+
+// Runs the replay; returns the exit status (0, or 2 with a one-line error
+// on stderr).
+int run_replayer(const ReplayerArgs& args, const BackendHooks& backend);
+
+// main() of a replayer with one backend.
+int replayer_main(int argc, char** argv, const BackendHooks& backend);
+
+const char* touch_name(Touch t);
+
+}  // namespace heaplab::replay
+
+#define HEAPLAB_REPLAYER(Backend)                                                        \
+  int main(int argc, char** argv) {                                                      \
+    return heaplab::replay::replayer_main(argc, argv, heaplab::replay::hooks_of<Backend>()); \
+  }
