@@ -32,20 +32,38 @@
 
 namespace heaplab::allocators {
 
+// The optional functions of LibcApi (see init()).
+struct LibcOptional {
+  void* (*memalign)(size_t, size_t) = ::memalign;
+  int (*posix_memalign)(void**, size_t, size_t) = ::posix_memalign;
+  void* (*aligned_alloc)(size_t, size_t) = ::aligned_alloc;
+  void* (*valloc)(size_t) = ::valloc;
+  void* (*pvalloc)(size_t) = ::pvalloc;
+  void* (*reallocarray)(void*, size_t, size_t) = ::reallocarray;
+};
+
 struct LibcApi {
+  // Before the replay: finds which optional functions (memalign,
+  // posix_memalign, aligned_alloc, valloc, pvalloc, reallocarray) the
+  // library answering malloc does not define itself, and builds those from
+  // the ones it has. Otherwise glibc's would answer (jemalloc has no pvalloc)
+  // and the block would later be freed into the wrong heap.
+  static void init();
   static nlohmann::json describe();
   static nlohmann::json stats();
+
+  static inline LibcOptional optional;
 
   static void* malloc(size_t n) { return ::malloc(n); }
   static void* calloc(size_t c, size_t n) { return ::calloc(c, n); }
   static void* realloc(void* p, size_t n) { return ::realloc(p, n); }
-  static void* reallocarray(void* p, size_t c, size_t n) { return ::reallocarray(p, c, n); }
+  static void* reallocarray(void* p, size_t c, size_t n) { return optional.reallocarray(p, c, n); }
   static void free(void* p) { ::free(p); }
-  static void* memalign(size_t a, size_t n) { return ::memalign(a, n); }
-  static int posix_memalign(void** p, size_t a, size_t n) { return ::posix_memalign(p, a, n); }
-  static void* aligned_alloc(size_t a, size_t n) { return ::aligned_alloc(a, n); }
-  static void* valloc(size_t n) { return ::valloc(n); }
-  static void* pvalloc(size_t n) { return ::pvalloc(n); }
+  static void* memalign(size_t a, size_t n) { return optional.memalign(a, n); }
+  static int posix_memalign(void** p, size_t a, size_t n) { return optional.posix_memalign(p, a, n); }
+  static void* aligned_alloc(size_t a, size_t n) { return optional.aligned_alloc(a, n); }
+  static void* valloc(size_t n) { return optional.valloc(n); }
+  static void* pvalloc(size_t n) { return optional.pvalloc(n); }
 
   static void* op_new(size_t n) { return ::operator new(n); }
   static void* op_new_array(size_t n) { return ::operator new[](n); }

@@ -8,7 +8,11 @@
 #include <link.h>
 #include <malloc.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
+#include <vector>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -153,7 +157,90 @@ nlohmann::json allocator_stats(void* handle) {
   return j;
 }
 
-nlohmann::json LibcApi::describe() { return describe_allocator(RTLD_DEFAULT); }
+namespace {
+
+std::vector<std::string> g_emulated;  // optional functions LibcApi builds itself
+
+// Emulations over the allocator's own malloc-family functions.
+void* emu_memalign(size_t a, size_t n) {
+  // posix_memalign and aligned_alloc are the allocator's own if memalign is
+  // emulated (init() makes sure of it), so no cycle.
+  if (a < sizeof(void*)) a = sizeof(void*);
+  if ((a & (a - 1)) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  void* p = nullptr;
+  const int rc = ::posix_memalign(&p, a, n);
+  if (rc != 0) {
+    errno = rc;
+    return nullptr;
+  }
+  return p;
+}
+int emu_posix_memalign(void** out, size_t a, size_t n) {
+  if (a < sizeof(void*) || (a & (a - 1)) != 0) return EINVAL;
+  void* p = LibcApi::optional.memalign(a, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+void* emu_aligned_alloc(size_t a, size_t n) { return LibcApi::optional.memalign(a, n); }
+void* emu_valloc(size_t n) { return LibcApi::optional.memalign(size_t(getpagesize()), n); }
+void* emu_pvalloc(size_t n) {
+  const size_t page = size_t(getpagesize());
+  if (n > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return LibcApi::optional.memalign(page, n == 0 ? page : (n + page - 1) & ~(page - 1));
+}
+void* emu_reallocarray(void* p, size_t c, size_t n) {
+  size_t bytes;
+  if (__builtin_mul_overflow(c, n, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return ::realloc(p, bytes);
+}
+
+// Whether `name`, as the process resolves it, lives in the same object as malloc.
+bool defined_with_malloc(const char* name) {
+  Dl_info a{}, b{};
+  void* m = dlsym(RTLD_DEFAULT, "malloc");
+  void* f = dlsym(RTLD_DEFAULT, name);
+  return m && f && dladdr(m, &a) && dladdr(f, &b) && a.dli_fbase == b.dli_fbase;
+}
+
+}  // namespace
+
+void LibcApi::init() {
+  g_emulated.clear();
+  const auto check = [](const char* name, auto& slot, auto emulation) {
+    if (!defined_with_malloc(name)) {
+      slot = emulation;
+      g_emulated.push_back(name);
+    }
+  };
+  // memalign first: the others are built on it. If neither memalign nor
+  // posix_memalign is the allocator's own there is no aligned allocation to
+  // build on; glibc's then answers (and says so in "emulated").
+  if (!defined_with_malloc("memalign") && defined_with_malloc("posix_memalign")) {
+    optional.memalign = emu_memalign;
+    g_emulated.push_back("memalign");
+  }
+  check("posix_memalign", optional.posix_memalign, emu_posix_memalign);
+  check("aligned_alloc", optional.aligned_alloc, emu_aligned_alloc);
+  check("valloc", optional.valloc, emu_valloc);
+  check("pvalloc", optional.pvalloc, emu_pvalloc);
+  check("reallocarray", optional.reallocarray, emu_reallocarray);
+}
+
+nlohmann::json LibcApi::describe() {
+  nlohmann::json j = describe_allocator(RTLD_DEFAULT);
+  j["emulated"] = g_emulated;
+  return j;
+}
 nlohmann::json LibcApi::stats() { return allocator_stats(RTLD_DEFAULT); }
 
 }  // namespace heaplab::allocators

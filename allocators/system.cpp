@@ -115,6 +115,7 @@ struct Custom {
     return j;
   }
   static nlohmann::json stats() { return heaplab::allocators::allocator_stats(handle); }
+  static void init() {}  // load() did the work
 
   // A function the library defines itself (not one of its dependencies').
   template <typename F>
@@ -162,13 +163,9 @@ struct Custom {
 
 int main(int argc, char** argv) {
   using namespace heaplab::replay;
-  try {
-    const ReplayerArgs args = parse_replayer_args(argc, argv);
-    if (args.direct_library.empty()) return run_replayer(args, hooks_of<System>());
+  return replayer_main(argc, argv, hooks_of<System>(), [](const ReplayerArgs& args) {
+    if (args.direct_library.empty()) return hooks_of<System>();
     Custom::load(args.direct_library);
-    return run_replayer(args, hooks_of<Custom>());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "heaplab-replay: %s\n", e.what());
-    return 2;
-  }
+    return hooks_of<Custom>();
+  });
 }

@@ -326,7 +326,7 @@ int run_replay(const ReplayArgs& a) {
         throw Failure{"replay: cannot write '" + a.out + "'"};
     });
   if (a.json) fmt::print("{}", text);
-  else if (!a.quiet) fmt::print("{}", replay::result_summary(o.result));
+  else if (!a.quiet && o.exit_code != 2) fmt::print("{}", replay::result_summary(o.result));
   if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
   return o.exit_code;
 }

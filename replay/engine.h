@@ -167,18 +167,25 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       case Op::aligned_alloc: p = B::aligned_alloc(a, n); break;
       case Op::valloc: p = B::valloc(n); break;
       case Op::pvalloc: p = B::pvalloc(n); break;
+      // A throwing new that failed in the trace is replayed in its nothrow
+      // form: some allocators abort instead of throwing (mimalloc built as
+      // C), and the replay must go on to record the failure.
       case Op::op_new:
+        if (flags & trace::kFailed) { p = B::op_new_nothrow(n); break; }
         try { p = B::op_new(n); } catch (const std::bad_alloc&) { p = nullptr; }
         break;
       case Op::op_new_array:
+        if (flags & trace::kFailed) { p = B::op_new_array_nothrow(n); break; }
         try { p = B::op_new_array(n); } catch (const std::bad_alloc&) { p = nullptr; }
         break;
       case Op::op_new_nothrow: p = B::op_new_nothrow(n); break;
       case Op::op_new_array_nothrow: p = B::op_new_array_nothrow(n); break;
       case Op::op_new_aligned:
+        if (flags & trace::kFailed) { p = B::op_new_aligned_nothrow(n, a); break; }
         try { p = B::op_new_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
         break;
       case Op::op_new_array_aligned:
+        if (flags & trace::kFailed) { p = B::op_new_array_aligned_nothrow(n, a); break; }
         try { p = B::op_new_array_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
         break;
       case Op::op_new_aligned_nothrow: p = B::op_new_aligned_nothrow(n, a); break;

@@ -240,6 +240,13 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
       replay = nullptr;
     }
   }
+  if (replay.is_object() && replay.contains("error")) {
+    // The replayer refused (e.g. a library that cannot be loaded directly).
+    r["exit"] = {{"status", "error"}, {"code", WIFEXITED(status) ? WEXITSTATUS(status) : -1}};
+    o.error = replay["error"].is_string() ? replay["error"].get<std::string>() : replay["error"].dump();
+    o.exit_code = 2;
+    return o;
+  }
   if (replay.is_object()) {
     for (const char* k : {"version", "build_id", "library", "emulated"})
       if (replay["allocator"].contains(k)) r["allocator"][k] = replay["allocator"][k];

@@ -30,7 +30,8 @@ class ReplayError : public std::runtime_error {
 struct ReplayOutcome {
   nlohmann::json result;
   // 0: replayed exactly as recorded; 1: the replayer failed or crashed, or
-  // a call count differs (result["exit"] says which).
+  // a call count differs (result["exit"] says which); 2: the replayer
+  // refused its input (a library it cannot load directly).
   int exit_code = 0;
   std::string error;  // one line when exit_code != 0
 };

@@ -147,6 +147,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     throw PlanError("--timing recorded: the plan has no timestamps (the trace has no clock)");
   check_steps(plan);
 
+  backend.init();
   const size_t table_bytes = (plan.max_id() + 1) * sizeof(Slot);
   auto* table = static_cast<Slot*>(map_anon(table_bytes, true, "the object table"));
   const uint32_t nthreads = plan.threads();
@@ -257,12 +258,19 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   return faithful ? 0 : 3;
 }
 
-int replayer_main(int argc, char** argv, const BackendHooks& backend) {
+int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn select) {
   const char* prog = argc > 0 ? argv[0] : "heaplab-replay";
   if (const char* slash = std::strrchr(prog, '/')) prog = slash + 1;
+  int result_fd = 1;
   try {
-    return run_replayer(parse_replayer_args(argc, argv), backend);
+    const ReplayerArgs args = parse_replayer_args(argc, argv);
+    result_fd = args.result_fd;
+    return run_replayer(args, select ? select(args) : backend);
   } catch (const std::exception& e) {
+    if (result_fd != 1) {
+      const std::string out = nlohmann::json{{"error", e.what()}}.dump() + "\n";
+      if (write(result_fd, out.data(), out.size()) == ssize_t(out.size())) return 2;
+    }
     std::fprintf(stderr, "%s: %s\n", prog, e.what());
     return 2;
   }

@@ -27,11 +27,12 @@ struct BackendHooks {
   StepsFn paced;
   nlohmann::json (*describe)();
   nlohmann::json (*stats)();
+  void (*init)();  // before the replay threads start
 };
 
 template <class B>
 BackendHooks hooks_of() {
-  return {B::kName, &run_steps<B, false>, &run_steps<B, true>, &B::describe, &B::stats};
+  return {B::kName, &run_steps<B, false>, &run_steps<B, true>, &B::describe, &B::stats, &B::init};
 }
 
 struct ReplayerArgs {
@@ -54,8 +55,12 @@ ReplayerArgs parse_replayer_args(int argc, char** argv);
 // on stderr).
 int run_replayer(const ReplayerArgs& args, const BackendHooks& backend);
 
-// main() of a replayer with one backend.
-int replayer_main(int argc, char** argv, const BackendHooks& backend);
+// main() of a replayer: `select` (optional) picks the backend from the
+// arguments. An error goes to the result descriptor as {"error": "..."} when
+// that is not stdout (heaplab prints it as its one line), else to stderr;
+// the exit status is then 2.
+using SelectFn = BackendHooks (*)(const ReplayerArgs&);
+int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn select = nullptr);
 
 const char* touch_name(Touch t);
 

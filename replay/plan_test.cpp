@@ -1,0 +1,777 @@
+// Tests of the replay plan builder (build_plan, fold_threads) and of the
+// plan's mapped form (MappedPlan): every step field, the summary numbers,
+// thread folding, timestamps, and the errors for inconsistent traces and for
+// files that are not plans.
+#include "replay/plan.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/format/event.h"
+#include "capture/format/trace_format.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_testutil.h"
+#include "capture/format/trace_writer.h"
+
+namespace heaplab::replay {
+namespace {
+
+using trace::Event;
+using trace::Op;
+using trace::TraceReader;
+using trace::WriterOptions;
+using trace::testutil::alloc;
+using trace::testutil::ev;
+using trace::testutil::release;
+using trace::testutil::TempDir;
+
+__extension__ typedef unsigned __int128 u128;
+
+constexpr unsigned idx(Op op) { return static_cast<unsigned>(op); }
+constexpr uint8_t kFailedFlags = trace::kNullResult | trace::kFailed;
+
+// ------------------------------------------------------------ event builders
+
+Event calloc_ev(uint64_t count, uint64_t size, uint32_t thread = 0) {
+  Event e = ev(Op::calloc, thread);
+  e.count = count;
+  e.size = size;
+  return e;
+}
+Event realloc_ev(uint64_t old, uint64_t size, uint32_t thread = 0) {
+  Event e = ev(Op::realloc, thread);
+  e.old = old;
+  e.size = size;
+  return e;
+}
+Event reallocarray_ev(uint64_t old, uint64_t count, uint64_t size, uint32_t thread = 0) {
+  Event e = ev(Op::reallocarray, thread);
+  e.old = old;
+  e.count = count;
+  e.size = size;
+  return e;
+}
+Event aligned_ev(Op op, uint64_t align, uint64_t size, uint32_t thread = 0) {
+  Event e = ev(op, thread);
+  e.align = align;
+  e.size = size;
+  return e;
+}
+Event lost_ev(uint64_t count, uint32_t thread = 0) {
+  Event e = ev(Op::lost, thread);
+  e.count = count;
+  return e;
+}
+Event failed(Event e) {
+  e.flags = kFailedFlags;
+  return e;
+}
+Event at(Event e, uint64_t time) {
+  e.time = time;
+  return e;
+}
+
+// ------------------------------------------------------------ plan helpers
+
+// A built plan: its summary, its memfd and the plan mapped from it, plus the
+// trace's events as read back (seq and ids as the writer assigned them).
+struct Built {
+  PlanSummary summary;
+  int fd = -1;
+  std::unique_ptr<MappedPlan> plan;
+  std::vector<Event> events;
+  ~Built() {
+    plan.reset();
+    if (fd >= 0) close(fd);
+  }
+};
+
+std::unique_ptr<Built> build_from(const TraceReader& r, const PlanOptions& opt) {
+  auto b = std::make_unique<Built>();
+  b->events = trace::testutil::read_all(r);
+  b->fd = build_plan(r, opt, b->summary);
+  b->plan = std::make_unique<MappedPlan>(b->fd);
+  return b;
+}
+
+// Writes `events` (the writer fills in seq and ids), reads the trace back and
+// builds its plan.
+std::unique_ptr<Built> build(std::vector<Event>& events, const PlanOptions& opt = {},
+                             bool timestamps = false) {
+  TempDir dir;
+  WriterOptions wo;
+  wo.timestamps = timestamps;
+  const std::string path = dir.file("t.hlt");
+  trace::testutil::write_trace(path, events, wo);
+  auto r = TraceReader::open(path);
+  return build_from(*r, opt);
+}
+
+// The PlanError message build_plan gives for `events` ("" if none).
+std::string plan_error(std::vector<Event>& events) {
+  TempDir dir;
+  const std::string path = dir.file("t.hlt");
+  trace::testutil::write_trace(path, events, WriterOptions{});
+  auto r = TraceReader::open(path);
+  PlanSummary s;
+  try {
+    close(build_plan(*r, PlanOptions{}, s));
+  } catch (const PlanError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<Step> steps_of(const MappedPlan& p, uint32_t t) {
+  return std::vector<Step>(p.steps(t), p.steps(t) + p.step_count(t));
+}
+
+bool is_call(const Event& e) {
+  return e.op != Op::thread_start && e.op != Op::thread_end && e.op != Op::lost;
+}
+
+// The step a call of a complete, consistent trace becomes.
+Step step_of(const Event& e) {
+  Step s{};
+  s.head = uint64_t(idx(e.op)) | uint64_t{e.flags} << 8 | e.id << 16;
+  s.old = e.old;
+  s.size = e.size;
+  s.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
+  return s;
+}
+
+void expect_step(const Step& s, Op op, uint8_t flags, uint64_t id, uint64_t old, uint64_t size,
+                 uint64_t arg, size_t i) {
+  SCOPED_TRACE("step " + std::to_string(i));
+  EXPECT_EQ(s.op(), op);
+  EXPECT_EQ(s.flags(), flags);
+  EXPECT_EQ(s.id(), id);
+  EXPECT_EQ(s.old, old);
+  EXPECT_EQ(s.size, size);
+  EXPECT_EQ(s.arg, arg);
+}
+
+void expect_steps_eq(const std::vector<Step>& got, const std::vector<Step>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(Step)) == 0) continue;
+    ADD_FAILURE() << "step " << i << ": head " << got[i].head << " old " << got[i].old << " size "
+                  << got[i].size << " arg " << got[i].arg << ", want head " << want[i].head
+                  << " old " << want[i].old << " size " << want[i].size << " arg "
+                  << want[i].arg;
+    return;
+  }
+}
+
+uint64_t saturate(u128 v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v); }
+
+// What build_plan should find in a complete trace, recomputed here from the
+// events in seq order.
+struct Expected {
+  uint64_t steps = 0, max_id = 0, peak = 0, end = 0, requested = 0, cross = 0;
+  std::array<uint64_t, trace::kOpCount> ops{};
+};
+Expected expected_of(const std::vector<Event>& events, const std::vector<uint32_t>& replay_of) {
+  Expected x;
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> live;  // id -> bytes, replay thread
+  u128 bytes = 0, requested = 0;
+  for (const Event& e : events) {
+    if (!is_call(e)) continue;
+    ++x.steps;
+    ++x.ops[idx(e.op)];
+    if (trace::op_consumes(e.op) && e.old != 0) {
+      auto it = live.find(e.old);
+      if (it != live.end()) {
+        if (it->second.second != replay_of[e.thread]) ++x.cross;
+        if (!(e.flags & trace::kFailed)) {
+          bytes -= it->second.first;
+          live.erase(it);
+        }
+      }
+    }
+    if (trace::op_produces(e.op) && !(e.flags & trace::kNullResult)) {
+      live[e.id] = {e.requested_bytes(), replay_of[e.thread]};
+      bytes += e.requested_bytes();
+      requested += e.requested_bytes();
+      x.max_id = std::max(x.max_id, e.id);
+      x.peak = std::max(x.peak, saturate(bytes));
+    }
+  }
+  x.end = saturate(bytes);
+  x.requested = saturate(requested);
+  return x;
+}
+
+// ------------------------------------------------------------ one thread, every field
+
+// A hand-written trace: every step field, the per-op counts and the live
+// byte accounting are exactly as constructed (realloc consumes before it
+// produces, a failed call produces nothing and a failed realloc keeps its
+// object), and thread_start/thread_end/lost are not steps.
+TEST(planBuild, HandWrittenSingleThread) {
+  std::vector<Event> evs = {
+      ev(Op::thread_start),                              // 0
+      alloc(100),                                        // 1  id 1        live 100
+      calloc_ev(3, 40),                                  // 2  id 2        live 220
+      realloc_ev(1, 300),                                // 3  id 3 (1)    live 420 (peak)
+      reallocarray_ev(2, 5, 10),                         // 4  id 4 (2)    live 350
+      release(3),                                        // 5  free        live 50
+      aligned_ev(Op::posix_memalign, 64, 256),           // 6  id 5        live 306
+      aligned_ev(Op::op_new_aligned, 32, 48),            // 7  id 6        live 354
+      release(6, 0, 0, Op::op_delete_sized),             // 8  sized del   live 306
+      release(0),                                        // 9  free(NULL)
+      failed(alloc(uint64_t{1} << 40)),                  // 10 no object
+      failed(realloc_ev(5, uint64_t{1} << 41)),          // 11 5 stays live
+      release(5),                                        // 12 free        live 50
+      lost_ev(7),                                        // 13
+      ev(Op::thread_end),                                // 14
+  };
+  evs[8].size = 48;
+  auto b = build(evs);
+  const PlanSummary& s = b->summary;
+  const MappedPlan& p = *b->plan;
+
+  EXPECT_EQ(s.events, 15u);
+  EXPECT_EQ(s.steps, 12u);
+  EXPECT_EQ(s.max_id, 6u);
+  EXPECT_EQ(s.live_bytes_peak, 420u);
+  EXPECT_EQ(s.live_bytes_end, 50u);
+  EXPECT_EQ(s.bytes_requested, 100u + 120u + 300u + 50u + 256u + 48u);
+  EXPECT_EQ(s.skipped_lost, 0u);
+  EXPECT_EQ(s.realloc_of_lost, 0u);
+  EXPECT_EQ(s.cross_thread_consumes, 0u);
+  EXPECT_EQ(s.recorded_threads, 1u);
+  EXPECT_EQ(s.replay_threads, 1u);
+  EXPECT_EQ(s.fold, (std::vector<std::vector<uint32_t>>{{0}}));
+  EXPECT_FALSE(s.has_times);
+  EXPECT_EQ(s.duration_ns, 0u);
+
+  std::array<uint64_t, trace::kOpCount> ops{};
+  ops[idx(Op::malloc)] = 2;
+  ops[idx(Op::calloc)] = 1;
+  ops[idx(Op::realloc)] = 2;
+  ops[idx(Op::reallocarray)] = 1;
+  ops[idx(Op::free)] = 3;
+  ops[idx(Op::posix_memalign)] = 1;
+  ops[idx(Op::op_new_aligned)] = 1;
+  ops[idx(Op::op_delete_sized)] = 1;
+  EXPECT_EQ(s.ops, ops);  // no thread_start, thread_end or lost
+
+  EXPECT_EQ(p.threads(), 1u);
+  EXPECT_EQ(p.max_id(), 6u);
+  EXPECT_EQ(p.total_steps(), 12u);
+  EXPECT_EQ(p.expected_ops(), ops);
+  EXPECT_FALSE(p.has_times());
+  EXPECT_EQ(p.times(0), nullptr);
+  EXPECT_EQ(p.mapped_bytes() % 4096, 0u);
+  ASSERT_EQ(p.step_count(0), 12u);
+
+  const Step* st = p.steps(0);
+  expect_step(st[0], Op::malloc, 0, 1, 0, 100, 0, 0);
+  expect_step(st[1], Op::calloc, 0, 2, 0, 40, 3, 1);  // size = element size, arg = count
+  expect_step(st[2], Op::realloc, 0, 3, 1, 300, 0, 2);
+  expect_step(st[3], Op::reallocarray, 0, 4, 2, 10, 5, 3);
+  expect_step(st[4], Op::free, 0, 0, 3, 0, 0, 4);
+  expect_step(st[5], Op::posix_memalign, 0, 5, 0, 256, 64, 5);  // arg = alignment
+  expect_step(st[6], Op::op_new_aligned, 0, 6, 0, 48, 32, 6);
+  expect_step(st[7], Op::op_delete_sized, 0, 0, 6, 48, 0, 7);  // size of a sized delete
+  expect_step(st[8], Op::free, 0, 0, 0, 0, 0, 8);               // free(NULL)
+  expect_step(st[9], Op::malloc, kFailedFlags, 0, 0, uint64_t{1} << 40, 0, 9);
+  expect_step(st[10], Op::realloc, kFailedFlags, 0, 5, uint64_t{1} << 41, 0, 10);
+  expect_step(st[11], Op::free, 0, 0, 5, 0, 0, 11);
+
+  // The packed head: op | flags << 8 | id << 16.
+  EXPECT_EQ(st[2].head, uint64_t{2} | uint64_t{3} << 16);
+  EXPECT_EQ(st[10].head, uint64_t{2} | uint64_t{3} << 8);
+}
+
+// realloc(NULL, n) consumes nothing, and realloc(p, 0) returning NULL (null
+// result without failure) releases p and produces nothing.
+TEST(planBuild, ReallocOfNullAndReallocToZero) {
+  std::vector<Event> evs = {
+      realloc_ev(0, 64),  // 0 id 1, realloc(NULL, 64)
+      realloc_ev(1, 0),   // 1 frees 1, returns NULL
+      alloc(8),           // 2 id 2
+  };
+  evs[1].flags = trace::kNullResult;
+  auto b = build(evs);
+  EXPECT_EQ(b->summary.steps, 3u);
+  EXPECT_EQ(b->summary.live_bytes_peak, 64u);
+  EXPECT_EQ(b->summary.live_bytes_end, 8u);
+  EXPECT_EQ(b->summary.bytes_requested, 72u);
+  const Step* st = b->plan->steps(0);
+  expect_step(st[0], Op::realloc, 0, 1, 0, 64, 0, 0);
+  expect_step(st[1], Op::realloc, trace::kNullResult, 0, 1, 0, 0, 1);
+  expect_step(st[2], Op::malloc, 0, 2, 0, 8, 0, 2);
+}
+
+// ------------------------------------------------------------ generated traces
+
+// Generated multi-thread traces (every op kind, failures, NULL frees, lost
+// markers, huge sizes): with one replay thread per recorded thread, each
+// replay thread's steps are exactly its recorded thread's calls in order, and
+// the summary matches numbers recomputed here in seq order.
+TEST(planBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
+  for (bool all_ops : {true, false}) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + (all_ops ? " all ops" : " malloc/free"));
+      trace::testutil::GenOptions go;
+      go.threads = 4;
+      go.all_ops = all_ops;
+      go.max_live = 300;
+      auto evs = trace::testutil::generate(seed, 20000, go);
+      auto b = build(evs);
+      const PlanSummary& s = b->summary;
+      const MappedPlan& p = *b->plan;
+      ASSERT_EQ(b->events.size(), 20000u + (all_ops ? 4u : 0u));
+
+      std::vector<uint32_t> active;
+      for (const Event& e : b->events)
+        if (std::find(active.begin(), active.end(), e.thread) == active.end())
+          active.push_back(e.thread);
+      std::sort(active.begin(), active.end());
+      ASSERT_EQ(active.size(), 4u);
+      std::vector<std::vector<uint32_t>> identity;
+      for (uint32_t t : active) identity.push_back({t});
+      EXPECT_EQ(s.fold, identity);
+      EXPECT_EQ(s.recorded_threads, 4u);
+      EXPECT_EQ(s.replay_threads, 4u);
+      ASSERT_EQ(p.threads(), 4u);
+
+      std::vector<uint32_t> replay_of(4);
+      for (uint32_t k = 0; k < 4; ++k) replay_of[active[k]] = k;
+      for (uint32_t k = 0; k < 4; ++k) {
+        SCOPED_TRACE("replay thread " + std::to_string(k));
+        std::vector<Step> want;
+        for (const Event& e : b->events)
+          if (e.thread == active[k] && is_call(e)) want.push_back(step_of(e));
+        expect_steps_eq(steps_of(p, k), want);
+      }
+
+      const Expected x = expected_of(b->events, replay_of);
+      EXPECT_EQ(s.events, b->events.size());
+      EXPECT_EQ(s.steps, x.steps);
+      EXPECT_EQ(p.total_steps(), x.steps);
+      EXPECT_EQ(s.ops, x.ops);
+      EXPECT_EQ(p.expected_ops(), x.ops);
+      EXPECT_EQ(s.max_id, x.max_id);
+      EXPECT_EQ(p.max_id(), x.max_id);
+      EXPECT_EQ(s.live_bytes_peak, x.peak);
+      EXPECT_EQ(s.live_bytes_end, x.end);
+      EXPECT_EQ(s.bytes_requested, x.requested);
+      EXPECT_EQ(s.cross_thread_consumes, x.cross);
+      EXPECT_GT(x.cross, 0u);
+      EXPECT_EQ(s.skipped_lost, 0u);
+      EXPECT_EQ(s.realloc_of_lost, 0u);
+    }
+  }
+}
+
+// ------------------------------------------------------------ folding
+
+// A 5-thread malloc/free trace with 2, 6, 6, 4 and 4 events on threads 0..4,
+// many of its frees done by another thread than the malloc.
+std::vector<Event> five_threads() {
+  return {
+      alloc(10, 1),    // 0  id 1
+      alloc(20, 2),    // 1  id 2
+      alloc(30, 0),    // 2  id 3
+      alloc(40, 3),    // 3  id 4
+      alloc(50, 4),    // 4  id 5
+      release(1, 2),   // 5
+      release(2, 1),   // 6
+      release(5, 0),   // 7
+      alloc(60, 1),    // 8  id 6
+      alloc(70, 2),    // 9  id 7
+      release(3, 3),   // 10
+      release(4, 4),   // 11
+      release(7, 1),   // 12
+      release(6, 2),   // 13
+      alloc(80, 1),    // 14 id 8
+      alloc(90, 2),    // 15 id 9
+      alloc(100, 3),   // 16 id 10
+      alloc(110, 4),   // 17 id 11
+      release(8, 1),   // 18
+      release(9, 2),   // 19
+      release(11, 3),  // 20
+      release(10, 4),  // 21
+  };
+}
+
+// Greedy fold recomputed here: threads by descending event count (ties by
+// index), each onto the least loaded replay thread (ties: the lowest).
+std::vector<std::vector<uint32_t>> greedy_fold(const std::vector<uint64_t>& counts,
+                                               uint32_t threads) {
+  std::vector<uint32_t> order(counts.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return counts[a] > counts[b]; });
+  std::vector<std::vector<uint32_t>> fold(threads);
+  std::vector<uint64_t> load(threads, 0);
+  for (uint32_t t : order) {
+    uint32_t best = 0;
+    for (uint32_t k = 1; k < threads; ++k)
+      if (load[k] < load[best]) best = k;
+    fold[best].push_back(t);
+    load[best] += counts[t];
+  }
+  for (auto& f : fold) std::sort(f.begin(), f.end());
+  return fold;
+}
+
+std::vector<uint64_t> thread_counts(const std::vector<Event>& events, uint32_t threads) {
+  std::vector<uint64_t> c(threads, 0);
+  for (const Event& e : events) ++c[e.thread];
+  return c;
+}
+
+// Checks that `b`'s plan runs, on each replay thread, the calls of its
+// recorded threads merged in global seq order, and that every recorded thread
+// is in exactly one replay thread.
+void expect_folded_plan(const Built& b, uint32_t recorded) {
+  const auto& fold = b.summary.fold;
+  std::vector<uint32_t> replay_of(recorded, UINT32_MAX);
+  for (uint32_t k = 0; k < fold.size(); ++k)
+    for (uint32_t t : fold[k]) {
+      ASSERT_LT(t, recorded);
+      EXPECT_EQ(replay_of[t], UINT32_MAX) << "thread " << t << " assigned twice";
+      replay_of[t] = k;
+    }
+  for (uint32_t t = 0; t < recorded; ++t) EXPECT_NE(replay_of[t], UINT32_MAX) << "thread " << t;
+  ASSERT_EQ(b.plan->threads(), fold.size());
+  for (uint32_t k = 0; k < fold.size(); ++k) {
+    SCOPED_TRACE("replay thread " + std::to_string(k));
+    std::vector<Step> want;
+    for (const Event& e : b.events)
+      if (replay_of[e.thread] == k && is_call(e)) want.push_back(step_of(e));
+    expect_steps_eq(steps_of(*b.plan, k), want);
+  }
+  const Expected x = expected_of(b.events, replay_of);
+  EXPECT_EQ(b.summary.cross_thread_consumes, x.cross);
+  EXPECT_EQ(b.summary.live_bytes_peak, x.peak);
+  EXPECT_EQ(b.summary.steps, x.steps);
+}
+
+// Folding 5 recorded threads onto 2: largest first onto the least loaded,
+// ties kept in thread order and going to the lowest replay thread; each
+// replay thread's steps are its threads' calls merged in seq order.
+TEST(planFold, FiveThreadsOntoTwo) {
+  // Event counts 2, 6, 6, 4, 4: order t1 t2 t3 t4 t0; loads (6,0) (6,6)
+  // (10,6) (10,10) (12,10).
+  auto evs = five_threads();
+  ASSERT_EQ(thread_counts(evs, 5), (std::vector<uint64_t>{2, 6, 6, 4, 4}));
+  {
+    TempDir dir;
+    trace::testutil::write_trace(dir.file("t.hlt"), evs, WriterOptions{});
+    auto r = TraceReader::open(dir.file("t.hlt"));
+    EXPECT_EQ(fold_threads(*r, 2), (std::vector<std::vector<uint32_t>>{{0, 1, 3}, {2, 4}}));
+  }
+  PlanOptions opt;
+  opt.threads = 2;
+  auto b = build(evs, opt);
+  EXPECT_EQ(b->summary.fold, (std::vector<std::vector<uint32_t>>{{0, 1, 3}, {2, 4}}));
+  EXPECT_EQ(b->summary.recorded_threads, 5u);
+  EXPECT_EQ(b->summary.replay_threads, 2u);
+  expect_folded_plan(*b, 5);
+  // Frees 5, 6, 7, 11, 12, 13, 20, 21 cross between {0, 1, 3} and {2, 4}.
+  EXPECT_EQ(b->summary.cross_thread_consumes, 8u);
+  EXPECT_EQ(b->summary.live_bytes_peak, 380u);  // after event 17: 80+90+100+110
+}
+
+// The same on generated traces with uneven thread loads, for several fold
+// widths: the fold is the greedy one recomputed here.
+TEST(planFold, GeneratedTracesMatchGreedyFold) {
+  for (uint64_t seed : {7u, 8u}) {
+    trace::testutil::GenOptions go;
+    go.threads = 5;
+    go.all_ops = true;
+    go.max_live = 200;
+    auto evs = trace::testutil::generate(seed, 6000, go);
+    // Make the loads uneven: move some of thread 4's and 3's calls to 0.
+    // (Producers keep their ids' owner; only the thread index changes.)
+    for (Event& e : evs)
+      if ((e.thread == 4 || e.thread == 3) && e.seq % 3 == 0 && is_call(e)) e.thread = 0;
+    for (uint32_t threads : {2u, 3u, 4u}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(threads) + " threads");
+      PlanOptions opt;
+      opt.threads = threads;
+      std::vector<Event> copy = evs;
+      auto b = build(copy, opt);
+      EXPECT_EQ(b->summary.fold, greedy_fold(thread_counts(b->events, 5), threads));
+      EXPECT_EQ(b->summary.replay_threads, threads);
+      expect_folded_plan(*b, 5);
+    }
+  }
+}
+
+// threads = 0 and threads >= the recorded threads give one replay thread per
+// recorded thread (the active ones, which need not be dense).
+TEST(planFold, ZeroOrEnoughThreadsIsIdentity) {
+  std::vector<Event> evs = {alloc(8, 5), alloc(8, 2), release(1, 0), release(2, 5), alloc(4, 2)};
+  const std::vector<std::vector<uint32_t>> identity = {{0}, {2}, {5}};
+  TempDir dir;
+  trace::testutil::write_trace(dir.file("t.hlt"), evs, WriterOptions{});
+  auto r = TraceReader::open(dir.file("t.hlt"));
+  for (uint32_t threads : {0u, 3u, 4u, 100u}) {
+    SCOPED_TRACE(threads);
+    EXPECT_EQ(fold_threads(*r, threads), identity);
+    PlanOptions opt;
+    opt.threads = threads;
+    auto b = build_from(*r, opt);
+    EXPECT_EQ(b->summary.fold, identity);
+    EXPECT_EQ(b->summary.replay_threads, 3u);
+    ASSERT_EQ(b->plan->threads(), 3u);
+    expect_steps_eq(steps_of(*b->plan, 0), {step_of(b->events[2])});
+    expect_steps_eq(steps_of(*b->plan, 1), {step_of(b->events[1]), step_of(b->events[4])});
+    expect_steps_eq(steps_of(*b->plan, 2), {step_of(b->events[0]), step_of(b->events[3])});
+    EXPECT_EQ(b->summary.cross_thread_consumes, 2u);
+  }
+  // One replay thread: everything in seq order.
+  PlanOptions one;
+  one.threads = 1;
+  auto b = build_from(*r, one);
+  EXPECT_EQ(b->summary.fold, (std::vector<std::vector<uint32_t>>{{0, 2, 5}}));
+  std::vector<Step> all;
+  for (const Event& e : b->events) all.push_back(step_of(e));
+  expect_steps_eq(steps_of(*b->plan, 0), all);
+  EXPECT_EQ(b->summary.cross_thread_consumes, 0u);
+}
+
+// ------------------------------------------------------------ timestamps
+
+// With PlanOptions::times each step carries its recorded time (per replay
+// thread, also when folded); without, or on a trace without a clock, the
+// plan has no times.
+TEST(planTimes, StoredOnlyWhenAskedAndRecorded) {
+  std::vector<Event> evs = {
+      at(ev(Op::thread_start, 0), 5),  at(alloc(10, 0), 100),  at(alloc(20, 1), 250),
+      at(release(1, 1), 400),          at(lost_ev(3, 0), 450), at(release(2, 0), 1000),
+      at(ev(Op::thread_end, 1), 1200),
+  };
+  {
+    std::vector<Event> copy = evs;
+    PlanOptions opt;
+    opt.times = true;
+    auto b = build(copy, opt, /*timestamps=*/true);
+    EXPECT_TRUE(b->summary.has_times);
+    EXPECT_EQ(b->summary.duration_ns, 1200u);
+    const MappedPlan& p = *b->plan;
+    ASSERT_TRUE(p.has_times());
+    ASSERT_EQ(p.threads(), 2u);
+    ASSERT_NE(p.times(0), nullptr);
+    ASSERT_NE(p.times(1), nullptr);
+    ASSERT_EQ(p.step_count(0), 2u);
+    ASSERT_EQ(p.step_count(1), 2u);
+    EXPECT_EQ(p.times(0)[0], 100u);
+    EXPECT_EQ(p.times(0)[1], 1000u);
+    EXPECT_EQ(p.times(1)[0], 250u);
+    EXPECT_EQ(p.times(1)[1], 400u);
+  }
+  {
+    std::vector<Event> copy = evs;
+    PlanOptions opt;
+    opt.times = true;
+    opt.threads = 1;
+    auto b = build(copy, opt, true);
+    ASSERT_EQ(b->plan->step_count(0), 4u);
+    const uint64_t* t = b->plan->times(0);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(std::vector<uint64_t>(t, t + 4), (std::vector<uint64_t>{100, 250, 400, 1000}));
+  }
+  {
+    std::vector<Event> copy = evs;
+    auto b = build(copy, PlanOptions{}, true);
+    EXPECT_FALSE(b->summary.has_times);
+    EXPECT_EQ(b->summary.duration_ns, 1200u);
+    EXPECT_FALSE(b->plan->has_times());
+    EXPECT_EQ(b->plan->times(0), nullptr);
+    EXPECT_EQ(b->plan->times(1), nullptr);
+  }
+  {
+    std::vector<Event> copy = evs;
+    PlanOptions opt;
+    opt.times = true;
+    auto b = build(copy, opt, /*timestamps=*/false);
+    EXPECT_FALSE(b->summary.has_times);
+    EXPECT_EQ(b->summary.duration_ns, 0u);
+    EXPECT_FALSE(b->plan->has_times());
+    EXPECT_EQ(b->plan->times(0), nullptr);
+  }
+}
+
+// ------------------------------------------------------------ inconsistent traces
+
+// A double free (the writer accepts it: the object exists) names the event,
+// its thread, the op and the object.
+TEST(planErrors, DoubleFree) {
+  std::vector<Event> evs = {alloc(8, 0), alloc(8, 3), release(2, 3),
+                            release(1, 0), release(2, 3, 0, Op::op_delete)};
+  EXPECT_EQ(plan_error(evs),
+            "inconsistent trace: event 4 (thread 3, delete): object 2 was already freed");
+  std::vector<Event> evs2 = {alloc(8), release(1), release(1)};
+  EXPECT_EQ(plan_error(evs2),
+            "inconsistent trace: event 2 (thread 0, free): object 1 was already freed");
+}
+
+// A realloc of an object that a successful realloc already consumed is also
+// a use of a dead object; a failed realloc does not consume.
+TEST(planErrors, UseAfterRealloc) {
+  std::vector<Event> evs = {alloc(8), realloc_ev(1, 16), realloc_ev(1, 32)};
+  EXPECT_EQ(plan_error(evs),
+            "inconsistent trace: event 2 (thread 0, realloc): object 1 was already freed");
+  std::vector<Event> ok = {alloc(8), failed(realloc_ev(1, 16)), realloc_ev(1, 32)};
+  EXPECT_EQ(plan_error(ok), "");
+}
+
+// A free of an object that does not exist yet. The writer refuses to write
+// one, so the trace is written with a legal `old` and the stored value is
+// patched in the (uncompressed) chunk, checksums recomputed.
+TEST(planErrors, FreeOfObjectThatDoesNotExistYet) {
+  // malloc (id 1), malloc (id 2), free(1): the old column stores
+  // zigzag(ref - old) = zigzag(2 - 1) = 2 for the free; zigzag(2 - 3) = 1
+  // makes it free(3).
+  std::vector<Event> evs = {alloc(8), alloc(8), release(1)};
+  TempDir dir;
+  WriterOptions wo;
+  wo.codec = trace::kCodecNone;
+  trace::testutil::write_trace(dir.file("t.hlt"), evs, wo);
+  std::string img = trace::testutil::read_file(dir.file("t.hlt"));
+
+  size_t off = trace::kFileHeaderSize;
+  size_t payload = 0;
+  while (off + trace::kBlockHeaderSize <= img.size()) {
+    uint32_t type, len;
+    std::memcpy(&type, img.data() + off, 4);
+    std::memcpy(&len, img.data() + off + 4, 4);
+    if (type == trace::kBlockChunk) {
+      payload = off + trace::kBlockHeaderSize;
+      break;
+    }
+    off += trace::kBlockHeaderSize + len;
+  }
+  ASSERT_NE(payload, 0u) << "no chunk found";
+  uint32_t n;
+  std::memcpy(&n, img.data() + payload + 4, 4);
+  ASSERT_EQ(n, 3u);
+  ASSERT_EQ(uint8_t(img[payload + 56]), trace::kCodecNone);
+  const auto* w = reinterpret_cast<const uint8_t*>(img.data() + payload + 64);
+  ASSERT_EQ(w[trace::kColOld], 1u);
+  const size_t old_at = payload + trace::kChunkHeaderSize + n + n * (w[0] + w[1] + w[2]) + 2;
+  ASSERT_EQ(uint8_t(img[old_at]), 2u);
+  img[old_at] = 1;
+  trace::testutil::repair_checksums(img);
+
+  auto r = TraceReader::from_memory(img, "patched");
+  ASSERT_TRUE(r->complete());
+  const auto back = trace::testutil::read_all(*r);
+  ASSERT_EQ(back.size(), 3u);
+  ASSERT_EQ(back[2].old, 3u);
+  PlanSummary s;
+  try {
+    close(build_plan(*r, PlanOptions{}, s));
+    FAIL() << "no PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_STREQ(e.what(),
+                 "inconsistent trace: event 2 (thread 0, free): object 3 does not exist yet");
+  }
+}
+
+// A truncated trace (the writer died before close) may have lost the chunk
+// that produced an object: its frees are dropped and its reallocs replayed
+// as realloc(NULL) instead of failing.
+TEST(planErrors, TruncatedTraceDropsConsumesOfLostObjects) {
+  TempDir dir;
+  const std::string path = dir.file("t.hlt");
+  {
+    WriterOptions wo;
+    wo.chunk_events = 2;
+    trace::TraceWriter w(path, wo);
+    std::vector<Event> evs = {
+        alloc(10, 1),       // id 1, thread 1's chunk never fills: lost
+        alloc(20, 0),       // id 2
+        release(1, 0),      // chunk of thread 0 full: written
+        realloc_ev(1, 30),  // id 3
+        alloc(5, 0),        // id 4, chunk full: written
+    };
+    for (Event& e : evs) w.append(e);
+    // No close(): thread 1's open chunk, the index and the footer are lost.
+  }
+  auto r = TraceReader::open(path);
+  ASSERT_FALSE(r->complete());
+  auto b = build_from(*r, PlanOptions{});
+  const PlanSummary& s = b->summary;
+  EXPECT_EQ(s.events, 4u);
+  EXPECT_EQ(s.steps, 3u);
+  EXPECT_EQ(s.skipped_lost, 1u);
+  EXPECT_EQ(s.realloc_of_lost, 1u);
+  EXPECT_EQ(s.max_id, 4u);
+  EXPECT_EQ(s.live_bytes_end, 55u);
+  ASSERT_EQ(b->plan->threads(), 1u);
+  const Step* st = b->plan->steps(0);
+  ASSERT_EQ(b->plan->step_count(0), 3u);
+  expect_step(st[0], Op::malloc, 0, 2, 0, 20, 0, 0);
+  expect_step(st[1], Op::realloc, 0, 3, 0, 30, 0, 1);  // replayed with NULL
+  expect_step(st[2], Op::malloc, 0, 4, 0, 5, 0, 2);
+}
+
+// ------------------------------------------------------------ not a plan
+
+int memfd_with(const std::string& bytes) {
+  const int fd = memfd_create("not-a-plan", MFD_CLOEXEC);
+  if (fd < 0) return fd;
+  if (!bytes.empty() && write(fd, bytes.data(), bytes.size()) != ssize_t(bytes.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string mapped_plan_error(const std::string& bytes) {
+  const int fd = memfd_with(bytes);
+  if (fd < 0) return "memfd failed";
+  std::string what;
+  try {
+    MappedPlan p(fd);
+  } catch (const PlanError& e) {
+    what = e.what();
+  }
+  close(fd);
+  return what;
+}
+
+// MappedPlan refuses files that are not plans, with a message saying why.
+TEST(planMapped, RejectsWhatIsNotAPlan) {
+  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')),
+            "plan: not a heaplab replay plan of version 1");
+  EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
+  EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
+}
+
+// A real plan whose version or sizes were damaged is refused too.
+TEST(planMapped, RejectsDamagedPlan) {
+  std::vector<Event> evs = {alloc(8), alloc(16), release(1), release(2)};
+  auto b = build(evs);
+  std::string img(b->plan->mapped_bytes(), '\0');
+  ASSERT_EQ(pread(b->fd, img.data(), img.size(), 0), ssize_t(img.size()));
+  EXPECT_EQ(mapped_plan_error(img), "");  // an intact copy maps
+
+  std::string bad_version = img;
+  bad_version[8] = 2;  // version, after the 8-byte magic
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 1");
+
+  std::string cut = img.substr(0, 4096);  // the header page only: steps lie past the end
+  EXPECT_EQ(mapped_plan_error(cut), "plan: thread 0's arrays lie past the end");
+}
+
+}  // namespace
+}  // namespace heaplab::replay

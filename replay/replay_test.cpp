@@ -1,0 +1,470 @@
+// End-to-end tests of `heaplab replay`: traces captured from the victim
+// programs (and traces written for the purpose) replayed on every allocator
+// in both load modes, with and without folding threads; the result JSON is
+// checked against `heaplab stats`' figures for the same trace.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "capture/analysis/trace_stats.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_writer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using heaplab::trace::Event;
+using heaplab::trace::Op;
+using nlohmann::json;
+
+const std::string kBin = HEAPLAB_TEST_BINARY_DIR;
+const std::string kHeaplab = kBin + "/cli/heaplab";
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs `env ARGS...` through the shell, stdout and stderr apart.
+Outcome run(const std::vector<std::string>& args, const std::string& env = "") {
+  static int n = 0;
+  const std::string err = (fs::temp_directory_path() / ("replay_test." + std::to_string(getpid()) + "." +
+                                                       std::to_string(n++) + ".err")).string();
+  std::string cmd = env.empty() ? "" : env + " ";
+  for (const auto& a : args) cmd += quote(a) + " ";
+  cmd += "2>" + quote(err);
+  Outcome r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (size_t k; (k = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, k);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.err = slurp(err);
+  fs::remove(err);
+  return r;
+}
+
+class ReplayTest : public ::testing::Test {
+ protected:
+  static fs::path dir() {
+    static const fs::path d = [] {
+      fs::path p = fs::temp_directory_path() / ("heaplab_replay_test." + std::to_string(getpid()));
+      fs::create_directories(p);
+      return p;
+    }();
+    return d;
+  }
+
+  // A trace captured once per test program run: `victim_cpp ARGS`.
+  static std::string captured(const std::string& name, const std::vector<std::string>& victim_args) {
+    static std::map<std::string, std::string> cache;
+    if (auto it = cache.find(name); it != cache.end()) return it->second;
+    const std::string out = (dir() / (name + ".hlt")).string();
+    std::vector<std::string> cmd = {kHeaplab, "capture", "-q", "-o", out, "--",
+                                    kBin + "/capture/testprogs/victim_cpp"};
+    cmd.insert(cmd.end(), victim_args.begin(), victim_args.end());
+    const Outcome r = run(cmd);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return cache[name] = out;
+  }
+  static std::string producer_consumer() { return captured("threads", {"threads", "2", "2", "5000"}); }
+  static std::string every_api() { return captured("api", {"api"}); }
+
+  // Writes a trace of `events` (seq and ids assigned by the writer).
+  static std::string write_trace(const std::string& name, std::vector<Event> events, bool times = true) {
+    const std::string path = (dir() / (name + ".hlt")).string();
+    heaplab::trace::WriterOptions o;
+    o.timestamps = times;
+    heaplab::trace::TraceWriter w(path, o);
+    for (Event& e : events) w.append(e);
+    w.close();
+    return path;
+  }
+
+  static json replay(const std::string& trace, const std::vector<std::string>& opts, int expect_code = 0,
+                     const std::string& env = "") {
+    const std::string out = (dir() / "result.json").string();
+    fs::remove(out);
+    std::vector<std::string> cmd = {kHeaplab, "replay", trace, "-q", "-o", out};
+    cmd.insert(cmd.end(), opts.begin(), opts.end());
+    const Outcome r = run(cmd, env);
+    EXPECT_EQ(r.code, expect_code) << r.err;
+    if (!fs::exists(out)) return json();
+    return json::parse(slurp(out));
+  }
+};
+
+// The scratch directory goes when every suite is done (suites share its traces).
+class CleanUp : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    fs::remove_all(fs::temp_directory_path() / ("heaplab_replay_test." + std::to_string(getpid())));
+  }
+};
+const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
+// The calls of a trace per op name, as `heaplab stats` counts them (the
+// markers that are not calls left out).
+std::map<std::string, uint64_t> recorded_calls(const heaplab::analysis::TraceStats& s) {
+  std::map<std::string, uint64_t> m;
+  for (unsigned op = 0; op < heaplab::trace::kOpCount; ++op) {
+    const auto o = static_cast<Op>(op);
+    if (o == Op::thread_start || o == Op::thread_end || o == Op::lost || s.ops[op] == 0) continue;
+    m[std::string(heaplab::trace::op_name(o))] = s.ops[op];
+  }
+  return m;
+}
+
+std::map<std::string, uint64_t> replayed_calls(const json& r) {
+  std::map<std::string, uint64_t> m;
+  for (const auto& [name, o] : r["replay"]["ops"].items()) m[name] = o["calls"].get<uint64_t>();
+  return m;
+}
+
+// --- Faithfulness on every allocator, both load modes, folded or not -------
+
+struct Case {
+  std::string allocator, load;
+  int threads;  // 0: one per recorded thread
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  return i.param.allocator + "_" + i.param.load + "_" +
+         (i.param.threads ? "fold" + std::to_string(i.param.threads) : "unfolded");
+}
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.allocator << "/" << c.load << "/threads=" << c.threads;
+}
+
+class Faithful : public ReplayTest, public ::testing::WithParamInterface<Case> {};
+
+// A producer/consumer capture (2 producers, 2 consumers, almost every free on
+// another thread) replays exactly: every recorded call once, the same peak
+// of live requested bytes as `heaplab stats`, and the allocator identified.
+TEST_P(Faithful, ProducerConsumerReplaysExactly) {
+  const Case c = GetParam();
+  const std::string t = producer_consumer();
+  const auto stats = heaplab::analysis::compute_stats(*heaplab::trace::TraceReader::open(t));
+  std::vector<std::string> opts = {"--allocator", c.allocator, "--load", c.load};
+  if (c.threads) opts.insert(opts.end(), {"--threads", std::to_string(c.threads)});
+  const json r = replay(t, opts);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["exit"]["status"], "ok");
+  EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  EXPECT_EQ(replayed_calls(r), recorded_calls(stats));
+  EXPECT_EQ(r["trace"]["live_bytes_peak"].get<uint64_t>(), stats.live_bytes.value);
+  EXPECT_EQ(r["trace"]["recorded_threads"].get<uint32_t>(), stats.threads);
+  EXPECT_EQ(r["replay_threads"].get<uint32_t>(), c.threads ? uint32_t(c.threads) : stats.threads);
+  EXPECT_EQ(r["replay"]["replay_threads"].get<uint32_t>(), r["replay_threads"].get<uint32_t>());
+  EXPECT_EQ(r["allocator"]["load"], c.load);
+  for (const auto& [name, o] : r["replay"]["ops"].items()) {
+    EXPECT_EQ(o["null_results"].get<uint64_t>(), 0u) << name;
+    EXPECT_EQ(o["unexpected_results"].get<uint64_t>(), 0u) << name;
+  }
+  const std::string version = r["allocator"].value("version", "");
+  const std::string library = r["allocator"].value("library", "");
+  const std::map<std::string, std::pair<std::string, std::string>> expect = {
+      {"glibc", {"glibc ", "libc.so"}},
+      {"jemalloc", {"jemalloc ", "libjemalloc.so"}},
+      {"mimalloc", {"mimalloc ", "libmimalloc.so"}},
+      {"tcmalloc", {"gperftools ", "libtcmalloc.so"}}};
+  EXPECT_EQ(version.rfind(expect.at(c.allocator).first, 0), 0u) << version;
+  EXPECT_NE(library.find(expect.at(c.allocator).second), std::string::npos) << library;
+  EXPECT_EQ(r["allocator"].value("build_id", "").size(), 40u);
+  EXPECT_FALSE(r["replay"]["allocator_stats"].empty());
+  // Most frees are cross-thread; folding onto one thread leaves none.
+  const uint64_t cross = r["trace"]["cross_thread_consumes"].get<uint64_t>();
+  if (c.threads == 1) EXPECT_EQ(cross, 0u);
+  else EXPECT_GT(cross, stats.objects_freed / 2);
+}
+
+// Every allocation API (the capture test's list, with failures such as
+// malloc(SIZE_MAX) and a throwing new that fails) replays call for call.
+TEST_P(Faithful, EveryApiReplaysExactly) {
+  const Case c = GetParam();
+  if (c.threads) GTEST_SKIP() << "single-threaded trace";
+  const std::string t = every_api();
+  const auto stats = heaplab::analysis::compute_stats(*heaplab::trace::TraceReader::open(t));
+  const json r = replay(t, {"--allocator", c.allocator, "--load", c.load});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  EXPECT_EQ(replayed_calls(r), recorded_calls(stats));
+  EXPECT_EQ(r["trace"]["live_bytes_peak"].get<uint64_t>(), stats.live_bytes.value);
+  // jemalloc has no pvalloc or reallocarray of its own: the replay builds
+  // them from its memalign and realloc instead of letting glibc's answer.
+  if (c.allocator == "jemalloc")
+    EXPECT_EQ(r["allocator"]["emulated"], json({"pvalloc", "reallocarray"}));
+  if (c.allocator == "glibc") EXPECT_EQ(r["allocator"]["emulated"], json::array());
+  // Calls that failed in the trace fail here too: no result appears from
+  // nowhere and no recorded result is missing.
+  for (const auto& [name, o] : r["replay"]["ops"].items()) {
+    EXPECT_EQ(o["null_results"].get<uint64_t>(), 0u) << name;
+    if (name != "realloc") EXPECT_EQ(o["unexpected_results"].get<uint64_t>(), 0u) << name;
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> v;
+  for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"})
+    for (const char* l : {"preload", "direct"})
+      for (int t : {0, 1, 2}) v.push_back({a, l, t});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAllocators, Faithful, ::testing::ValuesIn(all_cases()), case_name);
+
+// --- An allocator that returns NULL, or crashes ------------------------------
+
+// 50 blocks of 1 MiB and 50 of 100 bytes, all freed: with the test allocator
+// refusing more than 500,000 bytes, exactly the 50 big mallocs get NULL, the
+// replay goes on, and their frees receive NULL.
+std::vector<Event> big_and_small() {
+  std::vector<Event> ev;
+  for (int i = 0; i < 100; ++i) {
+    Event e{};
+    e.op = Op::malloc;
+    e.size = i % 2 ? 100 : 1 << 20;
+    e.time = uint64_t(i) * 1000;
+    ev.push_back(e);
+  }
+  for (uint64_t id = 1; id <= 100; ++id) {
+    Event e{};
+    e.op = Op::free;
+    e.old = id;
+    e.time = 100000 + id * 1000;
+    ev.push_back(e);
+  }
+  return ev;
+}
+
+TEST_F(ReplayTest, NullResultsAreRecordedNotACrash) {
+  const std::string t = write_trace("big_and_small", big_and_small());
+  for (const char* load : {"preload", "direct"}) {
+    SCOPED_TRACE(load);
+    const json r = replay(t, {"--allocator", TEST_ALLOC_NULL, "--load", load}, 0,
+                          "HEAPLAB_TEST_NULL_ABOVE=500000");
+    ASSERT_TRUE(r.is_object());
+    EXPECT_EQ(r["replay"]["ops"]["malloc"]["calls"], 100);
+    EXPECT_EQ(r["replay"]["ops"]["malloc"]["null_results"], 50);
+    EXPECT_EQ(r["replay"]["ops"]["free"]["calls"], 100);
+    EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  }
+}
+
+// A custom library loaded directly: what it lacks is built from what it has,
+// and the result says which.
+TEST_F(ReplayTest, CustomLibraryDirectNamesEmulatedFunctions) {
+  const json r = replay(every_api(), {"--allocator", TEST_ALLOC_NULL, "--load", "direct"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  const auto emulated = r["allocator"]["emulated"].get<std::vector<std::string>>();
+  EXPECT_EQ(emulated, (std::vector<std::string>{"reallocarray", "valloc", "pvalloc", "_ZdlPvm"}));
+}
+
+TEST_F(ReplayTest, CrashingAllocatorIsReportedWithTheSignal) {
+  const std::string out = (dir() / "crash.json").string();
+  const Outcome r = run({kHeaplab, "replay", producer_consumer(), "-q", "--allocator", TEST_ALLOC_NULL, "-o", out},
+                    "HEAPLAB_TEST_ABORT_AT=2000");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, std::string("heaplab: error: replay: the replayer was killed by SIGABRT (on allocator '") +
+                       TEST_ALLOC_NULL + "', preload)\n");
+  const json j = json::parse(slurp(out));
+  EXPECT_EQ(j["exit"]["status"], "crashed");
+  EXPECT_EQ(j["exit"]["signal_name"], "SIGABRT");
+  EXPECT_FALSE(j.contains("replay"));
+}
+
+// --- Bad input: one line, non-zero exit -------------------------------------
+
+TEST_F(ReplayTest, BadInputGivesOneLine) {
+  const std::string t = producer_consumer();
+  const std::string bad_so = (dir() / "bad.so").string();
+  std::ofstream(bad_so) << "not a library\n";
+  const std::string not_trace = (dir() / "not_trace.hlt").string();
+  std::ofstream(not_trace) << "not a trace at all, just text\n";
+  const std::string corrupt = (dir() / "corrupt.hlt").string();
+  {
+    std::string bytes = slurp(t);
+    for (size_t i = bytes.size() / 3; i < bytes.size() / 3 + 16; ++i) bytes[i] ^= 0x5a;
+    std::ofstream(corrupt, std::ios::binary) << bytes;
+  }
+  const std::string untimed = write_trace("untimed", big_and_small(), false);
+  struct Bad {
+    std::vector<std::string> args;
+    std::string prefix;  // the one line starts with this
+  };
+  const std::vector<Bad> cases = {
+      {{t, "--allocator", "nosuch"},
+       "heaplab: error: replay: allocator 'nosuch': unknown name (known: glibc, jemalloc, mimalloc, "
+       "tcmalloc; or give the path of a .so)"},
+      {{t, "--allocator", bad_so},
+       "heaplab: error: replay: allocator '" + bad_so + "': object '" + bad_so +
+           "' from LD_PRELOAD cannot be preloaded (file too short): ignored."},
+      {{t, "--allocator", bad_so, "--load", "direct"},
+       "heaplab: error: replay: --direct-library: cannot load it directly: " + bad_so +
+           ": file too short (try --load preload)"},
+      {{t, "--allocator", TEST_ALLOC_NOMALLOC},
+       std::string("heaplab: error: replay: allocator '") + TEST_ALLOC_NOMALLOC + "': does not define malloc"},
+      {{t, "--allocator", TEST_ALLOC_NOMALLOC, "--load", "direct"},
+       std::string("heaplab: error: replay: --direct-library: '") + TEST_ALLOC_NOMALLOC +
+           "' does not define malloc, free and realloc itself"},
+      {{(dir() / "missing.hlt").string()},
+       "heaplab: error: replay: " + (dir() / "missing.hlt").string() + ": cannot open: No such file or directory"},
+      {{not_trace}, "heaplab: error: replay: " + not_trace + ": offset 0: not a heaplab trace (bad magic)"},
+      {{corrupt}, "heaplab: error: replay: " + corrupt + ": offset "},
+      {{untimed, "--timing", "recorded"},
+       "heaplab: error: replay: " + untimed + ": --timing recorded: the trace has no timestamps"},
+      {{t, "--load", "sideways"}, "heaplab: error: --load: sideways not in {preload,direct}"},
+      {{t, "--frobnicate"}, "heaplab: error: The following argument was not expected: --frobnicate"},
+      {{}, "heaplab: error: replay: no trace given (heaplab replay TRACE --allocator NAME)"},
+  };
+  for (const Bad& b : cases) {
+    std::vector<std::string> cmd = {kHeaplab, "replay"};
+    cmd.insert(cmd.end(), b.args.begin(), b.args.end());
+    const Outcome r = run(cmd);
+    SCOPED_TRACE(b.prefix);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(r.err.rfind(b.prefix, 0), 0u) << r.err;
+    const size_t lines = size_t(std::count(r.err.begin(), r.err.end(), '\n'));
+    // CLI11's parse errors add a usage hint line.
+    EXPECT_EQ(lines, b.prefix.find("--load:") != std::string::npos ||
+                             b.prefix.find("not expected") != std::string::npos
+                         ? 2u
+                         : 1u)
+        << r.err;
+  }
+}
+
+TEST_F(ReplayTest, DirectModeWithoutItsReplayerSaysWhatToInstall) {
+  const std::string empty = (dir() / "no_replayers").string();
+  fs::create_directories(empty);
+  const Outcome r = run({kHeaplab, "replay", producer_consumer(), "--allocator", "jemalloc", "--load", "direct"},
+                    "HEAPLAB_REPLAYER_DIR=" + quote(empty));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: replay: allocator 'jemalloc': direct load is not available: heaplab-replay-jemalloc "
+            "was not built (install libjemalloc-dev and rebuild heaplab)\n");
+  const Outcome l = run({kHeaplab, "replay", "--list-allocators"}, "HEAPLAB_REPLAYER_DIR=" + quote(empty));
+  EXPECT_EQ(l.code, 0);
+  EXPECT_NE(l.out.find("no: heaplab-replay-mimalloc not built (install libmimalloc-dev and rebuild)"),
+            std::string::npos)
+      << l.out;
+}
+
+TEST_F(ReplayTest, ListAllocatorsShowsBothModes) {
+  const Outcome r = run({kHeaplab, "replay", "--list-allocators"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* line : {"glibc      yes (the system allocator)", "jemalloc   yes (",
+                           "yes (heaplab-replay-jemalloc)", "yes (heaplab-replay-mimalloc)",
+                           "yes (heaplab-replay-tcmalloc)", "PATH.so"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+}
+
+// --- Replay settings ---------------------------------------------------------
+
+// 16 blocks of 4 MiB live at once: touching every page makes them resident,
+// touching none leaves them (fresh mmap'd memory) out of RSS.
+TEST_F(ReplayTest, TouchModesDecideWhatBecomesResident) {
+  std::vector<Event> ev;
+  for (int i = 0; i < 16; ++i) {
+    Event e{};
+    e.op = Op::malloc;
+    e.size = 4 << 20;
+    ev.push_back(e);
+  }
+  for (uint64_t id = 1; id <= 16; ++id) {
+    Event e{};
+    e.op = Op::free;
+    e.old = id;
+    ev.push_back(e);
+  }
+  const std::string t = write_trace("big_blocks", ev, false);
+  const json none = replay(t, {"--touch", "none"});
+  const json pages = replay(t, {"--touch", "pages"});
+  const json all = replay(t, {"--touch", "all"});
+  const auto rss = [](const json& r) { return r["replay"]["max_rss_kib"].get<int64_t>(); };
+  EXPECT_LT(rss(none), 40 * 1024);
+  EXPECT_GT(rss(pages), 64 * 1024);
+  EXPECT_GT(rss(all), 64 * 1024);
+  EXPECT_EQ(pages["replay"]["touch"], "pages");
+}
+
+// --timing recorded keeps the recorded pace: a trace whose calls span 200 ms
+// takes at least that long at speed 1, and a tenth at speed 10.
+TEST_F(ReplayTest, RecordedTimingKeepsThePace) {
+  std::vector<Event> ev;
+  for (int i = 0; i < 20; ++i) {
+    Event e{};
+    e.op = Op::malloc;
+    e.size = 64;
+    e.time = uint64_t(i) * 10'000'000;  // every 10 ms
+    ev.push_back(e);
+  }
+  Event last{};
+  last.op = Op::free;
+  last.old = 1;
+  last.time = 200'000'000;
+  ev.push_back(last);
+  const std::string t = write_trace("paced", ev);
+  const json slow = replay(t, {"--timing", "recorded"});
+  const json fast = replay(t, {"--timing", "recorded", "--speed", "10"});
+  EXPECT_GE(slow["replay"]["wall_s"].get<double>(), 0.199);
+  EXPECT_GE(fast["replay"]["wall_s"].get<double>(), 0.0199);
+  EXPECT_LT(fast["replay"]["wall_s"].get<double>(), slow["replay"]["wall_s"].get<double>());
+  EXPECT_EQ(fast["replay"]["speed"], 10.0);
+}
+
+// The replayer also runs alone on a trace, e.g. under a hand-written
+// LD_PRELOAD, and prints its JSON.
+TEST_F(ReplayTest, ReplayerRunsStandaloneOnATrace) {
+  const Outcome r = run({kBin + "/cli/heaplab-replay", producer_consumer()},
+                    "LD_PRELOAD=" + quote(std::string(TEST_ALLOC_NULL)));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_TRUE(j["faithful"].get<bool>());
+  EXPECT_EQ(j["allocator"]["library"], fs::canonical(TEST_ALLOC_NULL).string());
+  const Outcome bad = run({kBin + "/cli/heaplab-replay", producer_consumer(), "--touch", "sometimes"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "heaplab-replay: --touch: expected none, first, pages or all, not 'sometimes'\n");
+}
+
+// A truncated trace replays what it has: calls on objects whose allocation
+// was cut off are counted, not replayed.
+TEST_F(ReplayTest, TruncatedTraceReplaysWhatIsLeft) {
+  const std::string t = producer_consumer();
+  const std::string cut = (dir() / "cut.hlt").string();
+  const std::string bytes = slurp(t);
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const json r = replay(cut, {});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_FALSE(r["trace"]["complete"].get<bool>());
+  EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  EXPECT_FALSE(r["trace"].value("warning", "").empty());
+}
+
+}  // namespace
