@@ -119,119 +119,143 @@ inline void pace(uint64_t start_ns, uint64_t recorded_ns, double speed) {
 
 }  // namespace detail
 
+namespace detail {
+
+// The end of a producing call. The common case (the trace had a result and
+// so does the replay) is one predictable test; the rest is out of line.
+[[gnu::noinline, gnu::cold]] inline void made_unusual(Slot* table, uint64_t id, void* p,
+                                                      unsigned op, ThreadResult& r) {
+  if (id == 0) {
+    if (p) ++r.unexpected[op];  // kept: the trace never frees it
+    return;
+  }
+  ++r.nulls[op];
+  table[id].store(kNullObject, std::memory_order_release);
+}
+
+inline void made(Slot* table, uint64_t id, void* p, uint64_t bytes, unsigned op, Touch mode,
+                 ThreadResult& r) {
+  if (__builtin_expect(id != 0 && p != nullptr, 1)) {
+    touch(p, bytes, mode);
+    table[id].store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+  } else {
+    made_unusual(table, id, p, op, r);
+  }
+}
+
+}  // namespace detail
+
 // Runs steps [s, end) with backend B.
 template <class B, bool kPaced = false>
 void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResult& r) {
   using trace::Op;
   Slot* const table = prm.table;
+  const Touch mode = prm.touch;
   const Step* const first = s;
+  const Step* const last = s == end ? end : end - 1;
   for (; s != end; ++s) {
     if constexpr (kPaced) detail::pace(prm.start_ns, prm.times[s - first], prm.speed);
+    // The steps are known in advance: fetch the table slot a later step will
+    // consume now, so that its cache miss overlaps this step's work.
+#ifndef HEAPLAB_NO_PREFETCH
+    __builtin_prefetch(&table[(s + 16 < last ? s + 16 : last)->old], 0, 3);
+#endif
     const uint64_t head = s->head;
     const unsigned op = head & 0xff;
     const unsigned flags = (head >> 8) & 0xff;
     const uint64_t id = head >> 16;
     const size_t n = s->size, a = s->arg;
-    void* p = nullptr;
-    uint64_t bytes = n;
+    ++r.calls[op];
+    // Producing calls end in made(); consuming ones get their object from
+    // obtain(), which waits if another thread has yet to produce it.
+#define HEAPLAB_MADE(expr) detail::made(table, id, (expr), n, op, mode, r)
+#define HEAPLAB_OLD detail::obtain(table, s->old, r)
     switch (static_cast<Op>(op)) {
-      case Op::malloc: p = B::malloc(n); break;
-      case Op::calloc: p = B::calloc(a, n); bytes = n * a; break;
+      case Op::malloc: HEAPLAB_MADE(B::malloc(n)); break;
+      case Op::calloc: detail::made(table, id, B::calloc(a, n), n * a, op, mode, r); break;
       case Op::realloc:
       case Op::reallocarray: {
-        void* q = detail::obtain(table, s->old, r);
-        if (static_cast<Op>(op) == Op::realloc) {
-          p = B::realloc(q, n);
-        } else {
-          p = B::reallocarray(q, a, n);
-          bytes = n * a;
-        }
-        if ((flags & trace::kFailed) && p) {
-          // Failed in the trace, so the program kept using the old object;
-          // here it moved, so that is where the object now is.
-          if (s->old) {
-            table[s->old].store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
-            ++r.moved_failed_reallocs;
-          } else {
-            ++r.unexpected[op];
+        void* q = HEAPLAB_OLD;
+        void* p = static_cast<Op>(op) == Op::realloc ? B::realloc(q, n) : B::reallocarray(q, a, n);
+        if (__builtin_expect(flags & trace::kFailed, 0)) {
+          // Failed in the trace, so the program kept using the old object,
+          // which the plan names `id` from here on: where it now is (moved
+          // if the call succeeded here, else where it was).
+          if (id != 0) {
+            const void* now = p ? p : q;
+            table[id].store(now ? reinterpret_cast<uintptr_t>(now) : kNullObject,
+                            std::memory_order_release);
+            if (p) ++r.moved_failed_reallocs;
+          } else if (p) {
+            ++r.unexpected[op];  // realloc(NULL, n) failed in the trace only
           }
-          p = nullptr;
+          break;
         }
+        detail::made(table, id, p, static_cast<Op>(op) == Op::realloc ? n : n * a, op, mode, r);
         break;
       }
-      case Op::free: B::free(detail::obtain(table, s->old, r)); break;
-      case Op::memalign: p = B::memalign(a, n); break;
-      case Op::posix_memalign:
+      case Op::free: B::free(HEAPLAB_OLD); break;
+      case Op::memalign: HEAPLAB_MADE(B::memalign(a, n)); break;
+      case Op::posix_memalign: {
+        void* p = nullptr;
         if (B::posix_memalign(&p, a, n) != 0) p = nullptr;
+        HEAPLAB_MADE(p);
         break;
-      case Op::aligned_alloc: p = B::aligned_alloc(a, n); break;
-      case Op::valloc: p = B::valloc(n); break;
-      case Op::pvalloc: p = B::pvalloc(n); break;
+      }
+      case Op::aligned_alloc: HEAPLAB_MADE(B::aligned_alloc(a, n)); break;
+      case Op::valloc: HEAPLAB_MADE(B::valloc(n)); break;
+      case Op::pvalloc: HEAPLAB_MADE(B::pvalloc(n)); break;
       // A throwing new that failed in the trace is replayed in its nothrow
       // form: some allocators abort instead of throwing (mimalloc built as
       // C), and the replay must go on to record the failure.
-      case Op::op_new:
-        if (flags & trace::kFailed) { p = B::op_new_nothrow(n); break; }
-        try { p = B::op_new(n); } catch (const std::bad_alloc&) { p = nullptr; }
+      case Op::op_new: {
+        void* p = nullptr;
+        if (flags & trace::kFailed) p = B::op_new_nothrow(n);
+        else try { p = B::op_new(n); } catch (const std::bad_alloc&) { p = nullptr; }
+        HEAPLAB_MADE(p);
         break;
-      case Op::op_new_array:
-        if (flags & trace::kFailed) { p = B::op_new_array_nothrow(n); break; }
-        try { p = B::op_new_array(n); } catch (const std::bad_alloc&) { p = nullptr; }
-        break;
-      case Op::op_new_nothrow: p = B::op_new_nothrow(n); break;
-      case Op::op_new_array_nothrow: p = B::op_new_array_nothrow(n); break;
-      case Op::op_new_aligned:
-        if (flags & trace::kFailed) { p = B::op_new_aligned_nothrow(n, a); break; }
-        try { p = B::op_new_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
-        break;
-      case Op::op_new_array_aligned:
-        if (flags & trace::kFailed) { p = B::op_new_array_aligned_nothrow(n, a); break; }
-        try { p = B::op_new_array_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
-        break;
-      case Op::op_new_aligned_nothrow: p = B::op_new_aligned_nothrow(n, a); break;
-      case Op::op_new_array_aligned_nothrow: p = B::op_new_array_aligned_nothrow(n, a); break;
-      case Op::op_delete: B::op_delete(detail::obtain(table, s->old, r)); break;
-      case Op::op_delete_array: B::op_delete_array(detail::obtain(table, s->old, r)); break;
-      case Op::op_delete_sized: B::op_delete_sized(detail::obtain(table, s->old, r), n); break;
-      case Op::op_delete_array_sized:
-        B::op_delete_array_sized(detail::obtain(table, s->old, r), n);
-        break;
-      case Op::op_delete_aligned: B::op_delete_aligned(detail::obtain(table, s->old, r), a); break;
-      case Op::op_delete_array_aligned:
-        B::op_delete_array_aligned(detail::obtain(table, s->old, r), a);
-        break;
-      case Op::op_delete_sized_aligned:
-        B::op_delete_sized_aligned(detail::obtain(table, s->old, r), n, a);
-        break;
-      case Op::op_delete_array_sized_aligned:
-        B::op_delete_array_sized_aligned(detail::obtain(table, s->old, r), n, a);
-        break;
-      case Op::op_delete_nothrow: B::op_delete_nothrow(detail::obtain(table, s->old, r)); break;
-      case Op::op_delete_array_nothrow:
-        B::op_delete_array_nothrow(detail::obtain(table, s->old, r));
-        break;
-      case Op::op_delete_aligned_nothrow:
-        B::op_delete_aligned_nothrow(detail::obtain(table, s->old, r), a);
-        break;
-      case Op::op_delete_array_aligned_nothrow:
-        B::op_delete_array_aligned_nothrow(detail::obtain(table, s->old, r), a);
-        break;
-      default:
-        continue;  // not a call (the plan has none of these)
-    }
-    ++r.calls[op];
-    if (id != 0) {
-      uintptr_t v = reinterpret_cast<uintptr_t>(p);
-      if (__builtin_expect(p == nullptr, 0)) {
-        ++r.nulls[op];
-        v = kNullObject;
-      } else {
-        detail::touch(p, bytes, prm.touch);
       }
-      table[id].store(v, std::memory_order_release);
-    } else if (p != nullptr) {
-      ++r.unexpected[op];  // kept: the trace never frees it
+      case Op::op_new_array: {
+        void* p = nullptr;
+        if (flags & trace::kFailed) p = B::op_new_array_nothrow(n);
+        else try { p = B::op_new_array(n); } catch (const std::bad_alloc&) { p = nullptr; }
+        HEAPLAB_MADE(p);
+        break;
+      }
+      case Op::op_new_nothrow: HEAPLAB_MADE(B::op_new_nothrow(n)); break;
+      case Op::op_new_array_nothrow: HEAPLAB_MADE(B::op_new_array_nothrow(n)); break;
+      case Op::op_new_aligned: {
+        void* p = nullptr;
+        if (flags & trace::kFailed) p = B::op_new_aligned_nothrow(n, a);
+        else try { p = B::op_new_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
+        HEAPLAB_MADE(p);
+        break;
+      }
+      case Op::op_new_array_aligned: {
+        void* p = nullptr;
+        if (flags & trace::kFailed) p = B::op_new_array_aligned_nothrow(n, a);
+        else try { p = B::op_new_array_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
+        HEAPLAB_MADE(p);
+        break;
+      }
+      case Op::op_new_aligned_nothrow: HEAPLAB_MADE(B::op_new_aligned_nothrow(n, a)); break;
+      case Op::op_new_array_aligned_nothrow: HEAPLAB_MADE(B::op_new_array_aligned_nothrow(n, a)); break;
+      case Op::op_delete: B::op_delete(HEAPLAB_OLD); break;
+      case Op::op_delete_array: B::op_delete_array(HEAPLAB_OLD); break;
+      case Op::op_delete_sized: B::op_delete_sized(HEAPLAB_OLD, n); break;
+      case Op::op_delete_array_sized: B::op_delete_array_sized(HEAPLAB_OLD, n); break;
+      case Op::op_delete_aligned: B::op_delete_aligned(HEAPLAB_OLD, a); break;
+      case Op::op_delete_array_aligned: B::op_delete_array_aligned(HEAPLAB_OLD, a); break;
+      case Op::op_delete_sized_aligned: B::op_delete_sized_aligned(HEAPLAB_OLD, n, a); break;
+      case Op::op_delete_array_sized_aligned: B::op_delete_array_sized_aligned(HEAPLAB_OLD, n, a); break;
+      case Op::op_delete_nothrow: B::op_delete_nothrow(HEAPLAB_OLD); break;
+      case Op::op_delete_array_nothrow: B::op_delete_array_nothrow(HEAPLAB_OLD); break;
+      case Op::op_delete_aligned_nothrow: B::op_delete_aligned_nothrow(HEAPLAB_OLD, a); break;
+      case Op::op_delete_array_aligned_nothrow: B::op_delete_array_aligned_nothrow(HEAPLAB_OLD, a); break;
+      default: --r.calls[op]; break;  // not a call (the plan has none of these)
     }
+#undef HEAPLAB_MADE
+#undef HEAPLAB_OLD
     r.progress.store(uint64_t(s - first) + 1, std::memory_order_relaxed);
   }
 }

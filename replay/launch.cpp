@@ -102,6 +102,13 @@ Launch resolve(const ReplayOptions& opt) {
   return l;
 }
 
+// 1234567 -> "1,234,567"
+std::string digits(uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
+  return s;
+}
+
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
@@ -159,7 +166,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                             {"calls", plan.steps},
                             {"complete", reader->complete()},
                             {"recorded_threads", plan.recorded_threads},
-                            {"objects", plan.max_id},
+                            {"objects", plan.objects},
                             {"bytes_requested", plan.bytes_requested},
                             {"live_bytes_peak", plan.live_bytes_peak},
                             {"live_bytes_end", plan.live_bytes_end},
@@ -277,33 +284,37 @@ std::string result_summary(const nlohmann::json& r) {
   const auto& t = r["trace"];
   const auto& a = r["allocator"];
   s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n",
-                   t.value("path", ""), t.value("calls", uint64_t{0}),
+                   t.value("path", ""), digits(t.value("calls", uint64_t{0})),
                    t.value("recorded_threads", 0u), r.value("replay_threads", 0u),
                    a.value("name", ""), a.value("load", ""),
                    a.contains("version") ? ", " + a["version"].get<std::string>() : "",
                    a.value("library", "").empty() ? "" : ", " + a["library"].get<std::string>());
   if (!r.contains("replay")) return s;
   const auto& p = r["replay"];
-  s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s, max RSS {:.1f} MiB\n",
+  const auto& book = p["bookkeeping_bytes"];
+  const double book_mib =
+      double(book.value("plan", uint64_t{0}) + book.value("object_table", uint64_t{0})) / 1048576.0;
+  s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s\n",
                    p.value("wall_s", 0.0), p.value("calls_per_s", 0.0) / 1e6,
-                   p["cpu"].value("user_s", 0.0), p["cpu"].value("system_s", 0.0),
-                   double(p.value("max_rss_kib", 0)) / 1024.0);
+                   p["cpu"].value("user_s", 0.0), p["cpu"].value("system_s", 0.0));
+  s += fmt::format("  max RSS {:.1f} MiB, of which {:.1f} MiB the replayer's plan and object table\n",
+                   double(p.value("max_rss_kib", 0)) / 1024.0, book_mib);
   std::string ops;
   uint64_t nulls = 0, unexpected = 0;
   for (const auto& [name, o] : p["ops"].items()) {
-    ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, o.value("calls", uint64_t{0}));
+    ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, digits(o.value("calls", uint64_t{0})));
     nulls += o.value("null_results", uint64_t{0});
     unexpected += o.value("unexpected_results", uint64_t{0});
   }
   s += fmt::format("  calls {}: {}\n", p.value("faithful", false) ? "exactly as recorded" : "DIFFER from the trace", ops);
   if (nulls || unexpected)
-    s += fmt::format("  NULL results where the trace had one: {}; results where it had NULL: {}\n", nulls,
-                     unexpected);
+    s += fmt::format("  NULL results where the trace had one: {}; results where it had NULL: {}\n",
+                     digits(nulls), digits(unexpected));
   const auto& w = p["cross_thread_waits"];
   if (w.value("count", uint64_t{0}) != 0)
-    s += fmt::format("  cross-thread waits: {} ({:.3f} ms)\n", w.value("count", uint64_t{0}),
+    s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", digits(w.value("count", uint64_t{0})),
                      double(w.value("total_ns", uint64_t{0})) / 1e6);
-  s += fmt::format("  live requested bytes peak (trace order): {}\n", t.value("live_bytes_peak", uint64_t{0}));
+  s += fmt::format("  live requested bytes peak (trace order): {}\n", digits(t.value("live_bytes_peak", uint64_t{0})));
   return s;
 }
 

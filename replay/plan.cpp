@@ -43,24 +43,48 @@ struct PlanThread {
 
 uint64_t page_up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
 
-void write_all(int fd, const void* data, size_t len, uint64_t offset) {
-  const char* p = static_cast<const char*>(data);
-  while (len > 0) {
-    ssize_t n = pwrite(fd, p, len, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw PlanError(std::string("writing the replay plan: ") + std::strerror(errno));
-    p += n;
-    len -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
+// A memfd of `len` bytes, mapped for writing; release() hands over the
+// descriptor (the mapping goes, the contents stay).
+struct Memfd {
+  int fd = -1;
+  char* base = nullptr;
+  size_t len = 0;
+  explicit Memfd(uint64_t bytes) : len(size_t(bytes)) {
+    fd = memfd_create("heaplab-plan", MFD_CLOEXEC);
+    if (fd < 0) throw PlanError(std::string("memfd_create: ") + std::strerror(errno));
+    if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
+      const int err = errno;
+      close(fd);
+      throw PlanError("sizing the replay plan (" + std::to_string(len) + " bytes): " + std::strerror(err));
+    }
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      close(fd);
+      throw PlanError("mapping the replay plan (" + std::to_string(len) + " bytes): " + std::strerror(err));
+    }
+    base = static_cast<char*>(p);
   }
-}
+  ~Memfd() {
+    if (base) munmap(base, len);
+    if (fd >= 0) close(fd);
+  }
+  int release() {
+    munmap(base, len);
+    base = nullptr;
+    const int f = fd;
+    fd = -1;
+    return f;
+  }
+};
 
 __extension__ typedef unsigned __int128 uint128;
 uint64_t saturate(uint128 v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v); }
 
 struct Live {
   uint64_t bytes;
-  uint32_t thread;  // replay thread that produced it
+  uint64_t plan_id;  // the id the replay knows it by
+  uint32_t thread;   // replay thread that produced it (or last moved it)
 };
 
 [[noreturn]] void inconsistent(const Event& e, const std::string& what) {
@@ -103,16 +127,34 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   for (uint32_t k = 0; k < s.fold.size(); ++k)
     for (uint32_t t : s.fold[k]) replay_of[t] = k;
 
-  std::vector<std::vector<Step>> steps(s.fold.size());
-  std::vector<std::vector<uint64_t>> times(s.fold.size());
-  for (uint32_t k = 0; k < s.fold.size(); ++k) {
-    uint64_t n = 0;
-    for (uint32_t t : s.fold[k]) n += r.thread_event_count(t);
-    steps[k].reserve(n);
-    if (s.has_times) times[k].reserve(n);
+  // The plan is written straight into its memfd: each replay thread's
+  // arrays sized for all its recorded threads' events (a few markers more
+  // than its calls), the header and thread table filled in at the end.
+  const size_t nthreads = s.fold.size();
+  std::vector<PlanThread> table(nthreads);
+  uint64_t off = page_up(sizeof(PlanHeader) + sizeof(PlanThread) * nthreads);
+  std::vector<uint64_t> cap(nthreads, 0);
+  for (size_t k = 0; k < nthreads; ++k) {
+    for (uint32_t t : s.fold[k]) cap[k] += r.thread_event_count(t);
+    table[k].steps_offset = off;
+    off = page_up(off + cap[k] * sizeof(Step));
+  }
+  if (s.has_times)
+    for (size_t k = 0; k < nthreads; ++k) {
+      table[k].times_offset = off;
+      off = page_up(off + cap[k] * sizeof(uint64_t));
+    }
+  const uint64_t total = std::max(off, kPage);
+  Memfd plan(total);
+  std::vector<Step*> steps(nthreads);
+  std::vector<uint64_t*> times(nthreads, nullptr);
+  for (size_t k = 0; k < nthreads; ++k) {
+    steps[k] = reinterpret_cast<Step*>(plan.base + table[k].steps_offset);
+    if (s.has_times) times[k] = reinterpret_cast<uint64_t*>(plan.base + table[k].times_offset);
   }
 
-  FlatMap<Live> live;
+  FlatMap<Live> live;  // by trace id
+  uint64_t trace_max_id = 0;
   uint128 live_bytes = 0, requested = 0;
   const bool complete = r.complete();
   trace::MergedCursor cur(r);
@@ -132,16 +174,18 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       st.size = e.size;
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
       uint64_t old = 0;
+      uint64_t id = 0;
       if (trace::op_consumes(e.op) && e.old != 0) {
         const bool failed = e.flags & trace::kFailed;
         Live o{};
-        const bool was_live = failed ? (live.find(e.old) ? (o = *live.find(e.old), true) : false)
-                                     : live.erase(e.old, &o);
+        Live* kept = failed ? live.find(e.old) : nullptr;
+        const bool was_live = failed ? kept != nullptr : live.erase(e.old, &o);
+        if (kept) o = *kept;
         if (!was_live) {
           if (complete)
             inconsistent(e, "object " + std::to_string(e.old) +
-                                (e.old > s.max_id ? " does not exist yet"
-                                                  : " was already freed"));
+                                (e.old > trace_max_id ? " does not exist yet"
+                                                      : " was already freed"));
           // A truncated trace lost the chunk that produced it.
           if (e.op != Op::realloc && e.op != Op::reallocarray) {
             ++s.skipped_lost;
@@ -149,21 +193,37 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           }
           ++s.realloc_of_lost;
         } else {
-          old = e.old;
+          old = o.plan_id;
           if (o.thread != k) ++s.cross_thread_consumes;
-          if (!failed) live_bytes -= o.bytes;
+          if (!failed) {
+            live_bytes -= o.bytes;
+          } else {
+            // The program kept the object, but in the replay the call may
+            // succeed and move it: from here on the replay knows it by a
+            // new id that this step produces, so that a later consumer on
+            // another thread waits for this step and cannot free the old
+            // block while it is being moved.
+            if (s.max_id >= kMaxObjectId) inconsistent(e, "too many objects");
+            id = ++s.max_id;
+            kept->plan_id = id;
+            kept->thread = k;
+          }
         }
       }
-      uint64_t id = 0;
       if (trace::op_produces(e.op) && !(e.flags & trace::kNullResult)) {
         if (e.id == 0 || e.id > kMaxObjectId)
           inconsistent(e, "object id " + std::to_string(e.id) + " is out of range");
-        if (e.id <= s.max_id || (complete && e.id != s.max_id + 1))
+        if (e.id <= trace_max_id || (complete && e.id != trace_max_id + 1))
           inconsistent(e, "object " + std::to_string(e.id) + " is out of order (expected " +
-                              std::to_string(s.max_id + 1) + ")");
-        id = s.max_id = e.id;
+                              std::to_string(trace_max_id + 1) + ")");
+        trace_max_id = e.id;
+        ++s.objects;
+        // Replay ids are dense in order of creation (trace ids have gaps
+        // where a truncated trace lost chunks).
+        if (s.max_id >= kMaxObjectId) inconsistent(e, "too many objects");
+        id = ++s.max_id;
         const uint64_t b = e.requested_bytes();
-        live.put(id, Live{b, k});
+        live.put(e.id, Live{b, id, k});
         live_bytes += b;
         requested += b;
         s.live_bytes_peak = std::max(s.live_bytes_peak, saturate(live_bytes));
@@ -172,8 +232,11 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       }
       st.head = static_cast<uint64_t>(e.op) | uint64_t{e.flags} << 8 | id << 16;
       st.old = old;
-      steps[k].push_back(st);
-      if (s.has_times) times[k].push_back(e.time);
+      uint64_t& n_k = table[k].steps;
+      if (n_k == cap[k]) throw PlanError("trace: thread event counts do not match its events");
+      steps[k][n_k] = st;
+      if (s.has_times) times[k][n_k] = e.time;
+      ++n_k;
       ++s.ops[static_cast<unsigned>(e.op)];
       ++s.steps;
     }
@@ -181,51 +244,17 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   s.live_bytes_end = saturate(live_bytes);
   s.bytes_requested = saturate(requested);
 
-  // Lay out and write the plan.
-  const uint64_t header_bytes =
-      page_up(sizeof(PlanHeader) + sizeof(PlanThread) * s.fold.size());
-  std::vector<PlanThread> table(s.fold.size());
-  uint64_t off = header_bytes;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    table[k].steps_offset = off;
-    table[k].steps = steps[k].size();
-    off = page_up(off + steps[k].size() * sizeof(Step));
-  }
-  if (s.has_times)
-    for (size_t k = 0; k < steps.size(); ++k) {
-      table[k].times_offset = off;
-      off = page_up(off + times[k].size() * sizeof(uint64_t));
-    }
-  const uint64_t total = std::max(off, kPage);
-
-  const int fd = memfd_create("heaplab-plan", MFD_CLOEXEC);
-  if (fd < 0) throw PlanError(std::string("memfd_create: ") + std::strerror(errno));
-  try {
-    if (ftruncate(fd, static_cast<off_t>(total)) != 0)
-      throw PlanError(std::string("sizing the replay plan: ") + std::strerror(errno));
-    PlanHeader h{};
-    std::memcpy(h.magic, kMagic, sizeof kMagic);
-    h.version = kPlanVersion;
-    h.threads = s.replay_threads;
-    h.max_id = s.max_id;
-    h.total_steps = s.steps;
-    h.has_times = s.has_times;
-    std::copy(s.ops.begin(), s.ops.end(), h.ops);
-    write_all(fd, &h, sizeof h, 0);
-    write_all(fd, table.data(), table.size() * sizeof(PlanThread), sizeof h);
-    for (size_t k = 0; k < steps.size(); ++k) {
-      write_all(fd, steps[k].data(), steps[k].size() * sizeof(Step), table[k].steps_offset);
-      std::vector<Step>().swap(steps[k]);
-      if (s.has_times) {
-        write_all(fd, times[k].data(), times[k].size() * sizeof(uint64_t), table[k].times_offset);
-        std::vector<uint64_t>().swap(times[k]);
-      }
-    }
-  } catch (...) {
-    close(fd);
-    throw;
-  }
-  return fd;
+  PlanHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kPlanVersion;
+  h.threads = s.replay_threads;
+  h.max_id = s.max_id;
+  h.total_steps = s.steps;
+  h.has_times = s.has_times;
+  std::copy(s.ops.begin(), s.ops.end(), h.ops);
+  std::memcpy(plan.base, &h, sizeof h);
+  std::memcpy(plan.base + sizeof h, table.data(), table.size() * sizeof(PlanThread));
+  return plan.release();
 }
 
 MappedPlan::MappedPlan(int fd) {
@@ -239,6 +268,16 @@ MappedPlan::MappedPlan(int fd) {
     map_ = nullptr;
     throw PlanError(std::string("plan: mmap: ") + std::strerror(errno));
   }
+  try {
+    load();
+  } catch (...) {
+    munmap(map_, len_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+void MappedPlan::load() {
   const auto* base = static_cast<const char*>(map_);
   PlanHeader h;
   std::memcpy(&h, base, sizeof h);

@@ -21,6 +21,9 @@ namespace heaplab::replay {
 //   head = op | flags << 8 | id << 16   (op: trace::Op 0..29; flags: trace
 //                                        EventFlag; id: object produced, 0 none)
 //   old  = object consumed (0 = NULL pointer)
+// Ids are the replay's own, dense in order of creation: the trace's ids,
+// except that a realloc that failed in the trace produces a new id for the
+// object it kept (the replay's realloc may move it; see build_plan).
 //   size = requested size (element size for calloc and reallocarray; the
 //          size argument of sized deletes)
 //   arg  = element count (calloc, reallocarray) or alignment (aligned calls)
@@ -54,7 +57,8 @@ struct PlanSummary {
   std::array<uint64_t, trace::kOpCount> ops{};  // calls per op in the plan
   uint64_t skipped_lost = 0;     // consumes of objects a truncated trace lost, dropped
   uint64_t realloc_of_lost = 0;  // reallocs of such objects, replayed with NULL
-  uint64_t max_id = 0;
+  uint64_t objects = 0;         // objects the trace creates
+  uint64_t max_id = 0;          // the replay's largest object id
   uint64_t live_bytes_peak = 0;  // peak of the live requested bytes, trace order
   uint64_t live_bytes_end = 0;
   uint64_t bytes_requested = 0;
@@ -63,7 +67,7 @@ struct PlanSummary {
   uint32_t replay_threads = 0;
   std::vector<std::vector<uint32_t>> fold;  // per replay thread: its recorded threads
   bool has_times = false;
-  uint64_t duration_ns = 0;      // last recorded time (0 without timestamps)
+  uint64_t duration_ns = 0;      // latest recorded time (0 without timestamps)
 };
 
 // Builds the plan of `r` into a new memfd and returns its descriptor (the
@@ -98,6 +102,7 @@ class MappedPlan {
   size_t mapped_bytes() const { return len_; }
 
  private:
+  void load();
   void* map_ = nullptr;
   size_t len_ = 0;
   uint32_t threads_ = 0;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,7 +141,8 @@ bool is_call(const Event& e) {
   return e.op != Op::thread_start && e.op != Op::thread_end && e.op != Op::lost;
 }
 
-// The step a call of a complete, consistent trace becomes.
+// The step a call becomes when replay ids and trace ids coincide (a complete
+// trace without failed reallocs of live objects); see Model for the rest.
 Step step_of(const Event& e) {
   Step s{};
   s.head = uint64_t(idx(e.op)) | uint64_t{e.flags} << 8 | e.id << 16;
@@ -175,49 +177,116 @@ void expect_steps_eq(const std::vector<Step>& got, const std::vector<Step>& want
 
 uint64_t saturate(u128 v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v); }
 
-// What build_plan should find in a complete trace, recomputed here from the
-// events in seq order.
-struct Expected {
-  uint64_t steps = 0, max_id = 0, peak = 0, end = 0, requested = 0, cross = 0;
-  std::array<uint64_t, trace::kOpCount> ops{};
-};
-Expected expected_of(const std::vector<Event>& events, const std::vector<uint32_t>& replay_of) {
-  Expected x;
-  std::map<uint64_t, std::pair<uint64_t, uint32_t>> live;  // id -> bytes, replay thread
+// The replay's view of a trace, recomputed here from the events in seq order
+// with build_plan's rules: replay ids are dense, 1, 2, 3, ... in order of
+// creation, where a successful producing call creates one, and so does a
+// realloc that failed in the trace of a live object (the object it kept is
+// known by the new id from then on, and belongs to that call's replay thread);
+// consumes of objects a truncated trace lost are dropped, reallocs of them
+// replayed with NULL.
+struct Model {
+  struct Obj {
+    uint64_t bytes;
+    uint64_t id;      // replay id
+    uint32_t thread;  // replay thread that produced it or last kept it
+  };
+  std::map<uint64_t, Obj> live;  // by trace id
+  uint64_t max_id = 0, objects = 0, failed_reallocs = 0, skipped_lost = 0, realloc_of_lost = 0;
+  uint64_t cross = 0, peak = 0;
   u128 bytes = 0, requested = 0;
-  for (const Event& e : events) {
-    if (!is_call(e)) continue;
-    ++x.steps;
-    ++x.ops[idx(e.op)];
+
+  // The step call `e` becomes on replay thread k (nullopt: dropped).
+  std::optional<Step> step(const Event& e, uint32_t k) {
+    Step s{};
+    s.size = e.size;
+    s.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
+    uint64_t id = 0;
     if (trace::op_consumes(e.op) && e.old != 0) {
       auto it = live.find(e.old);
-      if (it != live.end()) {
-        if (it->second.second != replay_of[e.thread]) ++x.cross;
-        if (!(e.flags & trace::kFailed)) {
-          bytes -= it->second.first;
+      if (it == live.end()) {
+        if (e.op != Op::realloc && e.op != Op::reallocarray) {
+          ++skipped_lost;
+          return std::nullopt;
+        }
+        ++realloc_of_lost;  // old stays 0
+      } else {
+        s.old = it->second.id;
+        if (it->second.thread != k) ++cross;
+        if (e.flags & trace::kFailed) {
+          id = ++max_id;
+          ++failed_reallocs;
+          it->second.id = id;
+          it->second.thread = k;
+        } else {
+          bytes -= it->second.bytes;
           live.erase(it);
         }
       }
     }
     if (trace::op_produces(e.op) && !(e.flags & trace::kNullResult)) {
-      live[e.id] = {e.requested_bytes(), replay_of[e.thread]};
+      id = ++max_id;
+      ++objects;
+      live[e.id] = {e.requested_bytes(), id, k};
       bytes += e.requested_bytes();
       requested += e.requested_bytes();
-      x.max_id = std::max(x.max_id, e.id);
-      x.peak = std::max(x.peak, saturate(bytes));
+      peak = std::max(peak, saturate(bytes));
     }
+    s.head = uint64_t(idx(e.op)) | uint64_t{e.flags} << 8 | id << 16;
+    return s;
   }
-  x.end = saturate(bytes);
-  x.requested = saturate(requested);
+};
+
+// What build_plan should make of a trace: each replay thread's steps and the
+// summary numbers, from the Model.
+struct Expected {
+  std::vector<std::vector<Step>> steps;  // per replay thread
+  uint64_t total_steps = 0, max_id = 0, objects = 0, failed_reallocs = 0, peak = 0, end = 0,
+           requested = 0, cross = 0, skipped_lost = 0, realloc_of_lost = 0;
+  std::array<uint64_t, trace::kOpCount> ops{};
+};
+Expected expected_of(const std::vector<Event>& events, const std::vector<uint32_t>& replay_of) {
+  Expected x;
+  uint32_t threads = 0;
+  for (uint32_t k : replay_of)
+    if (k != UINT32_MAX) threads = std::max(threads, k + 1);
+  x.steps.resize(threads);
+  Model m;
+  for (const Event& e : events) {
+    if (!is_call(e)) continue;
+    const uint32_t k = replay_of.at(e.thread);
+    const std::optional<Step> s = m.step(e, k);
+    if (!s) continue;
+    x.steps.at(k).push_back(*s);
+    ++x.total_steps;
+    ++x.ops[idx(e.op)];
+  }
+  x.max_id = m.max_id;
+  x.objects = m.objects;
+  x.failed_reallocs = m.failed_reallocs;
+  x.peak = m.peak;
+  x.end = saturate(m.bytes);
+  x.requested = saturate(m.requested);
+  x.cross = m.cross;
+  x.skipped_lost = m.skipped_lost;
+  x.realloc_of_lost = m.realloc_of_lost;
   return x;
+}
+
+// The largest trace id of `events` (for a complete trace: how many objects
+// it creates).
+uint64_t trace_max_id(const std::vector<Event>& events) {
+  uint64_t m = 0;
+  for (const Event& e : events) m = std::max(m, e.id);
+  return m;
 }
 
 // ------------------------------------------------------------ one thread, every field
 
 // A hand-written trace: every step field, the per-op counts and the live
 // byte accounting are exactly as constructed (realloc consumes before it
-// produces, a failed call produces nothing and a failed realloc keeps its
-// object), and thread_start/thread_end/lost are not steps.
+// produces, a failed call produces nothing, and a failed realloc keeps its
+// object, with its bytes, but gives it a new replay id that its later free
+// consumes), and thread_start/thread_end/lost are not steps.
 TEST(planBuild, HandWrittenSingleThread) {
   std::vector<Event> evs = {
       ev(Op::thread_start),                              // 0
@@ -231,8 +300,8 @@ TEST(planBuild, HandWrittenSingleThread) {
       release(6, 0, 0, Op::op_delete_sized),             // 8  sized del   live 306
       release(0),                                        // 9  free(NULL)
       failed(alloc(uint64_t{1} << 40)),                  // 10 no object
-      failed(realloc_ev(5, uint64_t{1} << 41)),          // 11 5 stays live
-      release(5),                                        // 12 free        live 50
+      failed(realloc_ev(5, uint64_t{1} << 41)),          // 11 5 stays live, replay id 7
+      release(5),                                        // 12 free of 7   live 50
       lost_ev(7),                                        // 13
       ev(Op::thread_end),                                // 14
   };
@@ -243,7 +312,8 @@ TEST(planBuild, HandWrittenSingleThread) {
 
   EXPECT_EQ(s.events, 15u);
   EXPECT_EQ(s.steps, 12u);
-  EXPECT_EQ(s.max_id, 6u);
+  EXPECT_EQ(s.objects, 6u);  // trace ids 1..6
+  EXPECT_EQ(s.max_id, 7u);   // and the failed realloc's new id
   EXPECT_EQ(s.live_bytes_peak, 420u);
   EXPECT_EQ(s.live_bytes_end, 50u);
   EXPECT_EQ(s.bytes_requested, 100u + 120u + 300u + 50u + 256u + 48u);
@@ -268,7 +338,7 @@ TEST(planBuild, HandWrittenSingleThread) {
   EXPECT_EQ(s.ops, ops);  // no thread_start, thread_end or lost
 
   EXPECT_EQ(p.threads(), 1u);
-  EXPECT_EQ(p.max_id(), 6u);
+  EXPECT_EQ(p.max_id(), 7u);
   EXPECT_EQ(p.total_steps(), 12u);
   EXPECT_EQ(p.expected_ops(), ops);
   EXPECT_FALSE(p.has_times());
@@ -287,12 +357,20 @@ TEST(planBuild, HandWrittenSingleThread) {
   expect_step(st[7], Op::op_delete_sized, 0, 0, 6, 48, 0, 7);  // size of a sized delete
   expect_step(st[8], Op::free, 0, 0, 0, 0, 0, 8);               // free(NULL)
   expect_step(st[9], Op::malloc, kFailedFlags, 0, 0, uint64_t{1} << 40, 0, 9);
-  expect_step(st[10], Op::realloc, kFailedFlags, 0, 5, uint64_t{1} << 41, 0, 10);
-  expect_step(st[11], Op::free, 0, 0, 5, 0, 0, 11);
+  expect_step(st[10], Op::realloc, kFailedFlags, 7, 5, uint64_t{1} << 41, 0, 10);
+  expect_step(st[11], Op::free, 0, 0, 7, 0, 0, 11);  // the kept object's new id
 
   // The packed head: op | flags << 8 | id << 16.
   EXPECT_EQ(st[2].head, uint64_t{2} | uint64_t{3} << 16);
-  EXPECT_EQ(st[10].head, uint64_t{2} | uint64_t{3} << 8);
+  EXPECT_EQ(st[10].head, uint64_t{2} | uint64_t{3} << 8 | uint64_t{7} << 16);
+
+  // The model gives the same.
+  const Expected x = expected_of(b->events, {0});
+  ASSERT_EQ(x.steps.size(), 1u);
+  expect_steps_eq(steps_of(p, 0), x.steps[0]);
+  EXPECT_EQ(x.max_id, 7u);
+  EXPECT_EQ(x.objects, 6u);
+  EXPECT_EQ(x.failed_reallocs, 1u);
 }
 
 // realloc(NULL, n) consumes nothing, and realloc(p, 0) returning NULL (null
@@ -313,14 +391,95 @@ TEST(planBuild, ReallocOfNullAndReallocToZero) {
   expect_step(st[0], Op::realloc, 0, 1, 0, 64, 0, 0);
   expect_step(st[1], Op::realloc, trace::kNullResult, 0, 1, 0, 0, 1);
   expect_step(st[2], Op::malloc, 0, 2, 0, 8, 0, 2);
+  EXPECT_EQ(b->summary.objects, 2u);
+  EXPECT_EQ(b->summary.max_id, 2u);
+  EXPECT_EQ(b->plan->max_id(), 2u);
+}
+
+// Failed reallocs (and reallocarrays) of live objects on two threads: each
+// produces a fresh replay id (the next one in creation order) and consumes
+// the object's current one; later consumers of the trace object use the new
+// id; its bytes stay live; and the object belongs to the failed call's
+// replay thread from then on, which decides what is a cross-thread consume.
+// A failed realloc(NULL, n) produces and consumes nothing.
+TEST(planBuild, FailedReallocGivesTheKeptObjectANewId) {
+  const uint64_t huge = uint64_t{1} << 40;
+  std::vector<Event> evs = {
+      alloc(8, 0),                               // 0 trace 1 -> replay 1              live 8
+      failed(realloc_ev(1, huge, 1)),            // 1 keeps 1 -> replay 2 (old 1), cross
+      alloc(16, 1),                              // 2 trace 2 -> replay 3              live 24
+      failed(reallocarray_ev(1, 1 << 20, huge, 1)),  // 3 keeps 1 -> replay 4 (old 2)
+      release(1, 0),                             // 4 free of 4, cross                 live 16
+      failed(realloc_ev(0, huge, 0)),            // 5 realloc(NULL): no ids
+      failed(realloc_ev(2, huge, 1)),            // 6 keeps 2 -> replay 5 (old 3)
+      realloc_ev(2, 32, 0),                      // 7 trace 3 -> replay 6 (old 5), cross live 32
+      release(3, 0),                             // 8 free of 6                        live 0
+  };
+  auto b = build(evs);
+  const PlanSummary& s = b->summary;
+  const MappedPlan& p = *b->plan;
+  EXPECT_EQ(s.steps, 9u);
+  EXPECT_EQ(s.objects, 3u);
+  EXPECT_EQ(s.max_id, 6u);
+  EXPECT_EQ(p.max_id(), 6u);
+  EXPECT_EQ(s.live_bytes_peak, 32u);
+  EXPECT_EQ(s.live_bytes_end, 0u);
+  EXPECT_EQ(s.bytes_requested, 8u + 16u + 32u);
+  EXPECT_EQ(s.cross_thread_consumes, 3u);  // steps 1, 4 and 7 (not 3 and 6)
+  EXPECT_EQ(s.skipped_lost, 0u);
+  EXPECT_EQ(s.realloc_of_lost, 0u);
+  std::array<uint64_t, trace::kOpCount> ops{};
+  ops[idx(Op::malloc)] = 2;
+  ops[idx(Op::realloc)] = 4;
+  ops[idx(Op::reallocarray)] = 1;
+  ops[idx(Op::free)] = 2;
+  EXPECT_EQ(s.ops, ops);
+
+  ASSERT_EQ(p.threads(), 2u);
+  ASSERT_EQ(p.step_count(0), 5u);
+  ASSERT_EQ(p.step_count(1), 4u);
+  const Step* t0 = p.steps(0);
+  expect_step(t0[0], Op::malloc, 0, 1, 0, 8, 0, 0);
+  expect_step(t0[1], Op::free, 0, 0, 4, 0, 0, 1);
+  expect_step(t0[2], Op::realloc, kFailedFlags, 0, 0, huge, 0, 2);
+  expect_step(t0[3], Op::realloc, 0, 6, 5, 32, 0, 3);
+  expect_step(t0[4], Op::free, 0, 0, 6, 0, 0, 4);
+  const Step* t1 = p.steps(1);
+  expect_step(t1[0], Op::realloc, kFailedFlags, 2, 1, huge, 0, 0);
+  expect_step(t1[1], Op::malloc, 0, 3, 0, 16, 0, 1);
+  expect_step(t1[2], Op::reallocarray, kFailedFlags, 4, 2, huge, 1 << 20, 2);
+  expect_step(t1[3], Op::realloc, kFailedFlags, 5, 3, huge, 0, 3);
+
+  const Expected x = expected_of(b->events, {0, 1});
+  ASSERT_EQ(x.steps.size(), 2u);
+  expect_steps_eq(steps_of(p, 0), x.steps[0]);
+  expect_steps_eq(steps_of(p, 1), x.steps[1]);
+  EXPECT_EQ(x.cross, 3u);
+  EXPECT_EQ(x.max_id, 6u);
+  EXPECT_EQ(x.failed_reallocs, 3u);
+
+  // Folded onto one replay thread: the same ids in seq order, no crossing.
+  PlanOptions one;
+  one.threads = 1;
+  std::vector<Event> copy = evs;
+  auto f = build(copy, one);
+  EXPECT_EQ(f->summary.max_id, 6u);
+  EXPECT_EQ(f->summary.objects, 3u);
+  EXPECT_EQ(f->summary.cross_thread_consumes, 0u);
+  std::vector<Step> all;
+  for (size_t i = 0, i0 = 0, i1 = 0; i < evs.size(); ++i)
+    all.push_back(f->events[i].thread == 0 ? t0[i0++] : t1[i1++]);
+  expect_steps_eq(steps_of(*f->plan, 0), all);
 }
 
 // ------------------------------------------------------------ generated traces
 
 // Generated multi-thread traces (every op kind, failures, NULL frees, lost
 // markers, huge sizes): with one replay thread per recorded thread, each
-// replay thread's steps are exactly its recorded thread's calls in order, and
-// the summary matches numbers recomputed here in seq order.
+// replay thread's steps are exactly its recorded thread's calls in order,
+// with the replay ids the Model assigns (the trace's ids until the first
+// failed realloc of a live object, which takes a new one), and the summary
+// matches numbers recomputed here in seq order.
 TEST(planBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
   for (bool all_ops : {true, false}) {
     for (uint64_t seed : {1u, 2u, 3u}) {
@@ -350,20 +509,36 @@ TEST(planBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
 
       std::vector<uint32_t> replay_of(4);
       for (uint32_t k = 0; k < 4; ++k) replay_of[active[k]] = k;
+      const Expected x = expected_of(b->events, replay_of);
+      ASSERT_EQ(x.steps.size(), 4u);
       for (uint32_t k = 0; k < 4; ++k) {
         SCOPED_TRACE("replay thread " + std::to_string(k));
-        std::vector<Step> want;
+        std::vector<Step> calls;  // the recorded thread's calls, in order
         for (const Event& e : b->events)
-          if (e.thread == active[k] && is_call(e)) want.push_back(step_of(e));
-        expect_steps_eq(steps_of(p, k), want);
+          if (e.thread == active[k] && is_call(e)) calls.push_back(step_of(e));
+        ASSERT_EQ(x.steps[k].size(), calls.size());
+        for (size_t i = 0; i < calls.size(); ++i) {  // the same calls, only the ids differ
+          EXPECT_EQ(x.steps[k][i].op(), calls[i].op());
+          EXPECT_EQ(x.steps[k][i].size, calls[i].size);
+        }
+        expect_steps_eq(steps_of(p, k), x.steps[k]);
+        if (!all_ops) expect_steps_eq(steps_of(p, k), calls);  // no failures: trace ids
       }
 
-      const Expected x = expected_of(b->events, replay_of);
       EXPECT_EQ(s.events, b->events.size());
-      EXPECT_EQ(s.steps, x.steps);
-      EXPECT_EQ(p.total_steps(), x.steps);
+      EXPECT_EQ(s.steps, x.total_steps);
+      EXPECT_EQ(p.total_steps(), x.total_steps);
       EXPECT_EQ(s.ops, x.ops);
       EXPECT_EQ(p.expected_ops(), x.ops);
+      // A complete trace: objects are its ids 1..n, and each failed realloc
+      // of a live object adds one replay id.
+      EXPECT_EQ(x.objects, trace_max_id(b->events));
+      EXPECT_EQ(x.max_id, x.objects + x.failed_reallocs);
+      if (all_ops)
+        EXPECT_GT(x.failed_reallocs, 0u);
+      else
+        EXPECT_EQ(x.failed_reallocs, 0u);
+      EXPECT_EQ(s.objects, x.objects);
       EXPECT_EQ(s.max_id, x.max_id);
       EXPECT_EQ(p.max_id(), x.max_id);
       EXPECT_EQ(s.live_bytes_peak, x.peak);
@@ -436,8 +611,8 @@ std::vector<uint64_t> thread_counts(const std::vector<Event>& events, uint32_t t
 }
 
 // Checks that `b`'s plan runs, on each replay thread, the calls of its
-// recorded threads merged in global seq order, and that every recorded thread
-// is in exactly one replay thread.
+// recorded threads merged in global seq order (with the Model's replay ids),
+// and that every recorded thread is in exactly one replay thread.
 void expect_folded_plan(const Built& b, uint32_t recorded) {
   const auto& fold = b.summary.fold;
   std::vector<uint32_t> replay_of(recorded, UINT32_MAX);
@@ -449,17 +624,23 @@ void expect_folded_plan(const Built& b, uint32_t recorded) {
     }
   for (uint32_t t = 0; t < recorded; ++t) EXPECT_NE(replay_of[t], UINT32_MAX) << "thread " << t;
   ASSERT_EQ(b.plan->threads(), fold.size());
+  const Expected x = expected_of(b.events, replay_of);
+  ASSERT_EQ(x.steps.size(), fold.size());
   for (uint32_t k = 0; k < fold.size(); ++k) {
     SCOPED_TRACE("replay thread " + std::to_string(k));
-    std::vector<Step> want;
+    std::vector<Op> ops;  // the calls of its recorded threads, in seq order
     for (const Event& e : b.events)
-      if (replay_of[e.thread] == k && is_call(e)) want.push_back(step_of(e));
-    expect_steps_eq(steps_of(*b.plan, k), want);
+      if (replay_of[e.thread] == k && is_call(e)) ops.push_back(e.op);
+    ASSERT_EQ(x.steps[k].size(), ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(x.steps[k][i].op(), ops[i]) << i;
+    expect_steps_eq(steps_of(*b.plan, k), x.steps[k]);
   }
-  const Expected x = expected_of(b.events, replay_of);
   EXPECT_EQ(b.summary.cross_thread_consumes, x.cross);
   EXPECT_EQ(b.summary.live_bytes_peak, x.peak);
-  EXPECT_EQ(b.summary.steps, x.steps);
+  EXPECT_EQ(b.summary.steps, x.total_steps);
+  EXPECT_EQ(b.summary.objects, x.objects);
+  EXPECT_EQ(b.summary.max_id, x.max_id);
+  EXPECT_EQ(b.plan->max_id(), x.max_id);
 }
 
 // Folding 5 recorded threads onto 2: largest first onto the least loaded,
@@ -486,6 +667,8 @@ TEST(planFold, FiveThreadsOntoTwo) {
   // Frees 5, 6, 7, 11, 12, 13, 20, 21 cross between {0, 1, 3} and {2, 4}.
   EXPECT_EQ(b->summary.cross_thread_consumes, 8u);
   EXPECT_EQ(b->summary.live_bytes_peak, 380u);  // after event 17: 80+90+100+110
+  EXPECT_EQ(b->summary.objects, 11u);
+  EXPECT_EQ(b->summary.max_id, 11u);  // no failed reallocs: the trace's ids
 }
 
 // The same on generated traces with uneven thread loads, for several fold
@@ -510,6 +693,7 @@ TEST(planFold, GeneratedTracesMatchGreedyFold) {
       EXPECT_EQ(b->summary.fold, greedy_fold(thread_counts(b->events, 5), threads));
       EXPECT_EQ(b->summary.replay_threads, threads);
       expect_folded_plan(*b, 5);
+      EXPECT_GT(b->summary.max_id, b->summary.objects);  // it has failed reallocs
     }
   }
 }
@@ -535,6 +719,8 @@ TEST(planFold, ZeroOrEnoughThreadsIsIdentity) {
     expect_steps_eq(steps_of(*b->plan, 1), {step_of(b->events[1]), step_of(b->events[4])});
     expect_steps_eq(steps_of(*b->plan, 2), {step_of(b->events[0]), step_of(b->events[3])});
     EXPECT_EQ(b->summary.cross_thread_consumes, 2u);
+    EXPECT_EQ(b->summary.objects, 3u);
+    EXPECT_EQ(b->summary.max_id, 3u);
   }
   // One replay thread: everything in seq order.
   PlanOptions one;
@@ -688,7 +874,8 @@ TEST(planErrors, FreeOfObjectThatDoesNotExistYet) {
 
 // A truncated trace (the writer died before close) may have lost the chunk
 // that produced an object: its frees are dropped and its reallocs replayed
-// as realloc(NULL) instead of failing.
+// as realloc(NULL) instead of failing; the replay ids of the objects it has
+// are dense (1, 2, 3 for trace ids 2, 3, 4).
 TEST(planErrors, TruncatedTraceDropsConsumesOfLostObjects) {
   TempDir dir;
   const std::string path = dir.file("t.hlt");
@@ -698,10 +885,10 @@ TEST(planErrors, TruncatedTraceDropsConsumesOfLostObjects) {
     trace::TraceWriter w(path, wo);
     std::vector<Event> evs = {
         alloc(10, 1),       // id 1, thread 1's chunk never fills: lost
-        alloc(20, 0),       // id 2
+        alloc(20, 0),       // id 2 -> replay 1
         release(1, 0),      // chunk of thread 0 full: written
-        realloc_ev(1, 30),  // id 3
-        alloc(5, 0),        // id 4, chunk full: written
+        realloc_ev(1, 30),  // id 3 -> replay 2
+        alloc(5, 0),        // id 4 -> replay 3, chunk full: written
     };
     for (Event& e : evs) w.append(e);
     // No close(): thread 1's open chunk, the index and the footer are lost.
@@ -714,14 +901,75 @@ TEST(planErrors, TruncatedTraceDropsConsumesOfLostObjects) {
   EXPECT_EQ(s.steps, 3u);
   EXPECT_EQ(s.skipped_lost, 1u);
   EXPECT_EQ(s.realloc_of_lost, 1u);
-  EXPECT_EQ(s.max_id, 4u);
+  EXPECT_EQ(s.objects, 3u);
+  EXPECT_EQ(s.max_id, 3u);
+  EXPECT_EQ(b->plan->max_id(), 3u);
   EXPECT_EQ(s.live_bytes_end, 55u);
   ASSERT_EQ(b->plan->threads(), 1u);
   const Step* st = b->plan->steps(0);
   ASSERT_EQ(b->plan->step_count(0), 3u);
-  expect_step(st[0], Op::malloc, 0, 2, 0, 20, 0, 0);
-  expect_step(st[1], Op::realloc, 0, 3, 0, 30, 0, 1);  // replayed with NULL
-  expect_step(st[2], Op::malloc, 0, 4, 0, 5, 0, 2);
+  expect_step(st[0], Op::malloc, 0, 1, 0, 20, 0, 0);
+  expect_step(st[1], Op::realloc, 0, 2, 0, 30, 0, 1);  // replayed with NULL
+  expect_step(st[2], Op::malloc, 0, 3, 0, 5, 0, 2);
+  EXPECT_EQ(trace_max_id(b->events), 4u);  // the trace's own ids
+
+  const Expected x = expected_of(b->events, {0, 0});
+  expect_steps_eq(steps_of(*b->plan, 0), x.steps.at(0));
+  EXPECT_EQ(x.skipped_lost, 1u);
+  EXPECT_EQ(x.realloc_of_lost, 1u);
+  EXPECT_EQ(x.max_id, 3u);
+}
+
+// In a truncated trace with gaps, a failed realloc of a live object takes the
+// next dense replay id and the object's later free consumes it, while a
+// failed realloc of a lost object is replayed with NULL and produces nothing.
+TEST(planErrors, TruncatedTraceFailedReallocsTakeDenseIds) {
+  TempDir dir;
+  const std::string path = dir.file("t.hlt");
+  {
+    WriterOptions wo;
+    wo.chunk_events = 2;
+    trace::TraceWriter w(path, wo);
+    std::vector<Event> evs = {
+        alloc(10, 1),                        // id 1, lost with thread 1's open chunk
+        alloc(20, 0),                        // id 2 -> replay 1
+        failed(realloc_ev(2, 1u << 30, 0)),  // keeps 2 -> replay 2 (old 1); written
+        release(2, 0),                       // free of replay 2
+        failed(realloc_ev(1, 1u << 30, 0)),  // lost object: realloc(NULL), no id; written
+        alloc(5, 0),                         // id 3 -> replay 3
+        release(3, 0),                       // free of replay 3; written
+    };
+    for (Event& e : evs) w.append(e);
+    // No close().
+  }
+  auto r = TraceReader::open(path);
+  ASSERT_FALSE(r->complete());
+  auto b = build_from(*r, PlanOptions{});
+  const PlanSummary& s = b->summary;
+  EXPECT_EQ(s.events, 6u);
+  EXPECT_EQ(s.steps, 6u);
+  EXPECT_EQ(s.skipped_lost, 0u);
+  EXPECT_EQ(s.realloc_of_lost, 1u);
+  EXPECT_EQ(s.objects, 2u);
+  EXPECT_EQ(s.max_id, 3u);
+  EXPECT_EQ(b->plan->max_id(), 3u);
+  EXPECT_EQ(s.live_bytes_peak, 20u);
+  EXPECT_EQ(s.live_bytes_end, 0u);
+  ASSERT_EQ(b->plan->threads(), 1u);
+  ASSERT_EQ(b->plan->step_count(0), 6u);
+  const Step* st = b->plan->steps(0);
+  expect_step(st[0], Op::malloc, 0, 1, 0, 20, 0, 0);
+  expect_step(st[1], Op::realloc, kFailedFlags, 2, 1, 1u << 30, 0, 1);
+  expect_step(st[2], Op::free, 0, 0, 2, 0, 0, 2);
+  expect_step(st[3], Op::realloc, kFailedFlags, 0, 0, 1u << 30, 0, 3);
+  expect_step(st[4], Op::malloc, 0, 3, 0, 5, 0, 4);
+  expect_step(st[5], Op::free, 0, 0, 3, 0, 0, 5);
+
+  const Expected x = expected_of(b->events, {0, 0});
+  expect_steps_eq(steps_of(*b->plan, 0), x.steps.at(0));
+  EXPECT_EQ(x.max_id, 3u);
+  EXPECT_EQ(x.objects, 2u);
+  EXPECT_EQ(x.realloc_of_lost, 1u);
 }
 
 // ------------------------------------------------------------ not a plan

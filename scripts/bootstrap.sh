@@ -18,6 +18,8 @@ set -euo pipefail
 #   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
 #   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
 #   allocators to run captured programs on: libjemalloc2 libmimalloc2.0 libgoogle-perftools4
+#   and their headers, for the replayers linked against them (direct load):
+#   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
 #   real programs and the reference tool (capture tests, demo, overhead
 #   benchmark): sqlite3 heaptrack python3
 PACKAGES="build-essential cmake ninja-build pkg-config git
@@ -25,7 +27,8 @@ PACKAGES="build-essential cmake ninja-build pkg-config git
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   zstd xz-utils bzip2 gzip lz4 clang
-  libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3"
+  libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3
+  libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 
 say() { echo "bootstrap: $*"; }
 die() { echo "bootstrap: error: $*" >&2; exit 1; }

@@ -2,9 +2,11 @@
 # heaplab demo: build; capture a real program (Debian's sqlite3 building,
 # indexing and querying a 20,000-row table) with the LD_PRELOAD shim, on
 # glibc and on jemalloc, mimalloc and tcmalloc; check the traces and print
-# their statistics; then import the bundled SPEC 456.hmmer trace (Compact
-# Memory Traces text format) the same way. (Replay and the comparison table
-# come with issues 4 to 7.)
+# their statistics; replay the glibc capture on all four allocators, each
+# loaded both ways (LD_PRELOAD and linked directly), and print the
+# comparison; then import the bundled SPEC 456.hmmer trace (Compact Memory
+# Traces text format) and replay it the same way. (RSS over time, latency
+# and the dashboard come with issues 5 to 7.)
 #
 # Usage: scripts/demo.sh
 # Environment: HEAPLAB_BUILD_DIR  build directory (default: <repo>/build)
@@ -51,6 +53,37 @@ done
 heading "Stats results/sqlite3.glibc.hlt"
 "$HEAPLAB" stats results/sqlite3.glibc.hlt
 
+# replay_all TRACE: replays TRACE on every allocator and load mode, prints
+# each replay's summary, then one comparison table.
+replay_all() {
+  local trace="$1" base
+  base="results/$(basename "$trace" .hlt)"
+  "$HEAPLAB" replay --list-allocators
+  for alloc in glibc jemalloc mimalloc tcmalloc; do
+    for load in preload direct; do
+      heading "Replay $trace on $alloc ($load) -> $base.replay.$alloc.$load.json"
+      "$HEAPLAB" replay "$trace" --allocator "$alloc" --load "$load" -o "$base.replay.$alloc.$load.json"
+    done
+  done
+  heading "Comparison: $trace"
+  python3 - "$base" <<'PY_EOF'
+import json, sys
+base = sys.argv[1]
+print(f"{'allocator':<10} {'load':<8} {'wall s':>8} {'M calls/s':>10} {'max RSS MiB':>12} {'heap RSS MiB*':>14} {'exact':>6}")
+for alloc in ("glibc", "jemalloc", "mimalloc", "tcmalloc"):
+    for load in ("preload", "direct"):
+        r = json.load(open(f"{base}.replay.{alloc}.{load}.json"))
+        p = r["replay"]
+        book = p["bookkeeping_bytes"]["plan"] + p["bookkeeping_bytes"]["object_table"]
+        rss = p["max_rss_kib"] / 1024
+        print(f"{alloc:<10} {load:<8} {p['wall_s']:>8.3f} {p['calls_per_s'] / 1e6:>10.2f} {rss:>12.1f}"
+              f" {rss - book / 1048576:>14.1f} {'yes' if p['faithful'] else 'NO':>6}")
+print("* max RSS less the replayer's plan and object table (proper RSS-over-time: issue 5)")
+PY_EOF
+}
+
+replay_all results/sqlite3.glibc.hlt
+
 heading "Import $INPUT -> $TRACE"
 "$HEAPLAB" import --from cmt-text "$INPUT" -o "$TRACE"
 
@@ -59,3 +92,5 @@ heading "Check $TRACE"
 
 heading "Stats $TRACE"
 "$HEAPLAB" stats "$TRACE"
+
+replay_all "$TRACE"
