@@ -5,6 +5,8 @@
 #   1. normal build in build/ (-DHEAPLAB_WERROR=ON), ctest
 #   2. sanitizer build in build-asan/ (address,undefined; no benchmarks),
 #      ctest without the `smoke`-labelled tests        (skipped with --quick)
+#   3. thread sanitizer build in build-tsan/ of the threaded code's unit
+#      tests (replay engine and plan, normaliser)      (skipped with --quick)
 # Ends with one line "N passed, M failed" (both ctest runs together) and
 # exits non-zero if any test or any build failed.
 set -euo pipefail
@@ -68,6 +70,25 @@ else
       run_ctest build-asan "$REPO/build-asan" -LE smoke
   else
     problems+=("build-asan/: build failed")
+  fi
+fi
+
+# --- thread sanitizer: the threaded code's unit tests -------------------------
+# The replay engine (threads waiting on each other's objects) and the
+# normaliser (a writer thread), built with -fsanitize=thread; only these test
+# programs, so the step stays short.
+TSAN_TARGETS="engine_test plan_test normalise_test"
+if ((quick)); then
+  echo "test: --quick: skipping the thread sanitizer build"
+else
+  echo "test: == thread sanitizer build (build-tsan/: $TSAN_TARGETS) =="
+  if cmake -S "$REPO" -B "$REPO/build-tsan" -G Ninja -DHEAPLAB_SANITIZE=thread \
+        -DHEAPLAB_BENCHMARKS=OFF -DHEAPLAB_WERROR=ON >/dev/null &&
+      cmake --build "$REPO/build-tsan" --target $TSAN_TARGETS; then
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      run_ctest build-tsan "$REPO/build-tsan" -L tsan
+  else
+    problems+=("build-tsan/: build failed")
   fi
 fi
 
