@@ -198,8 +198,11 @@ TEST_P(Faithful, ProducerConsumerReplaysExactly) {
   EXPECT_FALSE(r["replay"]["allocator_stats"].empty());
   // Most frees are cross-thread; folding onto one thread leaves none.
   const uint64_t cross = r["trace"]["cross_thread_consumes"].get<uint64_t>();
-  if (c.threads == 1) EXPECT_EQ(cross, 0u);
-  else EXPECT_GT(cross, stats.objects_freed / 2);
+  if (c.threads == 1) {
+    EXPECT_EQ(cross, 0u);
+  } else {
+    EXPECT_GT(cross, stats.objects_freed / 2);
+  }
 }
 
 // Every allocation API (the capture test's list, with failures such as
@@ -216,14 +219,19 @@ TEST_P(Faithful, EveryApiReplaysExactly) {
   EXPECT_EQ(r["trace"]["live_bytes_peak"].get<uint64_t>(), stats.live_bytes.value);
   // jemalloc has no pvalloc or reallocarray of its own: the replay builds
   // them from its memalign and realloc instead of letting glibc's answer.
-  if (c.allocator == "jemalloc")
+  if (c.allocator == "jemalloc") {
     EXPECT_EQ(r["allocator"]["emulated"], json({"pvalloc", "reallocarray"}));
-  if (c.allocator == "glibc") EXPECT_EQ(r["allocator"]["emulated"], json::array());
+  }
+  if (c.allocator == "glibc") {
+    EXPECT_EQ(r["allocator"]["emulated"], json::array());
+  }
   // Calls that failed in the trace fail here too: no result appears from
   // nowhere and no recorded result is missing.
   for (const auto& [name, o] : r["replay"]["ops"].items()) {
     EXPECT_EQ(o["null_results"].get<uint64_t>(), 0u) << name;
-    if (name != "realloc") EXPECT_EQ(o["unexpected_results"].get<uint64_t>(), 0u) << name;
+    if (name != "realloc") {
+      EXPECT_EQ(o["unexpected_results"].get<uint64_t>(), 0u) << name;
+    }
   }
 }
 
