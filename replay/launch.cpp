@@ -104,8 +104,12 @@ Launch resolve(const ReplayOptions& opt) {
 
 // 1234567 -> "1,234,567"
 std::string digits(uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
+  const std::string d = std::to_string(v);
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i != 0 && (d.size() - i) % 3 == 0) s += ',';
+    s += d[i];
+  }
   return s;
 }
 
