@@ -6,7 +6,8 @@
 // (so it keeps its own symbols and does not replace the process's malloc),
 // and called through the functions it defines itself; what it lacks is built
 // from what it has (calloc from malloc, aligned calls from memalign or
-// posix_memalign, operator new/delete from malloc/free).
+// posix_memalign; operator new/delete always from its malloc/free, so that
+// blocks never cross between its C and C++ allocation paths).
 #include <dlfcn.h>
 #include <link.h>
 
@@ -41,7 +42,6 @@ struct Custom {
   static inline void* (*f_aligned_alloc)(size_t, size_t) = nullptr;
   static inline void* (*f_valloc)(size_t) = nullptr;
   static inline void* (*f_pvalloc)(size_t) = nullptr;
-  static inline void (*f_free_sized)(void*, size_t) = nullptr;  // operator delete(void*, size_t)
 
   static void* aligned(size_t a, size_t n) {
     if (f_memalign) return f_memalign(a, n);
@@ -98,8 +98,8 @@ struct Custom {
   static void* op_new_array_aligned_nothrow(size_t n, size_t a) { return aligned(a, n); }
   static void op_delete(void* p) { f_free(p); }
   static void op_delete_array(void* p) { f_free(p); }
-  static void op_delete_sized(void* p, size_t n) { f_free_sized ? f_free_sized(p, n) : f_free(p); }
-  static void op_delete_array_sized(void* p, size_t n) { op_delete_sized(p, n); }
+  static void op_delete_sized(void* p, size_t) { f_free(p); }
+  static void op_delete_array_sized(void* p, size_t) { f_free(p); }
   static void op_delete_aligned(void* p, size_t) { f_free(p); }
   static void op_delete_array_aligned(void* p, size_t) { f_free(p); }
   static void op_delete_sized_aligned(void* p, size_t, size_t) { f_free(p); }
@@ -133,19 +133,19 @@ struct Custom {
     handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (!handle) {
       const char* e = dlerror();
-      throw std::runtime_error("--direct-library: cannot load it directly: " +
+      throw std::invalid_argument("--direct-library: cannot load it directly: " +
                                std::string(e ? e : "dlopen failed") +
                                " (try --load preload)");
     }
     link_map* lm = nullptr;
     if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name)
-      throw std::runtime_error("--direct-library: cannot find where '" + path + "' was loaded");
+      throw std::invalid_argument("--direct-library: cannot find where '" + path + "' was loaded");
     const std::string name = lm->l_name;
     f_malloc = own<decltype(f_malloc)>("malloc", name);
     f_free = own<decltype(f_free)>("free", name);
     f_realloc = own<decltype(f_realloc)>("realloc", name);
     if (!f_malloc || !f_free || !f_realloc)
-      throw std::runtime_error("--direct-library: '" + path +
+      throw std::invalid_argument("--direct-library: '" + path +
                                "' does not define malloc, free and realloc itself");
     emulated.clear();
     f_calloc = own<decltype(f_calloc)>("calloc", name);
@@ -155,7 +155,6 @@ struct Custom {
     f_aligned_alloc = own<decltype(f_aligned_alloc)>("aligned_alloc", name);
     f_valloc = own<decltype(f_valloc)>("valloc", name);
     f_pvalloc = own<decltype(f_pvalloc)>("pvalloc", name);
-    f_free_sized = own<decltype(f_free_sized)>("_ZdlPvm", name);
   }
 };
 

@@ -42,7 +42,7 @@ struct ThreadResult {
   uint64_t moved_failed_reallocs = 0;  // realloc failed in the trace, succeeded here
   uint64_t waits = 0;                  // consumes that waited for another thread
   uint64_t wait_ns = 0;
-  uint64_t start_ns = 0, end_ns = 0;
+  uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
   // Steps done so far, for samplers while the replay runs.
   alignas(64) std::atomic<uint64_t> progress{0};
   char pad_[64 - sizeof(std::atomic<uint64_t>)];
@@ -55,7 +55,7 @@ inline uint64_t monotonic_ns() {
 }
 
 struct RunParams {
-  Slot* table = nullptr;
+  Slot* table = nullptr;  // table[0] must hold kNullObject
   Touch touch = Touch::pages;
   // Paced replay: step i does not start before start_ns + times[i] / speed.
   const uint64_t* times = nullptr;
@@ -68,19 +68,26 @@ namespace detail {
 [[gnu::noinline, gnu::cold]] inline uintptr_t wait_for(Slot* table, uint64_t id, ThreadResult& r) {
   const uint64_t t0 = monotonic_ns();
   uintptr_t v;
+  // Spin briefly (the producer is usually running on the other core),
+  // then yield (it may need this core), then sleep (it is far behind, or
+  // there are more replay threads than cores).
   for (unsigned spins = 0; (v = table[id].load(std::memory_order_acquire)) == 0; ++spins) {
-    if (spins < 256)
+    if (spins < 256) {
       __builtin_ia32_pause();
-    else
+    } else if (spins < 4096) {
       sched_yield();
+    } else {
+      timespec ts{0, 50000};
+      nanosleep(&ts, nullptr);
+    }
   }
   ++r.waits;
   r.wait_ns += monotonic_ns() - t0;
   return v;
 }
 
+// table[0] holds kNullObject: a NULL pointer in the trace needs no test.
 inline void* obtain(Slot* table, uint64_t id, ThreadResult& r) {
-  if (id == 0) return nullptr;
   uintptr_t v = table[id].load(std::memory_order_acquire);
   if (__builtin_expect(v == 0, 0)) v = wait_for(table, id, r);
   return v == kNullObject ? nullptr : reinterpret_cast<void*>(v);
@@ -106,7 +113,8 @@ inline void touch(void* p, uint64_t bytes, Touch mode) {
 }
 
 inline void pace(uint64_t start_ns, uint64_t recorded_ns, double speed) {
-  const uint64_t due = start_ns + uint64_t(double(recorded_ns) / speed);
+  const double offset = double(recorded_ns) / speed;
+  const uint64_t due = start_ns + (offset < 4e18 ? uint64_t(offset) : uint64_t{4000000000000000000});
   uint64_t now = monotonic_ns();
   if (now >= due) return;
   if (due - now > 200000) {  // sleep most of a long gap, spin the rest
@@ -165,7 +173,6 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     const unsigned flags = (head >> 8) & 0xff;
     const uint64_t id = head >> 16;
     const size_t n = s->size, a = s->arg;
-    ++r.calls[op];
     // Producing calls end in made(); consuming ones get their object from
     // obtain(), which waits if another thread has yet to produce it.
 #define HEAPLAB_MADE(expr) detail::made(table, id, (expr), n, op, mode, r)
@@ -252,12 +259,16 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       case Op::op_delete_array_nothrow: B::op_delete_array_nothrow(HEAPLAB_OLD); break;
       case Op::op_delete_aligned_nothrow: B::op_delete_aligned_nothrow(HEAPLAB_OLD, a); break;
       case Op::op_delete_array_aligned_nothrow: B::op_delete_array_aligned_nothrow(HEAPLAB_OLD, a); break;
-      default: --r.calls[op]; break;  // not a call (the plan has none of these)
+      default: break;  // not a call (the plan has none of these)
     }
 #undef HEAPLAB_MADE
 #undef HEAPLAB_OLD
     r.progress.store(uint64_t(s - first) + 1, std::memory_order_relaxed);
   }
+  r.end_ns = monotonic_ns();
+  // The calls made, per op: every step executed makes exactly its call, so
+  // they are counted here, off the hot loop.
+  for (const Step* t = first; t != end; ++t) ++r.calls[t->head & 0xff];
 }
 
 }  // namespace heaplab::replay

@@ -129,6 +129,7 @@ Fixture& fixture(size_t threads) {
   const size_t bytes = (threads * n + 1) * sizeof(Slot);
   x.table = static_cast<Slot*>(
       mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+  x.table[0].store(heaplab::replay::kNullObject);
   return x;
 }
 
@@ -211,6 +212,7 @@ RealTrace& real_trace() {
     if (!env || !*env) std::filesystem::remove(path);
     t.table = static_cast<Slot*>(mmap(nullptr, (t.plan->max_id() + 1) * sizeof(Slot),
                                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+    t.table[0].store(heaplab::replay::kNullObject);
     return t;
   }();
   return rt;

@@ -249,7 +249,10 @@ struct Plan {
     mapped.reset();
     if (fd >= 0) close(fd);
   }
-  void reset_table() { table.reset(new Slot[mapped->max_id() + 1]()); }
+  void reset_table() {
+    table.reset(new Slot[mapped->max_id() + 1]());
+    table[0].store(heaplab::replay::kNullObject);  // the engine's contract: slot 0 is NULL
+  }
   const Step* begin(uint32_t t) const { return mapped->steps(t); }
   const Step* end(uint32_t t) const { return mapped->steps(t) + mapped->step_count(t); }
   uintptr_t slot(uint64_t id) const { return table[id].load(); }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,6 +146,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (!(opt.speed > 0) || opt.speed > 1e9)
     throw ReplayError("--speed: expected a positive factor");
   const Launch l = resolve(opt);
+  // Sizing the plan beyond the file-size limit must fail with EFBIG (and a
+  // message), not kill heaplab.
+  signal(SIGXFSZ, SIG_IGN);
 
   std::unique_ptr<trace::TraceReader> reader;
   try {
@@ -205,6 +209,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     throw ReplayError(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    // The replayer dies with heaplab (a replay nobody reads is wasted CPU).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    signal(SIGXFSZ, SIG_DFL);
     // fds 3 and 4 in the child: the plan and the result pipe.
     int p = fcntl(plan_fd, F_DUPFD_CLOEXEC, 10), w = fcntl(pipefd[1], F_DUPFD_CLOEXEC, 10);
     if (p < 0 || w < 0 || dup2(p, 3) < 0 || dup2(w, 4) < 0) _exit(126);
@@ -252,10 +259,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     }
   }
   if (replay.is_object() && replay.contains("error")) {
-    // The replayer refused (e.g. a library that cannot be loaded directly).
-    r["exit"] = {{"status", "error"}, {"code", WIFEXITED(status) ? WEXITSTATUS(status) : -1}};
+    // The replayer refused its input (exit 2: e.g. a library that cannot
+    // be loaded directly) or failed while running (exit 1).
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r["exit"] = {{"status", "error"}, {"code", code}};
     o.error = replay["error"].is_string() ? replay["error"].get<std::string>() : replay["error"].dump();
-    o.exit_code = 2;
+    o.exit_code = code == 2 ? 2 : 1;
     return o;
   }
   if (replay.is_object()) {
@@ -310,10 +319,11 @@ std::string result_summary(const nlohmann::json& r) {
     nulls += o.value("null_results", uint64_t{0});
     unexpected += o.value("unexpected_results", uint64_t{0});
   }
-  s += fmt::format("  calls {}: {}\n", p.value("faithful", false) ? "exactly as recorded" : "DIFFER from the trace", ops);
-  if (nulls || unexpected)
-    s += fmt::format("  NULL results where the trace had one: {}; results where it had NULL: {}\n",
-                     digits(nulls), digits(unexpected));
+  s += fmt::format("  calls {}: {}\n", p.value("calls_match", false) ? "exactly as recorded" : "DIFFER from the trace", ops);
+  if (!p.value("results_match", true))
+    s += fmt::format("  results differ from the trace: {} NULL where it had a result, {} results where it had NULL, "
+                     "{} failed reallocs that moved here\n",
+                     digits(nulls), digits(unexpected), digits(p.value("moved_failed_reallocs", uint64_t{0})));
   const auto& w = p["cross_thread_waits"];
   if (w.value("count", uint64_t{0}) != 0)
     s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", digits(w.value("count", uint64_t{0})),

@@ -43,6 +43,19 @@ struct PlanThread {
 
 uint64_t page_up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
 
+// Steps per populated window (4 MiB of steps; page-aligned since the
+// arrays are).
+constexpr uint64_t kWindowSteps = 131072;
+
+void populate(void* p, size_t len) {
+#ifdef MADV_POPULATE_WRITE
+  madvise(p, (len + kPage - 1) & ~(kPage - 1), MADV_POPULATE_WRITE);  // else: faults as it goes
+#else
+  (void)p;
+  (void)len;
+#endif
+}
+
 // A memfd of `len` bytes, mapped for writing; release() hands over the
 // descriptor (the mapping goes, the contents stay).
 struct Memfd {
@@ -57,7 +70,7 @@ struct Memfd {
       close(fd);
       throw PlanError("sizing the replay plan (" + std::to_string(len) + " bytes): " + std::strerror(err));
     }
-    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
       close(fd);
@@ -170,6 +183,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           e.op == Op::thread_end || e.op == Op::lost)
         continue;
       const uint32_t k = replay_of[e.thread];
+      // Flags the engine relies on: only calls with a result carry them,
+      // and a failure never has a result. (A free marked failed would make
+      // the plan wait for an object no step produces.)
+      if (e.flags != 0 && !trace::op_produces(e.op))
+        inconsistent(e, "flags on a call that returns nothing");
+      if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult))
+        inconsistent(e, "a failed call with a result");
       Step st{};
       st.size = e.size;
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
@@ -234,6 +254,15 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       st.old = old;
       uint64_t& n_k = table[k].steps;
       if (n_k == cap[k]) throw PlanError("trace: thread event counts do not match its events");
+      if (n_k % kWindowSteps == 0) {
+        // Fault in the next window of the arrays in one call: much cheaper
+        // than a page fault per 4 KiB, and, unlike populating the whole
+        // file up front, bounded by the events actually there (a corrupt
+        // chunk header can claim billions).
+        const uint64_t w = std::min<uint64_t>(kWindowSteps, cap[k] - n_k);
+        populate(steps[k] + n_k, w * sizeof(Step));
+        if (s.has_times) populate(times[k] + n_k, w * sizeof(uint64_t));
+      }
       steps[k][n_k] = st;
       if (s.has_times) times[k][n_k] = e.time;
       ++n_k;
@@ -284,6 +313,7 @@ void MappedPlan::load() {
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != kPlanVersion)
     throw PlanError("plan: not a heaplab replay plan of version " + std::to_string(kPlanVersion));
   if (h.threads == 0 && h.total_steps != 0) throw PlanError("plan: steps without threads");
+  if (h.max_id > kMaxObjectId) throw PlanError("plan: object ids beyond 2^48");
   if (sizeof h + uint64_t{h.threads} * sizeof(PlanThread) > len_)
     throw PlanError("plan: thread table past the end");
   threads_ = h.threads;

@@ -57,10 +57,11 @@ struct Worker {
 
 void* worker_main(void* arg) {
   auto* w = static_cast<Worker*>(arg);
-  while (w->go->load(std::memory_order_acquire) == 0) __builtin_ia32_pause();
+  int go;
+  while ((go = w->go->load(std::memory_order_acquire)) == 0) __builtin_ia32_pause();
+  if (go < 0) return nullptr;  // another thread could not start: no replay
   w->result->start_ns = monotonic_ns();
   (w->params.times ? w->backend->paced : w->backend->fast)(w->steps, w->end, w->params, *w->result);
-  w->result->end_ns = monotonic_ns();
   return nullptr;
 }
 
@@ -148,8 +149,9 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   check_steps(plan);
 
   backend.init();
-  const size_t table_bytes = (plan.max_id() + 1) * sizeof(Slot);
+  const size_t table_bytes = size_t(plan.max_id() + 1) * sizeof(Slot);  // max_id < 2^48
   auto* table = static_cast<Slot*>(map_anon(table_bytes, true, "the object table"));
+  table[0].store(kNullObject);  // "object 0" is the NULL pointer
   const uint32_t nthreads = plan.threads();
   const size_t results_bytes = std::max<size_t>(1, nthreads) * sizeof(ThreadResult);
   auto* results = static_cast<ThreadResult*>(map_anon(results_bytes, true, "the thread results"));
@@ -170,16 +172,23 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
                         &results[t], &go};
   }
   rusage ru0{}, ru1{};
+  // Replay threads need little stack (the allocator's calls): 512 KiB lets
+  // traces with thousands of threads start where the default 8 MiB would not.
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t{512} << 10);
   uint32_t started = 0;
   for (; started < nthreads; ++started) {
-    const int err = pthread_create(&tids[started], nullptr, worker_main, &workers[started]);
+    const int err = pthread_create(&tids[started], &attr, worker_main, &workers[started]);
     if (err != 0) {
       go.store(-1);
       for (uint32_t t = 0; t < started; ++t) pthread_join(tids[t], nullptr);
+      pthread_attr_destroy(&attr);
       throw std::runtime_error("cannot start replay thread " + std::to_string(started) + " of " +
                                std::to_string(nthreads) + ": " + std::strerror(err));
     }
   }
+  pthread_attr_destroy(&attr);
   getrusage(RUSAGE_SELF, &ru0);
   const uint64_t start = monotonic_ns();
   for (uint32_t t = 0; t < nthreads; ++t) workers[t].params.start_ns = start;
@@ -212,9 +221,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   const double wall_s = double(end - start) / 1e9;
   nlohmann::json ops = nlohmann::json::object();
   uint64_t calls = 0;
-  bool faithful = true;
+  bool calls_match = true, results_match = total.moved_failed_reallocs == 0;
   for (unsigned op = 0; op < trace::kOpCount; ++op) {
-    if (total.calls[op] != plan.expected_ops()[op]) faithful = false;
+    if (total.calls[op] != plan.expected_ops()[op]) calls_match = false;
+    if (total.nulls[op] != 0 || total.unexpected[op] != 0) results_match = false;
     if (total.calls[op] == 0 && plan.expected_ops()[op] == 0) continue;
     calls += total.calls[op];
     ops[std::string(trace::op_name(static_cast<trace::Op>(op)))] = {
@@ -239,7 +249,11 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["calls"] = calls;
   j["calls_per_s"] = wall_s > 0 ? double(calls) / wall_s : 0.0;
   j["ops"] = ops;
-  j["faithful"] = faithful;
+  // calls_match: every recorded call was made, exactly; results_match: and
+  // each returned what it returned in the trace (a result or NULL).
+  j["calls_match"] = calls_match;
+  j["results_match"] = results_match;
+  j["faithful"] = calls_match && results_match;
   j["cross_thread_waits"] = {{"count", total.waits}, {"total_ns", total.wait_ns}};
   j["moved_failed_reallocs"] = total.moved_failed_reallocs;
   j["threads"] = per_thread;
@@ -255,7 +269,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     off += size_t(n);
   }
   munmap(table, table_bytes);
-  return faithful ? 0 : 3;
+  return calls_match ? 0 : 3;
 }
 
 int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn select) {
@@ -267,12 +281,17 @@ int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn s
     result_fd = args.result_fd;
     return run_replayer(args, select ? select(args) : backend);
   } catch (const std::exception& e) {
+    // Bad input (arguments, the plan or trace, a library that cannot be
+    // loaded) exits 2; a failure while running (memory, threads) exits 1.
+    const bool input = dynamic_cast<const std::invalid_argument*>(&e) ||
+                       dynamic_cast<const PlanError*>(&e) || dynamic_cast<const trace::TraceError*>(&e);
+    const int code = input ? 2 : 1;
     if (result_fd != 1) {
       const std::string out = nlohmann::json{{"error", e.what()}}.dump() + "\n";
-      if (write(result_fd, out.data(), out.size()) == ssize_t(out.size())) return 2;
+      if (write(result_fd, out.data(), out.size()) == ssize_t(out.size())) return code;
     }
     std::fprintf(stderr, "%s: %s\n", prog, e.what());
-    return 2;
+    return code;
   }
 }
 

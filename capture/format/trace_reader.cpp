@@ -102,6 +102,8 @@ void TraceReader::add_chunk(const ChunkRef& c) {
                                                    ", beyond the limit of 2^24 threads");
   if (c.events == 0 || c.last_seq < c.first_seq || c.last_seq - c.first_seq < c.events - 1)
     fail(c.offset, "chunk header is inconsistent (events/seq range)");
+  if (c.events > kMaxChunkRawSize)  // every event takes at least its op byte
+    fail(c.offset, "chunk claims " + std::to_string(c.events) + " events, more than a chunk can hold");
   auto [it, fresh] = loading_slot_.try_emplace(c.thread, static_cast<uint32_t>(active_.size()));
   if (fresh) {
     active_.push_back(c.thread);
