@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
@@ -160,6 +161,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     throw ReplayError(opt.trace + ": --timing recorded: the trace has no timestamps");
   PlanSummary plan;
   int plan_fd = -1;
+  const auto plan_start = std::chrono::steady_clock::now();
   try {
     plan_fd = build_plan(*reader, PlanOptions{opt.threads, opt.timing == "recorded"}, plan);
   } catch (const trace::TraceError& e) {
@@ -168,6 +170,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     throw ReplayError(opt.trace + ": " + e.what());
   }
 
+  const double plan_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
   nlohmann::json trace_j = {{"path", opt.trace},
                             {"id", file_id(opt.trace)},
                             {"events", plan.events},
@@ -246,6 +250,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                     {"load", opt.load},
                     {"library", l.library},
                     {"settings", allocator_settings()}};
+  r["plan_build_s"] = plan_s;
   r["replay_threads"] = plan.replay_threads;
   nlohmann::json fold = nlohmann::json::array();
   for (const auto& f : plan.fold) fold.push_back(f);
