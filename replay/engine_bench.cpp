@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "capture/format/bench_main.h"
 #include "allocators/backend.h"
 #include "capture/format/trace_reader.h"
 #include "capture/import/cmt_text.h"
@@ -259,19 +260,4 @@ BENCHMARK(BM_HandLoopGlibc)->Name("hand_loop/glibc")->UseRealTime()->Unit(benchm
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--heaplab_smoke") == 0) {
-      g_smoke = true;
-      continue;
-    }
-    args.push_back(argv[i]);
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return heaplab::bench_main(argc, argv, &g_smoke); }

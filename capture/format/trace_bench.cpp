@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "capture/format/trace_reader.h"
+#include "capture/format/bench_main.h"
 #include "capture/format/trace_testutil.h"
 #include "capture/format/trace_writer.h"
 
@@ -157,19 +158,4 @@ BENCHMARK(BM_Write)->ArgsProduct({{1, 4}, {0, 1, 2, 4}})->ArgNames({"threads", "
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--heaplab_smoke") == 0) {
-      g_smoke = true;
-      continue;
-    }
-    args.push_back(argv[i]);
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return heaplab::bench_main(argc, argv, &g_smoke); }
