@@ -11,6 +11,7 @@
 
 #include <sched.h>
 #include <time.h>
+#include <x86intrin.h>
 
 #include <array>
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <new>
 
 #include "capture/format/event.h"
+#include "replay/histogram.h"
 #include "replay/plan.h"
 
 namespace heaplab::replay {
@@ -56,6 +58,14 @@ inline uint64_t monotonic_ns() {
 
 struct RunParams {
   Slot* table = nullptr;  // table[0] must hold kNullObject
+  // Latency (run_steps<B, kPaced, true>): every `sample_every`-th call is
+  // timed, from just before the allocator call to just after it returns
+  // (not the wait for another thread's object, not the touch), in TSC ticks
+  // (or ns with `tsc` false), less `timer_overhead`, into latency[op].
+  LogLinearHistogram* latency = nullptr;
+  uint32_t sample_every = 1;
+  bool tsc = true;
+  uint64_t timer_overhead = 0;
   Touch touch = Touch::pages;
   // Paced replay: step i does not start before start_ns + times[i] / speed.
   const uint64_t* times = nullptr;
@@ -151,14 +161,31 @@ inline void made(Slot* table, uint64_t id, void* p, uint64_t bytes, unsigned op,
   }
 }
 
+// Timestamps around a timed call: fenced, so that the call neither starts
+// before the first nor finishes after the second.
+inline uint64_t tick_begin(bool tsc) {
+  if (!tsc) return monotonic_ns();
+  _mm_lfence();
+  return __rdtsc();
+}
+inline uint64_t tick_end(bool tsc) {
+  if (!tsc) return monotonic_ns();
+  unsigned aux;
+  const uint64_t t = __rdtscp(&aux);
+  _mm_lfence();
+  return t;
+}
+
 }  // namespace detail
 
 // Runs steps [s, end) with backend B.
-template <class B, bool kPaced = false>
+template <class B, bool kPaced = false, bool kTimed = false>
 void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResult& r) {
   using trace::Op;
   Slot* const table = prm.table;
   const Touch mode = prm.touch;
+  [[maybe_unused]] uint32_t countdown = 1;
+  [[maybe_unused]] const bool tsc = prm.tsc;
   const Step* const first = s;
   const Step* const last = s == end ? end : end - 1;
   for (; s != end; ++s) {
@@ -173,17 +200,44 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     const unsigned flags = (head >> 8) & 0xff;
     const uint64_t id = head >> 16;
     const size_t n = s->size, a = s->arg;
+    [[maybe_unused]] bool sample = false;
+    [[maybe_unused]] uint64_t t0 = 0, t1 = 0;
+    if constexpr (kTimed) {
+      sample = --countdown == 0;
+      if (sample) countdown = prm.sample_every;
+    }
     // Producing calls end in made(); consuming ones get their object from
     // obtain(), which waits if another thread has yet to produce it.
-#define HEAPLAB_MADE(expr) detail::made(table, id, (expr), n, op, mode, r)
+#define HEAPLAB_TIMED(...)                                         \
+  do {                                                             \
+    if constexpr (kTimed) {                                        \
+      if (sample) t0 = detail::tick_begin(tsc);                    \
+    }                                                              \
+    __VA_ARGS__;                                                   \
+    if constexpr (kTimed) {                                        \
+      if (sample) t1 = detail::tick_end(tsc);                      \
+    }                                                              \
+  } while (0)
+#define HEAPLAB_MADE(expr)                                \
+  do {                                                    \
+    void* made_;                                          \
+    HEAPLAB_TIMED(made_ = (expr));                        \
+    detail::made(table, id, made_, n, op, mode, r);       \
+  } while (0)
 #define HEAPLAB_OLD detail::obtain(table, s->old, r)
     switch (static_cast<Op>(op)) {
       case Op::malloc: HEAPLAB_MADE(B::malloc(n)); break;
-      case Op::calloc: detail::made(table, id, B::calloc(a, n), n * a, op, mode, r); break;
+      case Op::calloc: {
+        void* p;
+        HEAPLAB_TIMED(p = B::calloc(a, n));
+        detail::made(table, id, p, n * a, op, mode, r);
+        break;
+      }
       case Op::realloc:
       case Op::reallocarray: {
         void* q = HEAPLAB_OLD;
-        void* p = static_cast<Op>(op) == Op::realloc ? B::realloc(q, n) : B::reallocarray(q, a, n);
+        void* p;
+        HEAPLAB_TIMED(p = static_cast<Op>(op) == Op::realloc ? B::realloc(q, n) : B::reallocarray(q, a, n));
         if (__builtin_expect(flags & trace::kFailed, 0)) {
           // Failed in the trace, so the program kept using the old object,
           // which the plan names `id` from here on: where it now is (moved
@@ -201,12 +255,18 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         detail::made(table, id, p, static_cast<Op>(op) == Op::realloc ? n : n * a, op, mode, r);
         break;
       }
-      case Op::free: B::free(HEAPLAB_OLD); break;
+      case Op::free: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::free(q_));
+        break;
+      }
       case Op::memalign: HEAPLAB_MADE(B::memalign(a, n)); break;
       case Op::posix_memalign: {
         void* p = nullptr;
-        if (B::posix_memalign(&p, a, n) != 0) p = nullptr;
-        HEAPLAB_MADE(p);
+        int rc;
+        HEAPLAB_TIMED(rc = B::posix_memalign(&p, a, n));
+        if (rc != 0) p = nullptr;
+        detail::made(table, id, p, n, op, mode, r);
         break;
       }
       case Op::aligned_alloc: HEAPLAB_MADE(B::aligned_alloc(a, n)); break;
@@ -217,52 +277,103 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       // C), and the replay must go on to record the failure.
       case Op::op_new: {
         void* p = nullptr;
-        if (flags & trace::kFailed) p = B::op_new_nothrow(n);
-        else try { p = B::op_new(n); } catch (const std::bad_alloc&) { p = nullptr; }
-        HEAPLAB_MADE(p);
+        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_nothrow(n); } else { try { p = B::op_new(n); } catch (const std::bad_alloc&) { p = nullptr; } });
+        detail::made(table, id, p, n, op, mode, r);
         break;
       }
       case Op::op_new_array: {
         void* p = nullptr;
-        if (flags & trace::kFailed) p = B::op_new_array_nothrow(n);
-        else try { p = B::op_new_array(n); } catch (const std::bad_alloc&) { p = nullptr; }
-        HEAPLAB_MADE(p);
+        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_array_nothrow(n); } else { try { p = B::op_new_array(n); } catch (const std::bad_alloc&) { p = nullptr; } });
+        detail::made(table, id, p, n, op, mode, r);
         break;
       }
       case Op::op_new_nothrow: HEAPLAB_MADE(B::op_new_nothrow(n)); break;
       case Op::op_new_array_nothrow: HEAPLAB_MADE(B::op_new_array_nothrow(n)); break;
       case Op::op_new_aligned: {
         void* p = nullptr;
-        if (flags & trace::kFailed) p = B::op_new_aligned_nothrow(n, a);
-        else try { p = B::op_new_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
-        HEAPLAB_MADE(p);
+        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_aligned_nothrow(n, a); } else { try { p = B::op_new_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; } });
+        detail::made(table, id, p, n, op, mode, r);
         break;
       }
       case Op::op_new_array_aligned: {
         void* p = nullptr;
-        if (flags & trace::kFailed) p = B::op_new_array_aligned_nothrow(n, a);
-        else try { p = B::op_new_array_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; }
-        HEAPLAB_MADE(p);
+        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_array_aligned_nothrow(n, a); } else { try { p = B::op_new_array_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; } });
+        detail::made(table, id, p, n, op, mode, r);
         break;
       }
       case Op::op_new_aligned_nothrow: HEAPLAB_MADE(B::op_new_aligned_nothrow(n, a)); break;
       case Op::op_new_array_aligned_nothrow: HEAPLAB_MADE(B::op_new_array_aligned_nothrow(n, a)); break;
-      case Op::op_delete: B::op_delete(HEAPLAB_OLD); break;
-      case Op::op_delete_array: B::op_delete_array(HEAPLAB_OLD); break;
-      case Op::op_delete_sized: B::op_delete_sized(HEAPLAB_OLD, n); break;
-      case Op::op_delete_array_sized: B::op_delete_array_sized(HEAPLAB_OLD, n); break;
-      case Op::op_delete_aligned: B::op_delete_aligned(HEAPLAB_OLD, a); break;
-      case Op::op_delete_array_aligned: B::op_delete_array_aligned(HEAPLAB_OLD, a); break;
-      case Op::op_delete_sized_aligned: B::op_delete_sized_aligned(HEAPLAB_OLD, n, a); break;
-      case Op::op_delete_array_sized_aligned: B::op_delete_array_sized_aligned(HEAPLAB_OLD, n, a); break;
-      case Op::op_delete_nothrow: B::op_delete_nothrow(HEAPLAB_OLD); break;
-      case Op::op_delete_array_nothrow: B::op_delete_array_nothrow(HEAPLAB_OLD); break;
-      case Op::op_delete_aligned_nothrow: B::op_delete_aligned_nothrow(HEAPLAB_OLD, a); break;
-      case Op::op_delete_array_aligned_nothrow: B::op_delete_array_aligned_nothrow(HEAPLAB_OLD, a); break;
+      case Op::op_delete: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete(q_));
+        break;
+      }
+      case Op::op_delete_array: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_array(q_));
+        break;
+      }
+      case Op::op_delete_sized: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_sized(q_, n));
+        break;
+      }
+      case Op::op_delete_array_sized: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_array_sized(q_, n));
+        break;
+      }
+      case Op::op_delete_aligned: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_aligned(q_, a));
+        break;
+      }
+      case Op::op_delete_array_aligned: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_array_aligned(q_, a));
+        break;
+      }
+      case Op::op_delete_sized_aligned: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_sized_aligned(q_, n, a));
+        break;
+      }
+      case Op::op_delete_array_sized_aligned: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_array_sized_aligned(q_, n, a));
+        break;
+      }
+      case Op::op_delete_nothrow: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_nothrow(q_));
+        break;
+      }
+      case Op::op_delete_array_nothrow: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_array_nothrow(q_));
+        break;
+      }
+      case Op::op_delete_aligned_nothrow: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_aligned_nothrow(q_, a));
+        break;
+      }
+      case Op::op_delete_array_aligned_nothrow: {
+        void* q_ = HEAPLAB_OLD;
+        HEAPLAB_TIMED(B::op_delete_array_aligned_nothrow(q_, a));
+        break;
+      }
       default: break;  // not a call (the plan has none of these)
     }
 #undef HEAPLAB_MADE
 #undef HEAPLAB_OLD
+#undef HEAPLAB_TIMED
+    if constexpr (kTimed) {
+      if (sample) {
+        const uint64_t d = t1 - t0;
+        prm.latency[op].add(d > prm.timer_overhead ? d - prm.timer_overhead : 0);
+      }
+    }
     r.progress.store(uint64_t(s - first) + 1, std::memory_order_relaxed);
   }
   r.end_ns = monotonic_ns();

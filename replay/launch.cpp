@@ -200,6 +200,10 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     argv.push_back("--speed");
     argv.push_back(fmt::format("{}", opt.speed));
   }
+  if (opt.latency) {
+    argv.push_back("--latency");
+    argv.push_back(std::to_string(opt.latency));
+  }
   argv.insert(argv.end(), l.args.begin(), l.args.end());
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
@@ -334,6 +338,15 @@ std::string result_summary(const nlohmann::json& r) {
     s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", digits(w.value("count", uint64_t{0})),
                      double(w.value("total_ns", uint64_t{0})) / 1e6);
   s += fmt::format("  live requested bytes peak (trace order): {}\n", digits(t.value("live_bytes_peak", uint64_t{0})));
+  if (p.contains("latency")) {
+    const auto& l = p["latency"];
+    s += fmt::format("  latency (ns; every {} call(s) timed; timer cost {:.1f} ns subtracted):\n",
+                     l.value("sample_every", 0u), l.value("timer_overhead_ns", 0.0));
+    for (const auto& [name, o] : l["ops"].items())
+      s += fmt::format("    {:<24} p50 {:>8.0f}  p90 {:>8.0f}  p99 {:>8.0f}  p99.9 {:>9.0f}  max {:>10.0f}  ({} samples)\n",
+                       name, o.value("p50_ns", 0.0), o.value("p90_ns", 0.0), o.value("p99_ns", 0.0),
+                       o.value("p99.9_ns", 0.0), o.value("max_ns", 0.0), digits(o.value("samples", uint64_t{0})));
+  }
   return s;
 }
 

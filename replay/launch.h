@@ -17,6 +17,7 @@ struct ReplayOptions {
   std::string touch = "pages";
   std::string timing = "fast";      // fast | recorded
   double speed = 1.0;
+  uint32_t latency = 0;             // time every Nth call (0: none)
   std::string replayer_dir;         // where the heaplab-replay* executables are ("" = next to heaplab)
 };
 

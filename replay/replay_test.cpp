@@ -472,6 +472,32 @@ TEST_F(ReplayTest, RecordedTimingKeepsThePace) {
   EXPECT_EQ(fast["replay"]["speed"], 10.0);
 }
 
+// --latency N times every Nth call of each replay thread: all 200 calls of
+// a one-thread trace with N = 1, ceil(200 / 3) = 67 with N = 3; the
+// percentiles never decrease, and the timer and its cost are reported.
+TEST_F(ReplayTest, LatencySamplesEveryNthCall) {
+  const std::string t = write_trace("latency", big_and_small());
+  const json all = replay(t, {"--latency", "1"});
+  const json& l = all["replay"]["latency"];
+  EXPECT_EQ(l["ops"]["malloc"]["samples"], 100);
+  EXPECT_EQ(l["ops"]["free"]["samples"], 100);
+  EXPECT_EQ(l["sample_every"], 1);
+  EXPECT_TRUE(l["timer"] == "tsc" || l["timer"] == "clock_gettime");
+  EXPECT_GT(l["timer_overhead_ns"].get<double>(), 0.0);
+  for (const char* op : {"malloc", "free"}) {
+    const json& o = l["ops"][op];
+    double prev = 0;
+    for (const char* k : {"p50_ns", "p90_ns", "p99_ns", "p99.9_ns", "p99.99_ns", "max_ns"}) {
+      EXPECT_GE(o[k].get<double>(), prev) << op << " " << k;
+      prev = o[k].get<double>();
+    }
+  }
+  const json third = replay(t, {"--latency", "3"});
+  const json& l3 = third["replay"]["latency"];
+  EXPECT_EQ(l3["ops"]["malloc"]["samples"].get<int>() + l3["ops"]["free"]["samples"].get<int>(), 67);
+  EXPECT_FALSE(replay(t, {})["replay"].contains("latency"));
+}
+
 // The replayer also runs alone on a trace, e.g. under a hand-written
 // LD_PRELOAD, and prints its JSON.
 TEST_F(ReplayTest, ReplayerRunsStandaloneOnATrace) {

@@ -1,5 +1,6 @@
 #include "replay/replayer.h"
 
+#include <cpuid.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 namespace heaplab::replay {
 
@@ -61,11 +63,78 @@ void* worker_main(void* arg) {
   while ((go = w->go->load(std::memory_order_acquire)) == 0) __builtin_ia32_pause();
   if (go < 0) return nullptr;  // another thread could not start: no replay
   w->result->start_ns = monotonic_ns();
-  (w->params.times ? w->backend->paced : w->backend->fast)(w->steps, w->end, w->params, *w->result);
+  const BackendHooks& b = *w->backend;
+  const StepsFn fn = w->params.latency ? (w->params.times ? b.paced_timed : b.fast_timed)
+                                       : (w->params.times ? b.paced : b.fast);
+  fn(w->steps, w->end, w->params, *w->result);
   return nullptr;
 }
 
 double seconds(const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; }
+
+bool invariant_tsc() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0x80000000, &a, &b, &c, &d) || a < 0x80000007) return false;
+  __get_cpuid(0x80000007, &a, &b, &c, &d);
+  return d & (1u << 8);
+}
+
+// The latency timer: the TSC where it is invariant (its rate measured
+// against CLOCK_MONOTONIC over 20 ms), else the monotonic clock; and its own
+// cost, the median of 10,001 empty timed regions.
+struct Timer {
+  bool tsc = false;
+  double ticks_per_ns = 1.0;
+  uint64_t overhead_ticks = 0;
+};
+
+Timer calibrate_timer() {
+  Timer t;
+  t.tsc = invariant_tsc();
+  if (t.tsc) {
+    const uint64_t n0 = monotonic_ns(), c0 = __rdtsc();
+    uint64_t n1;
+    while ((n1 = monotonic_ns()) - n0 < 20000000) {
+    }
+    const uint64_t c1 = __rdtsc();
+    t.ticks_per_ns = double(c1 - c0) / double(n1 - n0);
+  }
+  std::vector<uint64_t> d(10001);
+  for (auto& x : d) {
+    const uint64_t a = detail::tick_begin(t.tsc);
+    const uint64_t b = detail::tick_end(t.tsc);
+    x = b - a;
+  }
+  std::nth_element(d.begin(), d.begin() + long(d.size() / 2), d.end());
+  t.overhead_ticks = d[d.size() / 2];
+  return t;
+}
+
+nlohmann::json latency_json(const LogLinearHistogram* hists, uint32_t nthreads, const Timer& timer,
+                            uint32_t every) {
+  const double per_ns = timer.ticks_per_ns;
+  const auto ns = [&](uint64_t ticks) { return double(ticks) / per_ns; };
+  nlohmann::json j;
+  j["timer"] = timer.tsc ? "tsc" : "clock_gettime";
+  if (timer.tsc) j["tsc_ghz"] = per_ns;
+  j["timer_overhead_ns"] = ns(timer.overhead_ticks);
+  j["sample_every"] = every;
+  j["percentiles_are"] = "upper bound of the histogram bucket (at most 3.1% above the sample)";
+  nlohmann::json ops = nlohmann::json::object();
+  for (unsigned op = 0; op < trace::kOpCount; ++op) {
+    LogLinearHistogram h;
+    for (uint32_t t = 0; t < nthreads; ++t) h.merge(hists[size_t(t) * trace::kOpCount + op]);
+    if (h.count() == 0) continue;
+    nlohmann::json o = {{"samples", h.count()}, {"mean_ns", ns(uint64_t(h.mean()))}};
+    for (const auto& [name, q] : {std::pair{"p50_ns", 0.5}, {"p90_ns", 0.9}, {"p99_ns", 0.99},
+                                  {"p99.9_ns", 0.999}, {"p99.99_ns", 0.9999}})
+      o[name] = ns(h.quantile(q).high);
+    o["max_ns"] = ns(h.max());
+    ops[std::string(trace::op_name(static_cast<trace::Op>(op)))] = o;
+  }
+  j["ops"] = ops;
+  return j;
+}
 
 // Checks what the engine trusts: ops are calls, ids fit the table.
 void check_steps(const MappedPlan& plan) {
@@ -113,6 +182,10 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
       a.speed = std::strtod(v, &end);
       if (end == v || *end || !(a.speed > 0) || a.speed > 1e9)
         bad(std::string("--speed: expected a positive factor, not '") + v + "'");
+    } else if (opt == "--latency") {
+      const uint64_t v = parse_u64(opt, value());
+      if (v > UINT32_MAX) bad("--latency: at most " + std::to_string(UINT32_MAX));
+      a.latency_every = uint32_t(v);
     } else if (opt == "--result-fd") {
       a.result_fd = int(parse_u64(opt, value()));
     } else if (opt == "--load") {
@@ -161,9 +234,24 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   auto* tids = static_cast<pthread_t*>(
       map_anon(std::max<size_t>(1, nthreads) * sizeof(pthread_t), true, "the thread table"));
 
+  // Latency: one histogram per op per thread, from mmap; the timer's own
+  // cost measured now and subtracted from each sample.
+  const Timer timer = args.latency_every ? calibrate_timer() : Timer{};
+  LogLinearHistogram* hists = nullptr;
+  const size_t hist_bytes = size_t(nthreads) * trace::kOpCount * sizeof(LogLinearHistogram);
+  if (args.latency_every) {
+    hists = static_cast<LogLinearHistogram*>(map_anon(std::max<size_t>(1, hist_bytes), true, "the latency histograms"));
+    for (size_t i = 0; i < size_t(nthreads) * trace::kOpCount; ++i) new (&hists[i]) LogLinearHistogram();
+  }
   std::atomic<int> go{0};
   for (uint32_t t = 0; t < nthreads; ++t) {
     RunParams prm;
+    if (hists) {
+      prm.latency = hists + size_t(t) * trace::kOpCount;
+      prm.sample_every = args.latency_every;
+      prm.tsc = timer.tsc;
+      prm.timer_overhead = timer.overhead_ticks;
+    }
     prm.table = table;
     prm.touch = args.touch;
     prm.times = args.paced ? plan.times(t) : nullptr;
@@ -258,6 +346,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["moved_failed_reallocs"] = total.moved_failed_reallocs;
   j["threads"] = per_thread;
   j["bookkeeping_bytes"] = {{"plan", plan.mapped_bytes()}, {"object_table", table_bytes}};
+  if (hists) j["latency"] = latency_json(hists, nthreads, timer, args.latency_every);
   j["allocator_stats"] = backend.stats();
   if (!plan_info.is_null()) j["plan"] = plan_info;
 
@@ -269,6 +358,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     off += size_t(n);
   }
   munmap(table, table_bytes);
+  if (hists) munmap(hists, std::max<size_t>(1, hist_bytes));
   return calls_match ? 0 : 3;
 }
 

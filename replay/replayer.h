@@ -4,7 +4,8 @@
 // each allocator linked directly), each a HEAPLAB_REPLAYER(Backend) line.
 //
 //   heaplab-replay (TRACE | --plan-fd N) [--threads N] [--touch none|first|pages|all]
-//                  [--timing fast|recorded] [--speed X] [--result-fd N] [--load preload|direct]
+//                  [--timing fast|recorded] [--speed X] [--latency N] [--result-fd N]
+//                  [--load preload|direct]
 //
 // `heaplab replay` builds the plan itself and passes it as --plan-fd, so the
 // replayer does no decoding. Given a TRACE instead, the replayer builds the
@@ -25,6 +26,8 @@ struct BackendHooks {
   const char* name;
   StepsFn fast;
   StepsFn paced;
+  StepsFn fast_timed;   // with latency sampling
+  StepsFn paced_timed;
   nlohmann::json (*describe)();
   nlohmann::json (*stats)();
   void (*init)();  // before the replay threads start
@@ -32,7 +35,9 @@ struct BackendHooks {
 
 template <class B>
 BackendHooks hooks_of() {
-  return {B::kName, &run_steps<B, false>, &run_steps<B, true>, &B::describe, &B::stats, &B::init};
+  return {B::kName,           &run_steps<B, false, false>, &run_steps<B, true, false>,
+          &run_steps<B, false, true>, &run_steps<B, true, true>, &B::describe,
+          &B::stats,          &B::init};
 }
 
 struct ReplayerArgs {
@@ -42,6 +47,7 @@ struct ReplayerArgs {
   Touch touch = Touch::pages;
   bool paced = false;
   double speed = 1.0;
+  uint32_t latency_every = 0;  // time every Nth call (0: none)
   int result_fd = 1;
   std::string load = "preload";
   std::string direct_library;  // heaplab-replay only: a custom .so loaded directly
