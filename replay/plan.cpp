@@ -22,7 +22,7 @@ namespace {
 // thread; more pages if there are many threads), then per thread its steps,
 // then per thread its times (if any). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 1;
+constexpr uint32_t kPlanVersion = 2;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -32,6 +32,7 @@ struct PlanHeader {
   uint64_t max_id;
   uint64_t total_steps;
   uint64_t has_times;
+  uint64_t has_live;
   uint64_t ops[trace::kOpCount];
 };
 
@@ -39,6 +40,7 @@ struct PlanThread {
   uint64_t steps_offset;
   uint64_t steps;
   uint64_t times_offset;  // 0 = none
+  uint64_t live_offset;   // 0 = none
 };
 
 uint64_t page_up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
@@ -136,6 +138,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   s.recorded_threads = static_cast<uint32_t>(r.active_threads().size());
   s.replay_threads = static_cast<uint32_t>(s.fold.size());
   s.has_times = opt.times && r.has_time();
+  s.has_live = opt.live;
   std::vector<uint32_t> replay_of(r.thread_count(), 0);
   for (uint32_t k = 0; k < s.fold.size(); ++k)
     for (uint32_t t : s.fold[k]) replay_of[t] = k;
@@ -157,14 +160,22 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       table[k].times_offset = off;
       off = page_up(off + cap[k] * sizeof(uint64_t));
     }
+  if (s.has_live)
+    for (size_t k = 0; k < nthreads; ++k) {
+      table[k].live_offset = off;
+      off = page_up(off + cap[k] * sizeof(int64_t));
+    }
   const uint64_t total = std::max(off, kPage);
   Memfd plan(total);
   std::vector<Step*> steps(nthreads);
   std::vector<uint64_t*> times(nthreads, nullptr);
+  std::vector<int64_t*> lives(nthreads, nullptr);
   for (size_t k = 0; k < nthreads; ++k) {
     steps[k] = reinterpret_cast<Step*>(plan.base + table[k].steps_offset);
     if (s.has_times) times[k] = reinterpret_cast<uint64_t*>(plan.base + table[k].times_offset);
+    if (s.has_live) lives[k] = reinterpret_cast<int64_t*>(plan.base + table[k].live_offset);
   }
+  std::vector<int64_t> thread_live(nthreads, 0);
 
   FlatMap<Live> live;  // by trace id
   uint64_t trace_max_id = 0;
@@ -195,6 +206,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
       uint64_t old = 0;
       uint64_t id = 0;
+      int64_t delta = 0;  // requested bytes this call makes live (or frees)
       if (trace::op_consumes(e.op) && e.old != 0) {
         const bool failed = e.flags & trace::kFailed;
         Live o{};
@@ -217,6 +229,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           if (o.thread != k) ++s.cross_thread_consumes;
           if (!failed) {
             live_bytes -= o.bytes;
+            delta -= int64_t(o.bytes);
           } else {
             // The program kept the object, but in the replay the call may
             // succeed and move it: from here on the replay knows it by a
@@ -245,6 +258,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         const uint64_t b = e.requested_bytes();
         live.put(e.id, Live{b, id, k});
         live_bytes += b;
+        delta += int64_t(b);
         requested += b;
         s.live_bytes_peak = std::max(s.live_bytes_peak, saturate(live_bytes));
       } else if (e.id != 0) {
@@ -262,9 +276,11 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         const uint64_t w = std::min<uint64_t>(kWindowSteps, cap[k] - n_k);
         populate(steps[k] + n_k, w * sizeof(Step));
         if (s.has_times) populate(times[k] + n_k, w * sizeof(uint64_t));
+        if (s.has_live) populate(lives[k] + n_k, w * sizeof(int64_t));
       }
       steps[k][n_k] = st;
       if (s.has_times) times[k][n_k] = e.time;
+      if (s.has_live) lives[k][n_k] = thread_live[k] += delta;
       ++n_k;
       ++s.ops[static_cast<unsigned>(e.op)];
       ++s.steps;
@@ -280,6 +296,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   h.max_id = s.max_id;
   h.total_steps = s.steps;
   h.has_times = s.has_times;
+  h.has_live = s.has_live;
   std::copy(s.ops.begin(), s.ops.end(), h.ops);
   std::memcpy(plan.base, &h, sizeof h);
   std::memcpy(plan.base + sizeof h, table.data(), table.size() * sizeof(PlanThread));
@@ -320,6 +337,7 @@ void MappedPlan::load() {
   max_id_ = h.max_id;
   total_steps_ = h.total_steps;
   times_ = h.has_times;
+  live_ = h.has_live;
   std::copy(h.ops, h.ops + trace::kOpCount, ops_.begin());
   uint64_t sum = 0;
   for (uint32_t k = 0; k < threads_; ++k) {
@@ -329,10 +347,12 @@ void MappedPlan::load() {
       return off % 8 == 0 && off <= len_ && n <= (len_ - off) / width;
     };
     if (!fits(t.steps_offset, t.steps, sizeof(Step)) ||
-        (times_ && !fits(t.times_offset, t.steps, sizeof(uint64_t))))
+        (times_ && !fits(t.times_offset, t.steps, sizeof(uint64_t))) ||
+        (live_ && !fits(t.live_offset, t.steps, sizeof(int64_t))))
       throw PlanError("plan: thread " + std::to_string(k) + "'s arrays lie past the end");
     steps_.push_back(reinterpret_cast<const Step*>(base + t.steps_offset));
     time_.push_back(times_ ? reinterpret_cast<const uint64_t*>(base + t.times_offset) : nullptr);
+    livearr_.push_back(live_ ? reinterpret_cast<const int64_t*>(base + t.live_offset) : nullptr);
     counts_.push_back(t.steps);
     sum += t.steps;
   }

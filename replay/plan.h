@@ -48,6 +48,10 @@ struct PlanOptions {
   uint32_t threads = 0;
   // Also store each call's recorded time (for replaying at recorded pace).
   bool times = false;
+  // Also store, per step, the replay thread's running sum of requested
+  // bytes produced minus consumed (signed): the live bytes at any moment
+  // of a replay are the sum over threads at their progress.
+  bool live = false;
 };
 
 // What the plan builder learned about the trace, in trace order.
@@ -67,6 +71,7 @@ struct PlanSummary {
   uint32_t replay_threads = 0;
   std::vector<std::vector<uint32_t>> fold;  // per replay thread: its recorded threads
   bool has_times = false;
+  bool has_live = false;
   uint64_t duration_ns = 0;      // latest recorded time (0 without timestamps)
 };
 
@@ -94,10 +99,13 @@ class MappedPlan {
   uint64_t max_id() const { return max_id_; }
   uint64_t total_steps() const { return total_steps_; }
   bool has_times() const { return times_; }
+  bool has_live() const { return live_; }
   const Step* steps(uint32_t t) const { return steps_[t]; }
   uint64_t step_count(uint32_t t) const { return counts_[t]; }
   // Recorded time of each step (ns since capture start), or nullptr.
   const uint64_t* times(uint32_t t) const { return time_[t]; }
+  // Thread t's running live-bytes delta after each step, or nullptr.
+  const int64_t* live(uint32_t t) const { return livearr_[t]; }
   const std::array<uint64_t, trace::kOpCount>& expected_ops() const { return ops_; }
   size_t mapped_bytes() const { return len_; }
 
@@ -110,6 +118,8 @@ class MappedPlan {
   bool times_ = false;
   std::vector<const Step*> steps_;
   std::vector<const uint64_t*> time_;
+  bool live_ = false;
+  std::vector<const int64_t*> livearr_;
   std::vector<uint64_t> counts_;
   std::array<uint64_t, trace::kOpCount> ops_{};
 };

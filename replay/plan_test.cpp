@@ -1000,7 +1000,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(planMapped, RejectsWhatIsNotAPlan) {
   EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')),
-            "plan: not a heaplab replay plan of version 1");
+            "plan: not a heaplab replay plan of version 2");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
@@ -1014,11 +1014,49 @@ TEST(planMapped, RejectsDamagedPlan) {
   EXPECT_EQ(mapped_plan_error(img), "");  // an intact copy maps
 
   std::string bad_version = img;
-  bad_version[8] = 2;  // version, after the 8-byte magic
-  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 1");
+  bad_version[8] = 1;  // version, after the 8-byte magic: an older layout
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 2");
 
   std::string cut = img.substr(0, 4096);  // the header page only: steps lie past the end
   EXPECT_EQ(mapped_plan_error(cut), "plan: thread 0's arrays lie past the end");
+}
+
+}  // namespace
+}  // namespace heaplab::replay
+
+namespace heaplab::replay {
+namespace {
+
+// PlanOptions::live stores each replay thread's running sum of requested
+// bytes produced minus consumed: for one thread, its maximum is the trace's
+// live-bytes peak and its last value the bytes live at the end; summed over
+// threads at their ends, the bytes live at the end.
+TEST(planLive, RunningLiveBytesPerThread) {
+  std::vector<Event> evs = {alloc(100), alloc(50), release(1), alloc(30)};
+  {
+    auto b = build(evs, PlanOptions{0, false, true});
+    ASSERT_TRUE(b->plan->has_live());
+    const int64_t* l = b->plan->live(0);
+    EXPECT_EQ(std::vector<int64_t>(l, l + 4), (std::vector<int64_t>{100, 150, 50, 80}));
+    EXPECT_EQ(b->summary.live_bytes_peak, 150u);
+    EXPECT_EQ(b->summary.live_bytes_end, 80u);
+  }
+  {
+    auto b = build(evs);
+    EXPECT_FALSE(b->plan->has_live());
+    EXPECT_EQ(b->plan->live(0), nullptr);
+  }
+  // Two threads, a cross-thread free: thread 1's sum goes negative.
+  std::vector<Event> two = {alloc(100), alloc(40), release(1), alloc(7)};
+  two[1].thread = 1;
+  two[2].thread = 1;  // thread 1 frees thread 0's object
+  auto b = build(two, PlanOptions{0, false, true});
+  ASSERT_EQ(b->plan->threads(), 2u);
+  const int64_t* t0 = b->plan->live(0);
+  const int64_t* t1 = b->plan->live(1);
+  EXPECT_EQ(std::vector<int64_t>(t0, t0 + 2), (std::vector<int64_t>{100, 107}));
+  EXPECT_EQ(std::vector<int64_t>(t1, t1 + 2), (std::vector<int64_t>{40, -60}));
+  EXPECT_EQ(uint64_t(t0[1] + t1[1]), b->summary.live_bytes_end);  // 47
 }
 
 }  // namespace
