@@ -163,7 +163,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   int plan_fd = -1;
   const auto plan_start = std::chrono::steady_clock::now();
   try {
-    plan_fd = build_plan(*reader, PlanOptions{opt.threads, opt.timing == "recorded"}, plan);
+    plan_fd = build_plan(*reader, PlanOptions{opt.threads, opt.timing == "recorded", true}, plan);
   } catch (const trace::TraceError& e) {
     throw ReplayError(e.what());
   } catch (const PlanError& e) {
@@ -200,6 +200,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     argv.push_back("--speed");
     argv.push_back(fmt::format("{}", opt.speed));
   }
+  argv.push_back("--sample-ms");
+  argv.push_back(std::to_string(opt.sample_ms));
   if (opt.latency) {
     argv.push_back("--latency");
     argv.push_back(std::to_string(opt.latency));
@@ -338,6 +340,17 @@ std::string result_summary(const nlohmann::json& r) {
     s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", digits(w.value("count", uint64_t{0})),
                      double(w.value("total_ns", uint64_t{0})) / 1e6);
   s += fmt::format("  live requested bytes peak (trace order): {}\n", digits(t.value("live_bytes_peak", uint64_t{0})));
+  if (p.contains("memory") && p["memory"].contains("fragmentation")) {
+    const auto& m = p["memory"];
+    const auto mib = [](uint64_t kib) { return double(kib) / 1024.0; };
+    s += fmt::format("  heap RSS: peak {:.1f} MiB, final {:.1f} MiB; at the live peak ({:.1f} MiB live) {:.1f} MiB: "
+                     "fragmentation {:.2f} (time-weighted {:.2f}); {} samples every {} ms\n",
+                     mib(m.value("heap_peak_kib", uint64_t{0})), mib(m.value("heap_final_kib", uint64_t{0})),
+                     double(m.value("live_bytes_peak_sampled", int64_t{0})) / 1048576.0,
+                     mib(m.value("heap_kib_at_live_peak", uint64_t{0})),
+                     m["fragmentation"].value("at_live_peak", 0.0), m["fragmentation"].value("time_weighted", 0.0),
+                     m.value("samples", 0), m.value("interval_ms", 0.0));
+  }
   if (p.contains("latency")) {
     const auto& l = p["latency"];
     s += fmt::format("  latency (ns; every {} call(s) timed; timer cost {:.1f} ns subtracted):\n",

@@ -498,6 +498,61 @@ TEST_F(ReplayTest, LatencySamplesEveryNthCall) {
   EXPECT_FALSE(replay(t, {})["replay"].contains("latency"));
 }
 
+// Memory over time: 16 blocks of 1 MiB allocated at once and held until 1 s
+// (at the recorded pace; writing their pages takes ~0.1 s on this VM), then
+// all freed. The sampler sees exactly the 16 MiB live, a heap RSS above it
+// while they are live, and the RSS fall after the frees on allocators that
+// give memory back: glibc (the blocks are mmap'd) and jemalloc told to purge
+// at once.
+TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
+  std::vector<Event> ev;
+  for (int i = 0; i < 16; ++i) {
+    Event e{};
+    e.op = Op::malloc;
+    e.size = 1 << 20;
+    e.time = uint64_t(i) * 1000;
+    ev.push_back(e);
+  }
+  for (uint64_t id = 1; id <= 16; ++id) {
+    Event e{};
+    e.op = Op::free;
+    e.old = id;
+    e.time = 1'000'000'000 + id * 1000;
+    ev.push_back(e);
+  }
+  Event last{};  // a last call 100 ms later, so the fall is sampled while the replay runs
+  last.op = Op::malloc;
+  last.size = 16;
+  last.time = 1'100'000'000;
+  ev.push_back(last);
+  const std::string t = write_trace("hold_16m", ev);
+  struct On {
+    std::string allocator, env;
+  };
+  for (const On& c : {On{"glibc", ""}, On{"jemalloc", "MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0"}}) {
+    SCOPED_TRACE(c.allocator);
+    const json r = replay(t, {"--allocator", c.allocator, "--timing", "recorded", "--sample-ms", "5"}, 0, c.env);
+    ASSERT_TRUE(r.is_object());
+    const json& m = r["replay"]["memory"];
+    EXPECT_EQ(m["live_bytes_peak_sampled"].get<int64_t>(), int64_t{16} << 20) << m["timeline"].dump();
+    EXPECT_EQ(r["trace"]["live_bytes_peak"].get<uint64_t>(), uint64_t{16} << 20);
+    EXPECT_GE(m["heap_kib_at_live_peak"].get<uint64_t>(), 16u * 1024);
+    EXPECT_GT(m["peak_rss_kib"].get<uint64_t>(), 16u * 1024);
+    EXPECT_GE(m["fragmentation"]["at_live_peak"].get<double>(), 1.0);
+    EXPECT_LT(m["heap_final_kib"].get<uint64_t>(), m["heap_kib_at_live_peak"].get<uint64_t>() / 2);
+    // The timeline's columns line up, and time goes forward.
+    const json& tl = m["timeline"];
+    const size_t n = tl["t_ms"].size();
+    EXPECT_GE(n, 100u);  // 1.1 s at 5 ms
+    for (const char* col : {"rss_kib", "anon_kib", "heap_kib", "live_bytes"}) EXPECT_EQ(tl[col].size(), n) << col;
+    for (size_t i = 1; i < n; ++i) EXPECT_GE(tl["t_ms"][i].get<double>(), tl["t_ms"][i - 1].get<double>());
+    EXPECT_EQ(tl["live_bytes"][n - 1].get<int64_t>(), 16);
+    if (!c.env.empty()) {
+      EXPECT_EQ(r["allocator"]["settings"]["MALLOC_CONF"], "dirty_decay_ms:0,muzzy_decay_ms:0");
+    }
+  }
+}
+
 // The replayer also runs alone on a trace, e.g. under a hand-written
 // LD_PRELOAD, and prints its JSON.
 TEST_F(ReplayTest, ReplayerRunsStandaloneOnATrace) {

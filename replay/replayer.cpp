@@ -1,5 +1,7 @@
 #include "replay/replayer.h"
 
+#include "replay/sampler.h"
+
 #include <cpuid.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -186,6 +188,10 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
       const uint64_t v = parse_u64(opt, value());
       if (v > UINT32_MAX) bad("--latency: at most " + std::to_string(UINT32_MAX));
       a.latency_every = uint32_t(v);
+    } else if (opt == "--sample-ms") {
+      const uint64_t v = parse_u64(opt, value());
+      if (v > 3600000) bad("--sample-ms: at most 3600000");
+      a.sample_ms = uint32_t(v);
     } else if (opt == "--result-fd") {
       a.result_fd = int(parse_u64(opt, value()));
     } else if (opt == "--load") {
@@ -212,7 +218,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   if (!args.trace.empty()) {
     auto reader = trace::TraceReader::open(args.trace);
     PlanSummary summary;
-    plan_fd = build_plan(*reader, PlanOptions{args.threads, args.paced}, summary);
+    plan_fd = build_plan(*reader, PlanOptions{args.threads, args.paced, true}, summary);
     plan_info = {{"trace", args.trace}, {"live_bytes_peak", summary.live_bytes_peak}};
   }
   MappedPlan plan(plan_fd);
@@ -243,6 +249,15 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     hists = static_cast<LogLinearHistogram*>(map_anon(std::max<size_t>(1, hist_bytes), true, "the latency histograms"));
     for (size_t i = 0; i < size_t(nthreads) * trace::kOpCount; ++i) new (&hists[i]) LogLinearHistogram();
   }
+  // Memory over time (needs the plan's live-bytes sums). The bookkeeping
+  // above is all anonymous and populated: a constant to subtract.
+  const auto pages = [](uint64_t bytes) { return (bytes + 4095) & ~uint64_t{4095}; };
+  const uint64_t bookkeeping =
+      pages(table_bytes) + pages(results_bytes) + pages(std::max<size_t>(1, nthreads) * sizeof(Worker)) +
+      pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0) +
+      pages((size_t{1} << 16) * sizeof(MemorySample));
+  std::unique_ptr<MemorySampler> sampler;
+  if (plan.has_live()) sampler = std::make_unique<MemorySampler>(args.sample_ms, plan, results, bookkeeping);
   std::atomic<int> go{0};
   for (uint32_t t = 0; t < nthreads; ++t) {
     RunParams prm;
@@ -280,8 +295,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   getrusage(RUSAGE_SELF, &ru0);
   const uint64_t start = monotonic_ns();
   for (uint32_t t = 0; t < nthreads; ++t) workers[t].params.start_ns = start;
+  if (sampler) sampler->start(start);
   go.store(1, std::memory_order_release);
   for (uint32_t t = 0; t < nthreads; ++t) pthread_join(tids[t], nullptr);
+  if (sampler) sampler->stop();
   uint64_t end = start;
   for (uint32_t t = 0; t < nthreads; ++t) end = std::max(end, results[t].end_ns);
   getrusage(RUSAGE_SELF, &ru1);
@@ -347,6 +364,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["threads"] = per_thread;
   j["bookkeeping_bytes"] = {{"plan", plan.mapped_bytes()}, {"object_table", table_bytes}};
   if (hists) j["latency"] = latency_json(hists, nthreads, timer, args.latency_every);
+  if (sampler) j["memory"] = sampler->to_json();
   j["allocator_stats"] = backend.stats();
   if (!plan_info.is_null()) j["plan"] = plan_info;
 

@@ -4,7 +4,7 @@
 // each allocator linked directly), each a HEAPLAB_REPLAYER(Backend) line.
 //
 //   heaplab-replay (TRACE | --plan-fd N) [--threads N] [--touch none|first|pages|all]
-//                  [--timing fast|recorded] [--speed X] [--latency N] [--result-fd N]
+//                  [--timing fast|recorded] [--speed X] [--latency N] [--sample-ms N] [--result-fd N]
 //                  [--load preload|direct]
 //
 // `heaplab replay` builds the plan itself and passes it as --plan-fd, so the
@@ -48,6 +48,7 @@ struct ReplayerArgs {
   bool paced = false;
   double speed = 1.0;
   uint32_t latency_every = 0;  // time every Nth call (0: none)
+  uint32_t sample_ms = 10;     // memory sampling interval (0: only at start and end)
   int result_fd = 1;
   std::string load = "preload";
   std::string direct_library;  // heaplab-replay only: a custom .so loaded directly

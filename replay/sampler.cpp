@@ -1,0 +1,167 @@
+#include "replay/sampler.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace heaplab::replay {
+
+namespace {
+
+constexpr size_t kCapacity = size_t{1} << 16;  // samples kept (2 MiB)
+
+// "/proc/self/status" line "NAME:   1234 kB" -> bytes (0 if absent).
+uint64_t status_kib(const char* name) {
+  const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[8192];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* p = std::strstr(buf, name);
+  if (!p) return 0;
+  return std::strtoull(p + std::strlen(name) + 1, nullptr, 10);
+}
+
+}  // namespace
+
+MemorySampler::MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const ThreadResult* results,
+                             uint64_t bookkeeping)
+    : interval_ns_(uint64_t(interval_ms) * 1000000u), plan_(plan), results_(results), bookkeeping_(bookkeeping) {
+  statm_fd_ = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (statm_fd_ < 0) throw std::runtime_error(std::string("/proc/self/statm: ") + std::strerror(errno));
+  page_ = uint64_t(sysconf(_SC_PAGESIZE));
+  cap_ = kCapacity;
+  void* p = mmap(nullptr, cap_ * sizeof(MemorySample), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) {
+    close(statm_fd_);
+    throw std::runtime_error(std::string("cannot map the memory samples: ") + std::strerror(errno));
+  }
+  buf_ = static_cast<MemorySample*>(p);
+}
+
+MemorySampler::~MemorySampler() {
+  if (running_) stop();
+  munmap(buf_, cap_ * sizeof(MemorySample));
+  close(statm_fd_);
+}
+
+void MemorySampler::take() {
+  // statm: size resident shared text lib data dt (pages); shared counts
+  // file-backed and shared-memory pages, so resident - shared is anonymous.
+  char text[256];
+  const ssize_t n = pread(statm_fd_, text, sizeof text - 1, 0);
+  if (n <= 0) return;
+  text[n] = 0;
+  char* end = nullptr;
+  std::strtoull(text, &end, 10);
+  const uint64_t resident = std::strtoull(end, &end, 10);
+  const uint64_t shared = std::strtoull(end, &end, 10);
+  int64_t live = 0;
+  for (uint32_t t = 0; t < plan_.threads(); ++t) {
+    const uint64_t done = results_[t].progress.load(std::memory_order_relaxed);
+    if (done) live += plan_.live(t)[done - 1];
+  }
+  if (n_ == cap_) halve();
+  buf_[n_++] = MemorySample{monotonic_ns() - start_ns_, resident * page_,
+                            (resident > shared ? resident - shared : 0) * page_, live};
+}
+
+void MemorySampler::halve() {
+  size_t w = 0;
+  for (size_t i = 0; i < n_; i += 2) buf_[w++] = buf_[i];
+  n_ = w;
+  interval_ns_ *= 2;
+}
+
+void* MemorySampler::thread_main(void* self) {
+  auto* s = static_cast<MemorySampler*>(self);
+  timespec next;
+  clock_gettime(CLOCK_MONOTONIC, &next);
+  while (!s->stop_.load(std::memory_order_acquire)) {
+    const uint64_t ns = uint64_t(next.tv_nsec) + s->interval_ns_;
+    next.tv_sec += time_t(ns / 1000000000u);
+    next.tv_nsec = long(ns % 1000000000u);
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr);
+    if (s->stop_.load(std::memory_order_acquire)) break;
+    s->take();
+  }
+  return nullptr;
+}
+
+void MemorySampler::start(uint64_t start_ns) {
+  start_ns_ = start_ns;
+  take();
+  if (interval_ns_ == 0) return;
+  const int err = pthread_create(&thread_, nullptr, thread_main, this);
+  if (err != 0) throw std::runtime_error(std::string("cannot start the memory sampler: ") + std::strerror(err));
+  running_ = true;
+}
+
+void MemorySampler::stop() {
+  if (running_) {
+    stop_.store(true, std::memory_order_release);
+    pthread_join(thread_, nullptr);
+    running_ = false;
+  }
+  take();
+}
+
+nlohmann::json MemorySampler::to_json() const {
+  nlohmann::json j;
+  const auto heap = [&](const MemorySample& s) {
+    return s.anon_bytes > bookkeeping_ ? s.anon_bytes - bookkeeping_ : 0;
+  };
+  nlohmann::json t = nlohmann::json::array(), rss = nlohmann::json::array(),
+                 anon = nlohmann::json::array(), h = nlohmann::json::array(),
+                 live = nlohmann::json::array();
+  size_t at_live_peak = 0;
+  uint64_t heap_peak = 0;
+  double heap_area = 0, live_area = 0;
+  for (size_t i = 0; i < n_; ++i) {
+    const MemorySample& s = buf_[i];
+    t.push_back(double(s.t_ns) / 1e6);
+    rss.push_back(s.rss_bytes / 1024);
+    anon.push_back(s.anon_bytes / 1024);
+    h.push_back(heap(s) / 1024);
+    live.push_back(s.live_bytes);
+    if (s.live_bytes > buf_[at_live_peak].live_bytes) at_live_peak = i;
+    heap_peak = std::max(heap_peak, heap(s));
+    if (i + 1 < n_) {  // time-weighted: each sample holds until the next
+      const double dt = double(buf_[i + 1].t_ns - s.t_ns);
+      heap_area += double(heap(s)) * dt;
+      live_area += double(std::max<int64_t>(s.live_bytes, 0)) * dt;
+    }
+  }
+  j["source"] = "/proc/self/statm (anonymous = resident - shared)";
+  j["interval_ms"] = double(interval_ns_) / 1e6;
+  j["samples"] = n_;
+  j["timeline"] = {{"t_ms", t}, {"rss_kib", rss}, {"anon_kib", anon}, {"heap_kib", h}, {"live_bytes", live}};
+  j["peak_rss_kib"] = status_kib("VmHWM:");
+  j["final_rss_kib"] = n_ ? buf_[n_ - 1].rss_bytes / 1024 : 0;
+  j["heap_peak_kib"] = heap_peak / 1024;
+  j["heap_final_kib"] = n_ ? heap(buf_[n_ - 1]) / 1024 : 0;
+  j["bookkeeping_anon_kib"] = bookkeeping_ / 1024;
+  if (n_) {
+    const MemorySample& p = buf_[at_live_peak];
+    j["live_bytes_peak_sampled"] = p.live_bytes;
+    j["heap_kib_at_live_peak"] = heap(p) / 1024;
+    j["fragmentation"] = {
+        {"at_live_peak", p.live_bytes > 0 ? double(heap(p)) / double(p.live_bytes) : 0.0},
+        {"time_weighted", live_area > 0 ? heap_area / live_area : 0.0},
+        {"means", "heap RSS / live requested bytes (1.0: no overhead)"}};
+  }
+  return j;
+}
+
+}  // namespace heaplab::replay
