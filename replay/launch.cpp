@@ -282,6 +282,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     for (const char* k : {"version", "build_id", "library", "emulated"})
       if (replay["allocator"].contains(k)) r["allocator"][k] = replay["allocator"][k];
     replay.erase("allocator");
+    const int cpus = replay["environment"].value("cpus_allowed", 0);
+    if (cpus > 0 && plan.replay_threads > uint32_t(cpus))
+      r["warnings"].push_back(fmt::format(
+          "{} replay threads on {} CPUs: threads share cores, so waits and times include scheduling "
+          "(--threads {} folds them)",
+          plan.replay_threads, cpus, cpus));
     r["replay"] = replay;
   }
   nlohmann::json exit_j;
@@ -313,6 +319,8 @@ std::string result_summary(const nlohmann::json& r) {
                    a.value("name", ""), a.value("load", ""),
                    a.contains("version") ? ", " + a["version"].get<std::string>() : "",
                    a.value("library", "").empty() ? "" : ", " + a["library"].get<std::string>());
+  if (r.contains("warnings"))
+    for (const auto& w : r["warnings"]) s += "  warning: " + w.get<std::string>() + "\n";
   if (!r.contains("replay")) return s;
   const auto& p = r["replay"];
   const auto& book = p["bookkeeping_bytes"];

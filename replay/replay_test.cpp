@@ -182,6 +182,9 @@ TEST_P(Faithful, ProducerConsumerReplaysExactly) {
   EXPECT_EQ(r["trace"]["live_bytes_peak"].get<uint64_t>(), stats.live_bytes.value);
   EXPECT_EQ(r["trace"]["recorded_threads"].get<uint32_t>(), stats.threads);
   EXPECT_EQ(r["replay_threads"].get<uint32_t>(), c.threads ? uint32_t(c.threads) : stats.threads);
+  // 5 recorded threads on this 2-CPU machine: said, not hidden.
+  const int cpus = r["replay"]["environment"]["cpus_allowed"].get<int>();
+  EXPECT_EQ(r.contains("warnings"), r["replay_threads"].get<int>() > cpus);
   EXPECT_EQ(r["replay"]["replay_threads"].get<uint32_t>(), r["replay_threads"].get<uint32_t>());
   EXPECT_EQ(r["allocator"]["load"], c.load);
   for (const auto& [name, o] : r["replay"]["ops"].items()) {
@@ -199,6 +202,8 @@ TEST_P(Faithful, ProducerConsumerReplaysExactly) {
   EXPECT_NE(library.find(expect.at(c.allocator).second), std::string::npos) << library;
   EXPECT_EQ(r["allocator"].value("build_id", "").size(), 40u);
   EXPECT_FALSE(r["replay"]["allocator_stats"].empty());
+  EXPECT_GE(r["replay"]["environment"]["cpus_online"].get<int>(), 1);
+  EXPECT_FALSE(r["replay"]["environment"].value("kernel", "").empty());
   // Most frees are cross-thread; folding onto one thread leaves none.
   const uint64_t cross = r["trace"]["cross_thread_consumes"].get<uint64_t>();
   if (c.threads == 1) {

@@ -1,5 +1,6 @@
 #include "replay/replayer.h"
 
+#include "replay/environment.h"
 #include "replay/sampler.h"
 
 #include <cpuid.h>
@@ -366,6 +367,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   if (hists) j["latency"] = latency_json(hists, nthreads, timer, args.latency_every);
   if (sampler) j["memory"] = sampler->to_json();
   j["allocator_stats"] = backend.stats();
+  j["environment"] = environment_json();
   if (!plan_info.is_null()) j["plan"] = plan_info;
 
   const std::string out = j.dump(2) + "\n";
