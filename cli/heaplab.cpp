@@ -429,6 +429,9 @@ int main(int argc, char** argv) {
   rp->add_option("--sample-ms", ra.opt.sample_ms,
                  "Sample RSS and live bytes every N ms (0: at the start and the end only)")
       ->check(CLI::Range(0u, 3600000u))->capture_default_str();
+  rp->add_option("--pin", ra.opt.pin,
+                 "Bind replay threads (hwloc): none, compact, scatter, or CPU numbers such as 0,1")
+      ->capture_default_str();
   rp->add_option("-o,--out", ra.out, "Write the result JSON here");
   rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
   rp->add_flag("-q,--quiet", ra.quiet, "No summary");

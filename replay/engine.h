@@ -45,6 +45,7 @@ struct ThreadResult {
   uint64_t waits = 0;                  // consumes that waited for another thread
   uint64_t wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
+  int cpu = -1;                       // the CPU the thread finished on
   // Steps done so far, for samplers while the replay runs.
   alignas(64) std::atomic<uint64_t> progress{0};
   char pad_[64 - sizeof(std::atomic<uint64_t>)];

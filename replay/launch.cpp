@@ -146,6 +146,10 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     throw ReplayError("--timing: expected fast or recorded, not '" + opt.timing + "'");
   if (!(opt.speed > 0) || opt.speed > 1e9)
     throw ReplayError("--speed: expected a positive factor");
+  if (opt.pin != "none" && opt.pin != "compact" && opt.pin != "scatter" &&
+      (opt.pin.empty() || opt.pin.find_first_not_of("0123456789,") != std::string::npos))
+    throw ReplayError("--pin: expected none, compact, scatter or a list of CPU numbers such as 0,2, not '" +
+                      opt.pin + "'");
   const Launch l = resolve(opt);
   // Sizing the plan beyond the file-size limit must fail with EFBIG (and a
   // message), not kill heaplab.
@@ -200,6 +204,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     argv.push_back("--speed");
     argv.push_back(fmt::format("{}", opt.speed));
   }
+  argv.push_back("--pin");
+  argv.push_back(opt.pin);
   argv.push_back("--sample-ms");
   argv.push_back(std::to_string(opt.sample_ms));
   if (opt.latency) {

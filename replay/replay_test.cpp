@@ -3,6 +3,7 @@
 // in both load modes, with and without folding threads; the result JSON is
 // checked against `heaplab stats`' figures for the same trace.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -358,6 +359,11 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
       {{untimed, "--timing", "recorded"},
        "heaplab: error: replay: " + untimed + ": --timing recorded: the trace has no timestamps"},
       {{t, "--load", "sideways"}, "heaplab: error: --load: sideways not in {preload,direct}"},
+      {{t, "--pin", "sometimes"},
+       "heaplab: error: replay: --pin: expected none, compact, scatter or a list of CPU numbers such as 0,2, "
+       "not 'sometimes'"},
+      {{t, "--pin", "4096"},
+       "heaplab: error: replay: --pin: CPU 4096 is not one this process may use (allowed: "},
       {{testdata("free_marked_failed.hlt")},
        "heaplab: error: replay: " + testdata("free_marked_failed.hlt") +
            ": inconsistent trace: event 1 (thread 0, free): flags on a call that returns nothing"},
@@ -556,6 +562,29 @@ TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
       EXPECT_EQ(r["allocator"]["settings"]["MALLOC_CONF"], "dirty_decay_ms:0,muzzy_decay_ms:0");
     }
   }
+}
+
+// --pin binds each replay thread (hwloc): an explicit CPU puts every thread
+// there, and the sampler on a core left over; compact puts thread i on the
+// i-th CPU. Each thread reports the CPU it finished on.
+TEST_F(ReplayTest, PinningBindsTheThreads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || !CPU_ISSET(0, &set) || !CPU_ISSET(1, &set))
+    GTEST_SKIP() << "needs CPUs 0 and 1";
+  const std::string t = producer_consumer();
+  const json one = replay(t, {"--pin", "1"});
+  ASSERT_TRUE(one.is_object());
+  const json& p = one["replay"]["pinning"];
+  EXPECT_EQ(p["policy"], "1");
+  EXPECT_EQ(p["threads"], json({"1", "1", "1", "1", "1"}));
+  EXPECT_EQ(p["sampler"], "0");
+  for (const json& th : one["replay"]["threads"]) EXPECT_EQ(th["cpu"], 1);
+  const json compact = replay(t, {"--pin", "compact", "--threads", "2"});
+  EXPECT_EQ(compact["replay"]["pinning"]["threads"], json({"0", "1"}));
+  EXPECT_EQ(compact["replay"]["threads"][0]["cpu"], 0);
+  EXPECT_EQ(compact["replay"]["threads"][1]["cpu"], 1);
+  EXPECT_EQ(replay(t, {})["replay"]["pinning"], json({{"policy", "none"}}));
 }
 
 // The replayer also runs alone on a trace, e.g. under a hand-written

@@ -1,6 +1,7 @@
 #include "replay/replayer.h"
 
 #include "replay/environment.h"
+#include "replay/pinning.h"
 #include "replay/sampler.h"
 
 #include <cpuid.h>
@@ -52,6 +53,8 @@ void* map_anon(size_t len, bool populate, const char* what) {
 }
 
 struct Worker {
+  Pinning* pin;
+  int index;
   const BackendHooks* backend;
   const Step* steps;
   const Step* end;
@@ -62,6 +65,7 @@ struct Worker {
 
 void* worker_main(void* arg) {
   auto* w = static_cast<Worker*>(arg);
+  w->pin->bind(w->index);
   int go;
   while ((go = w->go->load(std::memory_order_acquire)) == 0) __builtin_ia32_pause();
   if (go < 0) return nullptr;  // another thread could not start: no replay
@@ -70,6 +74,7 @@ void* worker_main(void* arg) {
   const StepsFn fn = w->params.latency ? (w->params.times ? b.paced_timed : b.fast_timed)
                                        : (w->params.times ? b.paced : b.fast);
   fn(w->steps, w->end, w->params, *w->result);
+  w->result->cpu = sched_getcpu();
   return nullptr;
 }
 
@@ -193,6 +198,8 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
       const uint64_t v = parse_u64(opt, value());
       if (v > 3600000) bad("--sample-ms: at most 3600000");
       a.sample_ms = uint32_t(v);
+    } else if (opt == "--pin") {
+      a.pin = value();
     } else if (opt == "--result-fd") {
       a.result_fd = int(parse_u64(opt, value()));
     } else if (opt == "--load") {
@@ -258,7 +265,9 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
       pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0) +
       pages((size_t{1} << 16) * sizeof(MemorySample));
   std::unique_ptr<MemorySampler> sampler;
-  if (plan.has_live()) sampler = std::make_unique<MemorySampler>(args.sample_ms, plan, results, bookkeeping);
+  Pinning pin(args.pin, nthreads);
+  if (plan.has_live())
+    sampler = std::make_unique<MemorySampler>(args.sample_ms, plan, results, bookkeeping, &pin);
   std::atomic<int> go{0};
   for (uint32_t t = 0; t < nthreads; ++t) {
     RunParams prm;
@@ -272,7 +281,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     prm.touch = args.touch;
     prm.times = args.paced ? plan.times(t) : nullptr;
     prm.speed = args.speed;
-    workers[t] = Worker{&backend, plan.steps(t), plan.steps(t) + plan.step_count(t), prm,
+    workers[t] = Worker{&pin, int(t), &backend, plan.steps(t), plan.steps(t) + plan.step_count(t), prm,
                         &results[t], &go};
   }
   rusage ru0{}, ru1{};
@@ -322,7 +331,8 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     per_thread.push_back({{"calls", calls},
                           {"wall_ns", r.end_ns - r.start_ns},
                           {"waits", r.waits},
-                          {"wait_ns", r.wait_ns}});
+                          {"wait_ns", r.wait_ns},
+                          {"cpu", r.cpu}});
   }
   const double wall_s = double(end - start) / 1e9;
   nlohmann::json ops = nlohmann::json::object();
@@ -368,6 +378,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   if (sampler) j["memory"] = sampler->to_json();
   j["allocator_stats"] = backend.stats();
   j["environment"] = environment_json();
+  j["pinning"] = pin.to_json();
   if (!plan_info.is_null()) j["plan"] = plan_info;
 
   const std::string out = j.dump(2) + "\n";

@@ -1,5 +1,7 @@
 #include "replay/sampler.h"
 
+#include "replay/pinning.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -35,8 +37,12 @@ uint64_t status_kib(const char* name) {
 }  // namespace
 
 MemorySampler::MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const ThreadResult* results,
-                             uint64_t bookkeeping)
-    : interval_ns_(uint64_t(interval_ms) * 1000000u), plan_(plan), results_(results), bookkeeping_(bookkeeping) {
+                             uint64_t bookkeeping, Pinning* pin)
+    : interval_ns_(uint64_t(interval_ms) * 1000000u),
+      plan_(plan),
+      results_(results),
+      bookkeeping_(bookkeeping),
+      pin_(pin) {
   statm_fd_ = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   if (statm_fd_ < 0) throw std::runtime_error(std::string("/proc/self/statm: ") + std::strerror(errno));
   page_ = uint64_t(sysconf(_SC_PAGESIZE));
@@ -86,6 +92,7 @@ void MemorySampler::halve() {
 
 void* MemorySampler::thread_main(void* self) {
   auto* s = static_cast<MemorySampler*>(self);
+  if (s->pin_) s->pin_->bind(-1);
   timespec next;
   clock_gettime(CLOCK_MONOTONIC, &next);
   while (!s->stop_.load(std::memory_order_acquire)) {

@@ -31,7 +31,7 @@ class MemorySampler {
   // their progress); `bookkeeping` is the anonymous bytes the replayer
   // itself holds.
   MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const ThreadResult* results,
-                uint64_t bookkeeping);
+                uint64_t bookkeeping, class Pinning* pin = nullptr);
   ~MemorySampler();
   MemorySampler(const MemorySampler&) = delete;
   MemorySampler& operator=(const MemorySampler&) = delete;
@@ -52,6 +52,7 @@ class MemorySampler {
   const MappedPlan& plan_;
   const ThreadResult* results_;
   uint64_t bookkeeping_;
+  class Pinning* pin_;
   int statm_fd_ = -1;
   uint64_t page_ = 4096;
   MemorySample* buf_ = nullptr;  // mmap'd
