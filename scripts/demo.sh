@@ -62,23 +62,28 @@ replay_all() {
   for alloc in glibc jemalloc mimalloc tcmalloc; do
     for load in preload direct; do
       heading "Replay $trace on $alloc ($load) -> $base.replay.$alloc.$load.json"
-      "$HEAPLAB" replay "$trace" --allocator "$alloc" --load "$load" -o "$base.replay.$alloc.$load.json"
+      "$HEAPLAB" replay "$trace" --allocator "$alloc" --load "$load" --latency 16 \
+        -o "$base.replay.$alloc.$load.json"
     done
   done
   heading "Comparison: $trace"
   python3 - "$base" <<'PY_EOF'
 import json, sys
 base = sys.argv[1]
-print(f"{'allocator':<10} {'load':<8} {'wall s':>8} {'M calls/s':>10} {'max RSS MiB':>12} {'heap RSS MiB*':>14} {'exact':>6}")
+print(f"{'allocator':<10} {'load':<8} {'wall s':>7} {'M calls/s':>9} {'heap peak MiB':>13} {'frag.':>6}"
+      f" {'malloc p99 ns':>13} {'free p99 ns':>11} {'exact':>6}")
 for alloc in ("glibc", "jemalloc", "mimalloc", "tcmalloc"):
     for load in ("preload", "direct"):
         r = json.load(open(f"{base}.replay.{alloc}.{load}.json"))
         p = r["replay"]
-        book = p["bookkeeping_bytes"]["plan"] + p["bookkeeping_bytes"]["object_table"]
-        rss = p["max_rss_kib"] / 1024
-        print(f"{alloc:<10} {load:<8} {p['wall_s']:>8.3f} {p['calls_per_s'] / 1e6:>10.2f} {rss:>12.1f}"
-              f" {rss - book / 1048576:>14.1f} {'yes' if p['faithful'] else 'NO':>6}")
-print("* max RSS less the replayer's plan and object table (proper RSS-over-time: issue 5)")
+        m = p.get("memory", {})
+        lat = p.get("latency", {}).get("ops", {})
+        p99 = lambda op: f"{lat[op]['p99_ns']:.0f}" if op in lat else "-"
+        print(f"{alloc:<10} {load:<8} {p['wall_s']:>7.3f} {p['calls_per_s'] / 1e6:>9.2f}"
+              f" {m.get('heap_peak_kib', 0) / 1024:>13.1f} {m.get('fragmentation', {}).get('at_live_peak', 0):>6.2f}"
+              f" {p99('malloc'):>13} {p99('free'):>11} {'yes' if p['calls_match'] else 'NO':>6}")
+print("heap peak: anonymous RSS less the replayer's own bookkeeping, sampled every 10 ms;"
+      " frag.: heap RSS / live bytes at the sampled live peak; latency: 1 call in 16 timed")
 PY_EOF
 }
 
