@@ -175,7 +175,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     if (s.has_times) times[k] = reinterpret_cast<uint64_t*>(plan.base + table[k].times_offset);
     if (s.has_live) lives[k] = reinterpret_cast<int64_t*>(plan.base + table[k].live_offset);
   }
-  std::vector<int64_t> thread_live(nthreads, 0);
+  std::vector<uint64_t> thread_live(nthreads, 0);
 
   FlatMap<Live> live;  // by trace id
   uint64_t trace_max_id = 0;
@@ -206,7 +206,10 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
       uint64_t old = 0;
       uint64_t id = 0;
-      int64_t delta = 0;  // requested bytes this call makes live (or frees)
+      // Requested bytes this call makes live (or frees), modulo 2^64: sizes
+      // near 2^64 (failed or absurd requests) must not overflow, and the
+      // sum over threads comes out right whenever the true total fits.
+      uint64_t delta = 0;
       if (trace::op_consumes(e.op) && e.old != 0) {
         const bool failed = e.flags & trace::kFailed;
         Live o{};
@@ -229,7 +232,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           if (o.thread != k) ++s.cross_thread_consumes;
           if (!failed) {
             live_bytes -= o.bytes;
-            delta -= int64_t(o.bytes);
+            delta -= o.bytes;
           } else {
             // The program kept the object, but in the replay the call may
             // succeed and move it: from here on the replay knows it by a
@@ -258,7 +261,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         const uint64_t b = e.requested_bytes();
         live.put(e.id, Live{b, id, k});
         live_bytes += b;
-        delta += int64_t(b);
+        delta += b;
         requested += b;
         s.live_bytes_peak = std::max(s.live_bytes_peak, saturate(live_bytes));
       } else if (e.id != 0) {
@@ -280,7 +283,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       }
       steps[k][n_k] = st;
       if (s.has_times) times[k][n_k] = e.time;
-      if (s.has_live) lives[k][n_k] = thread_live[k] += delta;
+      if (s.has_live) lives[k][n_k] = int64_t(thread_live[k] += delta);  // modular (C++20)
       ++n_k;
       ++s.ops[static_cast<unsigned>(e.op)];
       ++s.steps;

@@ -73,14 +73,14 @@ void MemorySampler::take() {
   std::strtoull(text, &end, 10);
   const uint64_t resident = std::strtoull(end, &end, 10);
   const uint64_t shared = std::strtoull(end, &end, 10);
-  int64_t live = 0;
+  uint64_t live = 0;  // modulo 2^64, like the plan's sums
   for (uint32_t t = 0; t < plan_.threads(); ++t) {
     const uint64_t done = results_[t].progress.load(std::memory_order_relaxed);
-    if (done) live += plan_.live(t)[done - 1];
+    if (done) live += uint64_t(plan_.live(t)[done - 1]);
   }
   if (n_ == cap_) halve();
   buf_[n_++] = MemorySample{monotonic_ns() - start_ns_, resident * page_,
-                            (resident > shared ? resident - shared : 0) * page_, live};
+                            (resident > shared ? resident - shared : 0) * page_, int64_t(live)};
 }
 
 void MemorySampler::halve() {
