@@ -294,6 +294,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
           "{} replay threads on {} CPUs: threads share cores, so waits and times include scheduling "
           "(--threads {} folds them)",
           plan.replay_threads, cpus, cpus));
+    // How much of the trace's live peak the sampler saw: a replay shorter
+    // than a few sampling intervals can miss it, and fragmentation at a
+    // small live value says little.
+    if (replay.contains("memory") && plan.live_bytes_peak > 0)
+      replay["memory"]["live_peak_sampled_fraction"] =
+          double(replay["memory"].value("live_bytes_peak_sampled", int64_t{0})) / double(plan.live_bytes_peak);
     r["replay"] = replay;
   }
   nlohmann::json exit_j;
@@ -357,13 +363,19 @@ std::string result_summary(const nlohmann::json& r) {
   if (p.contains("memory") && p["memory"].contains("fragmentation")) {
     const auto& m = p["memory"];
     const auto mib = [](uint64_t kib) { return double(kib) / 1024.0; };
-    s += fmt::format("  heap RSS: peak {:.1f} MiB, final {:.1f} MiB; at the live peak ({:.1f} MiB live) {:.1f} MiB: "
-                     "fragmentation {:.2f} (time-weighted {:.2f}); {} samples every {} ms\n",
+    s += fmt::format("  heap RSS: peak {:.1f} MiB, final {:.1f} MiB; {} samples every {} ms\n",
                      mib(m.value("heap_peak_kib", uint64_t{0})), mib(m.value("heap_final_kib", uint64_t{0})),
-                     double(m.value("live_bytes_peak_sampled", int64_t{0})) / 1048576.0,
-                     mib(m.value("heap_kib_at_live_peak", uint64_t{0})),
-                     m["fragmentation"].value("at_live_peak", 0.0), m["fragmentation"].value("time_weighted", 0.0),
                      m.value("samples", 0), m.value("interval_ms", 0.0));
+    if (m.value("live_peak_sampled_fraction", 0.0) >= 0.5)
+      s += fmt::format("  at the sampled live peak ({:.1f} MiB live) heap RSS {:.1f} MiB: fragmentation {:.2f} "
+                       "(time-weighted {:.2f})\n",
+                       double(m.value("live_bytes_peak_sampled", int64_t{0})) / 1048576.0,
+                       mib(m.value("heap_kib_at_live_peak", uint64_t{0})), m["fragmentation"].value("at_live_peak", 0.0),
+                       m["fragmentation"].value("time_weighted", 0.0));
+    else
+      s += fmt::format("  fragmentation: not measured: the samples saw {:.0f}% of the live peak (the replay is short "
+                       "against --sample-ms; try --sample-ms 1 or --timing recorded)\n",
+                       100.0 * m.value("live_peak_sampled_fraction", 0.0));
   }
   if (p.contains("latency")) {
     const auto& l = p["latency"];

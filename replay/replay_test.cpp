@@ -547,6 +547,7 @@ TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
     const json& m = r["replay"]["memory"];
     EXPECT_EQ(m["live_bytes_peak_sampled"].get<int64_t>(), int64_t{16} << 20) << m["timeline"].dump();
     EXPECT_EQ(r["trace"]["live_bytes_peak"].get<uint64_t>(), uint64_t{16} << 20);
+    EXPECT_DOUBLE_EQ(m["live_peak_sampled_fraction"].get<double>(), 1.0);
     EXPECT_GE(m["heap_kib_at_live_peak"].get<uint64_t>(), 16u * 1024);
     EXPECT_GT(m["peak_rss_kib"].get<uint64_t>(), 16u * 1024);
     EXPECT_GE(m["fragmentation"]["at_live_peak"].get<double>(), 1.0);

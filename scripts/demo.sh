@@ -79,11 +79,15 @@ for alloc in ("glibc", "jemalloc", "mimalloc", "tcmalloc"):
         m = p.get("memory", {})
         lat = p.get("latency", {}).get("ops", {})
         p99 = lambda op: f"{lat[op]['p99_ns']:.0f}" if op in lat else "-"
+        # Fragmentation only where the samples caught most of the live peak.
+        frag = lambda m: (f"{m['fragmentation']['at_live_peak']:.2f}"
+                          if m.get("live_peak_sampled_fraction", 0) >= 0.5 else "-")
         print(f"{alloc:<10} {load:<8} {p['wall_s']:>7.3f} {p['calls_per_s'] / 1e6:>9.2f}"
-              f" {m.get('heap_peak_kib', 0) / 1024:>13.1f} {m.get('fragmentation', {}).get('at_live_peak', 0):>6.2f}"
+              f" {m.get('heap_peak_kib', 0) / 1024:>13.1f} {frag(m):>6}"
               f" {p99('malloc'):>13} {p99('free'):>11} {'yes' if p['calls_match'] else 'NO':>6}")
 print("heap peak: anonymous RSS less the replayer's own bookkeeping, sampled every 10 ms;"
-      " frag.: heap RSS / live bytes at the sampled live peak; latency: 1 call in 16 timed")
+      " frag.: heap RSS / live bytes at the sampled live peak (-: the samples missed the peak);"
+      " latency: 1 call in 16 timed")
 PY_EOF
 }
 
