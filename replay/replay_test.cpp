@@ -552,6 +552,13 @@ TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
     EXPECT_GT(m["peak_rss_kib"].get<uint64_t>(), 16u * 1024);
     EXPECT_GE(m["fragmentation"]["at_live_peak"].get<double>(), 1.0);
     EXPECT_LT(m["heap_final_kib"].get<uint64_t>(), m["heap_kib_at_live_peak"].get<uint64_t>() / 2);
+    // The page footprint (mincore): the 16 MiB resident at the live high
+    // (4,096 pages and a little), under half of that at the end.
+    const json& fp = m["footprint"];
+    EXPECT_EQ(fp["at_live_high"]["live_bytes"].get<int64_t>(), int64_t{16} << 20);
+    EXPECT_GE(fp["at_live_high"]["pages"].get<int64_t>(), 4096);
+    EXPECT_LT(fp["at_live_high"]["pages"].get<int64_t>(), 4096 + 2048);
+    EXPECT_LT(fp["at_end"]["pages"].get<int64_t>(), fp["at_live_high"]["pages"].get<int64_t>() / 2);
     // The timeline's columns line up, and time goes forward.
     const json& tl = m["timeline"];
     const size_t n = tl["t_ms"].size();

@@ -266,8 +266,14 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
       pages((size_t{1} << 16) * sizeof(MemorySample));
   std::unique_ptr<MemorySampler> sampler;
   Pinning pin(args.pin, nthreads);
-  if (plan.has_live())
+  if (plan.has_live()) {
     sampler = std::make_unique<MemorySampler>(args.sample_ms, plan, results, bookkeeping, &pin);
+    sampler->exclude(table, table_bytes);
+    sampler->exclude(results, results_bytes);
+    sampler->exclude(workers, std::max<size_t>(1, nthreads) * sizeof(Worker));
+    sampler->exclude(tids, std::max<size_t>(1, nthreads) * sizeof(pthread_t));
+    if (hists) sampler->exclude(hists, hist_bytes);
+  }
   std::atomic<int> go{0};
   for (uint32_t t = 0; t < nthreads; ++t) {
     RunParams prm;

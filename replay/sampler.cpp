@@ -54,6 +54,7 @@ MemorySampler::MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const
     throw std::runtime_error(std::string("cannot map the memory samples: ") + std::strerror(errno));
   }
   buf_ = static_cast<MemorySample*>(p);
+  footprint_.exclude(buf_, cap_ * sizeof(MemorySample));
 }
 
 MemorySampler::~MemorySampler() {
@@ -81,6 +82,11 @@ void MemorySampler::take() {
   if (n_ == cap_) halve();
   buf_[n_++] = MemorySample{monotonic_ns() - start_ns_, resident * page_,
                             (resident > shared ? resident - shared : 0) * page_, int64_t(live)};
+  const int64_t l = int64_t(live);
+  if (l > 0 && (fp_live_ < 0 || l > fp_live_ + fp_live_ / 20)) {
+    fp_live_ = l;
+    fp_peak_pages_ = footprint_.resident_pages();
+  }
 }
 
 void MemorySampler::halve() {
@@ -122,6 +128,7 @@ void MemorySampler::stop() {
     running_ = false;
   }
   take();
+  fp_end_pages_ = footprint_.resident_pages();
 }
 
 nlohmann::json MemorySampler::to_json() const {
@@ -159,6 +166,12 @@ nlohmann::json MemorySampler::to_json() const {
   j["heap_peak_kib"] = heap_peak / 1024;
   j["heap_final_kib"] = n_ ? heap(buf_[n_ - 1]) / 1024 : 0;
   j["bookkeeping_anon_kib"] = bookkeeping_ / 1024;
+  j["footprint"] = {
+      {"method", "mincore over anonymous private mappings, less the replayer's own"},
+      {"page_size", page_},
+      {"at_live_high", {{"live_bytes", fp_live_}, {"pages", fp_peak_pages_}}},
+      {"at_end", {{"pages", fp_end_pages_}}},
+      {"touched_pages", "not measured (soft-dirty bits: not yet)"}};
   if (n_) {
     const MemorySample& p = buf_[at_live_peak];
     j["live_bytes_peak_sampled"] = p.live_bytes;

@@ -14,6 +14,7 @@
 #include <atomic>
 
 #include "replay/engine.h"
+#include "replay/footprint.h"
 #include "replay/plan.h"
 
 namespace heaplab::replay {
@@ -42,6 +43,8 @@ class MemorySampler {
   void stop();
   nlohmann::json to_json() const;
   size_t samples() const { return n_; }
+  // Leaves the replayer's own mapping out of the page footprint.
+  void exclude(const void* p, size_t len) { footprint_.exclude(p, len); }
 
  private:
   static void* thread_main(void* self);
@@ -61,6 +64,11 @@ class MemorySampler {
   std::atomic<bool> stop_{false};
   pthread_t thread_{};
   bool running_ = false;
+  // Page footprint (mincore): when the live bytes reach a new high (by 5%),
+  // and at the end.
+  FootprintCounter footprint_;
+  int64_t fp_live_ = -1;
+  int64_t fp_peak_pages_ = -1, fp_end_pages_ = -1;
 };
 
 }  // namespace heaplab::replay
