@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "allocators/library.h"
+#include "capture/analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
 #include "replay/plan.h"
 
@@ -24,6 +25,7 @@ extern char** environ;
 namespace heaplab::replay {
 
 namespace fs = std::filesystem;
+using analysis::group_digits;
 
 namespace {
 
@@ -102,17 +104,6 @@ Launch resolve(const ReplayOptions& opt) {
   if (!is_executable(l.exe))
     throw ReplayError("replayer '" + l.exe + "' not found (build heaplab, or set HEAPLAB_REPLAYER_DIR)");
   return l;
-}
-
-// 1234567 -> "1,234,567"
-std::string digits(uint64_t v) {
-  const std::string d = std::to_string(v);
-  std::string s;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i != 0 && (d.size() - i) % 3 == 0) s += ',';
-    s += d[i];
-  }
-  return s;
 }
 
 std::string signal_name(int sig) {
@@ -326,7 +317,7 @@ std::string result_summary(const nlohmann::json& r) {
   const auto& t = r["trace"];
   const auto& a = r["allocator"];
   s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n",
-                   t.value("path", ""), digits(t.value("calls", uint64_t{0})),
+                   t.value("path", ""), group_digits(t.value("calls", uint64_t{0})),
                    t.value("recorded_threads", 0u), r.value("replay_threads", 0u),
                    a.value("name", ""), a.value("load", ""),
                    a.contains("version") ? ", " + a["version"].get<std::string>() : "",
@@ -346,7 +337,7 @@ std::string result_summary(const nlohmann::json& r) {
   std::string ops;
   uint64_t nulls = 0, unexpected = 0;
   for (const auto& [name, o] : p["ops"].items()) {
-    ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, digits(o.value("calls", uint64_t{0})));
+    ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, group_digits(o.value("calls", uint64_t{0})));
     nulls += o.value("null_results", uint64_t{0});
     unexpected += o.value("unexpected_results", uint64_t{0});
   }
@@ -354,12 +345,12 @@ std::string result_summary(const nlohmann::json& r) {
   if (!p.value("results_match", true))
     s += fmt::format("  results differ from the trace: {} NULL where it had a result, {} results where it had NULL, "
                      "{} failed reallocs that moved here\n",
-                     digits(nulls), digits(unexpected), digits(p.value("moved_failed_reallocs", uint64_t{0})));
+                     group_digits(nulls), group_digits(unexpected), group_digits(p.value("moved_failed_reallocs", uint64_t{0})));
   const auto& w = p["cross_thread_waits"];
   if (w.value("count", uint64_t{0}) != 0)
-    s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", digits(w.value("count", uint64_t{0})),
+    s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", group_digits(w.value("count", uint64_t{0})),
                      double(w.value("total_ns", uint64_t{0})) / 1e6);
-  s += fmt::format("  live requested bytes peak (trace order): {}\n", digits(t.value("live_bytes_peak", uint64_t{0})));
+  s += fmt::format("  live requested bytes peak (trace order): {}\n", group_digits(t.value("live_bytes_peak", uint64_t{0})));
   if (p.contains("memory") && p["memory"].contains("fragmentation")) {
     const auto& m = p["memory"];
     const auto mib = [](uint64_t kib) { return double(kib) / 1024.0; };
@@ -384,7 +375,7 @@ std::string result_summary(const nlohmann::json& r) {
     for (const auto& [name, o] : l["ops"].items())
       s += fmt::format("    {:<24} p50 {:>8.0f}  p90 {:>8.0f}  p99 {:>8.0f}  p99.9 {:>9.0f}  max {:>10.0f}  ({} samples)\n",
                        name, o.value("p50_ns", 0.0), o.value("p90_ns", 0.0), o.value("p99_ns", 0.0),
-                       o.value("p99.9_ns", 0.0), o.value("max_ns", 0.0), digits(o.value("samples", uint64_t{0})));
+                       o.value("p99.9_ns", 0.0), o.value("max_ns", 0.0), group_digits(o.value("samples", uint64_t{0})));
   }
   return s;
 }
