@@ -72,6 +72,10 @@ struct RunParams {
   const uint64_t* times = nullptr;
   double speed = 1.0;
   uint64_t start_ns = 0;
+  // The thread's first step, when its steps run in several calls (a pause
+  // at the live peak): times[] and progress count from there. Null: from
+  // the first step of this call.
+  const Step* origin = nullptr;
 };
 
 namespace detail {
@@ -188,9 +192,14 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
   [[maybe_unused]] uint32_t countdown = 1;
   [[maybe_unused]] const bool tsc = prm.tsc;
   const Step* const first = s;
+  const Step* const origin = prm.origin ? prm.origin : s;
+  if constexpr (kTimed) {  // every sample_every-th step from the origin: steps 0, N, 2N...
+    const uint64_t every = prm.sample_every ? prm.sample_every : 1;
+    countdown = uint32_t((every - uint64_t(s - origin) % every) % every) + 1;
+  }
   const Step* const last = s == end ? end : end - 1;
   for (; s != end; ++s) {
-    if constexpr (kPaced) detail::pace(prm.start_ns, prm.times[s - first], prm.speed);
+    if constexpr (kPaced) detail::pace(prm.start_ns, prm.times[s - origin], prm.speed);
     // The steps are known in advance: fetch the table slot a later step will
     // consume now, so that its cache miss overlaps this step's work.
 #ifndef HEAPLAB_NO_PREFETCH
@@ -375,7 +384,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         prm.latency[op].add(d > prm.timer_overhead ? d - prm.timer_overhead : 0);
       }
     }
-    r.progress.store(uint64_t(s - first) + 1, std::memory_order_relaxed);
+    r.progress.store(uint64_t(s - origin) + 1, std::memory_order_relaxed);
   }
   r.end_ns = monotonic_ns();
   // The calls made, per op: every step executed makes exactly its call, so

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -42,6 +43,69 @@ FootprintCounter::FootprintCounter() {
 FootprintCounter::~FootprintCounter() {
   munmap(text_, kText + kLine);
   munmap(vec_, kChunkPages);
+  if (entries_) munmap(entries_, kChunkPages * sizeof(uint64_t));
+  if (pagemap_fd_ >= 0) close(pagemap_fd_);
+}
+
+uint64_t FootprintCounter::mapped_bytes() const {
+  const auto up = [&](uint64_t b) { return (b + page_ - 1) / page_ * page_; };
+  return up(kText + kLine) + up(kChunkPages) + (entries_ ? up(kChunkPages * sizeof(uint64_t)) : 0);
+}
+
+bool FootprintCounter::clear_soft_dirty() {
+  const int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = write(fd, "4", 1) == 1;
+  close(fd);
+  return ok;
+}
+
+bool FootprintCounter::enable_soft_dirty(std::string& why) {
+  if (entries_) return true;
+  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = std::string("cannot read /proc/self/pagemap: ") + std::strerror(errno);
+    return false;
+  }
+  // A page of our own: written after the bits are cleared, it must read
+  // soft-dirty (bit 55).
+  auto* probe = static_cast<volatile char*>(
+      mmap(nullptr, page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (probe == MAP_FAILED) {
+    close(fd);
+    why = "cannot map a probe page";
+    return false;
+  }
+  probe[0] = 1;
+  bool ok = false;
+  if (!clear_soft_dirty()) {
+    why = std::string("cannot write /proc/self/clear_refs: ") + std::strerror(errno);
+  } else {
+    probe[0] = 2;
+    uint64_t e = 0;
+    const off_t at = off_t(reinterpret_cast<uintptr_t>(probe) / page_ * sizeof e);
+    if (pread(fd, &e, sizeof e, at) != ssize_t(sizeof e))
+      why = std::string("cannot read /proc/self/pagemap: ") + std::strerror(errno);
+    else if (!(e >> 55 & 1))
+      why = "the kernel keeps no soft-dirty bits (CONFIG_MEM_SOFT_DIRTY is off)";
+    else
+      ok = true;
+  }
+  munmap(const_cast<char*>(probe), page_);
+  if (ok) {
+    void* m = mmap(nullptr, kChunkPages * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (m == MAP_FAILED) {
+      why = "cannot map the pagemap buffer";
+      ok = false;
+    } else {
+      entries_ = static_cast<uint64_t*>(m);
+      exclude(entries_, kChunkPages * sizeof(uint64_t));
+    }
+  }
+  if (ok) pagemap_fd_ = fd;
+  else close(fd);
+  return ok;
 }
 
 void FootprintCounter::exclude(const void* begin, size_t len) {
@@ -52,16 +116,23 @@ void FootprintCounter::exclude(const void* begin, size_t len) {
   ++excluded_;
 }
 
-void FootprintCounter::count_range(uintptr_t begin, uintptr_t end, uint64_t& pages) {
+void FootprintCounter::count_range(uintptr_t begin, uintptr_t end, bool soft_dirty, uint64_t& pages) {
   for (uintptr_t a = begin; a < end;) {
     const size_t n = std::min<size_t>(kChunkPages, (end - a) / page_);
-    if (mincore(reinterpret_cast<void*>(a), n * page_, vec_) == 0)
+    if (soft_dirty) {
+      // pagemap: bit 55 soft-dirty, bit 62 swapped, bit 63 present.
+      const ssize_t got = pread(pagemap_fd_, entries_, n * sizeof(uint64_t), off_t(a / page_ * sizeof(uint64_t)));
+      for (size_t i = 0; got > 0 && i < size_t(got) / sizeof(uint64_t); ++i)
+        pages += (entries_[i] >> 55 & 1) && (entries_[i] >> 62 & 3);
+    } else if (mincore(reinterpret_cast<void*>(a), n * page_, vec_) == 0) {
       for (size_t i = 0; i < n; ++i) pages += vec_[i] & 1;
+    }
     a += n * page_;
   }
 }
 
-int64_t FootprintCounter::resident_pages() {
+int64_t FootprintCounter::count(bool soft_dirty) {
+  if (soft_dirty && !entries_) return -1;
   const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   uint64_t pages = 0;
@@ -102,12 +173,12 @@ int64_t FootprintCounter::resident_pages() {
       while (*p == ' ') ++p;
       if (*p && std::strcmp(p, "[heap]") != 0) continue;
       uint64_t in_mapping = 0;
-      count_range(b, e, in_mapping);
+      count_range(b, e, soft_dirty, in_mapping);
       for (size_t k = 0; k < excluded_; ++k) {
         const uintptr_t lo = std::max(b, ex_begin_[k]), hi = std::min(e, ex_end_[k]);
         if (lo < hi) {
           uint64_t ex = 0;
-          count_range(lo, hi, ex);
+          count_range(lo, hi, soft_dirty, ex);
           in_mapping -= std::min(in_mapping, ex);
         }
       }

@@ -22,7 +22,7 @@ namespace {
 // thread; more pages if there are many threads), then per thread its steps,
 // then per thread its times (if any). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 2;
+constexpr uint32_t kPlanVersion = 3;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -34,6 +34,10 @@ struct PlanHeader {
   uint64_t has_times;
   uint64_t has_live;
   uint64_t ops[trace::kOpCount];
+  uint64_t live_peak;    // the trace's live-bytes peak
+  uint64_t peak_step;    // the step that reaches it (kNoPeak: none)
+  uint32_t peak_thread;  // on this replay thread
+  uint32_t reserved;
 };
 
 struct PlanThread {
@@ -263,7 +267,11 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         live_bytes += b;
         delta += b;
         requested += b;
-        s.live_bytes_peak = std::max(s.live_bytes_peak, saturate(live_bytes));
+        if (saturate(live_bytes) > s.live_bytes_peak) {
+          s.live_bytes_peak = saturate(live_bytes);
+          s.peak_thread = k;
+          s.peak_step = table[k].steps;  // this call's step
+        }
       } else if (e.id != 0) {
         inconsistent(e, "object id " + std::to_string(e.id) + " given for a call without result");
       }
@@ -300,6 +308,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   h.total_steps = s.steps;
   h.has_times = s.has_times;
   h.has_live = s.has_live;
+  h.live_peak = s.live_bytes_peak;
+  h.peak_step = s.peak_step;
+  h.peak_thread = s.peak_thread;
   std::copy(s.ops.begin(), s.ops.end(), h.ops);
   std::memcpy(plan.base, &h, sizeof h);
   std::memcpy(plan.base + sizeof h, table.data(), table.size() * sizeof(PlanThread));
@@ -360,6 +371,11 @@ void MappedPlan::load() {
     sum += t.steps;
   }
   if (sum != total_steps_) throw PlanError("plan: thread step counts do not add up");
+  if (h.peak_step != kNoPeak && (h.peak_thread >= threads_ || h.peak_step >= counts_[h.peak_thread]))
+    throw PlanError("plan: the live peak's step is not in the plan");
+  peak_thread_ = h.peak_thread;
+  peak_step_ = h.peak_step;
+  live_peak_ = h.live_peak;
 }
 
 MappedPlan::~MappedPlan() {

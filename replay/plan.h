@@ -40,6 +40,7 @@ struct Step {
 static_assert(sizeof(Step) == 32);
 
 inline constexpr uint64_t kMaxObjectId = (uint64_t{1} << 48) - 1;
+inline constexpr uint64_t kNoPeak = ~uint64_t{0};
 
 struct PlanOptions {
   // Replay threads; 0 = one per recorded thread. Fewer than the recorded
@@ -65,6 +66,10 @@ struct PlanSummary {
   uint64_t max_id = 0;          // the replay's largest object id
   uint64_t live_bytes_peak = 0;  // peak of the live requested bytes, trace order
   uint64_t live_bytes_end = 0;
+  // Where the live bytes first reach their peak (trace order): the replay
+  // thread and its step index; kNoPeak if nothing is ever live.
+  uint32_t peak_thread = 0;
+  uint64_t peak_step = kNoPeak;
   uint64_t bytes_requested = 0;
   uint64_t cross_thread_consumes = 0;  // consumes of objects another replay thread produced
   uint32_t recorded_threads = 0;
@@ -108,6 +113,11 @@ class MappedPlan {
   const int64_t* live(uint32_t t) const { return livearr_[t]; }
   const std::array<uint64_t, trace::kOpCount>& expected_ops() const { return ops_; }
   size_t mapped_bytes() const { return len_; }
+  // The step after which the trace's live bytes first reach their peak:
+  // replay thread and step index (kNoPeak: none).
+  uint32_t peak_thread() const { return peak_thread_; }
+  uint64_t peak_step() const { return peak_step_; }
+  uint64_t live_bytes_peak() const { return live_peak_; }
 
  private:
   void load();
@@ -122,6 +132,8 @@ class MappedPlan {
   std::vector<const int64_t*> livearr_;
   std::vector<uint64_t> counts_;
   std::array<uint64_t, trace::kOpCount> ops_{};
+  uint32_t peak_thread_ = 0;
+  uint64_t peak_step_ = kNoPeak, live_peak_ = 0;
 };
 
 // Which replay thread each recorded thread goes to, for `threads` replay

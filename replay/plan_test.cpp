@@ -1000,7 +1000,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(planMapped, RejectsWhatIsNotAPlan) {
   EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')),
-            "plan: not a heaplab replay plan of version 2");
+            "plan: not a heaplab replay plan of version 3");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
@@ -1015,7 +1015,12 @@ TEST(planMapped, RejectsDamagedPlan) {
 
   std::string bad_version = img;
   bad_version[8] = 1;  // version, after the 8-byte magic: an older layout
-  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 2");
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 3");
+
+  std::string bad_peak = img;  // the live peak's step (after the ops and the peak value) past the thread's end
+  const uint64_t step = 4;
+  std::memcpy(bad_peak.data() + 48 + 8 * trace::kOpCount + 8, &step, sizeof step);
+  EXPECT_EQ(mapped_plan_error(bad_peak), "plan: the live peak's step is not in the plan");
 
   std::string cut = img.substr(0, 4096);  // the header page only: steps lie past the end
   EXPECT_EQ(mapped_plan_error(cut), "plan: thread 0's arrays lie past the end");
@@ -1040,6 +1045,11 @@ TEST(planLive, RunningLiveBytesPerThread) {
     EXPECT_EQ(std::vector<int64_t>(l, l + 4), (std::vector<int64_t>{100, 150, 50, 80}));
     EXPECT_EQ(b->summary.live_bytes_peak, 150u);
     EXPECT_EQ(b->summary.live_bytes_end, 80u);
+    // The peak is first reached by the second call: the replayer's snapshot
+    // goes right after it.
+    EXPECT_EQ(b->plan->peak_thread(), 0u);
+    EXPECT_EQ(b->plan->peak_step(), 1u);
+    EXPECT_EQ(b->plan->live_bytes_peak(), 150u);
   }
   {
     auto b = build(evs);
@@ -1057,6 +1067,14 @@ TEST(planLive, RunningLiveBytesPerThread) {
   EXPECT_EQ(std::vector<int64_t>(t0, t0 + 2), (std::vector<int64_t>{100, 107}));
   EXPECT_EQ(std::vector<int64_t>(t1, t1 + 2), (std::vector<int64_t>{40, -60}));
   EXPECT_EQ(uint64_t(t0[1] + t1[1]), b->summary.live_bytes_end);  // 47
+  // 140 live after thread 1's first call, in trace order.
+  EXPECT_EQ(b->plan->peak_thread(), 1u);
+  EXPECT_EQ(b->plan->peak_step(), 0u);
+  EXPECT_EQ(b->plan->live_bytes_peak(), 140u);
+  // Nothing ever live (a NULL result only): no peak.
+  std::vector<Event> nothing = {failed(alloc(uint64_t{1} << 40))};
+  auto none = build(nothing, PlanOptions{0, false, true});
+  EXPECT_EQ(none->plan->peak_step(), kNoPeak);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -61,6 +62,10 @@ struct Worker {
   RunParams params;
   ThreadResult* result;
   const std::atomic<int>* go;
+  // On the thread that makes the trace's live-peak call: the step after it,
+  // where the sampler takes its snapshot.
+  const Step* pause;
+  MemorySampler* sampler;
 };
 
 void* worker_main(void* arg) {
@@ -73,7 +78,15 @@ void* worker_main(void* arg) {
   const BackendHooks& b = *w->backend;
   const StepsFn fn = w->params.latency ? (w->params.times ? b.paced_timed : b.fast_timed)
                                        : (w->params.times ? b.paced : b.fast);
-  fn(w->steps, w->end, w->params, *w->result);
+  if (w->pause) {
+    RunParams prm = w->params;
+    prm.origin = w->steps;
+    fn(w->steps, w->pause, prm, *w->result);
+    w->sampler->snapshot();
+    fn(w->pause, w->end, prm, *w->result);
+  } else {
+    fn(w->steps, w->end, w->params, *w->result);
+  }
   w->result->cpu = sched_getcpu();
   return nullptr;
 }
@@ -89,11 +102,14 @@ bool invariant_tsc() {
 
 // The latency timer: the TSC where it is invariant (its rate measured
 // against CLOCK_MONOTONIC over 20 ms), else the monotonic clock; and its own
-// cost, the median of 10,001 empty timed regions.
+// cost, the median of 10,001 empty timed regions; and its resolution, the
+// smallest step between two reads that differ (on some VMs the TSC moves
+// in steps of ~20 ticks: shorter calls read as 0).
 struct Timer {
   bool tsc = false;
   double ticks_per_ns = 1.0;
   uint64_t overhead_ticks = 0;
+  uint64_t resolution_ticks = 1;
 };
 
 Timer calibrate_timer() {
@@ -115,6 +131,15 @@ Timer calibrate_timer() {
   }
   std::nth_element(d.begin(), d.begin() + long(d.size() / 2), d.end());
   t.overhead_ticks = d[d.size() / 2];
+  uint64_t step = UINT64_MAX;
+  for (int i = 0; i < 1000; ++i) {
+    const uint64_t a = detail::tick_begin(t.tsc);
+    uint64_t b;
+    while ((b = detail::tick_begin(t.tsc)) == a) {
+    }
+    step = std::min(step, b - a);
+  }
+  t.resolution_ticks = step;
   return t;
 }
 
@@ -126,6 +151,7 @@ nlohmann::json latency_json(const LogLinearHistogram* hists, uint32_t nthreads, 
   j["timer"] = timer.tsc ? "tsc" : "clock_gettime";
   if (timer.tsc) j["tsc_ghz"] = per_ns;
   j["timer_overhead_ns"] = ns(timer.overhead_ticks);
+  j["timer_resolution_ns"] = ns(timer.resolution_ticks);
   j["sample_every"] = every;
   j["percentiles_are"] = "upper bound of the histogram bucket (at most 3.1% above the sample)";
   nlohmann::json ops = nlohmann::json::object();
@@ -262,8 +288,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   const auto pages = [](uint64_t bytes) { return (bytes + 4095) & ~uint64_t{4095}; };
   const uint64_t bookkeeping =
       pages(table_bytes) + pages(results_bytes) + pages(std::max<size_t>(1, nthreads) * sizeof(Worker)) +
-      pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0) +
-      pages((size_t{1} << 16) * sizeof(MemorySample));
+      pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0);
   std::unique_ptr<MemorySampler> sampler;
   Pinning pin(args.pin, nthreads);
   if (plan.has_live()) {
@@ -287,8 +312,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     prm.touch = args.touch;
     prm.times = args.paced ? plan.times(t) : nullptr;
     prm.speed = args.speed;
-    workers[t] = Worker{&pin, int(t), &backend, plan.steps(t), plan.steps(t) + plan.step_count(t), prm,
-                        &results[t], &go};
+    const bool peak = sampler && plan.peak_step() != kNoPeak && plan.peak_thread() == t;
+    workers[t] = Worker{&pin,        int(t), &backend, plan.steps(t), plan.steps(t) + plan.step_count(t), prm,
+                        &results[t], &go,    peak ? plan.steps(t) + plan.peak_step() + 1 : nullptr,
+                        sampler.get()};
   }
   rusage ru0{}, ru1{};
   // Replay threads need little stack (the allocator's calls): 512 KiB lets
@@ -367,6 +394,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["wall_s"] = wall_s;
   j["cpu"] = {{"user_s", seconds(ru1.ru_utime) - seconds(ru0.ru_utime)},
               {"system_s", seconds(ru1.ru_stime) - seconds(ru0.ru_stime)}};
+  // Each first touch of an anonymous page is a fault: with touch=pages or
+  // all, minor faults count the pages the replay made resident (again after
+  // the allocator gave them back).
+  j["page_faults"] = {{"minor", ru1.ru_minflt - ru0.ru_minflt}, {"major", ru1.ru_majflt - ru0.ru_majflt}};
   j["max_rss_kib"] = ru1.ru_maxrss;
   j["calls"] = calls;
   j["calls_per_s"] = wall_s > 0 ? double(calls) / wall_s : 0.0;

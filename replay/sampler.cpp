@@ -13,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace heaplab::replay {
 
@@ -54,7 +55,11 @@ MemorySampler::MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const
     throw std::runtime_error(std::string("cannot map the memory samples: ") + std::strerror(errno));
   }
   buf_ = static_cast<MemorySample*>(p);
-  footprint_.exclude(buf_, cap_ * sizeof(MemorySample));
+  exclude(buf_, cap_ * sizeof(MemorySample));
+  soft_dirty_ = footprint_.enable_soft_dirty(soft_dirty_why_);
+  // The sampler's own anonymous memory is bookkeeping too.
+  bookkeeping_ += (cap_ * sizeof(MemorySample) + page_ - 1) / page_ * page_ + footprint_.mapped_bytes() +
+                  snap_fp_.mapped_bytes();
 }
 
 MemorySampler::~MemorySampler() {
@@ -63,12 +68,12 @@ MemorySampler::~MemorySampler() {
   close(statm_fd_);
 }
 
-void MemorySampler::take() {
+bool MemorySampler::read(MemorySample& m) {
   // statm: size resident shared text lib data dt (pages); shared counts
   // file-backed and shared-memory pages, so resident - shared is anonymous.
   char text[256];
   const ssize_t n = pread(statm_fd_, text, sizeof text - 1, 0);
-  if (n <= 0) return;
+  if (n <= 0) return false;
   text[n] = 0;
   char* end = nullptr;
   std::strtoull(text, &end, 10);
@@ -79,10 +84,25 @@ void MemorySampler::take() {
     const uint64_t done = results_[t].progress.load(std::memory_order_relaxed);
     if (done) live += uint64_t(plan_.live(t)[done - 1]);
   }
+  m = MemorySample{monotonic_ns() - start_ns_, resident * page_,
+                   (resident > shared ? resident - shared : 0) * page_, int64_t(live)};
+  return true;
+}
+
+void MemorySampler::snapshot() {
+  MemorySample m;
+  if (!read(m)) return;
+  snap_pages_ = snap_fp_.resident_pages();
+  snap_ = m;
+  snapped_.store(true, std::memory_order_release);
+}
+
+void MemorySampler::take() {
+  MemorySample m;
+  if (!read(m)) return;
   if (n_ == cap_) halve();
-  buf_[n_++] = MemorySample{monotonic_ns() - start_ns_, resident * page_,
-                            (resident > shared ? resident - shared : 0) * page_, int64_t(live)};
-  const int64_t l = int64_t(live);
+  buf_[n_++] = m;
+  const int64_t l = m.live_bytes;
   if (l > 0 && (fp_live_ < 0 || l > fp_live_ + fp_live_ / 20)) {
     fp_live_ = l;
     fp_peak_pages_ = footprint_.resident_pages();
@@ -114,6 +134,10 @@ void* MemorySampler::thread_main(void* self) {
 
 void MemorySampler::start(uint64_t start_ns) {
   start_ns_ = start_ns;
+  if (soft_dirty_ && !FootprintCounter::clear_soft_dirty()) {
+    soft_dirty_ = false;
+    soft_dirty_why_ = "cannot clear the soft-dirty bits";
+  }
   take();
   if (interval_ns_ == 0) return;
   const int err = pthread_create(&thread_, nullptr, thread_main, this);
@@ -129,6 +153,7 @@ void MemorySampler::stop() {
   }
   take();
   fp_end_pages_ = footprint_.resident_pages();
+  if (soft_dirty_) touched_pages_ = footprint_.soft_dirty_pages();
 }
 
 nlohmann::json MemorySampler::to_json() const {
@@ -136,49 +161,73 @@ nlohmann::json MemorySampler::to_json() const {
   const auto heap = [&](const MemorySample& s) {
     return s.anon_bytes > bookkeeping_ ? s.anon_bytes - bookkeeping_ : 0;
   };
+  // The periodic samples, and the live-peak snapshot in its place in time.
+  const bool snapped = snapped_.load(std::memory_order_acquire);
+  std::vector<MemorySample> all(buf_, buf_ + n_);
+  size_t snap_at = SIZE_MAX;
+  if (snapped) {
+    const auto it = std::upper_bound(all.begin(), all.end(), snap_.t_ns,
+                                     [](uint64_t t, const MemorySample& m) { return t < m.t_ns; });
+    snap_at = size_t(it - all.begin());
+    all.insert(it, snap_);
+  }
   nlohmann::json t = nlohmann::json::array(), rss = nlohmann::json::array(),
                  anon = nlohmann::json::array(), h = nlohmann::json::array(),
                  live = nlohmann::json::array();
   size_t at_live_peak = 0;
   uint64_t heap_peak = 0;
   double heap_area = 0, live_area = 0;
-  for (size_t i = 0; i < n_; ++i) {
-    const MemorySample& s = buf_[i];
+  for (size_t i = 0; i < all.size(); ++i) {
+    const MemorySample& s = all[i];
     t.push_back(double(s.t_ns) / 1e6);
     rss.push_back(s.rss_bytes / 1024);
     anon.push_back(s.anon_bytes / 1024);
     h.push_back(heap(s) / 1024);
     live.push_back(s.live_bytes);
-    if (s.live_bytes > buf_[at_live_peak].live_bytes) at_live_peak = i;
+    // The highest live bytes seen; on a tie the snapshot, taken right at
+    // the peak call.
+    if (s.live_bytes > all[at_live_peak].live_bytes || (i == snap_at && s.live_bytes == all[at_live_peak].live_bytes))
+      at_live_peak = i;
     heap_peak = std::max(heap_peak, heap(s));
-    if (i + 1 < n_) {  // time-weighted: each sample holds until the next
-      const double dt = double(buf_[i + 1].t_ns - s.t_ns);
+    if (i + 1 < all.size()) {  // time-weighted: each sample holds until the next
+      const double dt = double(all[i + 1].t_ns - s.t_ns);
       heap_area += double(heap(s)) * dt;
       live_area += double(std::max<int64_t>(s.live_bytes, 0)) * dt;
     }
   }
   j["source"] = "/proc/self/statm (anonymous = resident - shared)";
   j["interval_ms"] = double(interval_ns_) / 1e6;
-  j["samples"] = n_;
+  j["samples"] = all.size();
   j["timeline"] = {{"t_ms", t}, {"rss_kib", rss}, {"anon_kib", anon}, {"heap_kib", h}, {"live_bytes", live}};
   j["peak_rss_kib"] = status_kib("VmHWM:");
-  j["final_rss_kib"] = n_ ? buf_[n_ - 1].rss_bytes / 1024 : 0;
+  j["final_rss_kib"] = all.empty() ? 0 : all.back().rss_bytes / 1024;
   j["heap_peak_kib"] = heap_peak / 1024;
-  j["heap_final_kib"] = n_ ? heap(buf_[n_ - 1]) / 1024 : 0;
+  j["heap_final_kib"] = all.empty() ? 0 : heap(all.back()) / 1024;
   j["bookkeeping_anon_kib"] = bookkeeping_ / 1024;
-  j["footprint"] = {
+  nlohmann::json fp = {
       {"method", "mincore over anonymous private mappings, less the replayer's own"},
       {"page_size", page_},
       {"at_live_high", {{"live_bytes", fp_live_}, {"pages", fp_peak_pages_}}},
-      {"at_end", {{"pages", fp_end_pages_}}},
-      {"touched_pages", "not measured (soft-dirty bits: not yet)"}};
-  if (n_) {
-    const MemorySample& p = buf_[at_live_peak];
+      {"at_end", {{"pages", fp_end_pages_}}}};
+  if (snapped) fp["at_live_peak"] = {{"live_bytes", snap_.live_bytes}, {"pages", snap_pages_}};
+  if (soft_dirty_)
+    fp["touched"] = {{"method", "soft-dirty bits (/proc/self/pagemap), cleared at the start"},
+                     {"pages", touched_pages_}};
+  else
+    fp["touched"] = {{"method", "none"},
+                     {"why", soft_dirty_why_ + "; the replay's page_faults count first touches instead"}};
+  j["footprint"] = fp;
+  if (!all.empty()) {
+    const MemorySample& p = all[at_live_peak];
     j["live_bytes_peak_sampled"] = p.live_bytes;
     j["heap_kib_at_live_peak"] = heap(p) / 1024;
+    j["rss_kib_at_live_peak"] = p.rss_bytes / 1024;
+    j["at_live_peak_source"] = at_live_peak == snap_at ? "snapshot right after the trace's live-peak call"
+                                                       : "periodic sample";
     j["fragmentation"] = {
         {"at_live_peak", p.live_bytes > 0 ? double(heap(p)) / double(p.live_bytes) : 0.0},
         {"time_weighted", live_area > 0 ? heap_area / live_area : 0.0},
+        {"final", all.back().live_bytes > 0 ? double(heap(all.back())) / double(all.back().live_bytes) : 0.0},
         {"means", "heap RSS / live requested bytes (1.0: no overhead)"}};
   }
   return j;

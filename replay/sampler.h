@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <string>
 
 #include "replay/engine.h"
 #include "replay/footprint.h"
@@ -30,7 +31,7 @@ class MemorySampler {
  public:
   // `plan` must have live arrays; `results` are the replay threads' (for
   // their progress); `bookkeeping` is the anonymous bytes the replayer
-  // itself holds.
+  // itself holds (the sampler adds its own).
   MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const ThreadResult* results,
                 uint64_t bookkeeping, class Pinning* pin = nullptr);
   ~MemorySampler();
@@ -44,11 +45,20 @@ class MemorySampler {
   nlohmann::json to_json() const;
   size_t samples() const { return n_; }
   // Leaves the replayer's own mapping out of the page footprint.
-  void exclude(const void* p, size_t len) { footprint_.exclude(p, len); }
+  void exclude(const void* p, size_t len) {
+    footprint_.exclude(p, len);
+    snap_fp_.exclude(p, len);
+  }
+  // Called once, by the replay thread that has just made the call at which
+  // the trace's live bytes reach their peak: a sample (and the page
+  // footprint) at that instant, which periodic samples can miss. Safe while
+  // the sampling thread runs; allocation-free.
+  void snapshot();
 
  private:
   static void* thread_main(void* self);
   void take();
+  bool read(MemorySample& m);
   void halve();  // the buffer is full: keep every other sample, double the interval
 
   uint64_t interval_ns_;
@@ -69,6 +79,17 @@ class MemorySampler {
   FootprintCounter footprint_;
   int64_t fp_live_ = -1;
   int64_t fp_peak_pages_ = -1, fp_end_pages_ = -1;
+  // The snapshot at the live peak (its own footprint counter: the
+  // sampling thread may be using the other).
+  FootprintCounter snap_fp_;
+  MemorySample snap_{};
+  int64_t snap_pages_ = -1;
+  std::atomic<bool> snapped_{false};
+  // Pages written during the replay (soft-dirty bits), where the kernel
+  // keeps them.
+  bool soft_dirty_ = false;
+  std::string soft_dirty_why_;
+  int64_t touched_pages_ = -1;
 };
 
 }  // namespace heaplab::replay
