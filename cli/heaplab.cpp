@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
@@ -19,6 +20,8 @@
 #include "capture/import/metadata.h"
 #include "capture/launch/launcher.h"
 #include "capture/normalise/normalise.h"
+#include "allocators/library.h"
+#include "replay/compare.h"
 #include "replay/launch.h"
 
 namespace {
@@ -306,12 +309,87 @@ struct ReplayArgs {
   bool json = false;
 };
 
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> v;
+  size_t from = 0;
+  for (;;) {
+    const size_t comma = s.find(',', from);
+    v.push_back(s.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) return v;
+    from = comma + 1;
+  }
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  write_then_rename(path, [&](const std::string& tmp) {
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if ((f && std::fclose(f) != 0) || !ok) throw Failure{"replay: cannot write '" + path + "'"};
+  });
+}
+
+// Several allocators (or load modes): one replay each, in turn, each its own
+// process; then one table side by side. With `all`, allocators that are not
+// installed (or a replayer not built) are listed as skipped; a list named
+// by hand must all run.
+int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs,
+                const std::vector<std::string>& loads, bool all) {
+  if (!all)  // a name that cannot run stops everything before anything runs
+    for (const std::string& alloc : allocs) {
+      std::string err;
+      if (!allocators::resolve_allocator(alloc, err)) throw Failure{"replay: " + err};
+    }
+  std::vector<nlohmann::json> results;
+  int worst = 0;
+  for (const std::string& alloc : allocs) {
+    for (const std::string& load : loads) {
+      replay::ReplayOptions opt = a.opt;
+      opt.allocator = alloc;
+      opt.load = load;
+      if (!a.quiet && !a.json) fmt::print(stderr, "heaplab: replaying on {} ({})\n", alloc, load);
+      replay::ReplayOutcome o;
+      try {
+        o = replay::run_replay(opt);
+      } catch (const replay::ReplayError& e) {
+        if (!all) throw Failure{std::string("replay: ") + alloc + " (" + load + "): " + e.what()};
+        results.push_back({{"allocator", {{"name", alloc}, {"load", load}}}, {"skipped", e.what()}});
+        continue;
+      }
+      if (o.exit_code != 0) {
+        o.result["error"] = o.error;
+        fmt::print(stderr, "heaplab: error: replay on {} ({}): {}\n", alloc, load, o.error);
+      }
+      worst = std::max(worst, o.exit_code);
+      results.push_back(std::move(o.result));
+    }
+  }
+  const std::string text = nlohmann::json(results).dump(2) + "\n";
+  if (!a.out.empty()) write_text(a.out, text);
+  if (a.json) fmt::print("{}", text);
+  else if (!a.quiet) fmt::print("{}", replay::comparison_table(results));
+  return worst;
+}
+
 int run_replay(const ReplayArgs& a) {
   if (a.list) {
     fmt::print("{}", replay::list_allocators());
     return 0;
   }
   if (a.opt.trace.empty()) throw Failure{"replay: no trace given (heaplab replay TRACE --allocator NAME)"};
+  const bool all = a.opt.allocator == "all";
+  std::vector<std::string> allocs;
+  if (all)
+    for (const auto& k : allocators::known_allocators()) allocs.push_back(k.name);
+  else
+    allocs = split_commas(a.opt.allocator);
+  for (const std::string& n : allocs)
+    if (n.empty()) throw Failure{"replay: --allocator: an empty name in '" + a.opt.allocator + "'"};
+  const std::vector<std::string> loads =
+      a.opt.load == "both" ? std::vector<std::string>{"preload", "direct"} : split_commas(a.opt.load);
+  for (const std::string& l : loads)
+    if (l != "preload" && l != "direct")
+      throw Failure{"replay: --load: expected preload, direct or both, not '" + l + "'"};
+  if (allocs.size() * loads.size() > 1 || all) return run_replays(a, allocs, loads, all);
   replay::ReplayOutcome o;
   try {
     o = replay::run_replay(a.opt);
@@ -319,12 +397,7 @@ int run_replay(const ReplayArgs& a) {
     throw Failure{std::string("replay: ") + e.what()};
   }
   const std::string text = o.result.dump(2) + "\n";
-  if (!a.out.empty())
-    write_then_rename(a.out, [&](const std::string& tmp) {
-      FILE* f = std::fopen(tmp.c_str(), "w");
-      if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
-        throw Failure{"replay: cannot write '" + a.out + "'"};
-    });
+  if (!a.out.empty()) write_text(a.out, text);
   if (a.json) fmt::print("{}", text);
   else if (!a.quiet && o.exit_code != 2) fmt::print("{}", replay::result_summary(o.result));
   if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
@@ -404,15 +477,17 @@ int main(int argc, char** argv) {
   ReplayArgs ra;
   auto* rp = app.add_subcommand("replay",
                                 "Replay a trace on an allocator, one thread per recorded thread\n"
-                                "  heaplab replay TRACE [--allocator NAME] [--load preload|direct] [--out result.json]\n"
+                                "  heaplab replay TRACE [--allocator NAME[,NAME...]|all] [--load preload|direct|both] [--out result.json]\n"
                                 "Exits 0 when every call was replayed as recorded, 1 if the replay failed, 2 on errors.");
   rp->add_option("trace", ra.opt.trace, "Trace file (.hlt)");
   rp->add_option("--allocator", ra.opt.allocator,
-                 "glibc (default), jemalloc, mimalloc, tcmalloc, or the path of an allocator .so")
+                 "glibc (default), jemalloc, mimalloc, tcmalloc, or the path of an allocator .so; several "
+                 "separated by commas, or all, replay in turn and print a table side by side")
       ->capture_default_str();
   rp->add_option("--load", ra.opt.load,
-                 "preload: LD_PRELOAD the allocator; direct: a replayer linked against it (native API)")
-      ->check(CLI::IsMember({"preload", "direct"}))->capture_default_str();
+                 "preload: LD_PRELOAD the allocator; direct: a replayer linked against it (native API); "
+                 "both (or preload,direct): one replay each")
+      ->capture_default_str();
   rp->add_option("--threads", ra.opt.threads,
                  "Replay threads (default: one per recorded thread; fewer folds recorded threads)")
       ->check(CLI::Range(1u, 1u << 20));
