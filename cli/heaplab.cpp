@@ -507,6 +507,10 @@ int main(int argc, char** argv) {
   rp->add_option("--pin", ra.opt.pin,
                  "Bind replay threads (hwloc): none, compact, scatter, or CPU numbers such as 0,1")
       ->capture_default_str();
+  rp->add_option("--membind", ra.opt.membind,
+                 "Bind the replay's memory (NUMA, hwloc): none, local (the pinned CPUs' nodes), interleave, "
+                 "or node numbers such as 0,1")
+      ->capture_default_str();
   rp->add_option("-o,--out", ra.out, "Write the result JSON here");
   rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
   rp->add_flag("-q,--quiet", ra.quiet, "No summary");

@@ -141,6 +141,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
       (opt.pin.empty() || opt.pin.find_first_not_of("0123456789,") != std::string::npos))
     throw ReplayError("--pin: expected none, compact, scatter or a list of CPU numbers such as 0,2, not '" +
                       opt.pin + "'");
+  if (opt.membind != "none" && opt.membind != "local" && opt.membind != "interleave" &&
+      (opt.membind.empty() || opt.membind.find_first_not_of("0123456789,") != std::string::npos))
+    throw ReplayError("--membind: expected none, local, interleave or a list of NUMA nodes such as 0,1, not '" +
+                      opt.membind + "'");
+  if (opt.membind == "local" && opt.pin == "none")
+    throw ReplayError("--membind local: binds memory to the nodes of the pinned CPUs; give --pin too");
   const Launch l = resolve(opt);
   // Sizing the plan beyond the file-size limit must fail with EFBIG (and a
   // message), not kill heaplab.
@@ -197,6 +203,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   }
   argv.push_back("--pin");
   argv.push_back(opt.pin);
+  argv.push_back("--membind");
+  argv.push_back(opt.membind);
   argv.push_back("--sample-ms");
   argv.push_back(std::to_string(opt.sample_ms));
   if (opt.latency) {

@@ -8,6 +8,14 @@
 // With more replay threads than processing units, several share one (the
 // result says so). The sampler gets a core no replay thread uses when there
 // is one, else it is left unbound.
+//
+// Memory binding (NUMA), for the whole replayer process, before the
+// allocator under test allocates anything:
+//   none        the kernel's default (first touch)
+//   local       bound to the NUMA nodes of the CPUs the replay threads are
+//               pinned to (needs --pin)
+//   interleave  pages spread round-robin over all nodes
+//   LIST        bound to the nodes of LIST (OS indices, "0,1")
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,7 +28,7 @@ class Pinning {
  public:
   // Throws std::invalid_argument with one line for a bad policy or a PU this
   // process may not use.
-  Pinning(const std::string& policy, unsigned threads);
+  Pinning(const std::string& policy, unsigned threads, const std::string& membind = "none");
   ~Pinning();
   Pinning(const Pinning&) = delete;
   Pinning& operator=(const Pinning&) = delete;
@@ -29,11 +37,18 @@ class Pinning {
   // Binds the calling thread: replay thread i, or the sampler (i = -1).
   // Returns false (and the reason in error()) if the kernel refused.
   bool bind(int i);
+  // Applies the memory binding to the process; throws std::runtime_error
+  // with one line if the kernel refuses.
+  void bind_memory();
   // Policy, per-thread PU sets, the sampler's, and the topology.
   nlohmann::json to_json() const;
 
  private:
+  void set_membind_nodes();
   std::string policy_;
+  std::string membind_;
+  void* nodes_ = nullptr;           // hwloc_bitmap_t nodeset for membind (or null)
+  bool moot_ = false;               // no NUMA in the kernel, one node: nothing to bind
   void* topo_ = nullptr;            // hwloc_topology_t
   std::vector<void*> sets_;         // hwloc_bitmap_t per replay thread
   void* sampler_set_ = nullptr;     // hwloc_bitmap_t, or null (unbound)

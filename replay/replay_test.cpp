@@ -363,6 +363,12 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
       {{untimed, "--timing", "recorded"},
        "heaplab: error: replay: " + untimed + ": --timing recorded: the trace has no timestamps"},
       {{t, "--load", "sideways"}, "heaplab: error: replay: --load: expected preload, direct or both, not 'sideways'"},
+      {{t, "--membind", "near"},
+       "heaplab: error: replay: --membind: expected none, local, interleave or a list of NUMA nodes such as 0,1, not "
+       "'near'"},
+      {{t, "--membind", "local"},
+       "heaplab: error: replay: --membind local: binds memory to the nodes of the pinned CPUs; give --pin too"},
+      {{t, "--membind", "999"}, "heaplab: error: replay: --membind: NUMA node 999 is not one this process may use"},
       {{t, "--allocator", "glibc,,jemalloc"}, "heaplab: error: replay: --allocator: an empty name in 'glibc,,jemalloc'"},
       {{t, "--allocator", "glibc,nosuch"}, "heaplab: error: replay: allocator 'nosuch': unknown name"},
       {{t, "--pin", "sometimes"},
@@ -695,6 +701,36 @@ TEST_F(ReplayTest, PinningBindsTheThreads) {
   EXPECT_EQ(compact["replay"]["threads"][0]["cpu"], 0);
   EXPECT_EQ(compact["replay"]["threads"][1]["cpu"], 1);
   EXPECT_EQ(replay(t, {})["replay"]["pinning"], json({{"policy", "none"}}));
+}
+
+// --membind binds the replayer's memory to NUMA nodes (hwloc) before the
+// allocator allocates; the result has what was asked and what the kernel
+// reports back. Without NUMA in the kernel (one node, all the memory) a
+// binding to that node is moot and says so; a node that is not there is an
+// error (BadInputGivesOneLine).
+TEST_F(ReplayTest, MembindBindsTheReplaysMemory) {
+  const std::string t = producer_consumer();
+  for (const std::vector<std::string>& opts :
+       {std::vector<std::string>{"--membind", "0"}, {"--membind", "interleave"}, {"--membind", "local", "--pin", "compact"}}) {
+    SCOPED_TRACE(opts[1]);
+    const json r = replay(t, opts);
+    ASSERT_TRUE(r.is_object());
+    const json& m = r["replay"]["pinning"]["membind"];
+    EXPECT_EQ(m["policy"], opts[1]);
+    if (opts[1] == "0") {
+      EXPECT_EQ(m["nodes"], "0");
+    } else {
+      EXPECT_FALSE(m["nodes"].get<std::string>().empty());  // all nodes, or the pinned CPUs'
+    }
+    if (m["kernel"].is_string()) {
+      EXPECT_EQ(m["kernel"], "no NUMA support: one node, all the memory (the binding is moot)");
+      EXPECT_EQ(r["replay"]["pinning"]["numa_nodes"], 1);
+    } else {
+      EXPECT_EQ(m["kernel"]["nodes"], m["nodes"]);
+      EXPECT_EQ(m["kernel"]["policy"], opts[1] == "interleave" ? "interleave" : "bind");
+    }
+    EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  }
 }
 
 // The replayer also runs alone on a trace, e.g. under a hand-written

@@ -226,6 +226,8 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
       a.sample_ms = uint32_t(v);
     } else if (opt == "--pin") {
       a.pin = value();
+    } else if (opt == "--membind") {
+      a.membind = value();
     } else if (opt == "--result-fd") {
       a.result_fd = int(parse_u64(opt, value()));
     } else if (opt == "--load") {
@@ -261,6 +263,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     throw PlanError("--timing recorded: the plan has no timestamps (the trace has no clock)");
   check_steps(plan);
 
+  // Threads and memory placed (hwloc); memory bound before the allocator
+  // under test allocates.
+  Pinning pin(args.pin, plan.threads(), args.membind);
+  pin.bind_memory();
   backend.init();
   const size_t table_bytes = size_t(plan.max_id() + 1) * sizeof(Slot);  // max_id < 2^48
   auto* table = static_cast<Slot*>(map_anon(table_bytes, true, "the object table"));
@@ -290,7 +296,6 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
       pages(table_bytes) + pages(results_bytes) + pages(std::max<size_t>(1, nthreads) * sizeof(Worker)) +
       pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0);
   std::unique_ptr<MemorySampler> sampler;
-  Pinning pin(args.pin, nthreads);
   if (plan.has_live()) {
     sampler = std::make_unique<MemorySampler>(args.sample_ms, plan, results, bookkeeping, &pin);
     sampler->exclude(table, table_bytes);

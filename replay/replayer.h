@@ -5,7 +5,7 @@
 //
 //   heaplab-replay (TRACE | --plan-fd N) [--threads N] [--touch none|first|pages|all]
 //                  [--timing fast|recorded] [--speed X] [--latency N] [--sample-ms N] [--result-fd N]
-//                  [--pin none|compact|scatter|LIST] [--load preload|direct]
+//                  [--pin none|compact|scatter|LIST] [--membind none|local|interleave|LIST] [--load preload|direct]
 //
 // `heaplab replay` builds the plan itself and passes it as --plan-fd, so the
 // replayer does no decoding. Given a TRACE instead, the replayer builds the
@@ -50,6 +50,7 @@ struct ReplayerArgs {
   uint32_t latency_every = 0;  // time every Nth call (0: none)
   uint32_t sample_ms = 10;     // memory sampling interval (0: only at start and end)
   std::string pin = "none";    // none | compact | scatter | CPU list (replay/pinning.h)
+  std::string membind = "none";  // none | local | interleave | node list (replay/pinning.h)
   int result_fd = 1;
   std::string load = "preload";
   std::string direct_library;  // heaplab-replay only: a custom .so loaded directly
