@@ -521,9 +521,10 @@ TEST_F(ReplayTest, LatencySamplesEveryNthCall) {
 // Memory over time: 16 blocks of 1 MiB allocated at once and held until 1 s
 // (at the recorded pace; writing their pages takes ~0.1 s on this VM), then
 // all freed. The sampler sees exactly the 16 MiB live, a heap RSS above it
-// while they are live, and the RSS fall after the frees on allocators that
-// give memory back: glibc (the blocks are mmap'd) and jemalloc told to purge
-// at once.
+// while they are live, and the RSS fall after the frees on every allocator
+// once it gives memory back: glibc (the blocks are mmap'd), jemalloc told to
+// purge at once, mimalloc to reset freed pages at once, tcmalloc to decommit
+// freed spans. Page faults count the pages first touched.
 TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
   std::vector<Event> ev;
   for (int i = 0; i < 16; ++i) {
@@ -549,7 +550,8 @@ TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
   struct On {
     std::string allocator, env;
   };
-  for (const On& c : {On{"glibc", ""}, On{"jemalloc", "MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0"}}) {
+  for (const On& c : {On{"glibc", ""}, On{"jemalloc", "MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0"},
+                      On{"mimalloc", "MIMALLOC_RESET_DELAY=0"}, On{"tcmalloc", "TCMALLOC_AGGRESSIVE_DECOMMIT=t"}}) {
     SCOPED_TRACE(c.allocator);
     const json r = replay(t, {"--allocator", c.allocator, "--timing", "recorded", "--sample-ms", "5"}, 0, c.env);
     ASSERT_TRUE(r.is_object());
@@ -575,8 +577,15 @@ TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
     for (const char* col : {"rss_kib", "anon_kib", "heap_kib", "live_bytes"}) EXPECT_EQ(tl[col].size(), n) << col;
     for (size_t i = 1; i < n; ++i) EXPECT_GE(tl["t_ms"][i].get<double>(), tl["t_ms"][i - 1].get<double>());
     EXPECT_EQ(tl["live_bytes"][n - 1].get<int64_t>(), 16);
-    if (!c.env.empty()) {
-      EXPECT_EQ(r["allocator"]["settings"]["MALLOC_CONF"], "dirty_decay_ms:0,muzzy_decay_ms:0");
+    EXPECT_GE(r["replay"]["page_faults"]["minor"].get<uint64_t>(), 4096u);
+    const json& touched = m["footprint"]["touched"];
+    if (touched["method"] == "none")
+      EXPECT_NE(touched["why"].get<std::string>().find("soft-dirty"), std::string::npos);
+    else
+      EXPECT_GE(touched["pages"].get<int64_t>(), 4096);
+    if (!c.env.empty()) {  // the setting is in the result
+      const size_t eq = c.env.find('=');
+      EXPECT_EQ(r["allocator"]["settings"][c.env.substr(0, eq)], c.env.substr(eq + 1));
     }
   }
 }
