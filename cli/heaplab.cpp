@@ -507,6 +507,8 @@ int main(int argc, char** argv) {
   rp->add_option("--pin", ra.opt.pin,
                  "Bind replay threads (hwloc): none, compact, scatter, or CPU numbers such as 0,1")
       ->capture_default_str();
+  rp->add_flag("!--no-memory", ra.opt.memory,
+               "No memory measurement (no sampler, no live-bytes sums in the plan): wall time and calls only");
   rp->add_option("--membind", ra.opt.membind,
                  "Bind the replay's memory (NUMA, hwloc): none, local (the pinned CPUs' nodes), interleave, "
                  "or node numbers such as 0,1")

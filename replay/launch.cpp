@@ -164,7 +164,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   int plan_fd = -1;
   const auto plan_start = std::chrono::steady_clock::now();
   try {
-    plan_fd = build_plan(*reader, PlanOptions{opt.threads, opt.timing == "recorded", true}, plan);
+    plan_fd = build_plan(*reader, PlanOptions{opt.threads, opt.timing == "recorded", opt.memory}, plan);
   } catch (const trace::TraceError& e) {
     throw ReplayError(e.what());
   } catch (const PlanError& e) {
@@ -365,16 +365,40 @@ std::string result_summary(const nlohmann::json& r) {
     s += fmt::format("  heap RSS: peak {:.1f} MiB, final {:.1f} MiB; {} samples every {} ms\n",
                      mib(m.value("heap_peak_kib", uint64_t{0})), mib(m.value("heap_final_kib", uint64_t{0})),
                      m.value("samples", 0), m.value("interval_ms", 0.0));
+    // At the end only where a good part of the peak is still live (else a
+    // ratio of a few bytes).
+    std::string final_frag;
+    const auto& tl = m["timeline"]["live_bytes"];
+    if (!tl.empty() && 4 * tl.back().get<int64_t>() >= m.value("live_bytes_peak_sampled", int64_t{0}))
+      final_frag = fmt::format(", at the end {:.2f}", m["fragmentation"].value("final", 0.0));
     if (m.value("live_peak_sampled_fraction", 0.0) >= 0.5)
-      s += fmt::format("  at the sampled live peak ({:.1f} MiB live) heap RSS {:.1f} MiB: fragmentation {:.2f} "
-                       "(time-weighted {:.2f})\n",
+      s += fmt::format("  at the live peak ({:.1f} MiB live, {}) heap RSS {:.1f} MiB: fragmentation {:.2f} "
+                       "(time-weighted {:.2f}{})\n",
                        double(m.value("live_bytes_peak_sampled", int64_t{0})) / 1048576.0,
+                       m.value("at_live_peak_source", "") == "periodic sample" ? "sampled" : "snapshot",
                        mib(m.value("heap_kib_at_live_peak", uint64_t{0})), m["fragmentation"].value("at_live_peak", 0.0),
-                       m["fragmentation"].value("time_weighted", 0.0));
+                       m["fragmentation"].value("time_weighted", 0.0), final_frag);
     else
       s += fmt::format("  fragmentation: not measured: the samples saw {:.0f}% of the live peak (the replay is short "
                        "against --sample-ms; try --sample-ms 1 or --timing recorded)\n",
                        100.0 * m.value("live_peak_sampled_fraction", 0.0));
+  }
+  if (p.contains("memory") && p["memory"].contains("footprint")) {
+    const auto& f = p["memory"]["footprint"];
+    const auto pages = [&](const char* at) {
+      return f.contains(at) ? group_digits(uint64_t(std::max<int64_t>(0, f[at].value("pages", int64_t{0})))) : "-";
+    };
+    s += fmt::format("  page footprint (mincore): {} pages at the live peak, {} at the end\n",
+                     pages(f.contains("at_live_peak") ? "at_live_peak" : "at_live_high"), pages("at_end"));
+    std::string why = f["touched"].value("why", std::string());
+    why = why.substr(0, why.find(';'));
+    const std::string touched =
+        f["touched"].value("method", "") != "none"
+            ? group_digits(uint64_t(std::max<int64_t>(0, f["touched"].value("pages", int64_t{0})))) + " (soft-dirty)"
+            : "not measured: " + why;
+    s += fmt::format("  pages written during the replay: {}; page faults: {} minor, {} major\n", touched,
+                     group_digits(p["page_faults"].value("minor", uint64_t{0})),
+                     group_digits(p["page_faults"].value("major", uint64_t{0})));
   }
   if (p.contains("latency")) {
     const auto& l = p["latency"];

@@ -19,6 +19,7 @@ struct ReplayOptions {
   double speed = 1.0;
   uint32_t latency = 0;             // time every Nth call (0: none)
   uint32_t sample_ms = 10;          // memory sampling interval (0: start and end only)
+  bool memory = true;               // false: no memory measurement at all (no live-bytes arrays, no sampler)
   std::string pin = "none";         // none | compact | scatter | CPU list
   std::string membind = "none";     // none | local | interleave | NUMA node list
   std::string replayer_dir;         // where the heaplab-replay* executables are ("" = next to heaplab)

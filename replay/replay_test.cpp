@@ -648,6 +648,10 @@ TEST_F(ReplayTest, LivePeakIsMeasuredExactlyWithoutPacing) {
     }
     EXPECT_TRUE(seen);
   }
+  // --no-memory: no sampler, no memory figures.
+  const json off = replay(t, {"--no-memory"});
+  EXPECT_FALSE(off["replay"].contains("memory"));
+  EXPECT_TRUE(off["replay"]["faithful"].get<bool>());
 }
 
 // Fragmentation from the same instants: 131,072 objects of 64 bytes (8 MiB),

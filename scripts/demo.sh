@@ -3,10 +3,11 @@
 # indexing and querying a 20,000-row table) with the LD_PRELOAD shim, on
 # glibc and on jemalloc, mimalloc and tcmalloc; check the traces and print
 # their statistics; replay the glibc capture on all four allocators, each
-# loaded both ways (LD_PRELOAD and linked directly), and print the
-# comparison; then import the bundled SPEC 456.hmmer trace (Compact Memory
-# Traces text format) and replay it the same way. (RSS over time, latency
-# and the dashboard come with issues 5 to 7.)
+# loaded both ways (LD_PRELOAD and linked directly), and print heaplab's
+# side-by-side table (time, heap RSS, fragmentation at the live peak, page
+# faults, latency); then import the bundled SPEC 456.hmmer trace (Compact
+# Memory Traces text format) and replay it the same way. (The dashboard
+# comes with issue 7.)
 #
 # Usage: scripts/demo.sh
 # Environment: HEAPLAB_BUILD_DIR  build directory (default: <repo>/build)
@@ -53,42 +54,16 @@ done
 heading "Stats results/sqlite3.glibc.hlt"
 "$HEAPLAB" stats results/sqlite3.glibc.hlt
 
-# replay_all TRACE: replays TRACE on every allocator and load mode, prints
-# each replay's summary, then one comparison table.
+# replay_all TRACE: one replay in full (glibc, preloaded), then every
+# allocator and load mode in turn with heaplab's own side-by-side table.
 replay_all() {
   local trace="$1" base
   base="results/$(basename "$trace" .hlt)"
   "$HEAPLAB" replay --list-allocators
-  for alloc in glibc jemalloc mimalloc tcmalloc; do
-    for load in preload direct; do
-      heading "Replay $trace on $alloc ($load) -> $base.replay.$alloc.$load.json"
-      "$HEAPLAB" replay "$trace" --allocator "$alloc" --load "$load" --latency 16 \
-        -o "$base.replay.$alloc.$load.json"
-    done
-  done
-  heading "Comparison: $trace"
-  python3 - "$base" <<'PY_EOF'
-import json, sys
-base = sys.argv[1]
-print(f"{'allocator':<10} {'load':<8} {'wall s':>7} {'M calls/s':>9} {'heap peak MiB':>13} {'frag.':>6}"
-      f" {'malloc p99 ns':>13} {'free p99 ns':>11} {'exact':>6}")
-for alloc in ("glibc", "jemalloc", "mimalloc", "tcmalloc"):
-    for load in ("preload", "direct"):
-        r = json.load(open(f"{base}.replay.{alloc}.{load}.json"))
-        p = r["replay"]
-        m = p.get("memory", {})
-        lat = p.get("latency", {}).get("ops", {})
-        p99 = lambda op: f"{lat[op]['p99_ns']:.0f}" if op in lat else "-"
-        # Fragmentation only where the samples caught most of the live peak.
-        frag = lambda m: (f"{m['fragmentation']['at_live_peak']:.2f}"
-                          if m.get("live_peak_sampled_fraction", 0) >= 0.5 else "-")
-        print(f"{alloc:<10} {load:<8} {p['wall_s']:>7.3f} {p['calls_per_s'] / 1e6:>9.2f}"
-              f" {m.get('heap_peak_kib', 0) / 1024:>13.1f} {frag(m):>6}"
-              f" {p99('malloc'):>13} {p99('free'):>11} {'yes' if p['calls_match'] else 'NO':>6}")
-print("heap peak: anonymous RSS less the replayer's own bookkeeping, sampled every 10 ms;"
-      " frag.: heap RSS / live bytes at the sampled live peak (-: the samples missed the peak);"
-      " latency: 1 call in 16 timed")
-PY_EOF
+  heading "Replay $trace on glibc -> $base.replay.glibc.json"
+  "$HEAPLAB" replay "$trace" --allocator glibc --latency 16 -o "$base.replay.glibc.json"
+  heading "Replay $trace on every allocator, preloaded and linked directly -> $base.compare.json"
+  "$HEAPLAB" replay "$trace" --allocator all --load both --latency 16 -o "$base.compare.json"
 }
 
 replay_all results/sqlite3.glibc.hlt
