@@ -2,7 +2,7 @@
 """The four allocators on one captured real program, side by side.
 
 Captures Debian's sqlite3 building, indexing, updating and vacuuming a
-table of 20,000 rows, then runs `heaplab replay TRACE --allocator all
+table of 20,000 rows (scripts/sqlite3-workload.sql, the demo's workload), then runs `heaplab replay TRACE --allocator all
 --latency 4` once: one replay per allocator, each its own process, and the
 table side by side on the console. Asserts that every allocator replays
 every call exactly, that each shows the trace's live-bytes peak exactly
@@ -19,16 +19,7 @@ import shutil
 import subprocess
 import sys
 
-SQL = """
-CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
-WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<20000)
-INSERT INTO t SELECT x, printf('name-%d-%s', x, hex(randomblob(8))), x*1.5 FROM c;
-CREATE INDEX t_name ON t(name);
-SELECT count(*), sum(v) FROM t WHERE name LIKE 'name-1%';
-UPDATE t SET name = upper(name) WHERE id % 7 = 0;
-DELETE FROM t WHERE id % 3 = 0;
-VACUUM;
-"""
+SQL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "sqlite3-workload.sql")
 ALLOCATORS = ["glibc", "jemalloc", "mimalloc", "tcmalloc"]
 
 
@@ -43,12 +34,9 @@ def main():
         fail("sqlite3 is not installed (scripts/bootstrap.sh installs it)")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    sql = os.path.join(work, "load.sql")
-    with open(sql, "w") as f:
-        f.write(SQL)
     trace = os.path.join(work, "sqlite3.hlt")
     subprocess.run([heaplab, "capture", "-q", "-o", trace, "--", "sqlite3", ":memory:", "-init", "/dev/null",
-                    "-cmd", ".read " + sql], check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                    "-cmd", ".read " + SQL], check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
     out = os.path.join(work, "compare.json")
     r = subprocess.run([heaplab, "replay", trace, "--allocator", "all", "--latency", "4", "-o", out],

@@ -148,6 +148,22 @@ std::map<std::string, uint64_t> replayed_calls(const json& r) {
   return m;
 }
 
+// Calls for traces written for the purpose (the writer assigns ids in order).
+Event malloc_ev(uint64_t size, uint64_t time = 0) {
+  Event e{};
+  e.op = Op::malloc;
+  e.size = size;
+  e.time = time;
+  return e;
+}
+Event free_ev(uint64_t id, uint64_t time = 0) {
+  Event e{};
+  e.op = Op::free;
+  e.old = id;
+  e.time = time;
+  return e;
+}
+
 // --- Faithfulness on every allocator, both load modes, folded or not -------
 
 struct Case {
@@ -265,20 +281,8 @@ INSTANTIATE_TEST_SUITE_P(AllAllocators, Faithful, ::testing::ValuesIn(all_cases(
 // replay goes on, and their frees receive NULL.
 std::vector<Event> big_and_small() {
   std::vector<Event> ev;
-  for (int i = 0; i < 100; ++i) {
-    Event e{};
-    e.op = Op::malloc;
-    e.size = i % 2 ? 100 : 1 << 20;
-    e.time = uint64_t(i) * 1000;
-    ev.push_back(e);
-  }
-  for (uint64_t id = 1; id <= 100; ++id) {
-    Event e{};
-    e.op = Op::free;
-    e.old = id;
-    e.time = 100000 + id * 1000;
-    ev.push_back(e);
-  }
+  for (int i = 0; i < 100; ++i) ev.push_back(malloc_ev(i % 2 ? 100 : 1 << 20, uint64_t(i) * 1000));
+  for (uint64_t id = 1; id <= 100; ++id) ev.push_back(free_ev(id, 100000 + id * 1000));
   return ev;
 }
 
@@ -444,18 +448,8 @@ TEST_F(ReplayTest, ListAllocatorsShowsBothModes) {
 // touching none leaves them (fresh mmap'd memory) out of RSS.
 TEST_F(ReplayTest, TouchModesDecideWhatBecomesResident) {
   std::vector<Event> ev;
-  for (int i = 0; i < 16; ++i) {
-    Event e{};
-    e.op = Op::malloc;
-    e.size = 4 << 20;
-    ev.push_back(e);
-  }
-  for (uint64_t id = 1; id <= 16; ++id) {
-    Event e{};
-    e.op = Op::free;
-    e.old = id;
-    ev.push_back(e);
-  }
+  for (int i = 0; i < 16; ++i) ev.push_back(malloc_ev(4 << 20));
+  for (uint64_t id = 1; id <= 16; ++id) ev.push_back(free_ev(id));
   const std::string t = write_trace("big_blocks", ev, false);
   const json none = replay(t, {"--touch", "none"});
   const json pages = replay(t, {"--touch", "pages"});
@@ -471,18 +465,8 @@ TEST_F(ReplayTest, TouchModesDecideWhatBecomesResident) {
 // takes at least that long at speed 1, and a tenth at speed 10.
 TEST_F(ReplayTest, RecordedTimingKeepsThePace) {
   std::vector<Event> ev;
-  for (int i = 0; i < 20; ++i) {
-    Event e{};
-    e.op = Op::malloc;
-    e.size = 64;
-    e.time = uint64_t(i) * 10'000'000;  // every 10 ms
-    ev.push_back(e);
-  }
-  Event last{};
-  last.op = Op::free;
-  last.old = 1;
-  last.time = 200'000'000;
-  ev.push_back(last);
+  for (int i = 0; i < 20; ++i) ev.push_back(malloc_ev(64, uint64_t(i) * 10'000'000));  // every 10 ms
+  ev.push_back(free_ev(1, 200'000'000));
   const std::string t = write_trace("paced", ev);
   const json slow = replay(t, {"--timing", "recorded"});
   const json fast = replay(t, {"--timing", "recorded", "--speed", "10"});
@@ -527,25 +511,10 @@ TEST_F(ReplayTest, LatencySamplesEveryNthCall) {
 // freed spans. Page faults count the pages first touched.
 TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
   std::vector<Event> ev;
-  for (int i = 0; i < 16; ++i) {
-    Event e{};
-    e.op = Op::malloc;
-    e.size = 1 << 20;
-    e.time = uint64_t(i) * 1000;
-    ev.push_back(e);
-  }
-  for (uint64_t id = 1; id <= 16; ++id) {
-    Event e{};
-    e.op = Op::free;
-    e.old = id;
-    e.time = 1'000'000'000 + id * 1000;
-    ev.push_back(e);
-  }
-  Event last{};  // a last call 100 ms later, so the fall is sampled while the replay runs
-  last.op = Op::malloc;
-  last.size = 16;
-  last.time = 1'100'000'000;
-  ev.push_back(last);
+  for (int i = 0; i < 16; ++i) ev.push_back(malloc_ev(1 << 20, uint64_t(i) * 1000));
+  for (uint64_t id = 1; id <= 16; ++id) ev.push_back(free_ev(id, 1'000'000'000 + id * 1000));
+  // A last call 100 ms later, so the fall is sampled while the replay runs.
+  ev.push_back(malloc_ev(16, 1'100'000'000));
   const std::string t = write_trace("hold_16m", ev);
   struct On {
     std::string allocator, env;
@@ -598,27 +567,11 @@ TEST_F(ReplayTest, MemoryTimelineSeesThePeakAndTheFall) {
 // and page footprint above it.
 TEST_F(ReplayTest, LivePeakIsMeasuredExactlyWithoutPacing) {
   std::vector<Event> ev;
-  for (int i = 0; i < 64; ++i) {
-    Event e{};
-    e.op = Op::malloc;
-    e.size = 256 << 10;
-    ev.push_back(e);
-  }
-  for (uint64_t id = 1; id <= 64; ++id) {
-    Event e{};
-    e.op = Op::free;
-    e.old = id;
-    ev.push_back(e);
-  }
+  for (int i = 0; i < 64; ++i) ev.push_back(malloc_ev(256 << 10));
+  for (uint64_t id = 1; id <= 64; ++id) ev.push_back(free_ev(id));
   for (uint64_t i = 0; i < 1000; ++i) {
-    Event m{};
-    m.op = Op::malloc;
-    m.size = 1024;
-    ev.push_back(m);
-    Event f{};
-    f.op = Op::free;
-    f.old = 65 + i;
-    ev.push_back(f);
+    ev.push_back(malloc_ev(1024));
+    ev.push_back(free_ev(65 + i));
   }
   const std::string t = write_trace("peak_16m", ev, false);
   for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"}) {
@@ -661,18 +614,8 @@ TEST_F(ReplayTest, LivePeakIsMeasuredExactlyWithoutPacing) {
 TEST_F(ReplayTest, FreeingEveryOtherSmallObjectDoublesFragmentation) {
   constexpr uint64_t kObjects = 131072;
   std::vector<Event> ev;
-  for (uint64_t i = 0; i < kObjects; ++i) {
-    Event e{};
-    e.op = Op::malloc;
-    e.size = 64;
-    ev.push_back(e);
-  }
-  for (uint64_t id = 2; id <= kObjects; id += 2) {
-    Event e{};
-    e.op = Op::free;
-    e.old = id;
-    ev.push_back(e);
-  }
+  for (uint64_t i = 0; i < kObjects; ++i) ev.push_back(malloc_ev(64));
+  for (uint64_t id = 2; id <= kObjects; id += 2) ev.push_back(free_ev(id));
   const std::string t = write_trace("half_freed", ev, false);
   for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"}) {
     SCOPED_TRACE(a);

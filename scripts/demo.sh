@@ -32,17 +32,7 @@ HEAPLAB_BUILD_DIR="$BUILD_DIR" bash scripts/bootstrap.sh
 
 mkdir -p results
 
-SQL="results/demo.sql"
-cat > "$SQL" <<'SQL_EOF'
-CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
-WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<20000)
-INSERT INTO t SELECT x, printf('name-%d-%s', x, hex(randomblob(8))), x*1.5 FROM c;
-CREATE INDEX t_name ON t(name);
-SELECT count(*), sum(v) FROM t WHERE name LIKE 'name-1%';
-UPDATE t SET name = upper(name) WHERE id % 7 = 0;
-DELETE FROM t WHERE id % 3 = 0;
-VACUUM;
-SQL_EOF
+SQL="scripts/sqlite3-workload.sql"
 
 for alloc in glibc jemalloc mimalloc tcmalloc; do
   heading "Capture sqlite3 on $alloc -> results/sqlite3.$alloc.hlt"
