@@ -50,17 +50,24 @@ const allocators::KnownAllocator* known(const std::string& name) {
 bool is_executable(const std::string& p) { return access(p.c_str(), X_OK) == 0; }
 
 // Settings an allocator reads from the environment.
-nlohmann::json allocator_settings() {
+bool allocator_setting(const std::string& k) {
+  return k.rfind("MALLOC_", 0) == 0 || k.rfind("MIMALLOC_", 0) == 0 || k.rfind("TCMALLOC_", 0) == 0 ||
+         k.rfind("JEMALLOC_", 0) == 0 || k == "GLIBC_TUNABLES" || k == "_RJEM_MALLOC_CONF";
+}
+
+// Settings an allocator reads from the environment: heaplab's own and the
+// replay's extra ones (which win).
+nlohmann::json allocator_settings(const std::vector<std::pair<std::string, std::string>>& extra) {
   nlohmann::json s = nlohmann::json::object();
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) continue;
     const std::string k = kv.substr(0, eq);
-    if (k.rfind("MALLOC_", 0) == 0 || k.rfind("MIMALLOC_", 0) == 0 || k.rfind("TCMALLOC_", 0) == 0 ||
-        k.rfind("JEMALLOC_", 0) == 0 || k == "GLIBC_TUNABLES" || k == "_RJEM_MALLOC_CONF")
-      s[k] = kv.substr(eq + 1);
+    if (allocator_setting(k)) s[k] = kv.substr(eq + 1);
   }
+  for (const auto& [k, v] : extra)
+    if (allocator_setting(k)) s[k] = v;
   return s;
 }
 
@@ -230,6 +237,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     // fds 3 and 4 in the child: the plan and the result pipe.
     int p = fcntl(plan_fd, F_DUPFD_CLOEXEC, 10), w = fcntl(pipefd[1], F_DUPFD_CLOEXEC, 10);
     if (p < 0 || w < 0 || dup2(p, 3) < 0 || dup2(w, 4) < 0) _exit(126);
+    for (const auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
     if (l.preload.empty())
       unsetenv("LD_PRELOAD");
     else
@@ -260,7 +268,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["allocator"] = {{"name", opt.allocator},
                     {"load", opt.load},
                     {"library", l.library},
-                    {"settings", allocator_settings()}};
+                    {"settings", allocator_settings(opt.env)}};
   r["plan_build_s"] = plan_s;
   r["replay_threads"] = plan.replay_threads;
   nlohmann::json fold = nlohmann::json::array();

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace heaplab::replay {
 
@@ -23,6 +25,9 @@ struct ReplayOptions {
   std::string pin = "none";         // none | compact | scatter | CPU list
   std::string membind = "none";     // none | local | interleave | NUMA node list
   std::string replayer_dir;         // where the heaplab-replay* executables are ("" = next to heaplab)
+  // Environment set for the replayer only (an allocator's settings, e.g.
+  // MALLOC_CONF), on top of heaplab's own.
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 // A replay that could not start (bad option, unknown allocator, corrupt

@@ -16,7 +16,8 @@ set -euo pipefail
 #   tests/benches: libgtest-dev libgmock-dev libbenchmark-dev
 #   compression:   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
 #   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev
-#                  libhwloc-dev (pinning replay threads)
+#                  (pinning replay threads), libyaml-cpp-dev (experiment files),
+#                  libsqlite3-dev (the results store)
 #   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
 #   allocators to run captured programs on: libjemalloc2 libmimalloc2.0 libgoogle-perftools4
 #   and their headers, for the replayers linked against them (direct load):
@@ -26,7 +27,7 @@ set -euo pipefail
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
-  libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev
+  libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev
   zstd xz-utils bzip2 gzip lz4 clang
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"

@@ -1,0 +1,202 @@
+#include "experiments/report.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "experiments/metrics.h"
+#include "experiments/stats.h"
+
+namespace heaplab::experiments {
+
+namespace {
+
+template <class T>
+void add_unique(std::vector<T>& v, const T& x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+// Figures for people: 4 significant digits below 1000, whole numbers above.
+std::string num(double v) {
+  if (std::isnan(v)) return "-";
+  if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.4g}", v);
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string metric_head(const std::string& name) {
+  const Metric* m = find_metric(name);
+  return m->unit.empty() ? m->label : m->label + " (" + m->unit + ")";
+}
+
+}  // namespace
+
+std::vector<Summary> summarise(const std::vector<RunRecord>& runs, const ReportOptions& opt) {
+  std::vector<std::string> traces, allocators, present;
+  for (const RunRecord& r : runs) {
+    if (r.warmup || !r.ok) continue;
+    add_unique(traces, r.trace);
+    add_unique(allocators, r.allocator);
+    for (const auto& [k, v] : r.metrics) add_unique(present, k);
+  }
+  std::vector<std::string> metrics;
+  if (opt.metrics.empty()) {
+    for (const std::string& m : default_metrics())
+      if (std::find(present.begin(), present.end(), m) != present.end()) metrics.push_back(m);
+  } else {
+    for (const std::string& m : opt.metrics) {
+      if (!find_metric(m)) {
+        std::string known;
+        for (const Metric& k : all_metrics()) known += (known.empty() ? "" : ", ") + k.name;
+        throw std::invalid_argument("unknown metric '" + m + "' (known: " + known + ")");
+      }
+      metrics.push_back(m);
+    }
+  }
+  // Catalogue order.
+  std::vector<std::string> ordered;
+  for (const Metric& m : all_metrics())
+    if (std::find(metrics.begin(), metrics.end(), m.name) != metrics.end()) ordered.push_back(m.name);
+  const std::string baseline = opt.baseline.empty() ? (allocators.empty() ? "" : allocators[0]) : opt.baseline;
+  if (!allocators.empty() && std::find(allocators.begin(), allocators.end(), baseline) == allocators.end())
+    throw std::invalid_argument("baseline '" + baseline + "' is not among the allocators run");
+
+  std::vector<Summary> out;
+  for (const std::string& t : traces) {
+    for (const std::string& m : ordered) {
+      const auto samples = [&](const std::string& a) {
+        std::vector<double> v;
+        for (const RunRecord& r : runs) {
+          if (r.warmup || !r.ok || r.trace != t || r.allocator != a) continue;
+          if (auto it = r.metrics.find(m); it != r.metrics.end()) v.push_back(it->second);
+        }
+        return v;
+      };
+      const std::vector<double> base = samples(baseline);
+      const double base_median = median(base);
+      for (const std::string& a : allocators) {
+        const std::vector<double> v = samples(a);
+        if (v.empty()) continue;
+        Summary s;
+        s.trace = t;
+        s.allocator = a;
+        s.metric = m;
+        s.n = v.size();
+        s.median = median(v);
+        s.q1 = quantile(v, 0.25);
+        s.q3 = quantile(v, 0.75);
+        s.min = *std::min_element(v.begin(), v.end());
+        s.max = *std::max_element(v.begin(), v.end());
+        s.ratio = !base.empty() && base_median != 0 ? s.median / base_median : 0;
+        if (a != baseline && !base.empty()) {
+          s.p = mann_whitney(v, base).p;
+          s.significant = v.size() >= 2 && base.size() >= 2 && s.p < opt.alpha;
+        }
+        out.push_back(s);
+      }
+    }
+  }
+  return out;
+}
+
+std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt) {
+  if (opt.format != "table" && opt.format != "md" && opt.format != "csv" && opt.format != "json")
+    throw std::invalid_argument("--format: expected table, md, csv or json, not '" + opt.format + "'");
+  const std::vector<Summary> sums = summarise(runs, opt);
+  std::vector<std::string> allocators;
+  for (const RunRecord& r : runs)
+    if (!r.warmup && r.ok) add_unique(allocators, r.allocator);
+  const std::string baseline = opt.baseline.empty() ? (allocators.empty() ? "" : allocators[0]) : opt.baseline;
+
+  if (opt.format == "csv") {
+    std::string s = "trace,allocator,metric,n,median,q1,q3,min,max,ratio_to_baseline,p_value,significant\n";
+    for (const Summary& x : sums)
+      s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(x.trace), csv_field(x.allocator), x.metric,
+                       x.n, x.median, x.q1, x.q3, x.min, x.max, x.ratio, x.p, x.significant ? 1 : 0);
+    return s;
+  }
+  if (opt.format == "json") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Summary& x : sums)
+      j.push_back({{"trace", x.trace}, {"allocator", x.allocator}, {"metric", x.metric}, {"n", x.n},
+                   {"median", x.median}, {"q1", x.q1}, {"q3", x.q3}, {"min", x.min}, {"max", x.max},
+                   {"ratio_to_baseline", x.ratio}, {"p_value", x.p}, {"significant", x.significant}});
+    return nlohmann::json{{"baseline", baseline}, {"alpha", opt.alpha}, {"summaries", j}}.dump(2) + "\n";
+  }
+
+  // table and md: per trace, a row per allocator, a column per metric;
+  // each cell "median [min-max] ratio" with * where significant.
+  const bool md = opt.format == "md";
+  std::string s;
+  if (!opt.title.empty()) s += md ? "# " + opt.title + "\n\n" : opt.title + "\n";
+  std::vector<std::string> traces, metrics;
+  for (const Summary& x : sums) {
+    add_unique(traces, x.trace);
+    add_unique(metrics, x.metric);
+  }
+  size_t reps = 0;
+  for (const Summary& x : sums) reps = std::max(reps, x.n);
+  for (const std::string& t : traces) {
+    const std::string head = fmt::format("trace {}: median [min-max] of {} run(s); ratio to {}; * differs from {} "
+                                         "(Mann-Whitney U, p < {})",
+                                         t, reps, baseline, baseline, opt.alpha);
+    s += md ? "\n## " + t + "\n\n" + head.substr(head.find(':') + 2) + "\n\n" : "\n" + head + "\n";
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> heads = {"allocator"};
+    for (const std::string& m : metrics) heads.push_back(metric_head(m));
+    rows.push_back(heads);
+    for (const std::string& a : allocators) {
+      std::vector<std::string> row = {a};
+      bool any = false;
+      for (const std::string& m : metrics) {
+        auto it = std::find_if(sums.begin(), sums.end(),
+                               [&](const Summary& x) { return x.trace == t && x.allocator == a && x.metric == m; });
+        if (it == sums.end()) {
+          row.push_back("-");
+          continue;
+        }
+        any = true;
+        std::string cell = num(it->median);
+        if (it->n > 1 && it->min != it->max) cell += " [" + num(it->min) + "-" + num(it->max) + "]";
+        if (a != baseline && it->ratio > 0) cell += fmt::format(" {:.2f}x", it->ratio);
+        if (it->significant) cell += "*";
+        row.push_back(cell);
+      }
+      if (any) rows.push_back(row);
+    }
+    if (md) {
+      for (size_t i = 0; i < rows.size(); ++i) {
+        s += "|";
+        for (const std::string& c : rows[i]) s += " " + c + " |";
+        s += "\n";
+        if (i == 0) {
+          s += "|";
+          for (size_t c = 0; c < rows[0].size(); ++c) s += c ? "---:|" : "---|";
+          s += "\n";
+        }
+      }
+    } else {
+      std::vector<size_t> w(heads.size(), 0);
+      for (const auto& row : rows)
+        for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+      for (const auto& row : rows) {
+        std::string l;
+        for (size_t c = 0; c < row.size(); ++c)
+          l += c ? fmt::format("  {:>{}}", row[c], w[c]) : fmt::format("{:<{}}", row[c], w[c]);
+        s += l + "\n";
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace heaplab::experiments

@@ -1,0 +1,119 @@
+// `heaplab report` on made-up runs: the summaries (medians, spread, ratio to
+// the baseline, significance) and the exact text of every output format.
+#include "experiments/report.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace heaplab::experiments {
+namespace {
+
+// Two allocators on one trace, 5 runs each: jemalloc clearly faster and
+// clearly bigger; a warm-up run and a failed run that must not count.
+std::vector<RunRecord> runs() {
+  std::vector<RunRecord> v;
+  const double glibc_wall[] = {1.00, 1.02, 0.98, 1.01, 0.99};
+  const double je_wall[] = {0.50, 0.52, 0.49, 0.51, 0.53};
+  for (int i = 0; i < 5; ++i) {
+    v.push_back({"app", "glibc", i, false, true, {{"wall_s", glibc_wall[i]}, {"heap_peak_mib", 10.0}}});
+    v.push_back({"app", "jemalloc", i, false, true, {{"wall_s", je_wall[i]}, {"heap_peak_mib", 12.0 + i * 0.1}}});
+  }
+  v.push_back({"app", "jemalloc", 0, true, true, {{"wall_s", 9.0}, {"heap_peak_mib", 99.0}}});   // warm-up
+  v.push_back({"app", "jemalloc", 5, false, false, {{"wall_s", 9.0}, {"heap_peak_mib", 99.0}}});  // failed
+  return v;
+}
+
+TEST(Report, Summaries) {
+  ReportOptions o;
+  const auto s = summarise(runs(), o);
+  ASSERT_EQ(s.size(), 4u);  // wall_s and heap_peak_mib, for both
+  EXPECT_EQ(s[0].metric, "wall_s");
+  EXPECT_EQ(s[0].allocator, "glibc");
+  EXPECT_EQ(s[0].n, 5u);
+  EXPECT_DOUBLE_EQ(s[0].median, 1.00);
+  EXPECT_DOUBLE_EQ(s[0].min, 0.98);
+  EXPECT_DOUBLE_EQ(s[0].ratio, 1.0);
+  EXPECT_FALSE(s[0].significant);
+  EXPECT_EQ(s[1].allocator, "jemalloc");
+  EXPECT_DOUBLE_EQ(s[1].median, 0.51);
+  EXPECT_DOUBLE_EQ(s[1].q1, 0.50);
+  EXPECT_DOUBLE_EQ(s[1].q3, 0.52);
+  EXPECT_DOUBLE_EQ(s[1].ratio, 0.51);
+  EXPECT_NEAR(s[1].p, 2.0 / 252, 1e-12);  // every jemalloc run below every glibc run
+  EXPECT_TRUE(s[1].significant);
+  EXPECT_EQ(s[3].metric, "heap_peak_mib");
+  EXPECT_NEAR(s[3].ratio, 1.22, 1e-12);
+  EXPECT_TRUE(s[3].significant);  // ties within glibc only: asymptotic, p = 0.0088
+  // A baseline of choice, metrics by hand; bad ones are one-line errors.
+  o.baseline = "jemalloc";
+  o.metrics = {"heap_peak_mib"};
+  const auto t = summarise(runs(), o);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_NEAR(t[0].ratio, 10.0 / 12.2, 1e-12);
+  o.baseline = "tcmalloc";
+  EXPECT_THROW(summarise(runs(), o), std::invalid_argument);
+  o.baseline = "";
+  o.metrics = {"speed"};
+  try {
+    summarise(runs(), o);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("unknown metric 'speed' (known: wall_s, mcalls_per_s,", 0), 0u) << e.what();
+  }
+}
+
+TEST(Report, Table) {
+  ReportOptions o;
+  o.title = "demo (session s1)";
+  EXPECT_EQ(report(runs(), o),
+            "demo (session s1)\n"
+            "\n"
+            "trace app: median [min-max] of 5 run(s); ratio to glibc; * differs from glibc (Mann-Whitney U, p < 0.05)\n"
+            "allocator            wall time (s)        heap peak (MiB)\n"
+            "glibc                1 [0.98-1.02]                     10\n"
+            "jemalloc   0.51 [0.49-0.53] 0.51x*  12.2 [12-12.4] 1.22x*\n");
+}
+
+TEST(Report, Markdown) {
+  ReportOptions o;
+  o.format = "md";
+  EXPECT_EQ(report(runs(), o),
+            "\n"
+            "## app\n"
+            "\n"
+            "median [min-max] of 5 run(s); ratio to glibc; * differs from glibc (Mann-Whitney U, p < 0.05)\n"
+            "\n"
+            "| allocator | wall time (s) | heap peak (MiB) |\n"
+            "|---|---:|---:|\n"
+            "| glibc | 1 [0.98-1.02] | 10 |\n"
+            "| jemalloc | 0.51 [0.49-0.53] 0.51x* | 12.2 [12-12.4] 1.22x* |\n");
+}
+
+TEST(Report, Csv) {
+  ReportOptions o;
+  o.format = "csv";
+  o.metrics = {"wall_s"};
+  EXPECT_EQ(report(runs(), o),
+            "trace,allocator,metric,n,median,q1,q3,min,max,ratio_to_baseline,p_value,significant\n"
+            "app,glibc,wall_s,5,1,0.99,1.01,0.98,1.02,1,1,0\n"
+            "app,jemalloc,wall_s,5,0.51,0.5,0.52,0.49,0.53,0.51,0.007936507936507936,1\n");
+}
+
+TEST(Report, Json) {
+  ReportOptions o;
+  o.format = "json";
+  o.metrics = {"wall_s"};
+  const auto j = nlohmann::json::parse(report(runs(), o));
+  EXPECT_EQ(j["baseline"], "glibc");
+  ASSERT_EQ(j["summaries"].size(), 2u);
+  EXPECT_EQ(j["summaries"][1]["allocator"], "jemalloc");
+  EXPECT_DOUBLE_EQ(j["summaries"][1]["median"].get<double>(), 0.51);
+  EXPECT_EQ(j["summaries"][1]["significant"], true);
+  o.format = "xml";
+  EXPECT_THROW(report(runs(), o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace heaplab::experiments

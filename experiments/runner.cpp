@@ -1,0 +1,344 @@
+#include "experiments/runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "allocators/library.h"
+#include "capture/import/metadata.h"
+#include "capture/launch/launcher.h"
+#include "experiments/metrics.h"
+#include "experiments/report.h"
+#include "experiments/store.h"
+#include "replay/launch.h"
+
+#if __has_include("generated/git_commit.h")
+#include "generated/git_commit.h"
+#endif
+#ifndef HEAPLAB_GIT_COMMIT
+#define HEAPLAB_GIT_COMMIT ""
+#endif
+
+extern char** environ;
+
+namespace heaplab::experiments {
+
+namespace fs = std::filesystem;
+
+std::string heaplab_git_commit() { return HEAPLAB_GIT_COMMIT; }
+
+std::vector<Cell> matrix(const ExperimentSpec& spec) {
+  std::vector<Cell> cells;
+  const size_t n = spec.allocators.size();
+  const uint32_t rounds = spec.warmup + spec.repetitions;
+  for (uint32_t round = 0; round < rounds; ++round) {
+    const bool warm = round < spec.warmup;
+    const uint32_t rep = warm ? round : round - spec.warmup;
+    for (size_t t = 0; t < spec.traces.size(); ++t) {
+      for (size_t k = 0; k < n; ++k) {
+        Cell c;
+        c.trace = t;
+        c.allocator = (k + round) % n;  // a different allocator first each round
+        c.rep = rep;
+        c.warmup = warm;
+        c.seq = int64_t(cells.size());
+        c.key = spec.traces[t].name + "|" + spec.allocators[c.allocator].label + "|" + (warm ? "w" : "r") +
+                std::to_string(rep);
+        cells.push_back(c);
+      }
+    }
+  }
+  return cells;
+}
+
+std::pair<uint32_t, uint32_t> parse_shard(const std::string& s) {
+  unsigned k = 0, n = 0;
+  char tail = 0;
+  if (std::sscanf(s.c_str(), "%u/%u%c", &k, &n, &tail) != 2 || n == 0 || k == 0 || k > n || n > 100000)
+    throw RunError("--shard: expected K/N with 1 <= K <= N (e.g. 2/8), not '" + s + "'");
+  return {k, n};
+}
+
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+void on_interrupt(int) { g_interrupted = 1; }
+
+std::string now_iso() {
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return when;
+}
+
+std::string host_name() {
+  struct utsname u {};
+  return uname(&u) == 0 ? u.nodename : "";
+}
+
+std::string short_hash(const std::string& text) {
+  // FNV-1a 64 of the experiment's text: the spec hash (sessions of the same
+  // text resume each other).
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+std::string last_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line, last;
+  while (std::getline(f, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
+// Captures a trace's program with `heaplab capture` (this executable), its
+// output into PATH.log.
+void capture(const TraceSpec& t, const std::string& out, bool quiet) {
+  const std::string heaplab = launch::self_dir() + "/heaplab";
+  const std::string log = out + ".log";
+  std::vector<std::string> args = {heaplab, "capture", "-q", "--allocator", t.capture_allocator, "-o", out, "--"};
+  args.insert(args.end(), t.capture.begin(), t.capture.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (!quiet) {
+    std::string cmd;
+    for (const auto& a : t.capture) cmd += (cmd.empty() ? "" : " ") + a;
+    fmt::print(stderr, "heaplab: capturing trace '{}': {} -> {}\n", t.name, cmd, out);
+  }
+  pid_t pid = 0;
+  const int err = posix_spawn(&pid, heaplab.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) throw RunError("trace '" + t.name + "': cannot start " + heaplab + ": " + std::strerror(err));
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  if (!fs::exists(out) || code == 2)
+    throw RunError("trace '" + t.name + "': capturing '" + t.capture[0] + "' failed (exit " + std::to_string(code) +
+                   "): " + last_line(log) + " (log: " + log + ")");
+  if (code != 0 && !quiet)
+    fmt::print(stderr, "heaplab: note: '{}' exited with {} while captured; its trace is used (log: {})\n",
+               t.capture[0], code, log);
+}
+
+std::string duration(double s) {
+  const long v = long(s + 0.5);
+  return v >= 3600 ? fmt::format("{}:{:02}:{:02}", v / 3600, v / 60 % 60, v % 60)
+                   : fmt::format("{}:{:02}", v / 60, v % 60);
+}
+
+}  // namespace
+
+RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt) {
+  uint32_t shard_k = 1, shard_n = 1;
+  if (!opt.shard.empty()) std::tie(shard_k, shard_n) = parse_shard(opt.shard);
+
+  // Everything that can be checked before anything runs.
+  for (const AllocatorSpec& a : spec.allocators) {
+    std::string err;
+    if (!allocators::resolve_allocator(a.name, err))
+      throw SpecError(spec.path + ": allocator '" + a.label + "': " + err);
+    if (a.load == "direct") {
+      bool known = false;
+      for (const auto& k : allocators::known_allocators()) {
+        if (k.name != a.name) continue;
+        known = true;
+        const std::string dir = opt.replayer_dir.empty() ? launch::self_dir() : opt.replayer_dir;
+        if (access((dir + "/" + k.replayer).c_str(), X_OK) != 0)
+          throw SpecError(spec.path + ": allocator '" + a.label + "': " + k.replayer + " not built (install " +
+                          k.dev_package + " and rebuild)");
+      }
+      if (!known && a.name.find('/') == std::string::npos)
+        throw SpecError(spec.path + ": allocator '" + a.label + "': no direct load mode for '" + a.name + "'");
+    }
+  }
+  for (const TraceSpec& t : spec.traces)
+    if (!t.file.empty() && access(t.file.c_str(), R_OK) != 0)
+      throw SpecError(spec.path + ": trace '" + t.name + "': " + t.file + ": " + std::strerror(errno));
+
+  std::error_code ec;
+  fs::create_directories(opt.results_dir, ec);
+  if (ec) throw RunError(opt.results_dir + ": cannot create the results directory: " + ec.message());
+  RunnerResult res;
+  res.store = (fs::path(opt.results_dir) / "heaplab.db").string();
+  Store store(res.store);
+
+  const std::string hash = short_hash(spec.text);
+  const std::string shard = opt.shard.empty() ? "" : fmt::format("{}/{}", shard_k, shard_n);
+  const std::vector<Cell> cells = matrix(spec);
+  std::optional<SessionInfo> s;
+  if (!opt.session.empty()) {
+    s = store.session(opt.session);
+    if (s && (s->experiment != spec.name || s->spec_hash != hash))
+      throw RunError("session '" + opt.session + "' in " + res.store + " is of experiment '" + s->experiment +
+                     "' with another experiment file; give another --session");
+  } else if (!opt.fresh) {
+    s = store.unfinished(spec.name, hash, shard);
+  }
+  if (!s) {
+    SessionInfo n;
+    n.id = !opt.session.empty() ? opt.session
+           : !shard.empty()     ? spec.name + "-" + hash.substr(0, 12)  // the same in every shard
+                                : spec.name + "-" + now_iso() + "-" + hash.substr(0, 8);
+    n.experiment = spec.name;
+    n.spec_hash = hash;
+    n.spec = spec.text;
+    n.baseline = spec.baseline;
+    n.started = now_iso();
+    n.cells = int64_t(cells.size());
+    n.shard = shard;
+    n.host = host_name();
+    n.heaplab_version = import::tool_version();
+    n.git_commit = heaplab_git_commit();
+    store.add_session(n);
+    s = store.session(n.id);
+    if (!s) throw RunError(res.store + ": the new session was not stored");
+  }
+  res.session = s->id;
+  res.cells = int64_t(cells.size());
+  const std::set<std::string> done = store.done_cells(s->id);
+
+  // Traces: files as given; programs captured once per session.
+  std::vector<std::string> trace_paths;
+  const fs::path trace_dir = fs::path(opt.results_dir) / "traces" / s->id;
+  for (const TraceSpec& t : spec.traces) {
+    if (!t.file.empty()) {
+      trace_paths.push_back(t.file);
+      continue;
+    }
+    fs::create_directories(trace_dir, ec);
+    const std::string out = (trace_dir / (t.name + ".hlt")).string();
+    if (!fs::exists(out)) capture(t, out, opt.quiet);
+    trace_paths.push_back(out);
+  }
+
+  std::vector<const Cell*> todo;
+  for (const Cell& c : cells) {
+    if (c.seq % shard_n != shard_k - 1) continue;
+    if (done.count(c.key)) {
+      ++res.already;
+      continue;
+    }
+    todo.push_back(&c);
+  }
+  const bool tty = isatty(2) && !opt.quiet;
+  if (!opt.quiet) {
+    fmt::print(stderr, "heaplab: experiment '{}', session {}: {} runs{}{}\n", spec.name, s->id, todo.size(),
+               shard.empty() ? "" : " (shard " + shard + " of " + std::to_string(cells.size()) + ")",
+               res.already ? fmt::format(" to go, {} already stored", res.already) : "");
+  }
+
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  g_interrupted = 0;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (g_interrupted) break;
+    const Cell& c = *todo[i];
+    const TraceSpec& t = spec.traces[c.trace];
+    const AllocatorSpec& a = spec.allocators[c.allocator];
+    const std::string what = fmt::format("{} on {}, {} {}", t.name, a.label, c.warmup ? "warm-up" : "rep", c.rep + 1);
+    if (tty) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string eta = i ? " ETA " + duration(elapsed / double(i) * double(todo.size() - i)) : "";
+      const size_t width = 24, filled = width * i / todo.size();
+      fmt::print(stderr, "\r\033[K[{}{}] {}/{} {}{}", std::string(filled, '#'), std::string(width - filled, '.'), i,
+                 todo.size(), what, eta);
+    }
+    replay::ReplayOptions ro;
+    ro.trace = trace_paths[c.trace];
+    ro.allocator = a.name;
+    ro.load = a.load;
+    ro.env = a.env;
+    ro.threads = spec.replay.threads;
+    ro.touch = spec.replay.touch;
+    ro.timing = spec.replay.timing;
+    ro.speed = spec.replay.speed;
+    ro.latency = spec.replay.latency;
+    ro.sample_ms = spec.replay.sample_ms;
+    ro.pin = spec.replay.pin;
+    ro.membind = spec.replay.membind;
+    ro.replayer_dir = opt.replayer_dir;
+    RunRow row;
+    row.started = now_iso();
+    replay::ReplayOutcome o;
+    try {
+      o = replay::run_replay(ro);
+    } catch (const replay::ReplayError& e) {
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      if (tty) fmt::print(stderr, "\n");
+      throw RunError("trace '" + t.name + "' on '" + a.label + "': " + e.what());
+    }
+    // A run cut short by the interrupt is not a result: it runs again on resume.
+    if (g_interrupted) break;
+    row.cell = c.key;
+    row.seq = c.seq;
+    row.trace = t.name;
+    row.trace_file = ro.trace;
+    row.trace_id = o.result.contains("trace") ? o.result["trace"].value("id", "") : "";
+    row.allocator = a.label;
+    row.allocator_name = a.name;
+    row.load = a.load;
+    row.rep = int(c.rep);
+    row.warmup = c.warmup;
+    row.exit = o.result.contains("exit") ? o.result["exit"].value("status", "error") : "error";
+    row.faithful = o.result.contains("replay") && o.result["replay"].value("faithful", false);
+    if (!o.error.empty()) o.result["error"] = o.error;
+    row.metrics = extract_metrics(o.result);
+    row.result = o.result;
+    store.add_run(s->id, row);
+    ++res.ran;
+    if (row.exit != "ok" || !row.faithful) ++res.failed;
+    if (!tty && !opt.quiet) {
+      const auto m = row.metrics;
+      fmt::print(stderr, "heaplab: run {}/{}: {}: {}{}\n", i + 1, todo.size(), what, row.exit,
+                 m.count("wall_s") ? fmt::format(", {:.3f} s", m.at("wall_s")) : "",
+                 m.count("heap_peak_mib") ? fmt::format(", heap peak {:.1f} MiB", m.at("heap_peak_mib")) : "");
+    } else if (tty && row.exit != "ok") {
+      fmt::print(stderr, "\r\033[Kheaplab: {}: {}{}\n", what, row.exit, o.error.empty() ? "" : ": " + o.error);
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (tty) fmt::print(stderr, "\r\033[K");
+  res.interrupted = g_interrupted != 0;
+  if (int64_t(store.done_cells(s->id).size()) == res.cells) {
+    store.finish_session(s->id);
+    res.finished = true;
+  }
+  return res;
+}
+
+}  // namespace heaplab::experiments

@@ -1,0 +1,228 @@
+#include "experiments/spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "experiments/metrics.h"
+
+namespace heaplab::experiments {
+
+namespace {
+
+struct Ctx {
+  std::string path;
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const {
+    throw SpecError(path + ":" + std::to_string(at.Mark().line + 1) + ": " + what);
+  }
+  [[noreturn]] void fail_line(int line, const std::string& what) const {
+    throw SpecError(path + ":" + std::to_string(line + 1) + ": " + what);
+  }
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// Every key of map `m` must be in `known`.
+void check_keys(const Ctx& c, const YAML::Node& m, const std::string& where, const std::vector<std::string>& known) {
+  for (const auto& kv : m) {
+    const std::string k = kv.first.Scalar();
+    if (std::find(known.begin(), known.end(), k) == known.end())
+      c.fail(kv.first, "unknown key '" + k + "'" + (where.empty() ? "" : " in " + where) + " (known: " + join(known) + ")");
+  }
+}
+
+std::string what_is(const YAML::Node& n) {
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  if (n.IsNull()) return "nothing";
+  return "'" + n.Scalar() + "'";
+}
+
+std::string text(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) c.fail(n, "'" + key + "': expected text, not " + what_is(n));
+  return n.Scalar();
+}
+
+uint64_t integer(const Ctx& c, const YAML::Node& n, const std::string& key, uint64_t lo, uint64_t hi) {
+  const std::string s = n.IsScalar() ? n.Scalar() : "";
+  char* end = nullptr;
+  const unsigned long long v = s.empty() || s[0] == '-' ? 0 : std::strtoull(s.c_str(), &end, 10);
+  if (!n.IsScalar() || s.empty() || s[0] == '-' || !end || *end || v < lo || v > hi)
+    c.fail(n, "'" + key + "': expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                  ", not " + what_is(n));
+  return v;
+}
+
+std::string one_of(const Ctx& c, const YAML::Node& n, const std::string& key, const std::vector<std::string>& ok) {
+  const std::string v = text(c, n, key);
+  if (std::find(ok.begin(), ok.end(), v) == ok.end())
+    c.fail(n, "'" + key + "': expected one of " + join(ok) + ", not '" + v + "'");
+  return v;
+}
+
+YAML::Node need_map(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  if (!n.IsMap()) c.fail(n, "'" + key + "': expected a map of keys and values, not " + what_is(n));
+  return n;
+}
+
+YAML::Node need_list(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  if (!n.IsSequence()) c.fail(n, "'" + key + "': expected a list, not " + what_is(n));
+  return n;
+}
+
+bool plain_name(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-' || ch == '/';
+  });
+}
+
+}  // namespace
+
+ExperimentSpec parse_experiment(const std::string& src, const std::string& path) {
+  const Ctx c{path};
+  YAML::Node root;
+  try {
+    root = YAML::Load(src);
+  } catch (const YAML::Exception& e) {
+    c.fail_line(e.mark.line, "not valid YAML: " + e.msg);
+  }
+  if (!root.IsMap()) c.fail_line(0, "expected a map of keys (name, traces, allocators, ...), not " + what_is(root));
+  check_keys(c, root, "",
+             {"name", "description", "traces", "allocators", "replay", "metrics", "repetitions", "warmup", "baseline"});
+  ExperimentSpec s;
+  s.path = path;
+  s.text = src;
+  if (root["name"]) {
+    s.name = text(c, root["name"], "name");
+    if (!plain_name(s.name) || s.name.find('/') != std::string::npos)
+      c.fail(root["name"], "'name': letters, digits, '.', '_' and '-' only, not '" + s.name + "'");
+  } else {
+    std::string base = path.substr(path.find_last_of('/') + 1);
+    if (base.size() > 5 && base.substr(base.size() - 5) == ".yaml") base.resize(base.size() - 5);
+    else if (base.size() > 4 && base.substr(base.size() - 4) == ".yml") base.resize(base.size() - 4);
+    s.name = base;
+  }
+  if (root["description"]) s.description = text(c, root["description"], "description");
+
+  if (!root["traces"]) c.fail_line(0, "no 'traces' (a list of trace files or programs to capture)");
+  for (const YAML::Node& t : need_list(c, root["traces"], "traces")) {
+    need_map(c, t, "traces");
+    check_keys(c, t, "a trace", {"name", "file", "capture", "capture_allocator"});
+    TraceSpec ts;
+    if (!t["name"]) c.fail(t, "a trace without 'name'");
+    ts.name = text(c, t["name"], "name");
+    if (!plain_name(ts.name) || ts.name.find('/') != std::string::npos)
+      c.fail(t["name"], "'name': letters, digits, '.', '_' and '-' only, not '" + ts.name + "'");
+    for (const TraceSpec& o : s.traces)
+      if (o.name == ts.name) c.fail(t["name"], "trace '" + ts.name + "' named twice");
+    if (bool(t["file"]) == bool(t["capture"]))
+      c.fail(t, "trace '" + ts.name + "': give either 'file' or 'capture', one of them");
+    if (t["file"]) ts.file = text(c, t["file"], "file");
+    if (t["capture"]) {
+      for (const YAML::Node& a : need_list(c, t["capture"], "capture")) ts.capture.push_back(text(c, a, "capture"));
+      if (ts.capture.empty()) c.fail(t["capture"], "'capture': an empty program");
+    }
+    if (t["capture_allocator"]) {
+      if (!t["capture"]) c.fail(t["capture_allocator"], "'capture_allocator' without 'capture'");
+      ts.capture_allocator = text(c, t["capture_allocator"], "capture_allocator");
+    }
+    s.traces.push_back(ts);
+  }
+  if (s.traces.empty()) c.fail(root["traces"], "'traces': no trace given");
+
+  if (!root["allocators"]) c.fail_line(0, "no 'allocators' (a list of allocators to replay on)");
+  for (const YAML::Node& a : need_list(c, root["allocators"], "allocators")) {
+    AllocatorSpec as;
+    if (a.IsScalar()) {  // "- jemalloc" for short
+      as.name = a.Scalar();
+    } else {
+      need_map(c, a, "allocators");
+      check_keys(c, a, "an allocator", {"name", "load", "env", "label"});
+      if (!a["name"]) c.fail(a, "an allocator without 'name'");
+      as.name = text(c, a["name"], "name");
+      if (a["load"]) as.load = one_of(c, a["load"], "load", {"preload", "direct"});
+      if (a["env"]) {
+        for (const auto& kv : need_map(c, a["env"], "env")) {
+          const std::string k = kv.first.Scalar();
+          if (k.empty() || k.find('=') != std::string::npos) c.fail(kv.first, "'env': not a variable name: '" + k + "'");
+          as.env.emplace_back(k, text(c, kv.second, k));
+        }
+      }
+      if (a["label"]) {
+        as.label = text(c, a["label"], "label");
+        if (!plain_name(as.label)) c.fail(a["label"], "'label': letters, digits, '.', '_', '-' and '/' only");
+      }
+    }
+    if (as.name.empty()) c.fail(a, "an allocator with an empty name");
+    if (as.label.empty()) {
+      as.label = as.name.find('/') != std::string::npos ? as.name.substr(as.name.find_last_of('/') + 1) : as.name;
+      if (as.load == "direct") as.label += "/direct";
+    }
+    for (const AllocatorSpec& o : s.allocators)
+      if (o.label == as.label)
+        c.fail(a, "two allocators labelled '" + as.label + "' (give each a 'label')");
+    s.allocators.push_back(as);
+  }
+  if (s.allocators.empty()) c.fail(root["allocators"], "'allocators': no allocator given");
+
+  if (root["replay"]) {
+    const YAML::Node r = need_map(c, root["replay"], "replay");
+    check_keys(c, r, "replay", {"threads", "touch", "timing", "speed", "pin", "membind", "latency", "sample_ms"});
+    if (r["threads"]) s.replay.threads = uint32_t(integer(c, r["threads"], "threads", 0, 1u << 20));
+    if (r["touch"]) s.replay.touch = one_of(c, r["touch"], "touch", {"none", "first", "pages", "all"});
+    if (r["timing"]) s.replay.timing = one_of(c, r["timing"], "timing", {"fast", "recorded"});
+    if (r["speed"]) {
+      const std::string v = text(c, r["speed"], "speed");
+      char* end = nullptr;
+      s.replay.speed = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end || !(s.replay.speed > 0) || s.replay.speed > 1e9)
+        c.fail(r["speed"], "'speed': expected a positive factor, not '" + v + "'");
+    }
+    if (r["pin"]) s.replay.pin = text(c, r["pin"], "pin");
+    if (r["membind"]) s.replay.membind = text(c, r["membind"], "membind");
+    if (r["latency"]) s.replay.latency = uint32_t(integer(c, r["latency"], "latency", 0, 1u << 30));
+    if (r["sample_ms"]) s.replay.sample_ms = uint32_t(integer(c, r["sample_ms"], "sample_ms", 0, 3600000));
+  }
+  if (root["metrics"]) {
+    for (const YAML::Node& m : need_list(c, root["metrics"], "metrics")) {
+      const std::string name = text(c, m, "metrics");
+      if (!find_metric(name)) {
+        std::vector<std::string> known;
+        for (const Metric& k : all_metrics()) known.push_back(k.name);
+        c.fail(m, "'metrics': unknown metric '" + name + "' (known: " + join(known) + ")");
+      }
+      s.metrics.push_back(name);
+    }
+  }
+  if (root["repetitions"]) s.repetitions = uint32_t(integer(c, root["repetitions"], "repetitions", 1, 10000));
+  if (root["warmup"]) s.warmup = uint32_t(integer(c, root["warmup"], "warmup", 0, 1000));
+  if (root["baseline"]) {
+    s.baseline = text(c, root["baseline"], "baseline");
+    if (std::none_of(s.allocators.begin(), s.allocators.end(),
+                     [&](const AllocatorSpec& a) { return a.label == s.baseline; })) {
+      std::vector<std::string> labels;
+      for (const AllocatorSpec& a : s.allocators) labels.push_back(a.label);
+      c.fail(root["baseline"], "'baseline': no allocator labelled '" + s.baseline + "' (labels: " + join(labels) + ")");
+    }
+  } else {
+    s.baseline = s.allocators[0].label;
+  }
+  return s;
+}
+
+ExperimentSpec load_experiment(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw SpecError(path + ": cannot read the experiment file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_experiment(ss.str(), path);
+}
+
+}  // namespace heaplab::experiments

@@ -1,0 +1,299 @@
+#include "experiments/store.h"
+
+#include <sqlite3.h>
+
+#include "experiments/metrics.h"
+
+namespace heaplab::experiments {
+
+namespace {
+
+// A prepared statement, finalised on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& sql, const std::string& where) : db_(db), where_(where) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), int(sql.size()), &s_, nullptr) != SQLITE_OK)
+      throw StoreError(where + ": " + sqlite3_errmsg(db));
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  Stmt& bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), int(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& bind_double(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  Stmt& bind_null(int i) {
+    sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  // Steps once: true while there is a row.
+  bool step() {
+    const int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw StoreError(where_ + ": " + sqlite3_errmsg(db_));
+  }
+  std::string text(int i) {
+    const auto* p = sqlite3_column_text(s_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p), size_t(sqlite3_column_bytes(s_, i))) : std::string();
+  }
+  int64_t integer(int i) { return sqlite3_column_int64(s_, i); }
+  bool is_null(int i) { return sqlite3_column_type(s_, i) == SQLITE_NULL; }
+  double real(int i) { return sqlite3_column_double(s_, i); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  std::string where_;
+};
+
+const char* kSessionColumns =
+    "id, experiment, spec_hash, spec, baseline, started, finished, cells, shard, host, heaplab_version, git_commit";
+
+SessionInfo read_session(Stmt& q) {
+  SessionInfo s;
+  s.id = q.text(0);
+  s.experiment = q.text(1);
+  s.spec_hash = q.text(2);
+  s.spec = q.text(3);
+  s.baseline = q.text(4);
+  s.started = q.text(5);
+  s.finished = q.text(6);
+  s.cells = q.integer(7);
+  s.shard = q.text(8);
+  s.host = q.text(9);
+  s.heaplab_version = q.text(10);
+  s.git_commit = q.text(11);
+  return s;
+}
+
+std::string metric_columns() {
+  std::string s;
+  for (const Metric& m : all_metrics()) s += ", " + m.name;
+  return s;
+}
+
+}  // namespace
+
+Store::Store(const std::string& path) : path_(path) {
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+    const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw StoreError(path + ": cannot open the results store: " + why);
+  }
+  sqlite3_busy_timeout(db_, 30000);
+  try {
+    exec("PRAGMA journal_mode=WAL");
+    exec("PRAGMA synchronous=NORMAL");
+    std::string metric_cols;
+    for (const Metric& m : all_metrics()) metric_cols += ", " + m.name + " REAL";
+    exec("CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, spec_hash TEXT, "
+         "spec TEXT, baseline TEXT, started TEXT, finished TEXT, cells INTEGER, shard TEXT, host TEXT, "
+         "heaplab_version TEXT, git_commit TEXT)");
+    exec("CREATE TABLE IF NOT EXISTS runs (session TEXT NOT NULL, cell TEXT NOT NULL, seq INTEGER, trace TEXT, "
+         "trace_file TEXT, trace_id TEXT, allocator TEXT, allocator_name TEXT, load TEXT, rep INTEGER, warmup INTEGER, "
+         "started TEXT, exit TEXT, faithful INTEGER, host TEXT, cpu TEXT, kernel TEXT, allocator_version TEXT, "
+         "allocator_build_id TEXT" +
+         metric_cols + ", result TEXT, PRIMARY KEY (session, cell))");
+    exec("CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT)");
+    exec("INSERT OR IGNORE INTO store_info VALUES ('format', 'heaplab-results'), ('format_version', '1')");
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+void Store::exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    const std::string why = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    throw StoreError(path_ + ": " + why);
+  }
+}
+
+std::optional<SessionInfo> Store::unfinished(const std::string& experiment, const std::string& spec_hash,
+                                             const std::string& shard) {
+  Stmt q(db_, std::string("SELECT ") + kSessionColumns +
+                  " FROM sessions WHERE experiment = ? AND spec_hash = ? AND shard = ? AND finished = '' "
+                  "ORDER BY started DESC LIMIT 1",
+         path_);
+  q.bind(1, experiment).bind(2, spec_hash).bind(3, shard);
+  if (!q.step()) return std::nullopt;
+  return read_session(q);
+}
+
+std::optional<SessionInfo> Store::session(const std::string& id) {
+  Stmt q(db_, std::string("SELECT ") + kSessionColumns + " FROM sessions WHERE id = ?", path_);
+  q.bind(1, id);
+  if (!q.step()) return std::nullopt;
+  SessionInfo s = read_session(q);
+  Stmt c(db_, "SELECT count(*) FROM runs WHERE session = ?", path_);
+  c.bind(1, id);
+  if (c.step()) s.stored = c.integer(0);
+  return s;
+}
+
+void Store::add_session(const SessionInfo& s) {
+  Stmt q(db_, std::string("INSERT OR IGNORE INTO sessions (") + kSessionColumns +
+                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         path_);
+  q.bind(1, s.id).bind(2, s.experiment).bind(3, s.spec_hash).bind(4, s.spec).bind(5, s.baseline);
+  q.bind(6, s.started).bind(7, s.finished).bind(8, s.cells).bind(9, s.shard).bind(10, s.host);
+  q.bind(11, s.heaplab_version).bind(12, s.git_commit);
+  q.step();
+}
+
+void Store::finish_session(const std::string& id) {
+  Stmt q(db_, "UPDATE sessions SET finished = strftime('%Y-%m-%dT%H:%M:%SZ', 'now') WHERE id = ?", path_);
+  q.bind(1, id);
+  q.step();
+}
+
+std::set<std::string> Store::done_cells(const std::string& session) {
+  std::set<std::string> s;
+  Stmt q(db_, "SELECT cell FROM runs WHERE session = ?", path_);
+  q.bind(1, session);
+  while (q.step()) s.insert(q.text(0));
+  return s;
+}
+
+void Store::add_run(const std::string& session, const RunRow& r) {
+  std::string marks;
+  for (size_t i = 0; i < all_metrics().size(); ++i) marks += ", ?";
+  Stmt q(db_, "INSERT OR REPLACE INTO runs (session, cell, seq, trace, trace_file, trace_id, allocator, "
+              "allocator_name, load, rep, warmup, started, exit, faithful, host, cpu, kernel, allocator_version, "
+              "allocator_build_id" + metric_columns() + ", result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+              "?, ?, ?, ?, ?" + marks + ", ?)",
+         path_);
+  const nlohmann::json& j = r.result;
+  const auto str = [&](std::initializer_list<const char*> path) {
+    const nlohmann::json* p = &j;
+    for (const char* k : path) {
+      if (!p->is_object() || !p->contains(k)) return std::string();
+      p = &(*p)[k];
+    }
+    return p->is_string() ? p->get<std::string>() : p->is_null() ? std::string() : p->dump();
+  };
+  int i = 0;
+  for (const std::string& v : {session, r.cell}) q.bind(++i, v);
+  q.bind(++i, r.seq);
+  for (const std::string& v : {r.trace, r.trace_file, r.trace_id, r.allocator, r.allocator_name, r.load}) q.bind(++i, v);
+  for (const int64_t v : {int64_t(r.rep), int64_t(r.warmup)}) q.bind(++i, v);
+  for (const std::string& v : {r.started, r.exit}) q.bind(++i, v);
+  q.bind(++i, int64_t(r.faithful));
+  for (const std::string& v : {str({"replay", "environment", "host"}), str({"replay", "environment", "cpu_model"}),
+                               str({"replay", "environment", "kernel"}), str({"allocator", "version"}),
+                               str({"allocator", "build_id"})})
+    q.bind(++i, v);
+  for (const Metric& m : all_metrics()) {
+    ++i;
+    if (auto it = r.metrics.find(m.name); it != r.metrics.end()) q.bind_double(i, it->second);
+    else q.bind_null(i);
+  }
+  q.bind(++i, j.dump());
+  q.step();
+}
+
+std::vector<SessionInfo> Store::sessions() {
+  std::vector<SessionInfo> v;
+  Stmt q(db_, std::string("SELECT ") + kSessionColumns + " FROM sessions ORDER BY started, id", path_);
+  while (q.step()) v.push_back(read_session(q));
+  for (SessionInfo& s : v) {
+    Stmt c(db_, "SELECT count(*) FROM runs WHERE session = ?", path_);
+    c.bind(1, s.id);
+    if (c.step()) s.stored = c.integer(0);
+  }
+  return v;
+}
+
+std::vector<RunRecord> Store::records(const std::string& session) {
+  std::vector<RunRecord> v;
+  Stmt q(db_, "SELECT trace, allocator, rep, warmup, exit, faithful" + metric_columns() +
+                  " FROM runs WHERE session = ? ORDER BY seq",
+         path_);
+  q.bind(1, session);
+  while (q.step()) {
+    RunRecord r;
+    r.trace = q.text(0);
+    r.allocator = q.text(1);
+    r.rep = int(q.integer(2));
+    r.warmup = q.integer(3) != 0;
+    r.ok = q.text(4) == "ok" && q.integer(5) != 0;
+    int col = 6;
+    for (const Metric& m : all_metrics()) {
+      if (!q.is_null(col)) r.metrics[m.name] = q.real(col);
+      ++col;
+    }
+    v.push_back(std::move(r));
+  }
+  return v;
+}
+
+std::vector<RunRow> Store::runs(const std::string& session) {
+  std::vector<RunRow> v;
+  Stmt q(db_, "SELECT cell, seq, trace, trace_file, trace_id, allocator, allocator_name, load, rep, warmup, started, "
+              "exit, faithful, result FROM runs WHERE session = ? ORDER BY seq",
+         path_);
+  q.bind(1, session);
+  while (q.step()) {
+    RunRow r;
+    r.cell = q.text(0);
+    r.seq = q.integer(1);
+    r.trace = q.text(2);
+    r.trace_file = q.text(3);
+    r.trace_id = q.text(4);
+    r.allocator = q.text(5);
+    r.allocator_name = q.text(6);
+    r.load = q.text(7);
+    r.rep = int(q.integer(8));
+    r.warmup = q.integer(9) != 0;
+    r.started = q.text(10);
+    r.exit = q.text(11);
+    r.faithful = q.integer(12) != 0;
+    r.result = nlohmann::json::parse(q.text(13), nullptr, false);
+    r.metrics = extract_metrics(r.result);
+    v.push_back(std::move(r));
+  }
+  return v;
+}
+
+void Store::merge_from(const std::string& other) {
+  {
+    sqlite3* probe = nullptr;
+    const int rc = sqlite3_open_v2(other.c_str(), &probe, SQLITE_OPEN_READONLY, nullptr);
+    sqlite3_close(probe);
+    if (rc != SQLITE_OK) throw StoreError(other + ": cannot open the results store");
+  }
+  Stmt attach(db_, "ATTACH DATABASE ? AS other", path_);
+  attach.bind(1, other);
+  attach.step();
+  try {
+    exec("BEGIN IMMEDIATE");
+    exec(std::string("INSERT OR IGNORE INTO sessions SELECT ") + kSessionColumns + " FROM other.sessions");
+    exec("INSERT OR IGNORE INTO runs SELECT * FROM other.runs");
+    // A session is finished when every cell is in (shards merged).
+    exec("UPDATE sessions SET finished = COALESCE(NULLIF(finished, ''), strftime('%Y-%m-%dT%H:%M:%SZ', 'now')) "
+         "WHERE cells <= (SELECT count(*) FROM runs WHERE runs.session = sessions.id)");
+    exec("COMMIT");
+  } catch (const StoreError& e) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_exec(db_, "DETACH DATABASE other", nullptr, nullptr, nullptr);
+    throw StoreError(other + ": cannot merge: " + e.what());
+  }
+  exec("DETACH DATABASE other");
+}
+
+}  // namespace heaplab::experiments

@@ -1,0 +1,96 @@
+// The results store: one SQLite database (results/heaplab.db by default).
+//   sessions  one row per run of an experiment file (its text, hash, when,
+//             where, heaplab's version and commit, how many runs it has)
+//   runs      one row per replay: the matrix cell, every metric as a
+//             column, the environment, the allocator's version and build
+//             id, and the replay's whole result JSON
+// Written in WAL mode with a busy timeout and one short transaction per
+// run, so two experiments can write at once and a killed run loses
+// nothing already stored.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "experiments/report.h"
+
+struct sqlite3;
+
+namespace heaplab::experiments {
+
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct SessionInfo {
+  std::string id;
+  std::string experiment;
+  std::string spec_hash;
+  std::string spec;      // the experiment file's text
+  std::string baseline;
+  std::string started;   // UTC ISO-8601
+  std::string finished;  // "" while runs are missing
+  int64_t cells = 0;     // runs the session has in all (every shard)
+  std::string shard;     // "K/N" or ""
+  std::string host, heaplab_version, git_commit;
+  int64_t stored = 0;    // runs stored (filled by sessions())
+};
+
+struct RunRow {
+  std::string cell;  // "trace|allocator|r3" (w for warm-up)
+  int64_t seq = 0;   // the cell's place in the matrix order
+  std::string trace, trace_file, trace_id;
+  std::string allocator, allocator_name, load;
+  int rep = 0;
+  bool warmup = false;
+  std::string started;
+  std::string exit;  // ok | unfaithful | error | crashed
+  bool faithful = false;
+  std::map<std::string, double> metrics;
+  nlohmann::json result;  // the replay's result JSON
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database at `path`; throws StoreError.
+  explicit Store(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // The newest unfinished session of `experiment` with this spec hash and
+  // shard, if any (to resume).
+  std::optional<SessionInfo> unfinished(const std::string& experiment, const std::string& spec_hash,
+                                        const std::string& shard);
+  std::optional<SessionInfo> session(const std::string& id);
+  void add_session(const SessionInfo& s);
+  void finish_session(const std::string& id);
+  // Cells already stored for a session.
+  std::set<std::string> done_cells(const std::string& session);
+  // Stores one run (replacing a row of the same cell).
+  void add_run(const std::string& session, const RunRow& r);
+  // Every session, oldest first, with its count of stored runs.
+  std::vector<SessionInfo> sessions();
+  // A session's runs as report records, in matrix order.
+  std::vector<RunRecord> records(const std::string& session);
+  // A session's runs with their result JSON, in matrix order.
+  std::vector<RunRow> runs(const std::string& session);
+
+  // Joins stores (e.g. the shards of one session run on several machines)
+  // into this one: sessions by id, runs by session and cell. A session is
+  // finished once all its cells are in.
+  void merge_from(const std::string& other_path);
+
+ private:
+  void exec(const std::string& sql);
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace heaplab::experiments
