@@ -19,11 +19,11 @@ void add_unique(std::vector<T>& v, const T& x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
 
-// Figures for people: 4 significant digits below 1000, whole numbers above.
+// Figures for people: 3 significant digits below 1000, whole numbers above.
 std::string num(double v) {
   if (std::isnan(v)) return "-";
   if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
-  return fmt::format("{:.4g}", v);
+  return fmt::format("{:.3g}", v);
 }
 
 std::string csv_field(const std::string& s) {
@@ -133,65 +133,74 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
     return nlohmann::json{{"baseline", baseline}, {"alpha", opt.alpha}, {"summaries", j}}.dump(2) + "\n";
   }
 
-  // table and md: per trace, a row per allocator, a column per metric;
-  // each cell "median [min-max] ratio" with * where significant.
+  // table and md: per trace, a row per metric, a column per allocator (the
+  // baseline first); each cell "median ±spread% ratio", * where significant.
   const bool md = opt.format == "md";
   std::string s;
-  if (!opt.title.empty()) s += md ? "# " + opt.title + "\n\n" : opt.title + "\n";
+  if (!opt.title.empty()) s += md ? "# " + opt.title + "\n" : opt.title + "\n";
   std::vector<std::string> traces, metrics;
   for (const Summary& x : sums) {
     add_unique(traces, x.trace);
     add_unique(metrics, x.metric);
   }
-  size_t reps = 0;
-  for (const Summary& x : sums) reps = std::max(reps, x.n);
+  std::vector<std::string> columns = {baseline};
+  for (const std::string& a : allocators)
+    if (a != baseline) columns.push_back(a);
   for (const std::string& t : traces) {
-    const std::string head = fmt::format("trace {}: median [min-max] of {} run(s); ratio to {}; * differs from {} "
-                                         "(Mann-Whitney U, p < {})",
-                                         t, reps, baseline, baseline, opt.alpha);
-    s += md ? "\n## " + t + "\n\n" + head.substr(head.find(':') + 2) + "\n\n" : "\n" + head + "\n";
+    size_t reps = 0;
+    for (const Summary& x : sums)
+      if (x.trace == t) reps = std::max(reps, x.n);
+    const std::string legend = fmt::format(
+        "median of {} run(s), ±half the range as % of it, ratio to {}; * differs from {} (Mann-Whitney U, p < {})",
+        reps, baseline, baseline, opt.alpha);
+    s += md ? "\n## " + t + "\n\n" + legend + "\n\n" : "\ntrace " + t + ": " + legend + "\n";
     std::vector<std::vector<std::string>> rows;
-    std::vector<std::string> heads = {"allocator"};
-    for (const std::string& m : metrics) heads.push_back(metric_head(m));
+    std::vector<std::string> heads = {"metric"};
+    heads.insert(heads.end(), columns.begin(), columns.end());
     rows.push_back(heads);
-    for (const std::string& a : allocators) {
-      std::vector<std::string> row = {a};
-      bool any = false;
-      for (const std::string& m : metrics) {
+    for (const std::string& m : metrics) {
+      std::vector<std::string> row = {metric_head(m)};
+      for (const std::string& a : columns) {
         auto it = std::find_if(sums.begin(), sums.end(),
                                [&](const Summary& x) { return x.trace == t && x.allocator == a && x.metric == m; });
         if (it == sums.end()) {
           row.push_back("-");
           continue;
         }
-        any = true;
         std::string cell = num(it->median);
-        if (it->n > 1 && it->min != it->max) cell += " [" + num(it->min) + "-" + num(it->max) + "]";
+        if (it->n > 1 && it->max != it->min && it->median != 0)
+          cell += fmt::format(" ±{:.0f}%", 50 * (it->max - it->min) / std::fabs(it->median));
         if (a != baseline && it->ratio > 0) cell += fmt::format(" {:.2f}x", it->ratio);
         if (it->significant) cell += "*";
         row.push_back(cell);
       }
-      if (any) rows.push_back(row);
+      rows.push_back(row);
     }
     if (md) {
-      for (size_t i = 0; i < rows.size(); ++i) {
+      for (size_t r = 0; r < rows.size(); ++r) {
         s += "|";
-        for (const std::string& c : rows[i]) s += " " + c + " |";
+        for (const std::string& c : rows[r]) s += " " + c + " |";
         s += "\n";
-        if (i == 0) {
+        if (r == 0) {
           s += "|";
           for (size_t c = 0; c < rows[0].size(); ++c) s += c ? "---:|" : "---|";
           s += "\n";
         }
       }
     } else {
+      // Widths in characters, not bytes (the cells have "±").
+      const auto width = [](const std::string& x) {
+        return size_t(std::count_if(x.begin(), x.end(), [](char ch) { return (ch & 0xC0) != 0x80; }));
+      };
       std::vector<size_t> w(heads.size(), 0);
       for (const auto& row : rows)
-        for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+        for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], width(row[c]));
       for (const auto& row : rows) {
         std::string l;
-        for (size_t c = 0; c < row.size(); ++c)
-          l += c ? fmt::format("  {:>{}}", row[c], w[c]) : fmt::format("{:<{}}", row[c], w[c]);
+        for (size_t c = 0; c < row.size(); ++c) {
+          const std::string pad(w[c] - width(row[c]), ' ');
+          l += c ? "  " + pad + row[c] : row[c] + (c + 1 < row.size() ? pad : "");
+        }
         s += l + "\n";
       }
     }

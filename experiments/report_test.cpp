@@ -70,25 +70,28 @@ TEST(Report, Table) {
   EXPECT_EQ(report(runs(), o),
             "demo (session s1)\n"
             "\n"
-            "trace app: median [min-max] of 5 run(s); ratio to glibc; * differs from glibc (Mann-Whitney U, p < 0.05)\n"
-            "allocator            wall time (s)        heap peak (MiB)\n"
-            "glibc                1 [0.98-1.02]                     10\n"
-            "jemalloc   0.51 [0.49-0.53] 0.51x*  12.2 [12-12.4] 1.22x*\n");
+            "trace app: median of 5 run(s), ±half the range as % of it, ratio to glibc; * differs from glibc "
+            "(Mann-Whitney U, p < 0.05)\n"
+            "metric           glibc         jemalloc\n"
+            "wall time (s)    1 ±2%  0.51 ±4% 0.51x*\n"
+            "heap peak (MiB)     10  12.2 ±2% 1.22x*\n");
 }
 
 TEST(Report, Markdown) {
   ReportOptions o;
   o.format = "md";
+  o.baseline = "jemalloc";  // the baseline's column comes first
   EXPECT_EQ(report(runs(), o),
             "\n"
             "## app\n"
             "\n"
-            "median [min-max] of 5 run(s); ratio to glibc; * differs from glibc (Mann-Whitney U, p < 0.05)\n"
+            "median of 5 run(s), ±half the range as % of it, ratio to jemalloc; * differs from jemalloc "
+            "(Mann-Whitney U, p < 0.05)\n"
             "\n"
-            "| allocator | wall time (s) | heap peak (MiB) |\n"
+            "| metric | jemalloc | glibc |\n"
             "|---|---:|---:|\n"
-            "| glibc | 1 [0.98-1.02] | 10 |\n"
-            "| jemalloc | 0.51 [0.49-0.53] 0.51x* | 12.2 [12-12.4] 1.22x* |\n");
+            "| wall time (s) | 0.51 ±4% | 1 ±2% 1.96x* |\n"
+            "| heap peak (MiB) | 12.2 ±2% | 10 0.82x* |\n");
 }
 
 TEST(Report, Csv) {

@@ -180,6 +180,12 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
         throw SpecError(spec.path + ": allocator '" + a.label + "': no direct load mode for '" + a.name + "'");
     }
   }
+  for (const TraceSpec& t : spec.traces) {
+    // Shards run apart (other machines): each would capture its own trace.
+    if (!opt.shard.empty() && !t.capture.empty())
+      throw SpecError(spec.path + ": trace '" + t.name + "': --shard needs trace files (each shard would capture "
+                      "its own run of the program); capture it once with heaplab capture and give 'file'");
+  }
   for (const TraceSpec& t : spec.traces)
     if (!t.file.empty() && access(t.file.c_str(), R_OK) != 0)
       throw SpecError(spec.path + ": trace '" + t.name + "': " + t.file + ": " + std::strerror(errno));
@@ -208,6 +214,10 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     n.id = !opt.session.empty() ? opt.session
            : !shard.empty()     ? spec.name + "-" + hash.substr(0, 12)  // the same in every shard
                                 : spec.name + "-" + now_iso() + "-" + hash.substr(0, 8);
+    if (opt.session.empty() && shard.empty()) {  // two sessions started within a second
+      const std::string base = n.id;
+      for (int k = 2; store.session(n.id); ++k) n.id = base + "-" + std::to_string(k);
+    }
     n.experiment = spec.name;
     n.spec_hash = hash;
     n.spec = spec.text;
@@ -296,6 +306,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     try {
       o = replay::run_replay(ro);
     } catch (const replay::ReplayError& e) {
+      if (g_interrupted) break;  // Ctrl-C reached a check's child process: not the trace's fault
       sigaction(SIGINT, &old_int, nullptr);
       sigaction(SIGTERM, &old_term, nullptr);
       if (tty) fmt::print(stderr, "\n");

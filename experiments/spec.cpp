@@ -171,6 +171,16 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
     s.allocators.push_back(as);
   }
   if (s.allocators.empty()) c.fail(root["allocators"], "'allocators': no allocator given");
+  // {experiment_dir}: where the experiment file is.
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const auto expand = [&](std::string& v) {
+    for (size_t at; (at = v.find("{experiment_dir}")) != std::string::npos;) v.replace(at, 16, dir);
+  };
+  for (TraceSpec& t : s.traces) {
+    expand(t.file);
+    for (std::string& a : t.capture) expand(a);
+  }
 
   if (root["replay"]) {
     const YAML::Node r = need_map(c, root["replay"], "replay");

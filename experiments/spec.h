@@ -23,7 +23,9 @@
 //   baseline: glibc                  # an allocator label; default: the first
 //
 // Relative paths (a trace `file`, the program's arguments) are taken from
-// the directory heaplab runs in, as in a shell.
+// the directory heaplab runs in, as in a shell; `{experiment_dir}` in them
+// stands for the directory of the experiment file, so a file can name
+// things next to it wherever heaplab runs.
 #pragma once
 
 #include <cstdint>

@@ -21,7 +21,7 @@ TEST(Spec, AValidExperiment) {
       "name: settings\n"
       "traces:\n"
       "  - name: app\n"
-      "    capture: [sqlite3, ':memory:']\n"
+      "    capture: [sqlite3, ':memory:', '.read {experiment_dir}/w.sql']\n"
       "    capture_allocator: jemalloc\n"
       "  - {name: hmmer, file: results/456.hmmer.hlt}\n"
       "allocators:\n"
@@ -38,7 +38,7 @@ TEST(Spec, AValidExperiment) {
       "exp.yaml");
   EXPECT_EQ(s.name, "settings");
   ASSERT_EQ(s.traces.size(), 2u);
-  EXPECT_EQ(s.traces[0].capture, (std::vector<std::string>{"sqlite3", ":memory:"}));
+  EXPECT_EQ(s.traces[0].capture, (std::vector<std::string>{"sqlite3", ":memory:", ".read ./w.sql"}));
   EXPECT_EQ(s.traces[0].capture_allocator, "jemalloc");
   EXPECT_EQ(s.traces[1].file, "results/456.hmmer.hlt");
   ASSERT_EQ(s.allocators.size(), 3u);
@@ -60,6 +60,11 @@ TEST(Spec, AValidExperiment) {
   // Defaults: the name from the file, the first allocator as baseline.
   const ExperimentSpec d = parse_experiment("traces: [{name: t, file: x.hlt}]\nallocators: [glibc, mimalloc]\n",
                                             "dir/quick-start.yaml");
+  EXPECT_EQ(parse_experiment("traces: [{name: t, file: '{experiment_dir}/x.hlt'}]\nallocators: [glibc]\n",
+                             "/exp/dir/e.yaml")
+                .traces[0]
+                .file,
+            "/exp/dir/x.hlt");
   EXPECT_EQ(d.name, "quick-start");
   EXPECT_EQ(d.baseline, "glibc");
   EXPECT_EQ(d.repetitions, 5u);

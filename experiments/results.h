@@ -1,0 +1,30 @@
+// Reading the results store for people and other tools: which session a
+// command means, the list of sessions, and exports (CSV of the runs; Google
+// Benchmark JSON, so that benchmark's tools/compare.py compares two
+// sessions).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "experiments/store.h"
+
+namespace heaplab::experiments {
+
+// The session `id`, else the newest of `experiment`, else the newest of
+// all; throws StoreError naming what is missing.
+SessionInfo pick_session(Store& store, const std::string& id, const std::string& experiment);
+
+// One line per session: id, experiment, started, runs stored of all, finished.
+std::string sessions_table(const std::vector<SessionInfo>& sessions);
+
+// One row per run: session, cell, trace, allocator, rep, warm-up, exit,
+// faithful, then every metric (empty where not measured).
+std::string export_csv(Store& store, const std::string& session);
+
+// Google Benchmark's JSON: one benchmark per measured run, named
+// "TRACE/ALLOCATOR", real_time = wall_s and cpu_time = cpu_s (seconds),
+// every other metric as a user counter.
+std::string export_gbench(Store& store, const std::string& session);
+
+}  // namespace heaplab::experiments

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""`heaplab run`, `report` and `results` end to end, on a small experiment
+(a victim program captured by the experiment itself, two allocators, one
+warm-up and three measured rounds: 8 runs).
+
+  - mistakes in an experiment file: one line naming file, line and key, exit 2
+  - a complete run: every cell stored once, in the interleaved order, the
+    report printed, `results list` and both exports
+  - killed (SIGKILL) part-way: the same command resumes, runs only what is
+    missing, and the store ends with every cell exactly once
+  - interrupted (SIGINT): exit 130, what was stored stays, resume completes
+  - `--shard 1/2` and `--shard 2/2` into two stores, merged: the same cells,
+    traces and outcomes as the one-piece run
+  - two experiments writing to one store at once: both complete
+
+Usage: runner_test.py HEAPLAB VICTIM WORKDIR
+"""
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+HEAPLAB, VICTIM, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+CELLS = 8
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def heaplab(*args, expect=0):
+    r = subprocess.run([HEAPLAB, *args], capture_output=True, text=True)
+    if expect is not None and r.returncode != expect:
+        fail(f"heaplab {' '.join(args)} exited {r.returncode}, not {expect}: {r.stderr.strip()[-800:]}")
+    return r
+
+
+def experiment(name, reps=3, extra="", trace_file=None):
+    path = os.path.join(WORK, name + ".yaml")
+    trace = f"file: {trace_file}" if trace_file else f'capture: [{VICTIM}, threads, "2", "2", "3000"]'
+    with open(path, "w") as f:
+        f.write(f"""name: {name}
+traces:
+  - name: threads
+    {trace}
+allocators:
+  - glibc
+  - {{name: jemalloc, label: je, env: {{MALLOC_CONF: "narenas:2"}}}}
+replay: {{sample_ms: 5}}
+repetitions: {reps}
+warmup: 1
+{extra}""")
+    return path
+
+
+def rows(results, session=None):
+    db = sqlite3.connect(os.path.join(results, "heaplab.db"))
+    q = "SELECT session, cell, seq, trace, trace_id, allocator, rep, warmup, exit, faithful FROM runs"
+    out = db.execute(q + (" WHERE session = ?" if session else "") + " ORDER BY seq",
+                     (session,) if session else ()).fetchall()
+    db.close()
+    return out
+
+
+def count(results):
+    try:
+        db = sqlite3.connect(os.path.join(results, "heaplab.db"), timeout=5)
+        n = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+        db.close()
+        return n
+    except sqlite3.Error:
+        return 0
+
+
+def bad_files():
+    cases = [
+        ("traces: [{name: t, file: x.hlt}]\nallocators: [glibc]\nrepetitons: 3\n",
+         "bad.yaml:3: unknown key 'repetitons'"),
+        ("traces: [{name: t, file: x.hlt}]\nallocators: [glibc]\nreplay: {touch: most}\n",
+         "bad.yaml:3: 'touch': expected one of none, first, pages, all, not 'most'"),
+        ("traces: [{name: t, file: missing.hlt}]\nallocators: [glibc]\n",
+         "bad.yaml: trace 't': missing.hlt: No such file or directory"),
+        ("traces: [{name: t, capture: [true]}]\nallocators: [nosuchalloc]\n",
+         "bad.yaml: allocator 'nosuchalloc': allocator 'nosuchalloc': unknown name"),
+    ]
+    for text, want in cases:
+        path = os.path.join(WORK, "bad.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        r = subprocess.run([HEAPLAB, "run", "bad.yaml", "--results", os.path.join(WORK, "bad")],
+                           capture_output=True, text=True, cwd=WORK)
+        check(r.returncode == 2, f"bad file exited {r.returncode}: {r.stderr}")
+        lines = r.stderr.splitlines()
+        check(len(lines) == 1 and lines[0].startswith("heaplab: error: " + want),
+              f"bad file: {r.stderr!r}, wanted {want!r}")
+        check(not os.path.exists(os.path.join(WORK, "bad", "heaplab.db")), "a bad file created a store")
+
+
+def complete_run():
+    res = os.path.join(WORK, "one")
+    r = heaplab("run", experiment("small"), "--results", res)
+    check("trace threads: median of 3 run(s)" in r.stdout, "no report: " + r.stdout)
+    check("8 runs now, 0 stored before" in r.stderr, r.stderr)
+    got = rows(res)
+    check(len(got) == CELLS, f"{len(got)} runs stored")
+    check([g[2] for g in got] == list(range(CELLS)), "seq not 0..7")
+    # Interleaved: each round has both allocators, the first one alternating.
+    firsts = [got[i][5] for i in range(0, CELLS, 2)]
+    check(firsts == ["glibc", "je", "glibc", "je"], f"order {firsts}")
+    check(all(g[8] == "ok" and g[9] == 1 for g in got), f"not all ok: {got}")
+    check(sum(g[7] for g in got) == 2, "warm-up runs")
+    check(len({g[4] for g in got}) == 1, "one trace id")
+    # The allocator's environment reached the replay.
+    db = sqlite3.connect(os.path.join(res, "heaplab.db"))
+    result = json.loads(db.execute("SELECT result FROM runs WHERE allocator = 'je' LIMIT 1").fetchone()[0])
+    check(result["allocator"]["settings"].get("MALLOC_CONF") == "narenas:2", "env: " + str(result["allocator"]))
+    spec, finished = db.execute("SELECT spec, finished FROM sessions").fetchone()
+    check("name: small" in spec and finished, "session row")
+    db.close()
+    # Running it again starts a new session (the old one is complete).
+    r = heaplab("run", experiment("small"), "--results", res, "-q")
+    check(len(rows(res)) == 2 * CELLS, "a second session")
+    lst = heaplab("results", "list", "--results", res).stdout
+    check(lst.count("small-") == 2 and lst.count("8/8") == 2, lst)
+    rep = heaplab("report", "--results", res, "--format", "csv").stdout
+    recs = list(csv.DictReader(io.StringIO(rep)))
+    check({x["allocator"] for x in recs} == {"glibc", "je"} and all(x["n"] == "3" for x in recs), rep)
+    md = heaplab("report", "--results", res, "--format", "md", "--metric", "wall_s").stdout
+    check("| metric | glibc | je |" in md, md)
+    exp = heaplab("results", "export", "--results", res).stdout
+    check(len(list(csv.DictReader(io.StringIO(exp)))) == CELLS, "csv export")
+    gb = json.loads(heaplab("results", "export", "--results", res, "--format", "gbench").stdout)
+    check(len(gb["benchmarks"]) == 6 and gb["benchmarks"][0]["time_unit"] == "s", "gbench export")
+    r = heaplab("report", "--results", res, "--session", "nope", expect=2)
+    check("no session 'nope'" in r.stderr, r.stderr)
+    first = rows(res)[0][0]
+    return [g for g in rows(res) if g[0] == first]
+
+
+def killed_and_resumed():
+    res = os.path.join(WORK, "killed")
+    path = experiment("slow", reps=7)  # 16 runs
+    p = subprocess.Popen([HEAPLAB, "run", path, "--results", res, "-q"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while count(res) < 3 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    before = count(res)
+    check(3 <= before < 16, f"{before} runs before the kill")
+    r = heaplab("run", path, "--results", res)
+    check(f"{16 - before} runs now, {before} stored before" in r.stderr, r.stderr)
+    got = rows(res)
+    check(len(got) == 16 and len({g[1] for g in got}) == 16, f"{len(got)} runs after resuming")
+    check(len({g[0] for g in got}) == 1, "one session")
+
+
+def interrupted_and_resumed():
+    res = os.path.join(WORK, "interrupted")
+    path = experiment("int", reps=7)
+    p = subprocess.Popen([HEAPLAB, "run", path, "--results", res, "-q"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 60
+    while count(res) < 2 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the whole process group
+    err = p.communicate()[1]
+    check(p.returncode == 130, f"interrupted run exited {p.returncode}: {err}")
+    check("interrupted: run the same command again to continue" in err, err)
+    before = count(res)
+    heaplab("run", path, "--results", res, "-q")
+    got = rows(res)
+    check(len(got) == 16 and all(g[8] == "ok" for g in got), f"after the interrupt: {len(got)} runs, {before} before")
+
+
+def sharded(one):
+    a, b, merged = (os.path.join(WORK, d) for d in ("shard1", "shard2", "merged"))
+    r = heaplab("run", experiment("small"), "--results", a, "--shard", "1/2", expect=2)
+    check("--shard needs trace files" in r.stderr, r.stderr)
+    trace = os.path.join(WORK, "threads.hlt")
+    heaplab("capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "3000")
+    path = experiment("small", trace_file=trace)
+    heaplab("run", path, "--results", a, "--shard", "1/2", "-q")
+    heaplab("run", path, "--results", b, "--shard", "2/2", "-q")
+    check(len(rows(a)) == 4 and len(rows(b)) == 4, "shard sizes")
+    r = heaplab("results", "merge", os.path.join(a, "heaplab.db"), os.path.join(b, "heaplab.db"),
+                "--results", merged)
+    got = rows(merged)
+    key = lambda g: (g[1], g[2], g[3], g[5], g[6], g[7], g[8], g[9])
+    check([key(g) for g in got] == [key(g) for g in one], f"merged shards differ:\n{got}\n{one}")
+    check(len({g[0] for g in got}) == 1 and "finished" in r.stdout, "merged session: " + r.stdout)
+    r = heaplab("results", "merge", os.path.join(merged, "heaplab.db"), "--results", merged, expect=2)
+    check("is the store being merged into" in r.stderr, r.stderr)
+
+
+def concurrent():
+    res = os.path.join(WORK, "concurrent")
+    ps = [subprocess.Popen([HEAPLAB, "run", experiment(n), "--results", res, "-q"], stderr=subprocess.PIPE, text=True)
+          for n in ("left", "right")]
+    for p in ps:
+        err = p.communicate()[1]
+        check(p.returncode == 0, f"concurrent run exited {p.returncode}: {err}")
+    got = rows(res)
+    check(len(got) == 2 * CELLS and len({g[0] for g in got}) == 2, f"{len(got)} runs from two experiments")
+
+
+def main():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    bad_files()
+    one = complete_run()
+    killed_and_resumed()
+    interrupted_and_resumed()
+    sharded(one)
+    concurrent()
+    print("PASS")
+
+
+main()
