@@ -21,6 +21,7 @@
 #include "capture/launch/launcher.h"
 #include "capture/normalise/normalise.h"
 #include "allocators/library.h"
+#include "experiments/dashboard.h"
 #include "experiments/report.h"
 #include "experiments/results.h"
 #include "experiments/runner.h"
@@ -492,6 +493,17 @@ int run_report_cmd(ReportArgs a) {
   return 0;
 }
 
+int run_dashboard_cmd(const std::string& results, const std::string& out) {
+  if (!std::filesystem::exists(store_path(results)))
+    throw Failure{"dashboard: no results store at " + store_path(results) + " (heaplab run FILE.yaml makes one)"};
+  experiments::Store store(store_path(results));
+  const experiments::DashboardSummary d = experiments::write_dashboard(store, store_path(results), out);
+  fmt::print("dashboard: {} ({} experiment(s), {} session(s), {} series)\n", d.index, d.experiments, d.sessions,
+             d.series);
+  for (const std::string& r : d.regressions) fmt::print("  regression: {}\n", r);
+  return 0;
+}
+
 int run_results_cmd(const std::string& what, const ResultsArgs& a) {
   std::error_code ec;
   if (what == "merge") {
@@ -660,6 +672,12 @@ int main(int argc, char** argv) {
   rep->add_option("--alpha", repa.opt.alpha, "Significance level")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   rep->add_option("-o,--out", repa.out, "Write the report here");
 
+  std::string dash_results = "results", dash_out = "results/dashboard";
+  auto* dash = app.add_subcommand("dashboard", "Write a static HTML dashboard of the results store (opens offline): "
+                                               "history per metric, regressions flagged, drill-down per session");
+  dash->add_option("--results", dash_results, "Results directory")->capture_default_str();
+  dash->add_option("-o,--out", dash_out, "Directory of the site (index.html)")->capture_default_str();
+
   ResultsArgs resa;
   auto* res = app.add_subcommand("results", "The results store: list sessions, merge stores (shards), export runs");
   res->require_subcommand(1);
@@ -711,6 +729,7 @@ int main(int argc, char** argv) {
     if (*rp) return run_replay(ra);
     if (*run) return run_experiment_cmd(runa);
     if (*rep) return run_report_cmd(repa);
+    if (*dash) return run_dashboard_cmd(dash_results, dash_out);
     if (*res_list) return run_results_cmd("list", resa);
     if (*res_merge) return run_results_cmd("merge", resa);
     if (*res_export) return run_results_cmd("export", resa);

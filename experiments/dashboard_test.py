@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""`heaplab dashboard` in a real browser: headless Chromium (Debian's
+`chromium`) loads the page from disk with the network off.
+
+A store gets four sessions of a small experiment (3 runs each of glibc and
+jemalloc on a captured victim trace); in the newest, jemalloc's heap peak is
+planted 50% higher. The test checks that the page rendered (the script ran:
+one history chart per metric card, the drill-down charts), that the planted
+regression is flagged on the heap-peak card for jemalloc and listed at the
+top and by `heaplab dashboard` itself, and that glibc's heap peak is not;
+it saves a screenshot next to the page.
+
+Usage: dashboard_test.py HEAPLAB VICTIM WORKDIR
+"""
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+HEAPLAB, VICTIM, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def run(*args):
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"{' '.join(args)} exited {r.returncode}: {r.stderr.strip()[-800:]}")
+    return r
+
+
+def main():
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        fail("chromium is not installed (scripts/bootstrap.sh installs it)")
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    trace = os.path.join(WORK, "threads.hlt")
+    run(HEAPLAB, "capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "3000")
+    exp = os.path.join(WORK, "nightly.yaml")
+    with open(exp, "w") as f:
+        f.write(f"""name: nightly
+traces: [{{name: threads, file: {trace}}}]
+allocators: [glibc, {{name: jemalloc, label: je}}]
+replay: {{latency: 8, sample_ms: 5}}
+repetitions: 3
+warmup: 0
+""")
+    results = os.path.join(WORK, "results")
+    for _ in range(4):
+        run(HEAPLAB, "run", exp, "--results", results, "-q")
+    db = sqlite3.connect(os.path.join(results, "heaplab.db"))
+    newest = db.execute("SELECT id FROM sessions ORDER BY started DESC, id DESC LIMIT 1").fetchone()[0]
+    n = db.execute("UPDATE runs SET heap_peak_mib = heap_peak_mib * 1.5 WHERE session = ? AND allocator = 'je'",
+                   (newest,)).rowcount
+    db.commit()
+    db.close()
+    if n != 3:
+        fail(f"planted {n} runs")
+    site = os.path.join(WORK, "site")
+    out = run(HEAPLAB, "dashboard", "--results", results, "-o", site).stdout
+    # +50% against the earlier sessions' median (which the threads' timing moves a little).
+    m = re.search(r"regression: nightly/threads/heap_peak_mib/je: \+(\d+\.\d)%", out)
+    if not m or not 35 <= float(m.group(1)) <= 65:
+        fail("heaplab dashboard did not list the planted regression:\n" + out)
+    if "heap_peak_mib/glibc" in out:
+        fail("glibc's heap peak flagged:\n" + out)
+    page = os.path.join(site, "index.html")
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+             "--disable-extensions", "--proxy-server=127.0.0.1:9", "--user-data-dir=" + os.path.join(WORK, "profile")]
+    dom = subprocess.run([browser, *flags, "--dump-dom", "file://" + page], capture_output=True, text=True,
+                         timeout=120).stdout
+    if 'data-rendered="yes"' not in dom:
+        fail("the page's script did not finish:\n" + dom[:2000])
+    cards = dom.count('class="card metric"')
+    charts = dom.count('class="chart history')
+    if cards < 10 or charts != cards:
+        fail(f"{cards} metric cards, {charts} history charts")
+    if dom.count("<circle") < cards * 2 * 4:
+        fail("charts without their points")
+    for cls in ("chart drill-rss", "chart drill-latency"):
+        if cls not in dom:
+            fail(f"no {cls} chart in the drill-down")
+    card = re.search(r'<div class="card metric" data-metric="heap_peak_mib">(.*?)<div class="card metric"', dom, re.S)
+    if not card:
+        fail("no heap-peak card")
+    if f'<span class="verdict regression" data-allocator="je">je: regression +{m.group(1)}%</span>' not in card.group(1):
+        fail("the planted regression is not flagged on the heap-peak card:\n" + card.group(1)[:1500])
+    if 'class="verdict regression" data-allocator="glibc"' in card.group(1):
+        fail("glibc flagged on the heap-peak card")
+    if not re.search(r'<li class="regression">regression: nightly / threads / heap peak / je: ', dom):
+        fail("the planted regression is not in the list at the top")
+    shot = os.path.join(site, "screenshot.png")
+    subprocess.run([browser, *flags, "--window-size=1400,2400", "--screenshot=" + shot, "file://" + page],
+                   capture_output=True, timeout=120)
+    with open(shot, "rb") as f:
+        head = f.read(8)
+    if head != b"\x89PNG\r\n\x1a\n" or os.path.getsize(shot) < 20000:
+        fail("no screenshot")
+    print(f"PASS ({cards} charts; screenshot {shot})")
+
+
+main()
