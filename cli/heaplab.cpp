@@ -22,6 +22,8 @@
 #include "capture/normalise/normalise.h"
 #include "allocators/library.h"
 #include "experiments/dashboard.h"
+#include "experiments/metrics.h"
+#include "experiments/plots.h"
 #include "experiments/report.h"
 #include "experiments/results.h"
 #include "experiments/runner.h"
@@ -418,7 +420,7 @@ struct RunArgs {
 };
 
 struct ReportArgs {
-  std::string results = "results", session, experiment, out;
+  std::string results = "results", session, experiment, out, plots;
   experiments::ReportOptions opt;
 };
 
@@ -490,6 +492,12 @@ int run_report_cmd(ReportArgs a) {
     }
   }
   write_or_print(a.out, session_report(store, s, a.opt));
+  if (!a.plots.empty()) {
+    std::vector<std::string> metrics = a.opt.metrics;
+    if (metrics.empty()) metrics = experiments::default_metrics();
+    for (const std::string& p : experiments::write_plots(store, s.id, metrics, a.plots))
+      fmt::print(stderr, "heaplab: plot {}\n", p);
+  }
   return 0;
 }
 
@@ -671,6 +679,7 @@ int main(int argc, char** argv) {
   rep->add_option("--baseline", repa.opt.baseline, "Allocator label to compare against (default: the experiment's)");
   rep->add_option("--alpha", repa.opt.alpha, "Significance level")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   rep->add_option("-o,--out", repa.out, "Write the report here");
+  rep->add_option("--plots", repa.plots, "Also write SVG plots here: heap over time, latency curves, bars per metric");
 
   std::string dash_results = "results", dash_out = "results/dashboard";
   auto* dash = app.add_subcommand("dashboard", "Write a static HTML dashboard of the results store (opens offline): "

@@ -83,8 +83,7 @@ json dashboard_data(Store& store, const std::string& store_path) {
                                 {"host", s.host},
                                 {"complete", !s.finished.empty()}});
       recs.push_back(store.records(s.id));
-      for (const RunRecord& r : recs.back()) {
-        if (r.warmup || !r.ok) continue;
+      for (const RunRecord& r : recs.back()) {  // matrix order, warm-ups included
         if (std::find(traces.begin(), traces.end(), r.trace) == traces.end()) traces.push_back(r.trace);
         if (std::find(allocators.begin(), allocators.end(), r.allocator) == allocators.end())
           allocators.push_back(r.allocator);

@@ -43,9 +43,9 @@ std::string metric_head(const std::string& name) {
 std::vector<Summary> summarise(const std::vector<RunRecord>& runs, const ReportOptions& opt) {
   std::vector<std::string> traces, allocators, present;
   for (const RunRecord& r : runs) {
-    if (r.warmup || !r.ok) continue;
-    add_unique(traces, r.trace);
+    add_unique(traces, r.trace);  // in the matrix order, warm-ups included
     add_unique(allocators, r.allocator);
+    if (r.warmup || !r.ok) continue;
     for (const auto& [k, v] : r.metrics) add_unique(present, k);
   }
   std::vector<std::string> metrics;
@@ -113,8 +113,7 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
     throw std::invalid_argument("--format: expected table, md, csv or json, not '" + opt.format + "'");
   const std::vector<Summary> sums = summarise(runs, opt);
   std::vector<std::string> allocators;
-  for (const RunRecord& r : runs)
-    if (!r.warmup && r.ok) add_unique(allocators, r.allocator);
+  for (const RunRecord& r : runs) add_unique(allocators, r.allocator);
   const std::string baseline = opt.baseline.empty() ? (allocators.empty() ? "" : allocators[0]) : opt.baseline;
 
   if (opt.format == "csv") {

@@ -139,6 +139,14 @@ def complete_run():
     check({x["allocator"] for x in recs} == {"glibc", "je"} and all(x["n"] == "3" for x in recs), rep)
     md = heaplab("report", "--results", res, "--format", "md", "--metric", "wall_s").stdout
     check("| metric | glibc | je |" in md, md)
+    plots = os.path.join(WORK, "plots")
+    r = heaplab("report", "--results", res, "--plots", plots, "--metric", "wall_s", "--metric", "heap_peak_mib")
+    names = sorted(os.listdir(plots))
+    check(names == ["threads-heap.svg", "threads-heap_peak_mib.svg", "threads-wall_s.svg"], f"plots: {names}")
+    bars = open(os.path.join(plots, "threads-wall_s.svg")).read()
+    check(bars.startswith("<svg") and bars.count('class="bar"') == 2 and bars.count('class="err"') == 2, bars[:300])
+    heap = open(os.path.join(plots, "threads-heap.svg")).read()
+    check(heap.count("<polyline") == 2 and ">glibc<" in heap and ">je<" in heap, heap[:300])
     exp = heaplab("results", "export", "--results", res).stdout
     check(len(list(csv.DictReader(io.StringIO(exp)))) == CELLS, "csv export")
     gb = json.loads(heaplab("results", "export", "--results", res, "--format", "gbench").stdout)

@@ -6,8 +6,10 @@
 # loaded both ways (LD_PRELOAD and linked directly), and print heaplab's
 # side-by-side table (time, heap RSS, fragmentation at the live peak, page
 # faults, latency); then import the bundled SPEC 456.hmmer trace (Compact
-# Memory Traces text format) and replay it the same way. (The dashboard
-# comes with issue 7.)
+# Memory Traces text format) and replay it the same way; last, run the
+# quick-start experiment (experiments/quick-start.yaml: repeated, interleaved
+# runs into the results store, the comparison table with significance) and
+# write the dashboard (results/dashboard/index.html).
 #
 # Usage: scripts/demo.sh
 # Environment: HEAPLAB_BUILD_DIR  build directory (default: <repo>/build)
@@ -68,3 +70,13 @@ heading "Stats $TRACE"
 "$HEAPLAB" stats "$TRACE"
 
 replay_all "$TRACE"
+
+heading "Experiment experiments/quick-start.yaml -> results/heaplab.db"
+# sqlite3 captured afresh, replayed on the four allocators: a warm-up and five
+# measured runs each, interleaved; medians, spread, ratio to glibc and
+# significance; plots next to the store.
+"$HEAPLAB" run experiments/quick-start.yaml
+"$HEAPLAB" report --plots results/plots >/dev/null
+
+heading "Dashboard (every session in results/heaplab.db)"
+"$HEAPLAB" dashboard
