@@ -79,9 +79,9 @@ std::string export_gbench(Store& store, const std::string& session) {
                         {"repetition_index", r.rep},
                         {"threads", 1},
                         {"iterations", 1},
-                        {"real_time", r.metrics.at("wall_s")},
-                        {"cpu_time", r.metrics.count("cpu_s") ? r.metrics.at("cpu_s") : r.metrics.at("wall_s")},
-                        {"time_unit", "s"}};
+                        {"real_time", 1e3 * r.metrics.at("wall_s")},
+                        {"cpu_time", 1e3 * (r.metrics.count("cpu_s") ? r.metrics.at("cpu_s") : r.metrics.at("wall_s"))},
+                        {"time_unit", "ms"}};
     for (const auto& [k, v] : r.metrics)
       if (k != "wall_s" && k != "cpu_s") b[k] = v;
     benchmarks.push_back(b);

@@ -23,7 +23,7 @@ std::string sessions_table(const std::vector<SessionInfo>& sessions);
 std::string export_csv(Store& store, const std::string& session);
 
 // Google Benchmark's JSON: one benchmark per measured run, named
-// "TRACE/ALLOCATOR", real_time = wall_s and cpu_time = cpu_s (seconds),
+// "TRACE/ALLOCATOR", real_time = wall_s and cpu_time = cpu_s (in ms),
 // every other metric as a user counter.
 std::string export_gbench(Store& store, const std::string& session);
 

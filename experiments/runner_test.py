@@ -150,7 +150,18 @@ def complete_run():
     exp = heaplab("results", "export", "--results", res).stdout
     check(len(list(csv.DictReader(io.StringIO(exp)))) == CELLS, "csv export")
     gb = json.loads(heaplab("results", "export", "--results", res, "--format", "gbench").stdout)
-    check(len(gb["benchmarks"]) == 6 and gb["benchmarks"][0]["time_unit"] == "s", "gbench export")
+    check(len(gb["benchmarks"]) == 6 and gb["benchmarks"][0]["time_unit"] == "ms", "gbench export")
+    # Google Benchmark's own compare.py on two sessions (Debian: libbenchmark-tools, python3-scipy).
+    sessions = [l.split()[0] for l in lst.splitlines()[1:]]
+    files = []
+    for s in sessions:
+        f = os.path.join(WORK, s + ".gbench.json")
+        heaplab("results", "export", "--results", res, "--session", s, "--format", "gbench", "-o", f)
+        files.append(f)
+    cmp = subprocess.run(["/usr/bin/python3", "/usr/share/benchmark/compare.py", "benchmarks", *files],
+                         capture_output=True, text=True)
+    check(cmp.returncode == 0 and "threads/je_pvalue" in cmp.stdout and "threads/glibc" in cmp.stdout,
+          f"compare.py: {cmp.returncode} {cmp.stdout[-500:]} {cmp.stderr[-500:]}")
     r = heaplab("report", "--results", res, "--session", "nope", expect=2)
     check("no session 'nope'" in r.stderr, r.stderr)
     first = rows(res)[0][0]

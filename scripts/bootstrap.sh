@@ -24,13 +24,15 @@ set -euo pipefail
 #   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
 #   real programs and the reference tool (capture tests, demo, overhead
 #   benchmark): sqlite3 heaptrack python3
-#   the dashboard's browser test: chromium
+#   the dashboard's browser test: chromium; Google Benchmark's compare.py
+#   on exported results: libbenchmark-tools python3-scipy
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev
   zstd xz-utils bzip2 gzip lz4 clang
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium
+  libbenchmark-tools python3-scipy
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 
 say() { echo "bootstrap: $*"; }
