@@ -225,6 +225,32 @@ def sharded(one):
     check("is the store being merged into" in r.stderr, r.stderr)
 
 
+def progress_on_a_terminal():
+    """On a terminal: a progress bar with an ETA, redrawn in place."""
+    import pty
+    res = os.path.join(WORK, "tty")
+    master, slave = pty.openpty()
+    p = subprocess.Popen([HEAPLAB, "run", experiment("tty"), "--results", res], stdout=subprocess.DEVNULL,
+                         stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait()
+    os.close(master)
+    text = out.decode(errors="replace")
+    check(p.returncode == 0, f"tty run exited {p.returncode}: {text[-500:]}")
+    check("\r\x1b[K[" in text and "] 0/8 threads on glibc, warm-up 1" in text, "no progress bar: " + repr(text[:400]))
+    check(" ETA 0:0" in text and "] 7/8 " in text, "no ETA: " + repr(text[-600:]))
+    check("heaplab: run 1/8" not in text, "plain lines on a terminal")
+
+
 def concurrent():
     res = os.path.join(WORK, "concurrent")
     ps = [subprocess.Popen([HEAPLAB, "run", experiment(n), "--results", res, "-q"], stderr=subprocess.PIPE, text=True)
@@ -244,6 +270,7 @@ def main():
     killed_and_resumed()
     interrupted_and_resumed()
     sharded(one)
+    progress_on_a_terminal()
     concurrent()
     print("PASS")
 
