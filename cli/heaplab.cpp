@@ -481,8 +481,17 @@ int run_experiment_cmd(const RunArgs& a) {
   return r.failed ? 1 : 0;
 }
 
+// A store that must exist, opened read-only (reports of a directory one
+// may not write, e.g. a CI artifact).
+experiments::Store existing_store(const std::string& results, const char* cmd) {
+  if (!std::filesystem::exists(store_path(results)))
+    throw Failure{std::string(cmd) + ": no results store at " + store_path(results) +
+                  " (heaplab run FILE.yaml makes one)"};
+  return experiments::Store(store_path(results), true);
+}
+
 int run_report_cmd(ReportArgs a) {
-  experiments::Store store(store_path(a.results));
+  experiments::Store store = existing_store(a.results, "report");
   const experiments::SessionInfo s = experiments::pick_session(store, a.session, a.experiment);
   if (a.opt.metrics.empty()) {
     // The experiment's own choice of metrics, from its stored text.
@@ -501,10 +510,9 @@ int run_report_cmd(ReportArgs a) {
   return 0;
 }
 
-int run_dashboard_cmd(const std::string& results, const std::string& out) {
-  if (!std::filesystem::exists(store_path(results)))
-    throw Failure{"dashboard: no results store at " + store_path(results) + " (heaplab run FILE.yaml makes one)"};
-  experiments::Store store(store_path(results));
+int run_dashboard_cmd(const std::string& results, std::string out) {
+  experiments::Store store = existing_store(results, "dashboard");
+  if (out.empty()) out = results + "/dashboard";
   const experiments::DashboardSummary d = experiments::write_dashboard(store, store_path(results), out);
   fmt::print("dashboard: {} ({} experiment(s), {} session(s), {} series)\n", d.index, d.experiments, d.sessions,
              d.series);
@@ -520,14 +528,15 @@ int run_results_cmd(const std::string& what, const ResultsArgs& a) {
     for (const std::string& other : a.stores) {
       if (std::filesystem::equivalent(other, store_path(a.results), ec))
         throw Failure{"results merge: '" + other + "' is the store being merged into"};
-      store.merge_from(other);
+      if (!std::filesystem::exists(other)) throw Failure{"results merge: " + other + ": no such file"};
+      const auto [added, kept] = store.merge_from(other);
+      fmt::print(stderr, "heaplab: {}: {} runs added{}\n", other, added,
+                 kept ? fmt::format(", {} already there kept (same session and cell)", kept) : "");
     }
     fmt::print("{}", experiments::sessions_table(store.sessions()));
     return 0;
   }
-  if (!std::filesystem::exists(store_path(a.results)))
-    throw Failure{"results: no results store at " + store_path(a.results) + " (heaplab run FILE.yaml makes one)"};
-  experiments::Store store(store_path(a.results));
+  experiments::Store store = existing_store(a.results, "results");
   if (what == "list") {
     fmt::print("{}", experiments::sessions_table(store.sessions()));
     return 0;
@@ -681,11 +690,11 @@ int main(int argc, char** argv) {
   rep->add_option("-o,--out", repa.out, "Write the report here");
   rep->add_option("--plots", repa.plots, "Also write SVG plots here: heap over time, latency curves, bars per metric");
 
-  std::string dash_results = "results", dash_out = "results/dashboard";
+  std::string dash_results = "results", dash_out;
   auto* dash = app.add_subcommand("dashboard", "Write a static HTML dashboard of the results store (opens offline): "
                                                "history per metric, regressions flagged, drill-down per session");
   dash->add_option("--results", dash_results, "Results directory")->capture_default_str();
-  dash->add_option("-o,--out", dash_out, "Directory of the site (index.html)")->capture_default_str();
+  dash->add_option("-o,--out", dash_out, "Directory of the site (index.html); default: RESULTS/dashboard");
 
   ResultsArgs resa;
   auto* res = app.add_subcommand("results", "The results store: list sessions, merge stores (shards), export runs");

@@ -93,12 +93,19 @@ json dashboard_data(Store& store, const std::string& store_path) {
       for (const RunRow& r : rows)
         if (!r.warmup && r.exit == "ok" && r.faithful) runs_of[{r.trace, r.allocator}].push_back(&r);
       for (auto& [key, v] : runs_of) {
-        std::sort(v.begin(), v.end(), [](const RunRow* a, const RunRow* b) {
-          return a->metrics.count("wall_s") && b->metrics.count("wall_s") && a->metrics.at("wall_s") < b->metrics.at("wall_s");
+        std::sort(v.begin(), v.end(), [](const RunRow* a, const RunRow* b) {  // by wall time, runs without last
+          const double x = a->metrics.count("wall_s") ? a->metrics.at("wall_s") : INFINITY;
+          const double y = b->metrics.count("wall_s") ? b->metrics.at("wall_s") : INFINITY;
+          return x < y;
         });
         drills[key.first][std::to_string(si)][key.second] = drill(v[v.size() / 2]->result);
       }
     }
+    // The newest complete session is the one judged; unfinished sessions
+    // are drawn but neither judged nor part of the history.
+    size_t newest = SIZE_MAX;
+    for (size_t si = 0; si < ss.size(); ++si)
+      if (!ss[si].finished.empty()) newest = si;
     for (const std::string& t : traces) {
       json tr = {{"name", t}, {"metrics", json::array()}, {"drill", drills.contains(t) ? drills[t] : json::object()}};
       for (const Metric& m : all_metrics()) {
@@ -114,11 +121,15 @@ json dashboard_data(Store& store, const std::string& store_path) {
             if (v.empty()) continue;
             SessionStat st{median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
                            v.size()};
-            hist.push_back(st);
+            if (!ss[si].finished.empty() && si <= newest) hist.push_back(st);
             points.push_back({{"session", si}, {"median", st.median}, {"min", st.min}, {"max", st.max}, {"n", st.n}});
           }
           if (points.empty()) continue;
-          const Verdict vd = judge(hist, m.lower_is_better);
+          // Judged only if this allocator is in the newest complete session.
+          bool in_newest = false;
+          for (const json& p : points) in_newest = in_newest || p["session"].get<size_t>() == newest;
+          Verdict vd = in_newest ? judge(hist, m.lower_is_better) : Verdict{};
+          if (!in_newest) vd.state = "absent";
           series.push_back({{"allocator", a},
                             {"points", points},
                             {"verdict",
@@ -163,7 +174,7 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 .verdict.regression { background: #fdd; color: #a00; font-weight: 700; }
 .verdict.improvement { background: #dfd; color: #060; }
 .verdict.steady { background: #eee; color: #555; }
-.verdict.short { background: #f4f4f4; color: #999; }
+.verdict.short, .verdict.absent { background: #f4f4f4; color: #999; }
 #alerts li.regression { color: #a00; }
 svg.chart { display: block; }
 svg.chart .axis { stroke: #999; stroke-width: 1; }
@@ -306,13 +317,14 @@ function render() {
         for (const s of m.series) {
           const v = s.verdict;
           const txt = v.state === "short" ? `${s.allocator}: history too short` :
+                      v.state === "absent" ? `${s.allocator}: not in the newest session` :
                       `${s.allocator}: ${v.state}` + (v.state !== "steady" ? ` ${(v.change * 100 >= 0 ? "+" : "")}${(v.change * 100).toFixed(1)}%` : "");
           el("span", {class: "verdict " + v.state, "data-allocator": s.allocator}, vs, txt);
           if (v.state === "regression") {
             nreg++;
             const li = el("li", {class: "regression"}, alerts, `regression: ${ex.name} / ${tr.name} / ${m.label} / ${s.allocator}: ${fmt(v.newest)} against ${fmt(v.centre)} (band ${fmt(v.low)}-${fmt(v.high)})`);
           }
-          if (v.state !== "short") {
+          if (v.state !== "short" && v.state !== "absent") {
             const last = s.points[s.points.length - 1].session;
             bands.push({x0: s.points[0].session, x1: last, lo: v.low, hi: v.high, color: color(s.allocator)});
           }
@@ -354,9 +366,11 @@ DashboardSummary write_dashboard(Store& store, const std::string& store_path, co
                                                   100 * s["verdict"]["change"].get<double>()));
         }
   }
-  // The data sits in a <script> element: "</" must not end it early.
-  std::string text = data.dump();
-  for (size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3) text.replace(at, 2, "<\\/");
+  // The data sits in a <script> element: no "<" at all in it, so nothing
+  // in a string (a path, an id) can end or reshape it.
+  const std::string raw = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string text;
+  for (char ch : raw) text += ch == '<' ? std::string("\\u003c") : std::string(1, ch);
   std::string page = kPage;
   page.replace(page.find("@DATA@"), 6, text);
   std::error_code ec;

@@ -8,7 +8,8 @@ planted 50% higher. The test checks that the page rendered (the script ran:
 one history chart per metric card, the drill-down charts), that the planted
 regression is flagged on the heap-peak card for jemalloc and listed at the
 top and by `heaplab dashboard` itself, and that glibc's heap peak is not;
-it saves a screenshot next to the page.
+it saves a screenshot next to the page. A newer session without jemalloc
+then leaves jemalloc's series unjudged ("not in the newest session").
 
 Usage: dashboard_test.py HEAPLAB VICTIM WORKDIR
 """
@@ -102,6 +103,22 @@ warmup: 0
         head = f.read(8)
     if head != b"\x89PNG\r\n\x1a\n" or os.path.getsize(shot) < 20000:
         fail("no screenshot")
+    # A newer session without jemalloc: its old regression is no longer
+    # the newest figure and must not be flagged.
+    with open(exp, "w") as f:
+        f.write(f"""name: nightly
+traces: [{{name: threads, file: {trace}}}]
+allocators: [glibc]
+repetitions: 3
+warmup: 0
+""")
+    run(HEAPLAB, "run", exp, "--results", results, "-q")
+    out = run(HEAPLAB, "dashboard", "--results", results, "-o", site).stdout
+    if "/je:" in out:
+        fail("a regression of an allocator the newest session did not run:\n" + out)
+    with open(page) as f:
+        if '"state":"absent"' not in f.read():
+            fail("jemalloc's series not marked absent from the newest session")
     print(f"PASS ({cards} charts; screenshot {shot})")
 
 

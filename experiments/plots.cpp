@@ -174,8 +174,10 @@ std::vector<std::string> write_plots(Store& store, const std::string& session, c
     for (const std::string& a : allocators) {
       auto& v = runs[{t, a}];
       if (v.empty()) continue;
-      std::sort(v.begin(), v.end(), [](const RunRow* x, const RunRow* y) {
-        return x->metrics.count("wall_s") && y->metrics.count("wall_s") && x->metrics.at("wall_s") < y->metrics.at("wall_s");
+      std::sort(v.begin(), v.end(), [](const RunRow* x, const RunRow* y) {  // by wall time, runs without last
+        const double wx = x->metrics.count("wall_s") ? x->metrics.at("wall_s") : INFINITY;
+        const double wy = y->metrics.count("wall_s") ? y->metrics.at("wall_s") : INFINITY;
+        return wx < wy;
       });
       const nlohmann::json& r = v[v.size() / 2]->result;  // the median run
       if (r.contains("replay") && r["replay"].contains("memory")) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -159,9 +160,19 @@ std::string duration(double s) {
 
 RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt) {
   uint32_t shard_k = 1, shard_n = 1;
-  if (!opt.shard.empty()) std::tie(shard_k, shard_n) = parse_shard(opt.shard);
+  if (!opt.shard.empty()) {
+    std::tie(shard_k, shard_n) = parse_shard(opt.shard);
+    if (opt.session.empty())
+      throw RunError("--shard needs --session ID: one id for every shard of this run (e.g. the job array's), "
+                     "so that heaplab results merge joins them and another run of the file gets its own");
+  }
 
   // Everything that can be checked before anything runs.
+  for (const TraceSpec& t : spec.traces) {
+    std::string err;
+    if (!t.capture.empty() && !allocators::resolve_allocator(t.capture_allocator, err))
+      throw SpecError(spec.path + ": trace '" + t.name + "': capture_allocator: " + err);
+  }
   for (const AllocatorSpec& a : spec.allocators) {
     std::string err;
     if (!allocators::resolve_allocator(a.name, err))
@@ -200,24 +211,36 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
   const std::string hash = short_hash(spec.text);
   const std::string shard = opt.shard.empty() ? "" : fmt::format("{}/{}", shard_k, shard_n);
   const std::vector<Cell> cells = matrix(spec);
+  const std::string me = host_name() + ":" + std::to_string(getpid());
+  // Whether another heaplab on this host is running a session now.
+  const auto alive_elsewhere = [&](const SessionInfo& x) {
+    const size_t colon = x.owner.rfind(':');
+    if (colon == std::string::npos || x.owner.substr(0, colon) != host_name()) return false;
+    const long pid = std::strtol(x.owner.c_str() + colon + 1, nullptr, 10);
+    return pid > 0 && pid != getpid() && (kill(pid_t(pid), 0) == 0 || errno == EPERM);
+  };
   std::optional<SessionInfo> s;
   if (!opt.session.empty()) {
     s = store.session(opt.session);
     if (s && (s->experiment != spec.name || s->spec_hash != hash))
       throw RunError("session '" + opt.session + "' in " + res.store + " is of experiment '" + s->experiment +
                      "' with another experiment file; give another --session");
+    if (s && opt.fresh) throw RunError("--new: session '" + opt.session + "' exists in " + res.store);
+    if (s && s->shard != shard)
+      throw RunError("session '" + opt.session + "' was run " +
+                     (s->shard.empty() ? std::string("whole") : "as shard " + s->shard) + ", not " +
+                     (shard.empty() ? std::string("whole") : "as shard " + shard));
+    if (s && alive_elsewhere(*s))
+      throw RunError("session '" + opt.session + "' is being run by heaplab " + s->owner + " now");
   } else if (!opt.fresh) {
-    s = store.unfinished(spec.name, hash, shard);
+    for (const SessionInfo& u : store.unfinished(spec.name, hash, shard))
+      if (!alive_elsewhere(u)) {
+        s = u;
+        break;
+      }
   }
   if (!s) {
     SessionInfo n;
-    n.id = !opt.session.empty() ? opt.session
-           : !shard.empty()     ? spec.name + "-" + hash.substr(0, 12)  // the same in every shard
-                                : spec.name + "-" + now_iso() + "-" + hash.substr(0, 8);
-    if (opt.session.empty() && shard.empty()) {  // two sessions started within a second
-      const std::string base = n.id;
-      for (int k = 2; store.session(n.id); ++k) n.id = base + "-" + std::to_string(k);
-    }
     n.experiment = spec.name;
     n.spec_hash = hash;
     n.spec = spec.text;
@@ -228,10 +251,25 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     n.host = host_name();
     n.heaplab_version = import::tool_version();
     n.git_commit = heaplab_git_commit();
-    store.add_session(n);
+    n.owner = me;
+    // A new id: the one given, else name-time-hash with a suffix if that
+    // is taken (sessions started in the same second, here or by another
+    // heaplab writing the same store).
+    const std::string base = !opt.session.empty() ? opt.session : spec.name + "-" + now_iso() + "-" + hash.substr(0, 8);
+    for (int k = 1;; ++k) {
+      n.id = k == 1 ? base : base + "-" + std::to_string(k);
+      if (store.session(n.id)) continue;
+      try {
+        store.add_session(n);
+        break;
+      } catch (const StoreError&) {
+        if (!opt.session.empty() || k > 100) throw;
+      }
+    }
     s = store.session(n.id);
     if (!s) throw RunError(res.store + ": the new session was not stored");
   }
+  store.set_owner(s->id, me);
   res.session = s->id;
   res.cells = int64_t(cells.size());
   const std::set<std::string> done = store.done_cells(s->id);
@@ -266,12 +304,23 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
                res.already ? fmt::format(" to go, {} already stored", res.already) : "");
   }
 
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = on_interrupt;
-  sigemptyset(&sa.sa_mask);
-  g_interrupted = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  // Ctrl-C and SIGTERM end the experiment after the current run, for as
+  // long as the loop runs (restored however it ends).
+  struct Handlers {
+    struct sigaction old_int {}, old_term {};
+    Handlers() {
+      struct sigaction sa {};
+      sa.sa_handler = on_interrupt;
+      sigemptyset(&sa.sa_mask);
+      g_interrupted = 0;
+      sigaction(SIGINT, &sa, &old_int);
+      sigaction(SIGTERM, &sa, &old_term);
+    }
+    ~Handlers() {
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+    }
+  } handlers;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < todo.size(); ++i) {
     if (g_interrupted) break;
@@ -307,9 +356,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
       o = replay::run_replay(ro);
     } catch (const replay::ReplayError& e) {
       if (g_interrupted) break;  // Ctrl-C reached a check's child process: not the trace's fault
-      sigaction(SIGINT, &old_int, nullptr);
-      sigaction(SIGTERM, &old_term, nullptr);
-      if (tty) fmt::print(stderr, "\n");
+      if (tty) fmt::print(stderr, "\r\033[K");
       throw RunError("trace '" + t.name + "' on '" + a.label + "': " + e.what());
     }
     // A run cut short by the interrupt is not a result: it runs again on resume.
@@ -329,9 +376,13 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     if (!o.error.empty()) o.result["error"] = o.error;
     row.metrics = extract_metrics(o.result);
     row.result = o.result;
-    store.add_run(s->id, row);
+    try {
+      store.add_run(s->id, row);
+    } catch (const StoreError&) {
+      if (tty) fmt::print(stderr, "\r\033[K");
+      throw;
+    }
     ++res.ran;
-    if (row.exit != "ok" || !row.faithful) ++res.failed;
     if (!tty && !opt.quiet) {
       const auto m = row.metrics;
       fmt::print(stderr, "heaplab: run {}/{}: {}: {}{}\n", i + 1, todo.size(), what, row.exit,
@@ -341,10 +392,11 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
       fmt::print(stderr, "\r\033[Kheaplab: {}: {}{}\n", what, row.exit, o.error.empty() ? "" : ": " + o.error);
     }
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
   if (tty) fmt::print(stderr, "\r\033[K");
   res.interrupted = g_interrupted != 0;
+  // Failed runs of the whole session, also those stored before a resume.
+  for (const RunRecord& r : store.records(s->id))
+    if (!r.ok) ++res.failed;
   if (int64_t(store.done_cells(s->id).size()) == res.cells) {
     store.finish_session(s->id);
     res.finished = true;

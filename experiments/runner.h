@@ -26,8 +26,9 @@ class RunError : public std::runtime_error {
 
 struct RunnerOptions {
   std::string results_dir = "results";
-  std::string shard;    // "K/N" (1-based), or "" for the whole matrix
-  std::string session;  // resume or start this session id; "" = resume an unfinished one or start anew
+  std::string shard;    // "K/N" (1-based), or "" for the whole matrix; needs `session`
+  std::string session;  // resume or start this session id (every shard of a run gives the same one);
+                        // "" = resume an unfinished session of the same file no live heaplab runs, or start anew
   bool fresh = false;   // start a new session even if an unfinished one matches
   bool quiet = false;
   std::string replayer_dir;  // for tests; "" = next to heaplab
@@ -52,7 +53,7 @@ struct RunnerResult {
   int64_t cells = 0;      // in the session (all shards)
   int64_t ran = 0;        // replays run now
   int64_t already = 0;    // found stored (resumed)
-  int64_t failed = 0;     // replays that crashed, failed or were not faithful
+  int64_t failed = 0;     // stored runs of the session (now or before) that crashed, failed or were not faithful
   bool finished = false;  // every cell of the session is stored
   bool interrupted = false;
 };

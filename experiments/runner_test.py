@@ -164,6 +164,10 @@ def complete_run():
           f"compare.py: {cmp.returncode} {cmp.stdout[-500:]} {cmp.stderr[-500:]}")
     r = heaplab("report", "--results", res, "--session", "nope", expect=2)
     check("no session 'nope'" in r.stderr, r.stderr)
+    empty = os.path.join(WORK, "empty")
+    os.makedirs(empty)
+    r = heaplab("report", "--results", empty, expect=2)
+    check("no results store at" in r.stderr and not os.listdir(empty), r.stderr)
     first = rows(res)[0][0]
     return [g for g in rows(res) if g[0] == first]
 
@@ -207,13 +211,19 @@ def interrupted_and_resumed():
 
 def sharded(one):
     a, b, merged = (os.path.join(WORK, d) for d in ("shard1", "shard2", "merged"))
-    r = heaplab("run", experiment("small"), "--results", a, "--shard", "1/2", expect=2)
+    r = heaplab("run", experiment("small"), "--results", a, "--shard", "1/2", "--session", "n1", expect=2)
     check("--shard needs trace files" in r.stderr, r.stderr)
     trace = os.path.join(WORK, "threads.hlt")
     heaplab("capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "3000")
     path = experiment("small", trace_file=trace)
-    heaplab("run", path, "--results", a, "--shard", "1/2", "-q")
-    heaplab("run", path, "--results", b, "--shard", "2/2", "-q")
+    r = heaplab("run", path, "--results", a, "--shard", "1/2", expect=1)
+    check("--shard needs --session ID" in r.stderr, r.stderr)
+    heaplab("run", path, "--results", a, "--shard", "1/2", "--session", "nightly-1", "-q")
+    heaplab("run", path, "--results", b, "--shard", "2/2", "--session", "nightly-1", "-q")
+    r = heaplab("run", path, "--results", b, "--shard", "1/2", "--session", "nightly-1", "-q", expect=1)
+    check("session 'nightly-1' was run as shard 2/2, not as shard 1/2" in r.stderr, r.stderr)
+    r = heaplab("run", path, "--results", b, "--shard", "2/2", "--session", "nightly-1", "--new", "-q", expect=1)
+    check("--new: session 'nightly-1' exists" in r.stderr, r.stderr)
     check(len(rows(a)) == 4 and len(rows(b)) == 4, "shard sizes")
     r = heaplab("results", "merge", os.path.join(a, "heaplab.db"), os.path.join(b, "heaplab.db"),
                 "--results", merged)
@@ -221,8 +231,22 @@ def sharded(one):
     key = lambda g: (g[1], g[2], g[3], g[5], g[6], g[7], g[8], g[9])
     check([key(g) for g in got] == [key(g) for g in one], f"merged shards differ:\n{got}\n{one}")
     check(len({g[0] for g in got}) == 1 and "finished" in r.stdout, "merged session: " + r.stdout)
+    check("4 runs added" in r.stderr, r.stderr)
     r = heaplab("results", "merge", os.path.join(merged, "heaplab.db"), "--results", merged, expect=2)
     check("is the store being merged into" in r.stderr, r.stderr)
+    # Merging a shard again keeps what is there and says so.
+    r = heaplab("results", "merge", os.path.join(a, "heaplab.db"), "--results", merged)
+    check("0 runs added, 4 already there kept" in r.stderr and len(rows(merged)) == CELLS, r.stderr)
+    # The next night's shards, another session id: merged alongside.
+    for k, d in ((1, a), (2, b)):
+        heaplab("run", path, "--results", d, "--shard", f"{k}/2", "--session", "nightly-2", "-q")
+        heaplab("results", "merge", os.path.join(d, "heaplab.db"), "--results", merged)
+    check(len(rows(merged)) == 2 * CELLS, "the second night's shards")
+    bogus = os.path.join(WORK, "bogus.db")
+    with open(bogus, "w") as f:
+        f.write("not a database\n" * 100)
+    r = heaplab("results", "merge", bogus, "--results", merged, expect=2)
+    check(r.stderr.startswith("heaplab: error: " + bogus + ": "), r.stderr)
 
 
 def progress_on_a_terminal():

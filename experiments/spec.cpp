@@ -195,8 +195,23 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       if (end == v.c_str() || *end || !(s.replay.speed > 0) || s.replay.speed > 1e9)
         c.fail(r["speed"], "'speed': expected a positive factor, not '" + v + "'");
     }
-    if (r["pin"]) s.replay.pin = text(c, r["pin"], "pin");
-    if (r["membind"]) s.replay.membind = text(c, r["membind"], "membind");
+    const auto list_of_numbers = [](const std::string& v) {
+      return !v.empty() && v.find_first_not_of("0123456789,") == std::string::npos && v.front() != ',' &&
+             v.back() != ',' && v.find(",,") == std::string::npos;
+    };
+    if (r["pin"]) {
+      s.replay.pin = text(c, r["pin"], "pin");
+      if (s.replay.pin != "none" && s.replay.pin != "compact" && s.replay.pin != "scatter" && !list_of_numbers(s.replay.pin))
+        c.fail(r["pin"], "'pin': expected none, compact, scatter or CPU numbers such as 0,2, not '" + s.replay.pin + "'");
+    }
+    if (r["membind"]) {
+      s.replay.membind = text(c, r["membind"], "membind");
+      const std::string& m = s.replay.membind;
+      if (m != "none" && m != "local" && m != "interleave" && !list_of_numbers(m))
+        c.fail(r["membind"], "'membind': expected none, local, interleave or NUMA node numbers such as 0,1, not '" + m + "'");
+      if (m == "local" && s.replay.pin == "none")
+        c.fail(r["membind"], "'membind': local binds memory to the pinned CPUs' nodes; give 'pin' too");
+    }
     if (r["latency"]) s.replay.latency = uint32_t(integer(c, r["latency"], "latency", 0, 1u << 30));
     if (r["sample_ms"]) s.replay.sample_ms = uint32_t(integer(c, r["sample_ms"], "sample_ms", 0, 3600000));
   }

@@ -87,6 +87,12 @@ TEST(Spec, MistakesNameTheLineAndKey) {
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay:\n  threds: 2\n"),
             "exp.yaml:4: unknown key 'threds' in replay (known: threads, touch, timing, speed, pin, membind, "
             "latency, sample_ms)");
+  EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {pin: fast}\n"),
+            "exp.yaml:3: 'pin': expected none, compact, scatter or CPU numbers such as 0,2, not 'fast'");
+  EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {membind: local}\n"),
+            "exp.yaml:3: 'membind': local binds memory to the pinned CPUs' nodes; give 'pin' too");
+  EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {membind: '0,,1'}\n"),
+            "exp.yaml:3: 'membind': expected none, local, interleave or NUMA node numbers such as 0,1, not '0,,1'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: fast\n"),
             "exp.yaml:3: 'replay': expected a map of keys and values, not 'fast'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "metrics: [wall_s, speed]\n"),

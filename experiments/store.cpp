@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+
 #include "experiments/metrics.h"
 
 namespace heaplab::experiments {
@@ -56,7 +58,8 @@ class Stmt {
 };
 
 const char* kSessionColumns =
-    "id, experiment, spec_hash, spec, baseline, started, finished, cells, shard, host, heaplab_version, git_commit";
+    "id, experiment, spec_hash, spec, baseline, started, finished, cells, shard, host, heaplab_version, git_commit, "
+    "owner";
 
 SessionInfo read_session(Stmt& q) {
   SessionInfo s;
@@ -72,6 +75,7 @@ SessionInfo read_session(Stmt& q) {
   s.host = q.text(9);
   s.heaplab_version = q.text(10);
   s.git_commit = q.text(11);
+  s.owner = q.text(12);
   return s;
 }
 
@@ -83,14 +87,27 @@ std::string metric_columns() {
 
 }  // namespace
 
-Store::Store(const std::string& path) : path_(path) {
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+Store::Store(const std::string& path, bool read_only) : read_only_(read_only), path_(path) {
+  const int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
     const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
     throw StoreError(path + ": cannot open the results store: " + why);
   }
   sqlite3_busy_timeout(db_, 30000);
+  if (read_only) {
+    // It must be a heaplab store (SQLite opens any file lazily).
+    try {
+      Stmt q(db_, "SELECT value FROM store_info WHERE key = 'format'", path);
+      if (!q.step() || q.text(0) != "heaplab-results") throw StoreError("");
+    } catch (const StoreError&) {
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw StoreError(path + ": not a heaplab results store");
+    }
+    return;
+  }
   try {
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
@@ -98,7 +115,7 @@ Store::Store(const std::string& path) : path_(path) {
     for (const Metric& m : all_metrics()) metric_cols += ", " + m.name + " REAL";
     exec("CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, spec_hash TEXT, "
          "spec TEXT, baseline TEXT, started TEXT, finished TEXT, cells INTEGER, shard TEXT, host TEXT, "
-         "heaplab_version TEXT, git_commit TEXT)");
+         "heaplab_version TEXT, git_commit TEXT, owner TEXT)");
     exec("CREATE TABLE IF NOT EXISTS runs (session TEXT NOT NULL, cell TEXT NOT NULL, seq INTEGER, trace TEXT, "
          "trace_file TEXT, trace_id TEXT, allocator TEXT, allocator_name TEXT, load TEXT, rep INTEGER, warmup INTEGER, "
          "started TEXT, exit TEXT, faithful INTEGER, host TEXT, cpu TEXT, kernel TEXT, allocator_version TEXT, "
@@ -106,6 +123,9 @@ Store::Store(const std::string& path) : path_(path) {
          metric_cols + ", result TEXT, PRIMARY KEY (session, cell))");
     exec("CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT)");
     exec("INSERT OR IGNORE INTO store_info VALUES ('format', 'heaplab-results'), ('format_version', '1')");
+    Stmt f(db_, "SELECT value FROM store_info WHERE key = 'format'", path);
+    if (!f.step() || f.text(0) != "heaplab-results") throw StoreError(path + ": not a heaplab results store");
+    migrate();
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
@@ -114,6 +134,22 @@ Store::Store(const std::string& path) : path_(path) {
 }
 
 Store::~Store() { sqlite3_close(db_); }
+
+// Columns a newer heaplab has and an older store lacks (a new metric, the
+// session owner) are added; none is ever removed or renamed.
+void Store::migrate() {
+  const auto columns = [&](const char* table) {
+    std::vector<std::string> v;
+    Stmt q(db_, std::string("PRAGMA table_info(") + table + ")", path_);
+    while (q.step()) v.push_back(q.text(1));
+    return v;
+  };
+  const std::vector<std::string> s = columns("sessions");
+  if (std::find(s.begin(), s.end(), "owner") == s.end()) exec("ALTER TABLE sessions ADD COLUMN owner TEXT");
+  const std::vector<std::string> r = columns("runs");
+  for (const Metric& m : all_metrics())
+    if (std::find(r.begin(), r.end(), m.name) == r.end()) exec("ALTER TABLE runs ADD COLUMN " + m.name + " REAL");
+}
 
 void Store::exec(const std::string& sql) {
   char* err = nullptr;
@@ -124,15 +160,22 @@ void Store::exec(const std::string& sql) {
   }
 }
 
-std::optional<SessionInfo> Store::unfinished(const std::string& experiment, const std::string& spec_hash,
-                                             const std::string& shard) {
+std::vector<SessionInfo> Store::unfinished(const std::string& experiment, const std::string& spec_hash,
+                                           const std::string& shard) {
+  std::vector<SessionInfo> v;
   Stmt q(db_, std::string("SELECT ") + kSessionColumns +
                   " FROM sessions WHERE experiment = ? AND spec_hash = ? AND shard = ? AND finished = '' "
-                  "ORDER BY started DESC LIMIT 1",
+                  "ORDER BY started DESC, id DESC",
          path_);
   q.bind(1, experiment).bind(2, spec_hash).bind(3, shard);
-  if (!q.step()) return std::nullopt;
-  return read_session(q);
+  while (q.step()) v.push_back(read_session(q));
+  return v;
+}
+
+void Store::set_owner(const std::string& id, const std::string& owner) {
+  Stmt q(db_, "UPDATE sessions SET owner = ? WHERE id = ?", path_);
+  q.bind(1, owner).bind(2, id);
+  q.step();
 }
 
 std::optional<SessionInfo> Store::session(const std::string& id) {
@@ -147,12 +190,12 @@ std::optional<SessionInfo> Store::session(const std::string& id) {
 }
 
 void Store::add_session(const SessionInfo& s) {
-  Stmt q(db_, std::string("INSERT OR IGNORE INTO sessions (") + kSessionColumns +
-                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-         path_);
+  Stmt q(db_, std::string("INSERT INTO sessions (") + kSessionColumns +
+                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         path_ + ": session '" + s.id + "'");
   q.bind(1, s.id).bind(2, s.experiment).bind(3, s.spec_hash).bind(4, s.spec).bind(5, s.baseline);
   q.bind(6, s.started).bind(7, s.finished).bind(8, s.cells).bind(9, s.shard).bind(10, s.host);
-  q.bind(11, s.heaplab_version).bind(12, s.git_commit);
+  q.bind(11, s.heaplab_version).bind(12, s.git_commit).bind(13, s.owner);
   q.step();
 }
 
@@ -270,20 +313,41 @@ std::vector<RunRow> Store::runs(const std::string& session) {
   return v;
 }
 
-void Store::merge_from(const std::string& other) {
+std::pair<int64_t, int64_t> Store::merge_from(const std::string& other) {
   {
-    sqlite3* probe = nullptr;
-    const int rc = sqlite3_open_v2(other.c_str(), &probe, SQLITE_OPEN_READONLY, nullptr);
-    sqlite3_close(probe);
-    if (rc != SQLITE_OK) throw StoreError(other + ": cannot open the results store");
+    Store probe(other, true);  // must be a heaplab store: a clear error naming it if not
   }
-  Stmt attach(db_, "ATTACH DATABASE ? AS other", path_);
+  Stmt attach(db_, "ATTACH DATABASE ? AS other", other);
   attach.bind(1, other);
   attach.step();
+  const auto count = [&](const char* sql) {
+    Stmt q(db_, sql, other);
+    return q.step() ? q.integer(0) : 0;
+  };
+  std::pair<int64_t, int64_t> added_kept{0, 0};
   try {
     exec("BEGIN IMMEDIATE");
-    exec(std::string("INSERT OR IGNORE INTO sessions SELECT ") + kSessionColumns + " FROM other.sessions");
-    exec("INSERT OR IGNORE INTO runs SELECT * FROM other.runs");
+    // Columns by name: the other store may be of an older heaplab (fewer
+    // metric columns; missing ones stay NULL).
+    const auto cols = [&](const char* table) {
+      std::vector<std::string> v;
+      Stmt q(db_, std::string("PRAGMA other.table_info(") + table + ")", other);
+      while (q.step()) v.push_back(q.text(1));
+      return v;
+    };
+    for (const char* table : {"sessions", "runs"}) {
+      std::string list;
+      for (const std::string& c : cols(table)) list += (list.empty() ? "" : ", ") + c;
+      if (std::string(table) == "runs") {
+        const int64_t before = count("SELECT count(*) FROM runs");
+        const int64_t theirs = count("SELECT count(*) FROM other.runs");
+        exec("INSERT OR IGNORE INTO runs (" + list + ") SELECT " + list + " FROM other.runs");
+        added_kept.first = count("SELECT count(*) FROM runs") - before;
+        added_kept.second = theirs - added_kept.first;
+      } else {
+        exec("INSERT OR IGNORE INTO sessions (" + list + ") SELECT " + list + " FROM other.sessions");
+      }
+    }
     // A session is finished when every cell is in (shards merged).
     exec("UPDATE sessions SET finished = COALESCE(NULLIF(finished, ''), strftime('%Y-%m-%dT%H:%M:%SZ', 'now')) "
          "WHERE cells <= (SELECT count(*) FROM runs WHERE runs.session = sessions.id)");
@@ -294,6 +358,7 @@ void Store::merge_from(const std::string& other) {
     throw StoreError(other + ": cannot merge: " + e.what());
   }
   exec("DETACH DATABASE other");
+  return added_kept;
 }
 
 }  // namespace heaplab::experiments

@@ -39,6 +39,7 @@ struct SessionInfo {
   int64_t cells = 0;     // runs the session has in all (every shard)
   std::string shard;     // "K/N" or ""
   std::string host, heaplab_version, git_commit;
+  std::string owner;     // "host:pid" of the heaplab running it (or that last ran it)
   int64_t stored = 0;    // runs stored (filled by sessions())
 };
 
@@ -59,16 +60,23 @@ struct RunRow {
 class Store {
  public:
   // Opens (creating if needed) the database at `path`; throws StoreError.
-  explicit Store(const std::string& path);
+  // Read-only: the store must exist and is never written (reports, exports
+  // and the dashboard of a results directory one may not write). A store
+  // of an older heaplab gets the columns it lacks (new metrics) on open.
+  explicit Store(const std::string& path, bool read_only = false);
   ~Store();
+  Store(Store&& o) noexcept : read_only_(o.read_only_), db_(o.db_), path_(std::move(o.path_)) { o.db_ = nullptr; }
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // The newest unfinished session of `experiment` with this spec hash and
-  // shard, if any (to resume).
-  std::optional<SessionInfo> unfinished(const std::string& experiment, const std::string& spec_hash,
-                                        const std::string& shard);
+  // Unfinished sessions of `experiment` with this spec hash and shard,
+  // newest first (to resume one that no live process owns).
+  std::vector<SessionInfo> unfinished(const std::string& experiment, const std::string& spec_hash,
+                                      const std::string& shard);
+  // Marks `id` as run by `owner` ("host:pid").
+  void set_owner(const std::string& id, const std::string& owner);
   std::optional<SessionInfo> session(const std::string& id);
+  // Adds a new session; throws StoreError if the id exists.
   void add_session(const SessionInfo& s);
   void finish_session(const std::string& id);
   // Cells already stored for a session.
@@ -83,12 +91,15 @@ class Store {
   std::vector<RunRow> runs(const std::string& session);
 
   // Joins stores (e.g. the shards of one session run on several machines)
-  // into this one: sessions by id, runs by session and cell. A session is
-  // finished once all its cells are in.
-  void merge_from(const std::string& other_path);
+  // into this one: sessions by id, runs by session and cell (a run already
+  // here is kept). A session is finished once all its cells are in.
+  // Returns the runs added and the runs that were already there.
+  std::pair<int64_t, int64_t> merge_from(const std::string& other_path);
 
  private:
   void exec(const std::string& sql);
+  void migrate();
+  bool read_only_ = false;
   sqlite3* db_ = nullptr;
   std::string path_;
 };
