@@ -17,7 +17,7 @@ set -euo pipefail
 #   compression:   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
 #   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev
 #                  (pinning replay threads), libyaml-cpp-dev (experiment files),
-#                  libsqlite3-dev (the results store)
+#                  libsqlite3-dev (the results store), libipt-dev (Intel PT decoding)
 #   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
 #   allocators to run captured programs on: libjemalloc2 libmimalloc2.0 libgoogle-perftools4
 #   and their headers, for the replayers linked against them (direct load):
@@ -29,7 +29,7 @@ set -euo pipefail
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
-  libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev
+  libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev libipt-dev
   zstd xz-utils bzip2 gzip lz4 clang
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium
   libbenchmark-tools python3-scipy

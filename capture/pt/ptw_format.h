@@ -1,0 +1,48 @@
+// How a heap event travels through Intel PT: four 64-bit `ptwrite`
+// payloads per event (the shim's raw record: op and fields a, b, c; the time
+// comes from the PT stream's own timing packets).
+//
+//   word 0  header: bits 63..48 the magic 0xA7E5, 47..40 the op, 39..32 a
+//           check byte over the other three words and the sequence number,
+//           31..0 the thread's event sequence number (wrapping)
+//   word 1..3  a, b, c as in capture/shim/raw_format.h
+//
+// Resynchronising after lost data (an OVF packet, a truncated AUX buffer):
+// the decoder waits for a word whose top 16 bits are the magic and accepts
+// the event only if the check byte matches the three words that follow, so
+// a field word that happens to look like a header (a size of 0xA7E5... or a
+// pointer there, impossible in user space) is accepted only with
+// probability 2^-8 and only right after a loss. The sequence number counts
+// events lost whole: a gap between two accepted headers of one thread.
+//
+// Header-only and libc-free: the shim's ptwrite sink includes it.
+#pragma once
+
+#include <stdint.h>
+
+namespace heaplab::pt {
+
+inline constexpr uint64_t kMagic = 0xA7E5;
+inline constexpr unsigned kWordsPerEvent = 4;
+
+inline constexpr uint64_t rotl(uint64_t v, unsigned k) { return (v << k) | (v >> ((64 - k) & 63)); }
+
+// The check byte: every bit of a, b, c and seq reaches it.
+inline constexpr uint8_t check_byte(uint64_t a, uint64_t b, uint64_t c, uint32_t seq) {
+  uint64_t x = a ^ rotl(b, 21) ^ rotl(c, 42) ^ (uint64_t{seq} * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 32;
+  x ^= x >> 16;
+  x ^= x >> 8;
+  return uint8_t(x);
+}
+
+inline constexpr uint64_t header_word(uint32_t op, uint32_t seq, uint64_t a, uint64_t b, uint64_t c) {
+  return kMagic << 48 | uint64_t(op & 0xff) << 40 | uint64_t(check_byte(a, b, c, seq)) << 32 | seq;
+}
+
+inline constexpr bool is_header(uint64_t w) { return (w >> 48) == kMagic; }
+inline constexpr uint32_t header_op(uint64_t w) { return uint32_t(w >> 40) & 0xff; }
+inline constexpr uint8_t header_check(uint64_t w) { return uint8_t(w >> 32); }
+inline constexpr uint32_t header_seq(uint64_t w) { return uint32_t(w); }
+
+}  // namespace heaplab::pt
