@@ -47,19 +47,10 @@ json drill(const json& r) {
   return d;
 }
 
-std::string now_iso() {
-  char when[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return when;
-}
-
 }  // namespace
 
 json dashboard_data(Store& store, const std::string& store_path) {
-  json data = {{"generated", now_iso()}, {"store", store_path}, {"experiments", json::array()}};
+  json data = {{"generated", utc_now_iso()}, {"store", store_path}, {"experiments", json::array()}};
   std::map<std::string, std::vector<SessionInfo>> by_exp;
   std::vector<std::string> order;
   for (const SessionInfo& s : store.sessions()) {

@@ -81,15 +81,6 @@ namespace {
 volatile sig_atomic_t g_interrupted = 0;
 void on_interrupt(int) { g_interrupted = 1; }
 
-std::string now_iso() {
-  char when[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return when;
-}
-
 std::string host_name() {
   struct utsname u {};
   return uname(&u) == 0 ? u.nodename : "";
@@ -245,7 +236,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     n.spec_hash = hash;
     n.spec = spec.text;
     n.baseline = spec.baseline;
-    n.started = now_iso();
+    n.started = utc_now_iso();
     n.cells = int64_t(cells.size());
     n.shard = shard;
     n.host = host_name();
@@ -255,7 +246,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     // A new id: the one given, else name-time-hash with a suffix if that
     // is taken (sessions started in the same second, here or by another
     // heaplab writing the same store).
-    const std::string base = !opt.session.empty() ? opt.session : spec.name + "-" + now_iso() + "-" + hash.substr(0, 8);
+    const std::string base = !opt.session.empty() ? opt.session : spec.name + "-" + utc_now_iso() + "-" + hash.substr(0, 8);
     for (int k = 1;; ++k) {
       n.id = k == 1 ? base : base + "-" + std::to_string(k);
       if (store.session(n.id)) continue;
@@ -350,7 +341,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     ro.membind = spec.replay.membind;
     ro.replayer_dir = opt.replayer_dir;
     RunRow row;
-    row.started = now_iso();
+    row.started = utc_now_iso();
     replay::ReplayOutcome o;
     try {
       o = replay::run_replay(ro);

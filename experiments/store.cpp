@@ -3,10 +3,20 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <ctime>
 
 #include "experiments/metrics.h"
 
 namespace heaplab::experiments {
+
+std::string utc_now_iso() {
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return when;
+}
 
 namespace {
 

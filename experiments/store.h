@@ -23,6 +23,9 @@ struct sqlite3;
 
 namespace heaplab::experiments {
 
+// The time now, UTC, ISO-8601 to the second: how the store writes times.
+std::string utc_now_iso();
+
 class StoreError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
