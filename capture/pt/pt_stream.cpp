@@ -2,6 +2,7 @@
 
 #include <intel-pt.h>
 
+#include <cstring>
 #include <stdexcept>
 
 namespace heaplab::pt {
@@ -17,28 +18,62 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
   pt_packet_decoder* dec = pt_pkt_alloc_decoder(&cfg);
   if (!dec) throw std::runtime_error("libipt: cannot allocate a packet decoder");
   uint64_t tsc = tsc0;
-  uint64_t at = 0;  // offset after the last packet decoded
-  // Synchronises at the next PSB; returns false at the end of the data.
+  uint64_t pos = 0;  // the next packet's offset
+  // Synchronises at the next PSB at or after `pos`; false at the end.
+  // (libipt's sync_forward looks past a PSB right at the position.)
+  static const uint8_t kPsb[16] = {2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82};
   const auto sync = [&]() {
-    const int s = pt_pkt_sync_forward(dec);
+    if (pos + sizeof kPsb <= len && std::memcmp(data + pos, kPsb, sizeof kPsb) == 0) return true;
+    int st = pt_pkt_sync_set(dec, pos);
+    if (st >= 0) st = pt_pkt_sync_forward(dec);
     uint64_t off = len;
-    if (s >= 0) pt_pkt_get_offset(dec, &off);
-    stats.skipped_bytes += off > at ? off - at : 0;
-    at = off;
-    return s >= 0;
+    if (st >= 0) pt_pkt_get_offset(dec, &off);
+    stats.skipped_bytes += off > pos ? off - pos : 0;
+    pos = off;
+    return st >= 0;
   };
+  const auto le = [&](uint64_t at, unsigned n) {
+    uint64_t v = 0;
+    std::memcpy(&v, data + at, n);  // little-endian machine (x86)
+    return v;
+  };
+  // The packets of a ptwrite recording are read here directly: 64-bit PTW
+  // (02 32, or 02 B2 when a FUP follows: 10 bytes), TSC (19 + 7 bytes) and
+  // PAD (00). Everything else, and anything that does not fit, goes through
+  // libipt from the same offset.
   bool ok = sync();
-  while (ok) {
+  while (ok && pos < len) {
+    const uint8_t b0 = data[pos];
+    if (b0 == 0x02 && pos + 10 <= len && (data[pos + 1] == 0x32 || data[pos + 1] == 0xB2)) {
+      ++stats.packets;
+      ++stats.ptw;
+      assembler.word(le(pos + 2, 8), tsc, sink);
+      pos += 10;
+      continue;
+    }
+    if (b0 == 0x19 && pos + 8 <= len) {
+      ++stats.packets;
+      tsc = le(pos + 1, 7);
+      pos += 8;
+      continue;
+    }
+    if (b0 == 0x00) {
+      ++stats.packets;
+      ++pos;
+      continue;
+    }
     pt_packet pkt;
-    const int s = pt_pkt_next(dec, &pkt, sizeof pkt);
-    if (s == -pte_eos) break;
-    if (s < 0) {
+    int st = pt_pkt_sync_set(dec, pos);
+    if (st >= 0) st = pt_pkt_next(dec, &pkt, sizeof pkt);
+    if (st == -pte_eos) break;
+    if (st < 0) {
       ++stats.decode_errors;
       assembler.lost();
+      ++pos;  // past the byte that does not decode, then to the next PSB
       ok = sync();
       continue;
     }
-    at += uint64_t(s);
+    pos += uint64_t(st);
     ++stats.packets;
     switch (pkt.type) {
       case ppt_psb: ++stats.psb; break;

@@ -1,5 +1,6 @@
 // Decoding the ptwrite payloads out of raw Intel PT bytes (one AUX stream:
-// a thread in per-thread mode) with libipt's packet decoder. Branch tracing
+// a thread in per-thread mode): 64-bit PTW, TSC and PAD packets are read
+// directly, everything else with libipt's packet decoder. Branch tracing
 // is off in heaplab's recordings, so no binary images are needed: only PSB
 // (synchronisation), TSC (time), OVF (loss) and PTW packets matter. Bytes
 // that do not decode are skipped to the next PSB and counted, and the event
