@@ -328,11 +328,13 @@ std::vector<std::string> split_commas(const std::string& s) {
   }
 }
 
-void write_text(const std::string& path, const std::string& text) {
+// Writes `text` to `path` (via a temporary renamed into place); a failure
+// is "PREFIXcannot write 'PATH'".
+void write_text(const std::string& path, const std::string& text, const std::string& prefix) {
   write_then_rename(path, [&](const std::string& tmp) {
     FILE* f = std::fopen(tmp.c_str(), "w");
     const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if ((f && std::fclose(f) != 0) || !ok) throw Failure{"replay: cannot write '" + path + "'"};
+    if ((f && std::fclose(f) != 0) || !ok) throw Failure{prefix + "cannot write '" + path + "'"};
   });
 }
 
@@ -372,7 +374,7 @@ int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs,
     }
   }
   const std::string text = nlohmann::json(results).dump(2) + "\n";
-  if (!a.out.empty()) write_text(a.out, text);
+  if (!a.out.empty()) write_text(a.out, text, "replay: ");
   if (a.json) fmt::print("{}", text);
   else if (!a.quiet) fmt::print("{}", replay::comparison_table(results));
   return worst;
@@ -405,7 +407,7 @@ int run_replay(const ReplayArgs& a) {
     throw Failure{std::string("replay: ") + e.what()};
   }
   const std::string text = o.result.dump(2) + "\n";
-  if (!a.out.empty()) write_text(a.out, text);
+  if (!a.out.empty()) write_text(a.out, text, "replay: ");
   if (a.json) fmt::print("{}", text);
   else if (!a.quiet && o.exit_code != 2) fmt::print("{}", replay::result_summary(o.result));
   if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
@@ -433,11 +435,7 @@ std::string store_path(const std::string& dir) { return dir + "/heaplab.db"; }
 
 void write_or_print(const std::string& out, const std::string& text) {
   if (out.empty()) fmt::print("{}", text);
-  else write_then_rename(out, [&](const std::string& tmp) {
-      FILE* f = std::fopen(tmp.c_str(), "w");
-      const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      if ((f && std::fclose(f) != 0) || !ok) throw Failure{"cannot write '" + out + "'"};
-    });
+  else write_text(out, text, "");
 }
 
 std::string session_report(experiments::Store& store, const experiments::SessionInfo& s,

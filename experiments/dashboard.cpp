@@ -11,6 +11,7 @@
 
 #include "experiments/history.h"
 #include "experiments/metrics.h"
+#include "experiments/results.h"
 #include "experiments/stats.h"
 
 namespace heaplab::experiments {
@@ -83,14 +84,7 @@ json dashboard_data(Store& store, const std::string& store_path) {
       const std::vector<RunRow> rows = store.runs(s.id);
       for (const RunRow& r : rows)
         if (!r.warmup && r.exit == "ok" && r.faithful) runs_of[{r.trace, r.allocator}].push_back(&r);
-      for (auto& [key, v] : runs_of) {
-        std::sort(v.begin(), v.end(), [](const RunRow* a, const RunRow* b) {  // by wall time, runs without last
-          const double x = a->metrics.count("wall_s") ? a->metrics.at("wall_s") : INFINITY;
-          const double y = b->metrics.count("wall_s") ? b->metrics.at("wall_s") : INFINITY;
-          return x < y;
-        });
-        drills[key.first][std::to_string(si)][key.second] = drill(v[v.size() / 2]->result);
-      }
+      for (auto& [key, v] : runs_of) drills[key.first][std::to_string(si)][key.second] = drill(median_run(v).result);
     }
     // The newest complete session is the one judged; unfinished sessions
     // are drawn but neither judged nor part of the history.

@@ -72,12 +72,11 @@ std::map<std::string, double> extract_metrics(const json& r) {
     if (number_at(mem, {"fragmentation", "at_live_peak"}, v)) m["frag_at_live_peak"] = v;
     if (number_at(mem, {"fragmentation", "time_weighted"}, v)) m["frag_time_weighted"] = v;
   }
-  for (const auto& [op, prefix] : {std::pair{"malloc", "malloc"}, {"free", "free"}}) {
-    if (number_at(r, {"replay", "latency", "ops", op, "p50_ns"}, v)) m[std::string(prefix) + "_p50_ns"] = v;
-    if (number_at(r, {"replay", "latency", "ops", op, "p99_ns"}, v)) m[std::string(prefix) + "_p99_ns"] = v;
-    if (std::string(op) == "malloc" && number_at(r, {"replay", "latency", "ops", op, "p99.9_ns"}, v))
-      m["malloc_p999_ns"] = v;
+  for (const char* op : {"malloc", "free"}) {
+    if (number_at(r, {"replay", "latency", "ops", op, "p50_ns"}, v)) m[std::string(op) + "_p50_ns"] = v;
+    if (number_at(r, {"replay", "latency", "ops", op, "p99_ns"}, v)) m[std::string(op) + "_p99_ns"] = v;
   }
+  if (number_at(r, {"replay", "latency", "ops", "malloc", "p99.9_ns"}, v)) m["malloc_p999_ns"] = v;
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "experiments/metrics.h"
+#include "experiments/results.h"
 #include "experiments/stats.h"
 
 namespace heaplab::experiments {
@@ -174,12 +175,7 @@ std::vector<std::string> write_plots(Store& store, const std::string& session, c
     for (const std::string& a : allocators) {
       auto& v = runs[{t, a}];
       if (v.empty()) continue;
-      std::sort(v.begin(), v.end(), [](const RunRow* x, const RunRow* y) {  // by wall time, runs without last
-        const double wx = x->metrics.count("wall_s") ? x->metrics.at("wall_s") : INFINITY;
-        const double wy = y->metrics.count("wall_s") ? y->metrics.at("wall_s") : INFINITY;
-        return wx < wy;
-      });
-      const nlohmann::json& r = v[v.size() / 2]->result;  // the median run
+      const nlohmann::json& r = median_run(v).result;
       if (r.contains("replay") && r["replay"].contains("memory")) {
         const auto& tl = r["replay"]["memory"]["timeline"];
         Series s{a, {}, {}};

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "experiments/metrics.h"
+#include "experiments/results.h"
 #include "experiments/stats.h"
 
 namespace heaplab::experiments {
@@ -24,13 +25,6 @@ std::string num(double v) {
   if (std::isnan(v)) return "-";
   if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
   return fmt::format("{:.3g}", v);
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
 }
 
 std::string metric_head(const std::string& name) {

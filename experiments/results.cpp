@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "experiments/metrics.h"
@@ -39,8 +40,6 @@ std::string sessions_table(const std::vector<SessionInfo>& sessions) {
   return out;
 }
 
-namespace {
-
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
@@ -48,7 +47,14 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
-}  // namespace
+const RunRow& median_run(std::vector<const RunRow*>& runs) {
+  const auto wall = [](const RunRow* r) {
+    const auto it = r->metrics.find("wall_s");
+    return it == r->metrics.end() ? INFINITY : it->second;
+  };
+  std::sort(runs.begin(), runs.end(), [&](const RunRow* x, const RunRow* y) { return wall(x) < wall(y); });
+  return *runs[runs.size() / 2];
+}
 
 std::string export_csv(Store& store, const std::string& session) {
   std::string out = "session,cell,trace,allocator,allocator_name,load,rep,warmup,exit,faithful,trace_id";

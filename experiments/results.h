@@ -11,6 +11,14 @@
 
 namespace heaplab::experiments {
 
+// A CSV field: quoted (quotes doubled) when it holds a comma, quote or newline.
+std::string csv_field(const std::string& s);
+
+// Of a (trace, allocator)'s runs, the one with the median wall time (runs
+// without one count as slowest): the run plots and the dashboard show.
+// `runs` must not be empty; it is reordered.
+const RunRow& median_run(std::vector<const RunRow*>& runs);
+
 // The session `id`, else the newest of `experiment`, else the newest of
 // all; throws StoreError naming what is missing.
 SessionInfo pick_session(Store& store, const std::string& id, const std::string& experiment);
