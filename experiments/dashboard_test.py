@@ -3,8 +3,11 @@
 `chromium`) loads the page from disk with the network off.
 
 A store gets four sessions of a small experiment (3 runs each of glibc and
-jemalloc on a captured victim trace); in the newest, jemalloc's heap peak is
-planted 50% higher. The test checks that the page rendered (the script ran:
+jemalloc on a captured victim trace). Their heap peaks are then planted:
+glibc's 10 MiB in every run, jemalloc's 12 MiB and in the newest session 18
+(+50%). The real figures of so short a replay wander by 10% and more from
+session to session (the peak is the highest of a few samples), which made a
+test on them flaky; everything else on the page stays real. The test checks that the page rendered (the script ran:
 one history chart per metric card, the drill-down charts), that the planted
 regression is flagged on the heap-peak card for jemalloc and listed at the
 top and by `heaplab dashboard` itself, and that glibc's heap peak is not;
@@ -57,17 +60,15 @@ warmup: 0
         run(HEAPLAB, "run", exp, "--results", results, "-q")
     db = sqlite3.connect(os.path.join(results, "heaplab.db"))
     newest = db.execute("SELECT id FROM sessions ORDER BY started DESC, id DESC LIMIT 1").fetchone()[0]
-    n = db.execute("UPDATE runs SET heap_peak_mib = heap_peak_mib * 1.5 WHERE session = ? AND allocator = 'je'",
-                   (newest,)).rowcount
+    db.execute("UPDATE runs SET heap_peak_mib = CASE allocator WHEN 'glibc' THEN 10.0 ELSE 12.0 END")
+    n = db.execute("UPDATE runs SET heap_peak_mib = 18.0 WHERE session = ? AND allocator = 'je'", (newest,)).rowcount
     db.commit()
     db.close()
     if n != 3:
         fail(f"planted {n} runs")
     site = os.path.join(WORK, "site")
     out = run(HEAPLAB, "dashboard", "--results", results, "-o", site).stdout
-    # +50% against the earlier sessions' median (which the threads' timing moves a little).
-    m = re.search(r"regression: nightly/threads/heap_peak_mib/je: \+(\d+\.\d)%", out)
-    if not m or not 35 <= float(m.group(1)) <= 65:
+    if "regression: nightly/threads/heap_peak_mib/je: +50.0%" not in out:
         fail("heaplab dashboard did not list the planted regression:\n" + out)
     if "heap_peak_mib/glibc" in out:
         fail("glibc's heap peak flagged:\n" + out)
@@ -90,7 +91,7 @@ warmup: 0
     card = re.search(r'<div class="card metric" data-metric="heap_peak_mib">(.*?)<div class="card metric"', dom, re.S)
     if not card:
         fail("no heap-peak card")
-    if f'<span class="verdict regression" data-allocator="je">je: regression +{m.group(1)}%</span>' not in card.group(1):
+    if '<span class="verdict regression" data-allocator="je">je: regression +50.0%</span>' not in card.group(1):
         fail("the planted regression is not flagged on the heap-peak card:\n" + card.group(1)[:1500])
     if 'class="verdict regression" data-allocator="glibc"' in card.group(1):
         fail("glibc flagged on the heap-peak card")
