@@ -8,7 +8,7 @@
 namespace heaplab::pt {
 
 void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
-                   const std::function<void(const PtwEvent&)>& sink, StreamStats& stats, uint64_t tsc0) {
+                   const std::function<void(const PtwEvent&)>& sink, StreamStats& stats) {
   stats.bytes += len;
   if (len == 0) return;
   pt_config cfg;
@@ -17,7 +17,6 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
   cfg.end = const_cast<uint8_t*>(data) + len;
   pt_packet_decoder* dec = pt_pkt_alloc_decoder(&cfg);
   if (!dec) throw std::runtime_error("libipt: cannot allocate a packet decoder");
-  uint64_t tsc = tsc0;
   uint64_t pos = 0;  // the next packet's offset
   // Synchronises at the next PSB at or after `pos`; false at the end.
   // (libipt's sync_forward looks past a PSB right at the position.)
@@ -47,13 +46,12 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
     if (b0 == 0x02 && pos + 10 <= len && (data[pos + 1] == 0x32 || data[pos + 1] == 0xB2)) {
       ++stats.packets;
       ++stats.ptw;
-      assembler.word(le(pos + 2, 8), tsc, sink);
+      assembler.word(le(pos + 2, 8), sink);
       pos += 10;
       continue;
     }
-    if (b0 == 0x19 && pos + 8 <= len) {
+    if (b0 == 0x19 && pos + 8 <= len) {  // TSC: events carry their own
       ++stats.packets;
-      tsc = le(pos + 1, 7);
       pos += 8;
       continue;
     }
@@ -77,14 +75,13 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
     ++stats.packets;
     switch (pkt.type) {
       case ppt_psb: ++stats.psb; break;
-      case ppt_tsc: tsc = pkt.payload.tsc.tsc; break;
       case ppt_ovf:
         ++stats.overflows;
         assembler.lost();
         break;
       case ppt_ptw:
         ++stats.ptw;
-        if (pkt.payload.ptw.plc == 1) assembler.word(pkt.payload.ptw.payload, tsc, sink);
+        if (pkt.payload.ptw.plc == 1) assembler.word(pkt.payload.ptw.payload, sink);
         else assembler.short_word();
         break;
       default: break;

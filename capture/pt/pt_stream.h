@@ -1,13 +1,13 @@
 // Decoding the ptwrite payloads out of raw Intel PT bytes (one AUX stream:
-// a thread in per-thread mode): 64-bit PTW, TSC and PAD packets are read
-// directly, everything else with libipt's packet decoder. Branch tracing
-// is off in heaplab's recordings, so no binary images are needed: only PSB
-// (synchronisation), TSC (time), OVF (loss) and PTW packets matter. Bytes
+// a thread in per-thread mode, a CPU in per-cpu mode): 64-bit PTW, TSC and
+// PAD packets are read directly, everything else with libipt's packet
+// decoder. Branch tracing is off in heaplab's recordings, so no binary
+// images are needed: only PSB (synchronisation), OVF (loss) and PTW packets
+// matter (events carry their own time, ptw_format.h). Bytes
 // that do not decode are skipped to the next PSB and counted, and the event
 // they cut is dropped (PtwAssembler counts it). Bytes lost without a trace
 // in the packets (a gap that happens to fall between packets) show only as
-// a sequence gap; the first event after it may then carry the time of a
-// timing packet that was lost or garbled (PtwEvent::after_gap says so).
+// a sequence gap.
 // perf.data's AUX records flag such truncations, and the perf.data layer
 // reports them as losses.
 #pragma once
@@ -31,10 +31,9 @@ struct StreamStats {
   uint64_t skipped_bytes = 0;  // bytes not decoded (before the first PSB, and after each error)
 };
 
-// Decodes `len` bytes, feeding `asm_` and calling `sink` per event; the
-// stream's TSC before the first TSC packet is `tsc0`. Throws
-// std::runtime_error only if libipt cannot be set up.
+// Decodes `len` bytes, feeding `assembler` and calling `sink` per event.
+// Throws std::runtime_error only if libipt cannot be set up.
 void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
-                   const std::function<void(const PtwEvent&)>& sink, StreamStats& stats, uint64_t tsc0 = 0);
+                   const std::function<void(const PtwEvent&)>& sink, StreamStats& stats);
 
 }  // namespace heaplab::pt

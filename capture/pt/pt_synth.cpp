@@ -8,10 +8,10 @@
 namespace heaplab::pt {
 
 std::vector<uint8_t> encode_ptw_stream(const std::vector<PtwEvent>& events, const SynthOptions& opt) {
-  // Upper bound: per event a TSC (8) and four PTW (10, + FUP 7); per PSB+
+  // Upper bound: per event five PTW (10, + FUP 7); per PSB+
   // 16 + 8 + 2; per OVF 2.
   const size_t groups = events.size() / (opt.psb_every ? opt.psb_every : 1) + 2;
-  std::vector<uint8_t> buf(events.size() * (8 + 4 * 17) + groups * 26 + opt.ovf_before_word.size() * 2 + 64);
+  std::vector<uint8_t> buf(events.size() * (8 + kWordsPerEvent * 17) + groups * 26 + opt.ovf_before_word.size() * 2 + 64);
   pt_config cfg;
   pt_config_init(&cfg);
   cfg.begin = buf.data();
@@ -33,7 +33,6 @@ std::vector<uint8_t> encode_ptw_stream(const std::vector<PtwEvent>& events, cons
   };
   uint64_t word_index = 0;
   size_t next_ovf = 0;
-  uint64_t last_tsc = ~uint64_t{0};
   for (size_t i = 0; i < events.size(); ++i) {
     const PtwEvent& e = events[i];
     if (i % (opt.psb_every ? opt.psb_every : events.size() + 1) == 0) {
@@ -42,15 +41,8 @@ std::vector<uint8_t> encode_ptw_stream(const std::vector<PtwEvent>& events, cons
       t.payload.tsc.tsc = e.tsc;
       put(t);
       put(packet(ppt_psbend));
-      last_tsc = e.tsc;
     }
-    if (e.tsc != last_tsc) {
-      pt_packet t = packet(ppt_tsc);
-      t.payload.tsc.tsc = e.tsc;
-      put(t);
-      last_tsc = e.tsc;
-    }
-    const uint64_t words[kWordsPerEvent] = {header_word(e.op, e.seq, e.a, e.b, e.c), e.a, e.b, e.c};
+    const uint64_t words[kWordsPerEvent] = {header_word(e.op, e.seq, e.tsc, e.a, e.b, e.c), e.tsc, e.a, e.b, e.c};
     for (uint64_t w : words) {
       while (next_ovf < opt.ovf_before_word.size() && opt.ovf_before_word[next_ovf] == word_index) {
         put(packet(ppt_ovf));

@@ -1,7 +1,8 @@
 // Synthetic Intel PT streams of heap events, encoded with libipt's packet
 // encoder, for tests and benchmarks on machines without PT: PSB+ (PSB, TSC,
-// PSBEND) every `psb_every` events, a TSC packet wherever the time moves, the
-// four PTW packets of each event (ptw_format.h), and OVF packets where asked.
+// PSBEND) every `psb_every` events, the five PTW packets of each event
+// (ptw_format.h), and OVF packets where asked. The TSC packets carry the time
+// of the next event, as a recording's would (roughly).
 #pragma once
 
 #include <cstdint>
