@@ -151,7 +151,14 @@ bool cpu_has_invariant_tsc() {
 }
 
 void after_fork_child() {
-  if (g_dir) sink_after_fork(g_follow_fork, g_dir);
+  if (!g_dir) return;
+  if (g_ptwrite) {
+    // perf traces the child too (inherit); its marker names the process.
+    ptwrite_after_fork(g_follow_fork);
+    if (g_follow_fork && !ptwrite_open(g_dir)) __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
+    return;
+  }
+  sink_after_fork(g_follow_fork, g_dir);
 }
 
 // Whether this process image is captured, and with which clock.
@@ -171,6 +178,21 @@ void start_capture() {
 #if defined(__x86_64__)
   if (clock && strcmp(clock, "tsc") == 0) tsc = true;  // asked for, even if not invariant
 #endif
+  const char* sink = getenv("HEAPLAB_CAPTURE_SINK");
+  if (sink && strcmp(sink, "ptwrite") == 0) {
+    if (cpu_has_ptwrite()) {
+      if (!ptwrite_open(dir)) g_dir = nullptr;
+      return;
+    }
+    // Executing ptwrite here would raise SIGILL: fall back or refuse.
+    const char* missing = getenv("HEAPLAB_CAPTURE_NO_PTWRITE");
+    if (!missing || strcmp(missing, "fallback") != 0) {
+      shim_error("this CPU has no ptwrite (CPUID.(EAX=14H,ECX=0):EBX[4] is 0); refusing to run the program "
+                 "(HEAPLAB_CAPTURE_NO_PTWRITE=fallback records into files instead)", 0);
+      _exit(127);
+    }
+    shim_error("this CPU has no ptwrite (CPUID.(EAX=14H,ECX=0):EBX[4] is 0); recording into files instead", 0);
+  }
   if (!sink_open(SinkConfig{dir, tsc, false})) g_dir = nullptr;
 }
 

@@ -30,12 +30,13 @@ inline bool append_u64(char* buf, uint64_t cap, uint64_t* n, uint64_t v) {
   return append(buf, cap, n, tmp + i);
 }
 
-// DIR/PID.GEN.hlraw
-inline bool format_path(char* buf, uint64_t cap, const char* dir, uint32_t pid, uint32_t gen) {
+// DIR/PID.GEN.hlraw (or another extension: .ptw for the ptwrite route's marker)
+inline bool format_path(char* buf, uint64_t cap, const char* dir, uint32_t pid, uint32_t gen,
+                        const char* ext = ".hlraw") {
   uint64_t n = 0;
   buf[0] = 0;
   return append(buf, cap, &n, dir) && append(buf, cap, &n, "/") && append_u64(buf, cap, &n, pid) &&
-         append(buf, cap, &n, ".") && append_u64(buf, cap, &n, gen) && append(buf, cap, &n, ".hlraw");
+         append(buf, cap, &n, ".") && append_u64(buf, cap, &n, gen) && append(buf, cap, &n, ext);
 }
 
 // The name of an errno value, without strerror() (which may allocate

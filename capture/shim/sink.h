@@ -1,13 +1,16 @@
 // The seam between interposition (hooks.h) and where events go. Every hook
-// ends in emit(); the file sink below is the software route (per-thread
-// blocks of a shared file mapping). A ptwrite sink for Intel PT plugs in here:
-// emit() and the clock are all the hooks know of.
+// ends in emit(), which goes to one of two sinks: the file sink (the software
+// route: per-thread blocks of a shared file mapping, sink_file.cpp) or the
+// ptwrite sink (Intel PT: five `ptwrite` payloads per event, recorded by
+// perf; sink_ptwrite.cpp, layout in capture/pt/ptw_format.h). emit() and the
+// clock are all the hooks know of.
 //
 // libc only: no C++ runtime, no allocation, async-signal-safe on the hot path.
 #pragma once
 
 #include <stdint.h>
 
+#include "capture/pt/ptw_format.h"
 #include "capture/shim/raw_format.h"
 
 #if defined(__x86_64__)
@@ -64,10 +67,40 @@ inline uint64_t stamp() {
 // does nothing.
 extern bool g_capturing;
 
+// Events go out as ptwrite payloads (set once at start-up, only where the
+// CPU has ptwrite: elsewhere the instruction raises SIGILL).
+extern bool g_ptwrite;
+// The thread's next event number on the ptwrite route (from 0; a fork child
+// starts over).
+extern __thread uint32_t t_pt_seq __attribute__((tls_model("initial-exec")));
+
+// One event as five ptwrites: header, TSC, a, b, c. With PT off (perf not
+// tracing this thread) ptwrite does nothing. A signal handler that allocates
+// between two of them cuts the interrupted event (the decoder counts it
+// lost) but its own event decodes.
+inline void emit_ptwrite(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
+#if defined(__x86_64__)
+  const uint64_t tsc = __rdtsc();
+  const uint32_t seq = t_pt_seq++;
+  const uint64_t h = pt::header_word(op, seq, tsc, a, b, c);
+  asm volatile("ptwrite %0" : : "r"(h));
+  asm volatile("ptwrite %0" : : "r"(tsc));
+  asm volatile("ptwrite %0" : : "r"(a));
+  asm volatile("ptwrite %0" : : "r"(b));
+  asm volatile("ptwrite %0" : : "r"(c));
+#else
+  (void)op, (void)a, (void)b, (void)c;
+#endif
+}
+
 // Records one event, stamped now: hooks call it after an allocating call
 // returns and before a releasing call starts.
 inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   if (__builtin_expect(!g_capturing, 0)) return;
+  if (__builtin_expect(g_ptwrite, 0)) {
+    emit_ptwrite(op, a, b, c);
+    return;
+  }
   uint64_t ticks = stamp();
   uint64_t slot = raw::kRecordSize;
 #if defined(__x86_64__)
@@ -101,5 +134,15 @@ void sink_after_fork(bool follow, const char* dir);
 void sink_close();
 // Whether a raw file exists for this pid with generation 0 (exec detection).
 bool sink_first_image(const char* dir);
+
+// The ptwrite sink (sink_ptwrite.cpp).
+// Whether this CPU can execute ptwrite: CPUID.(EAX=07H,ECX=0):EBX[25]
+// (Intel PT) and CPUID.(EAX=14H,ECX=0):EBX[4] (PTWRITE).
+bool cpu_has_ptwrite();
+// Starts the ptwrite route in this image: marks DIR/PID.GEN.ptw (so that
+// exec detection works as with raw files) and turns emit() to ptwrite.
+bool ptwrite_open(const char* dir);
+// In a fork child: number events from 0 again, or stop if not followed.
+void ptwrite_after_fork(bool follow);
 
 }  // namespace heaplab::shim

@@ -276,9 +276,10 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
 }
 
 bool sink_first_image(const char* dir) {
-  char path[4096];
+  char path[4096], marker[4096];
   if (!format_path(path, sizeof path, dir, uint32_t(getpid()), 0)) return false;
-  return access(path, F_OK) != 0;
+  if (!format_path(marker, sizeof marker, dir, uint32_t(getpid()), 0, ".ptw")) return false;
+  return access(path, F_OK) != 0 && access(marker, F_OK) != 0;
 }
 
 bool sink_open(const SinkConfig& cfg) {

@@ -1,0 +1,63 @@
+// The ptwrite sink (Intel PT route): emit() writes each event as five
+// ptwrite payloads (sink.h, capture/pt/ptw_format.h) that `perf record -e
+// intel_pt/ptw=1,branch=0/u` stores in its AUX buffers; nothing is written
+// to files but an empty marker per process image (DIR/PID.GEN.ptw), which
+// tells heaplab which processes were captured and keeps exec detection
+// working as with raw files. libc only.
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "capture/shim/shim_util.h"
+#include "capture/shim/sink.h"
+
+namespace heaplab::shim {
+
+bool g_ptwrite = false;
+__thread uint32_t t_pt_seq __attribute__((tls_model("initial-exec"))) = 0;
+
+bool cpu_has_ptwrite() {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (__get_cpuid_max(0, nullptr) < 0x14) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  if (!((b >> 25) & 1u)) return false;  // no Intel PT
+  __cpuid_count(0x14, 0, a, b, c, d);
+  return (b >> 4) & 1u;
+#else
+  return false;
+#endif
+}
+
+bool ptwrite_open(const char* dir) {
+  char path[4096];
+  int fd = -1;
+  for (uint32_t gen = 0; gen < 1000; ++gen) {
+    if (!format_path(path, sizeof path, dir, uint32_t(getpid()), gen, ".ptw")) {
+      shim_error("capture directory path too long", 0);
+      return false;
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    shim_error_path("cannot create the ptwrite marker file", path, errno);
+    return false;
+  }
+  close(fd);
+  g_clock = raw::kClockTsc;
+  t_pt_seq = 0;
+  g_ptwrite = true;
+  __atomic_store_n(&g_capturing, true, __ATOMIC_RELEASE);
+  return true;
+}
+
+void ptwrite_after_fork(bool follow) {
+  t_pt_seq = 0;
+  if (!follow) __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
+}
+
+}  // namespace heaplab::shim
