@@ -18,6 +18,8 @@ set -euo pipefail
 #   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev
 #                  (pinning replay threads), libyaml-cpp-dev (experiment files),
 #                  libsqlite3-dev (the results store), libipt-dev (Intel PT decoding)
+#   Intel PT route: linux-perf (perf to record and, for two of the three decoders,
+#                  to decode; perf_dlfilter.h for heaplab's dlfilter)
 #   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
 #   allocators to run captured programs on: libjemalloc2 libmimalloc2.0 libgoogle-perftools4
 #   and their headers, for the replayers linked against them (direct load):
@@ -32,7 +34,7 @@ PACKAGES="build-essential cmake ninja-build pkg-config git
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev libipt-dev
   zstd xz-utils bzip2 gzip lz4 clang
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium
-  libbenchmark-tools python3-scipy
+  libbenchmark-tools python3-scipy linux-perf
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 
 say() { echo "bootstrap: $*"; }

@@ -264,6 +264,14 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
     st.pending.push_back(p);
     return;
   }
+  if (op == kRawLost) {
+    if (r.a == 0) return;
+    e.op = Op::lost;
+    e.count = r.a;
+    append(e);
+    rep_.holes += r.a;
+    return;
+  }
   if (op > uint32_t(Op::op_delete_array_aligned_nothrow)) {
     ++rep_.bad_records;
     return;

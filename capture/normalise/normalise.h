@@ -37,7 +37,8 @@ struct NormaliseReport {
   uint64_t unknown_frees = 0;     // frees of memory allocated before capture: skipped
   uint64_t unknown_reallocs = 0;  // reallocs of such memory: written as realloc(NULL, n)
   uint64_t reused_live = 0;       // an allocation returned a still-live address
-  uint64_t holes = 0;             // records the program died while writing: written as `lost`
+  uint64_t holes = 0;             // events lost (records the program died while writing, or the
+                                  // PT route's sequence gaps): written as `lost`
   uint64_t unfinished_reallocs = 0;  // a realloc the program never returned from
   uint64_t bad_records = 0;       // records with an unknown op: skipped
   uint64_t reordered = 0;         // records taken ahead of their timestamp to keep

@@ -72,7 +72,7 @@ TEST(PtwAssembler, CutMissingAndStrayWords) {
   put(3, 5, 13, 23, 33);     // seq 3 and 4 missing whole
   a.word(99, sink);          // a word outside any event
   put(4, 6, 14, 24, 34, 3);
-  a.lost();                  // an OVF cuts it
+  a.lost();                  // an OVF: the check byte decides (the next header comes early)
   put(5, 7, 15, 25, 35);
   // A corrupted field: the check byte catches it.
   a.word(header_word(6, 8, 108, 16, 26, 36), sink);
@@ -114,19 +114,24 @@ TEST(PtStream, RoundTripThroughLibipt) {
 // one decodes; an OVF between events costs nothing.
 TEST(PtStream, OverflowCutsOneEvent) {
   const std::vector<PtwEvent> ev = make_events(1000);
+  // The hardware lost a field word of event 50 and the header of event 700.
   const Decoded d = decode(encode_ptw_stream(ev, {64, {5 * 50 + 2, 5 * 700}, false}));
   EXPECT_EQ(d.stats.overflows, 2u);
-  EXPECT_EQ(d.losses.cut, 1u);
-  EXPECT_EQ(d.losses.missing, 1u);  // event 50, seen as a sequence gap
-  EXPECT_EQ(d.losses.total(), 1u);
-  ASSERT_EQ(d.events.size(), 999u);
+  EXPECT_EQ(d.losses.cut, 1u);    // event 50: begun, failed its check
+  EXPECT_EQ(d.losses.stray, 4u);  // event 700's fields, without their header
+  EXPECT_EQ(d.losses.missing, 2u);
+  EXPECT_EQ(d.losses.total(), 2u);
+  ASSERT_EQ(d.events.size(), 998u);
   EXPECT_TRUE(same(d.events[49], ev[49]));
   EXPECT_TRUE(same(d.events[50], ev[51]));
+  EXPECT_TRUE(same(d.events[698], ev[699]));
+  EXPECT_TRUE(same(d.events[699], ev[701]));
   EXPECT_TRUE(same(d.events.back(), ev.back()));
 }
 
 // Bytes lost from the middle (a truncated AUX buffer): decoding picks up
-// at the next PSB; what was lost is counted, never invented.
+// at the next pair of PTW packets (or PSB); what was lost is counted,
+// never invented.
 TEST(PtStream, LostBytesResynchroniseAtTheNextPsb) {
   const std::vector<PtwEvent> ev = make_events(2000, 7);
   const std::vector<uint8_t> whole = encode_ptw_stream(ev, {100, {}, false});

@@ -18,15 +18,39 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
   pt_packet_decoder* dec = pt_pkt_alloc_decoder(&cfg);
   if (!dec) throw std::runtime_error("libipt: cannot allocate a packet decoder");
   uint64_t pos = 0;  // the next packet's offset
-  // Synchronises at the next PSB at or after `pos`; false at the end.
-  // (libipt's sync_forward looks past a PSB right at the position.)
+  // Synchronises at the next PSB, or PTW pair, at or after `pos`; false at
+  // the end. (libipt's sync_forward looks past a PSB right at the position.)
   static const uint8_t kPsb[16] = {2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82};
+  const auto is_ptw64 = [&](uint64_t at) {
+    return at + 10 <= len && data[at] == 0x02 && (data[at + 1] == 0x32 || data[at + 1] == 0xB2);
+  };
+  // Two 64-bit PTW packets in a row (or one that ends the data, or is
+  // followed by a PSB): a place to pick up ptwrite payloads after a loss
+  // without waiting for the next PSB, which may be thousands of events on.
+  // A wrong pick (payload bytes that look like it) costs nothing: the
+  // events' check bytes reject what it yields, and decoding moves on.
+  const auto ptw_pair_at = [&](uint64_t at) {
+    if (!is_ptw64(at)) return false;
+    const uint64_t n = at + 10;
+    return n == len || is_ptw64(n) || (n + 2 <= len && data[n] == 0x02 && data[n + 1] == 0x82);
+  };
   const auto sync = [&]() {
     if (pos + sizeof kPsb <= len && std::memcmp(data + pos, kPsb, sizeof kPsb) == 0) return true;
     int st = pt_pkt_sync_set(dec, pos);
     if (st >= 0) st = pt_pkt_sync_forward(dec);
     uint64_t off = len;
     if (st >= 0) pt_pkt_get_offset(dec, &off);
+    // A PTW pair before that PSB?
+    for (const uint8_t* p = data + pos; p < data + off;) {
+      p = static_cast<const uint8_t*>(std::memchr(p, 0x02, size_t(data + off - p)));
+      if (!p) break;
+      if (ptw_pair_at(uint64_t(p - data))) {
+        off = uint64_t(p - data);
+        st = 0;
+        break;
+      }
+      ++p;
+    }
     stats.skipped_bytes += off > pos ? off - pos : 0;
     pos = off;
     return st >= 0;

@@ -2,6 +2,8 @@
 
 #include <intel-pt.h>
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -44,9 +46,15 @@ std::vector<uint8_t> encode_ptw_stream(const std::vector<PtwEvent>& events, cons
     }
     const uint64_t words[kWordsPerEvent] = {header_word(e.op, e.seq, e.tsc, e.a, e.b, e.c), e.tsc, e.a, e.b, e.c};
     for (uint64_t w : words) {
+      bool overflowed = false;
       while (next_ovf < opt.ovf_before_word.size() && opt.ovf_before_word[next_ovf] == word_index) {
-        put(packet(ppt_ovf));
+        overflowed = true;
         ++next_ovf;
+      }
+      if (overflowed) {
+        put(packet(ppt_ovf));
+        ++word_index;
+        continue;
       }
       pt_packet p = packet(ppt_ptw);
       p.payload.ptw.payload = w;
@@ -67,6 +75,198 @@ std::vector<uint8_t> encode_ptw_stream(const std::vector<PtwEvent>& events, cons
   pt_free_encoder(enc);
   buf.resize(used);
   return buf;
+}
+
+}  // namespace heaplab::pt
+
+namespace heaplab::pt {
+
+namespace {
+
+struct Out {
+  std::vector<uint8_t> b;
+  template <class T>
+  void put(const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b.insert(b.end(), p, p + sizeof v);
+  }
+  void bytes(const void* p, size_t n) {
+    const auto* q = static_cast<const uint8_t*>(p);
+    b.insert(b.end(), q, q + n);
+  }
+  // A record: header, body, then the sample_id trailer (TID, TIME, CPU, IDENTIFIER).
+  void record(uint32_t type, uint16_t misc, const std::vector<uint8_t>& body, bool with_id, uint32_t pid,
+              uint32_t tid, uint64_t time) {
+    perf_event_header h{type, misc, uint16_t(sizeof h + body.size() + (with_id ? 32 : 0))};
+    put(h);
+    bytes(body.data(), body.size());
+    if (with_id) {
+      put(pid);
+      put(tid);
+      put(time);
+      put(uint32_t(~0u));  // cpu -1: per-thread buffers
+      put(uint32_t(0));
+      put(uint64_t(1));  // the attr's id
+    }
+  }
+};
+
+template <class T>
+void append(std::vector<uint8_t>& v, const T& x) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&x);
+  v.insert(v.end(), p, p + sizeof x);
+}
+
+}  // namespace
+
+std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, const PerfSynthOptions& opt) {
+  perf_event_attr attr{};
+  attr.type = opt.pmu_type;
+  attr.size = PERF_ATTR_SIZE_VER7;
+  attr.config = 1u | 1u << 10 | 1u << 12;  // pt, tsc, ptw
+  attr.sample_period = 1;
+  attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
+  attr.sample_id_all = 1;
+  attr.exclude_kernel = 1;
+  attr.exclude_hv = 1;
+  attr.comm = 1;
+  attr.task = 1;
+
+  Out o;
+  const uint64_t kHeaderSize = 104;
+  if (opt.pipe_mode) {
+    o.bytes("PERFILE2", 8);
+    o.put(uint64_t{16});
+    std::vector<uint8_t> body;
+    append(body, attr);
+    append(body, uint64_t{1});
+    o.record(kRecordHeaderAttr, 0, body, false, 0, 0, 0);
+  } else {
+    o.b.resize(kHeaderSize);  // filled in at the end
+    o.put(attr);
+    o.put(uint64_t(kHeaderSize + sizeof attr + 16));  // ids section: right after the attr
+    o.put(uint64_t{8});
+    o.put(uint64_t{1});
+  }
+  const uint64_t data_start = o.b.size();
+
+  uint64_t t0 = ~uint64_t{0};
+  for (const SynthThread& t : threads)
+    if (!t.events.empty()) t0 = std::min(t0, opt.time.to_perf(t.events.front().tsc));
+  if (t0 == ~uint64_t{0}) t0 = 0;
+  for (const SynthThread& t : threads) {
+    std::vector<uint8_t> body;
+    append(body, t.pid);
+    append(body, t.tid);
+    char name[16] = {};
+    std::memcpy(name, t.comm.data(), std::min<size_t>(t.comm.size(), 15));
+    body.insert(body.end(), name, name + 16);
+    o.record(PERF_RECORD_COMM, 0, body, true, t.pid, t.tid, t0);
+  }
+  {
+    std::vector<uint8_t> body;
+    append(body, kAuxtraceIntelPt);
+    append(body, uint32_t{0});
+    uint64_t priv[16] = {};
+    priv[kPrivPmuType] = opt.pmu_type;
+    priv[kPrivTimeShift] = opt.time.shift;
+    priv[kPrivTimeMult] = opt.time.mult;
+    priv[kPrivTimeZero] = opt.time.zero;
+    priv[kPrivCapUserTimeZero] = opt.time.enabled;
+    priv[kPrivTscBit] = 1u << 10;  // perf stores the config bits as masks
+    priv[kPrivNoretcompBit] = 1u << 11;
+    priv[kPrivHaveSchedSwitch] = 0;
+    priv[kPrivSnapshotMode] = 0;
+    priv[kPrivPerCpuMmaps] = 0;
+    priv[10] = 1u << 9;  // mtc bit
+    priv[11] = 0;   // mtc freq bits
+    priv[12] = 2;   // TSC:CTC ratio
+    priv[13] = 1;
+    priv[14] = 1u << 1;  // cyc bit
+    priv[15] = 0;   // max non-turbo ratio
+    body.insert(body.end(), reinterpret_cast<uint8_t*>(priv), reinterpret_cast<uint8_t*>(priv) + sizeof priv);
+    o.record(kRecordAuxtraceInfo, 0, body, false, 0, 0, 0);
+  }
+  // Each thread's stream, with the dropped ranges cut out: the AUX offsets
+  // jump over them, as they do when the kernel lost data.
+  struct Piece {
+    uint64_t offset;
+    const uint8_t* data;
+    uint64_t size;
+  };
+  std::vector<std::vector<uint8_t>> streams;
+  std::vector<std::vector<Piece>> pieces(threads.size());
+  for (size_t i = 0; i < threads.size(); ++i) {
+    streams.push_back(encode_ptw_stream(threads[i].events, threads[i].stream));
+    const std::vector<uint8_t>& s = streams.back();
+    uint64_t at = 0;
+    auto drops = threads[i].dropped;
+    drops.emplace_back(s.size(), s.size());
+    // perf reads the AUX buffer when the hardware has flushed whole
+    // packets: records end at packet boundaries (here: before a PSB).
+    std::vector<uint64_t> psbs;
+    static const uint8_t kPsb[4] = {2, 0x82, 2, 0x82};
+    for (uint64_t k = 1; k + 4 <= s.size(); ++k)
+      if (std::memcmp(s.data() + k, kPsb, 4) == 0 && (psbs.empty() || k >= psbs.back() + 16)) psbs.push_back(k);
+    for (auto [from, to] : drops) {
+      from = std::min<uint64_t>(from, s.size());
+      to = std::min<uint64_t>(std::max(to, from), s.size());
+      uint64_t p = at;
+      while (p < from) {
+        uint64_t q = from;
+        for (uint64_t b : psbs)
+          if (b > p && b < from && b - p >= opt.chunk_bytes) {
+            q = b;
+            break;
+          }
+        pieces[i].push_back({p, s.data() + p, q - p});
+        p = q;
+      }
+      at = to;
+    }
+  }
+  uint64_t reference = 1;
+  for (size_t round = 0;; ++round) {
+    bool any = false;
+    for (size_t i = 0; i < threads.size(); ++i) {
+      if (round >= pieces[i].size()) continue;
+      any = true;
+      const Piece& p = pieces[i][round];
+      // Data lost right before this piece: an AUX record says so.
+      const uint64_t expected = round ? pieces[i][round - 1].offset + pieces[i][round - 1].size : 0;
+      if (p.offset != expected) {
+        std::vector<uint8_t> body;
+        append(body, expected);
+        append(body, p.offset - expected);
+        append(body, uint64_t{PERF_AUX_FLAG_TRUNCATED});
+        o.record(PERF_RECORD_AUX, 0, body, true, threads[i].pid, threads[i].tid, t0);
+      }
+      // perf pads each payload to 8 bytes and counts the padding in
+      // `size`, while the next record's offset continues from the
+      // unpadded end (perf's __auxtrace_mmap__read).
+      const uint64_t padded = (p.size + 7) & ~uint64_t{7};
+      std::vector<uint8_t> body;
+      append(body, padded);
+      append(body, p.offset);
+      append(body, reference++);
+      append(body, uint32_t(i));          // idx
+      append(body, threads[i].tid);
+      append(body, int32_t{-1});          // cpu
+      append(body, uint32_t{0});
+      o.record(kRecordAuxtrace, 0, body, false, 0, 0, 0);
+      o.bytes(p.data, p.size);
+      o.b.resize(o.b.size() + (padded - p.size), 0);
+    }
+    if (!any) break;
+  }
+  if (!opt.pipe_mode) {
+    uint8_t* h = o.b.data();
+    std::memcpy(h, "PERFILE2", 8);
+    const uint64_t fields[] = {kHeaderSize, sizeof attr + 16,  kHeaderSize, sizeof attr + 16,
+                               data_start,  o.b.size() - data_start, 0, 0};
+    std::memcpy(h + 8, fields, sizeof fields);
+  }
+  return o.b;
 }
 
 }  // namespace heaplab::pt

@@ -89,13 +89,12 @@ class PtwAssembler {
       return;
     }
   }
-  // Data was lost here (OVF, a decoder resync, a truncated buffer): an
-  // event in progress is cut.
-  void lost() {
-    if (have_ != 0) ++losses_.cut;
-    have_ = 0;
-    resumed_ = true;
-  }
+  // Data may have been lost here (OVF, a decoder resync, a truncated
+  // buffer). An event in progress is kept: it completes only if its check
+  // byte still matches the words that follow, exactly as when the loss is
+  // not signalled (the perf script routes never see it), so every decoder
+  // keeps the same events.
+  void lost() { resumed_ = true; }
   void short_word() { ++losses_.short_words; }
   const PtwLosses& losses() const { return losses_; }
   uint64_t events() const { return events_; }

@@ -57,6 +57,8 @@ enum FileFlag : uint32_t {
 enum RawOp : uint8_t {
   kRawReallocBegin = 40,       // before realloc(old, size): a = old, b = size
   kRawReallocarrayBegin = 41,  // before reallocarray(old, count, size): a = old, b = size, c = count
+  kRawLost = 42,               // a = events lost here (written by decoders of the Intel PT route,
+                               // from gaps in the events' sequence numbers; never by the shim)
 };
 
 // Fields per record, by op:

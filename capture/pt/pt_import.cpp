@@ -1,0 +1,593 @@
+#include "capture/pt/pt_import.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "capture/pt/ptw_assembler.h"
+#include "capture/shim/raw_format.h"
+
+namespace heaplab::pt {
+
+const char* decoder_name(Decoder d) {
+  switch (d) {
+    case Decoder::direct: return "direct";
+    case Decoder::dlfilter: return "dlfilter";
+    case Decoder::text: return "text";
+  }
+  return "?";
+}
+
+bool parse_decoder(const std::string& s, Decoder* d) {
+  for (Decoder x : {Decoder::direct, Decoder::dlfilter, Decoder::text})
+    if (s == decoder_name(x)) {
+      *d = x;
+      return true;
+    }
+  return false;
+}
+
+namespace {
+
+struct Ev {  // a decoded event, compact
+  uint64_t tsc, a, b, c;
+  uint32_t seq;
+  uint32_t op;
+};
+
+struct Thread {
+  uint32_t pid = 0, tid = 0;
+  PtwAssembler assembler;  // word routes: this thread's payloads in order
+  std::vector<Ev> events;
+};
+
+// Every route ends here: events per thread, then per process.
+class Collector {
+ public:
+  Thread& thread(uint32_t pid, uint32_t tid) {
+    const uint64_t key = uint64_t(pid) << 32 | tid;
+    auto it = index_.find(key);
+    if (it != index_.end()) return threads_[it->second];
+    index_.emplace(key, threads_.size());
+    threads_.emplace_back();
+    threads_.back().pid = pid;
+    threads_.back().tid = tid;
+    return threads_.back();
+  }
+  void word(uint32_t pid, uint32_t tid, uint64_t w) {
+    Thread& t = last_ && last_->pid == pid && last_->tid == tid ? *last_ : thread(pid, tid);
+    t.assembler.word(w, [&](const PtwEvent& e) { t.events.push_back(Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op}); });
+    last_ = &t;
+    ++words_;
+  }
+  void event(uint32_t pid, uint32_t tid, const PtwEvent& e) {
+    thread(pid, tid).events.push_back(Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op});
+  }
+  std::deque<Thread>& threads() { return threads_; }
+  uint64_t words() const { return words_; }
+
+ private:
+  std::deque<Thread> threads_;  // a deque: references stay valid as it grows
+  std::unordered_map<uint64_t, size_t> index_;
+  Thread* last_ = nullptr;
+  uint64_t words_ = 0;
+};
+
+// pid of each tid, from COMM and FORK records.
+std::unordered_map<uint32_t, uint32_t> pids_of(const PerfData& d) {
+  std::unordered_map<uint32_t, uint32_t> m;
+  for (const TaskRecord& t : d.tasks)
+    if (t.fork) m[t.tid] = t.pid;
+  for (const CommRecord& c : d.comms) m[c.tid] = c.pid;
+  return m;
+}
+
+// ---- direct ------------------------------------------------------------
+
+// Which thread ran on a CPU at a perf time (per-cpu buffers).
+class CpuThreads {
+ public:
+  explicit CpuThreads(const PerfData& d) {
+    for (const SwitchRecord& s : d.switches) by_cpu_[s.cpu].push_back(s);
+    for (auto& [cpu, v] : by_cpu_)
+      std::stable_sort(v.begin(), v.end(), [](const SwitchRecord& x, const SwitchRecord& y) { return x.time < y.time; });
+  }
+  // False if no thread of the recording ran there then.
+  bool at(uint32_t cpu, uint64_t time, uint32_t* pid, uint32_t* tid) const {
+    auto it = by_cpu_.find(cpu);
+    if (it == by_cpu_.end()) return false;
+    const auto& v = it->second;
+    auto p = std::upper_bound(v.begin(), v.end(), time, [](uint64_t t, const SwitchRecord& s) { return t < s.time; });
+    if (p == v.begin()) return false;
+    --p;
+    // After a switch-out the thread is gone, but an event stamped in the
+    // few cycles before it was written still belongs to it.
+    *pid = p->pid;
+    *tid = p->tid;
+    return true;
+  }
+
+ private:
+  std::map<uint32_t, std::vector<SwitchRecord>> by_cpu_;
+};
+
+void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
+  // Chunks per buffer, in AUX offset order.
+  std::map<uint32_t, std::vector<const AuxChunk*>> queues;
+  for (const AuxChunk& c : d.chunks) queues[c.idx].push_back(&c);
+  const auto pids = pids_of(d);
+  const CpuThreads cpus(d);
+  // AUX records flagged truncated, by the thread (per-thread) or CPU whose buffer they describe.
+  std::vector<std::pair<uint64_t, uint64_t>> truncated;  // (owner, aux offset where data stops)
+  for (const AuxRecord& a : d.aux) {
+    ++rep.aux_truncated;
+    truncated.emplace_back(d.per_cpu ? a.id.cpu : a.id.tid, a.aux_offset + a.aux_size);
+  }
+  std::vector<uint8_t> joined;
+  for (auto& [idx, chunks] : queues) {
+    std::stable_sort(chunks.begin(), chunks.end(),
+                     [](const AuxChunk* x, const AuxChunk* y) { return x->offset < y->offset; });
+    const AuxChunk& first = *chunks.front();
+    PtwAssembler assembler;
+    const uint32_t qtid = first.tid;
+    const int32_t qcpu = first.cpu;
+    const uint32_t qpid = pids.count(qtid) ? pids.at(qtid) : qtid;
+    const auto sink = [&](const PtwEvent& e) {
+      if (!d.per_cpu || qcpu < 0) {
+        col.event(qpid, qtid, e);
+        return;
+      }
+      uint32_t pid, tid;
+      if (cpus.at(uint32_t(qcpu), d.time.to_perf(e.tsc), &pid, &tid)) col.event(pid, tid, e);
+      else ++rep.unattributed;
+    };
+    const auto stop_at = [&](uint64_t from, uint64_t to) {  // a truncation inside [from, to)?
+      for (auto [owner, at] : truncated)
+        if (owner == (d.per_cpu ? uint64_t(uint32_t(qcpu)) : qtid) && at > from && at < to) return at;
+      return to;
+    };
+    // Contiguous runs of chunks decode as one stream; a gap in the offsets
+    // (or a truncation) ends a run: the event it cuts is counted lost.
+    // perf pads each AUXTRACE payload to 8 bytes and counts the padding in
+    // its size, while the next one's offset continues from the unpadded
+    // end: a next chunk that starts up to 7 bytes before this one's end
+    // overlaps padding, which is dropped.
+    const auto useful = [&](size_t k) {
+      uint64_t n = chunks[k]->size;
+      if (k + 1 < chunks.size() && chunks[k + 1]->offset < chunks[k]->offset + n &&
+          chunks[k]->offset + n - chunks[k + 1]->offset < 8)
+        n = chunks[k + 1]->offset - chunks[k]->offset;
+      return n;
+    };
+    size_t i = 0;
+    while (i < chunks.size()) {
+      size_t j = i + 1;
+      uint64_t end = chunks[i]->offset + useful(i);
+      while (j < chunks.size() && chunks[j]->offset == end && stop_at(chunks[i]->offset, end) == end) {
+        end += useful(j);
+        ++j;
+      }
+      if (j < chunks.size() && chunks[j]->offset > end) ++rep.aux_gaps;
+      const uint8_t* data = chunks[i]->data;
+      uint64_t len = useful(i);
+      if (j > i + 1) {
+        joined.clear();
+        for (size_t k = i; k < j; ++k) joined.insert(joined.end(), chunks[k]->data, chunks[k]->data + useful(k));
+        data = joined.data();
+        len = joined.size();
+      }
+      // A truncation inside the run splits it too.
+      uint64_t from = chunks[i]->offset;
+      while (len) {
+        const uint64_t cut = stop_at(from, from + len) - from;
+        decode_stream(data, cut, assembler, sink, rep.stream);
+        assembler.lost();
+        data += cut;
+        len -= cut;
+        from += cut;
+      }
+      i = j;
+    }
+    rep.cut += assembler.losses().cut;
+    rep.stray_words += assembler.losses().stray;
+    rep.short_words += assembler.losses().short_words;
+  }
+  rep.ptw_words = rep.stream.ptw;
+}
+
+// ---- perf script routes ----------------------------------------------
+
+struct PerfRun {
+  std::vector<std::string> args;
+  std::string stdin_path;  // fed to perf's stdin (pipe-mode files)
+  std::string stderr_path;
+};
+
+// Runs perf; `out` receives its stdout in pieces (nullptr: discarded).
+template <class Out>
+void run_perf(const PerfRun& r, Out&& out, bool want_stdout) {
+  int pipefd[2] = {-1, -1};
+  if (want_stdout && pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  // perf 6.1 mis-seeks in a pipe-mode file given as a file (-i FILE or a
+  // redirected stdin): it gets the bytes through a real pipe, fed by a thread.
+  int inpipe[2] = {-1, -1};
+  if (!r.stdin_path.empty() && pipe2(inpipe, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  std::vector<char*> argv;
+  for (const std::string& a : r.args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (child == 0) {
+    int in = r.stdin_path.empty() ? open("/dev/null", O_RDONLY) : inpipe[0];
+    int err = open(r.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int nul = open("/dev/null", O_WRONLY);
+    if (in < 0 || err < 0 || nul < 0) _exit(126);
+    dup2(in, 0);
+    dup2(want_stdout ? pipefd[1] : nul, 1);
+    dup2(err, 2);
+    execvp(argv[0], argv.data());
+    const int e = errno;
+    ssize_t w = write(errpipe[1], &e, sizeof e);
+    (void)w;
+    _exit(127);
+  }
+  close(errpipe[1]);
+  std::thread feeder;
+  if (!r.stdin_path.empty()) {
+    close(inpipe[0]);
+    feeder = std::thread([path = r.stdin_path, fd = inpipe[1]]() {
+      sigset_t pipe_sig;
+      sigemptyset(&pipe_sig);
+      sigaddset(&pipe_sig, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_sig, nullptr);  // perf may stop reading early: EPIPE, not a signal
+      const int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      std::vector<char> buf(1 << 20);
+      for (ssize_t n; in >= 0 && (n = read(in, buf.data(), buf.size())) > 0;) {
+        ssize_t done = 0;
+        while (done < n) {
+          const ssize_t w = write(fd, buf.data() + done, size_t(n - done));
+          if (w < 0 && errno == EINTR) continue;
+          if (w <= 0) break;
+          done += w;
+        }
+        if (done < n) break;
+      }
+      if (in >= 0) close(in);
+      close(fd);
+    });
+  }
+  int exec_errno = 0;
+  const bool exec_failed = read(errpipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno;
+  close(errpipe[0]);
+  if (want_stdout) {
+    close(pipefd[1]);
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      const ssize_t n = read(pipefd[0], buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      out(buf.data(), size_t(n));
+    }
+    close(pipefd[0]);
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (feeder.joinable()) feeder.join();
+  if (exec_failed)
+    throw std::runtime_error("cannot run " + r.args[0] + ": " + std::strerror(exec_errno) +
+                             " (the dlfilter and text decoders need perf: apt-get install linux-perf)");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::ifstream f(r.stderr_path);
+    std::string line, last;
+    while (std::getline(f, line))
+      if (!line.empty() && line.find("WARNING") == std::string::npos && line[0] != ' ') last = line;
+    throw std::runtime_error(r.args[0] + " script failed (" +
+                             (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                                : "signal " + std::to_string(WTERMSIG(status))) +
+                             ")" + (last.empty() ? "" : ": " + last));
+  }
+}
+
+PerfRun perf_script(const PerfData& d, const PtImportOptions& opt, const std::string& dir) {
+  PerfRun r;
+  r.args = {opt.perf, "script", "--force", "--itrace=w"};
+  if (d.pipe_mode) {  // perf 6.1 must read pipe-mode files through a pipe
+    r.args.insert(r.args.end(), {"-i", "-"});
+    r.stdin_path = d.path;
+  } else {
+    r.args.insert(r.args.end(), {"-i", d.path});
+  }
+  r.stderr_path = dir + "/perf-script.stderr";
+  return r;
+}
+
+void decode_dlfilter(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col) {
+  if (opt.dlfilter.empty() || access(opt.dlfilter.c_str(), R_OK) != 0)
+    throw std::runtime_error("the dlfilter library " + (opt.dlfilter.empty() ? std::string("(none given)") : opt.dlfilter) +
+                             " is missing (it is built next to heaplab as libheaplab_ptw_dlfilter.so)");
+  PerfRun r = perf_script(d, opt, dir);
+  const std::string out = dir + "/ptwrite.bin";
+  r.args.insert(r.args.end(), {"--dlfilter", opt.dlfilter, "--dlarg", out});
+  run_perf(r, [](const char*, size_t) {}, false);
+  std::ifstream f(out, std::ios::binary);
+  if (!f) throw std::runtime_error(out + ": the dlfilter wrote no output");
+  std::vector<char> buf(16 << 16);
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    const size_t n = size_t(f.gcount()) / 16 * 16;
+    for (size_t k = 0; k < n; k += 16) {
+      uint32_t ids[2];
+      uint64_t w;
+      std::memcpy(ids, buf.data() + k, 8);
+      std::memcpy(&w, buf.data() + k + 8, 8);
+      col.word(ids[0], ids[1], w);
+    }
+  }
+  unlink(out.c_str());
+}
+
+// "  PID/TID    IP: 0 payload: 0xHEX" per line (zero: "payload: 0").
+class TextParser {
+ public:
+  explicit TextParser(Collector& c) : col_(c) {}
+  void feed(const char* p, size_t n) {
+    size_t start = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (p[k] != '\n') continue;
+      if (!partial_.empty()) {
+        partial_.append(p + start, k - start);
+        line(partial_.data(), partial_.size());
+        partial_.clear();
+      } else {
+        line(p + start, k - start);
+      }
+      start = k + 1;
+    }
+    partial_.append(p + start, n - start);
+  }
+  uint64_t unparsed() const { return unparsed_; }
+
+ private:
+  void line(const char* s, size_t n) {
+    const char* e = s + n;
+    while (s < e && *s == ' ') ++s;
+    uint64_t pid = 0, tid = 0, w = 0;
+    const char* q = s;
+    while (q < e && *q >= '0' && *q <= '9') pid = pid * 10 + uint64_t(*q++ - '0');
+    if (q == s || q >= e || *q != '/') return bad();
+    const char* t = ++q;
+    while (q < e && *q >= '0' && *q <= '9') tid = tid * 10 + uint64_t(*q++ - '0');
+    if (q == t) return bad();
+    static constexpr char kKey[] = "payload: ";  // then 0xHEX, or 0 (perf prints zero as "0")
+    const char* k = std::search(q, e, kKey, kKey + sizeof kKey - 1);
+    if (k == e) return bad();
+    k += sizeof kKey - 1;
+    if (e - k >= 2 && k[0] == '0' && k[1] == 'x') k += 2;
+    const char* h = k;
+    for (; k < e; ++k) {
+      const char c = *k;
+      unsigned v;
+      if (c >= '0' && c <= '9') v = unsigned(c - '0');
+      else if (c >= 'a' && c <= 'f') v = unsigned(c - 'a' + 10);
+      else break;
+      w = w << 4 | v;
+    }
+    if (k == h) return bad();
+    col_.word(uint32_t(pid), uint32_t(tid), w);
+  }
+  void bad() { ++unparsed_; }
+  Collector& col_;
+  std::string partial_;
+  uint64_t unparsed_ = 0;
+};
+
+void decode_text(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col) {
+  PerfRun r = perf_script(d, opt, dir);
+  r.args.insert(r.args.end(), {"-F", "pid,tid,synth"});
+  TextParser p(col);
+  run_perf(r, [&](const char* s, size_t n) { p.feed(s, n); }, true);
+}
+
+// ---- the raw file ------------------------------------------------------
+
+void write_all(int fd, const void* p, size_t n, const std::string& path) {
+  const auto* c = static_cast<const uint8_t*>(p);
+  while (n) {
+    const ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+    c += w;
+    n -= size_t(w);
+  }
+}
+
+struct Fd {
+  int fd;
+  explicit Fd(const std::string& path) : fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
+    if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+  }
+  ~Fd() { close(fd); }
+};
+
+}  // namespace
+
+PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& dir, const PtImportOptions& opt,
+                              std::string* raw_path) {
+  using namespace heaplab::raw;
+  PtImportReport rep;
+  rep.decoder = opt.decoder;
+  const PerfDataFile file(perf_data);
+  const PerfData& d = file.data();
+  if (!d.have_info) throw PerfDataError(perf_data + ": no Intel PT data in it (no AUXTRACE_INFO record)");
+  rep.per_cpu = d.per_cpu;
+  rep.pipe_mode = d.pipe_mode;
+  rep.pt_bytes = d.pt_bytes;
+  rep.file_truncated_at = file.truncated_at();
+  const auto t0 = std::chrono::steady_clock::now();
+  Collector col;
+  switch (opt.decoder) {
+    case Decoder::direct: decode_direct(d, col, rep); break;
+    case Decoder::dlfilter: decode_dlfilter(d, opt, dir, col); break;
+    case Decoder::text: decode_text(d, opt, dir, col); break;
+  }
+  if (opt.decoder != Decoder::direct) {
+    rep.ptw_words = col.words();
+    for (Thread& t : col.threads()) {
+      rep.cut += t.assembler.losses().cut;
+      rep.stray_words += t.assembler.losses().stray;
+    }
+  }
+  rep.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // The process to keep.
+  std::map<uint32_t, uint64_t> per_pid;
+  for (const Thread& t : col.threads()) per_pid[t.pid] += t.events.size();
+  if (per_pid.empty()) throw std::runtime_error(perf_data + ": no heaplab events in the Intel PT data");
+  uint32_t pid = 0;
+  if (opt.pid >= 0) {
+    pid = uint32_t(opt.pid);
+    if (!per_pid.count(pid)) throw std::runtime_error(perf_data + ": no heaplab events of process " + std::to_string(pid));
+  } else {
+    uint64_t best = 0;
+    for (auto [p, n] : per_pid)
+      if (n > best) best = n, pid = p;
+  }
+  std::unordered_map<uint32_t, std::string> names;  // by tid: the last COMM
+  for (const CommRecord& c : d.comms) names[c.tid] = c.name;
+  for (auto [p, n] : per_pid)
+    if (p != pid) rep.other_processes.push_back(PtProcess{p, n, names.count(p) ? names[p] : ""});
+  rep.pid = pid;
+  rep.comm = names.count(pid) ? names[pid] : "";
+
+  // Threads of the process in order of their first event; each one's
+  // events in order (per-cpu buffers deliver them CPU by CPU).
+  std::vector<Thread*> threads;
+  for (Thread& t : col.threads())
+    if (t.pid == pid && !t.events.empty()) threads.push_back(&t);
+  for (Thread* t : threads)
+    if (d.per_cpu)
+      std::stable_sort(t->events.begin(), t->events.end(), [](const Ev& x, const Ev& y) { return x.tsc < y.tsc; });
+  std::stable_sort(threads.begin(), threads.end(),
+                   [](const Thread* x, const Thread* y) { return x->events.front().tsc < y->events.front().tsc; });
+  rep.threads = threads.size();
+
+  *raw_path = dir + "/" + std::to_string(pid) + ".0.hlraw";
+  const std::string blocks_path = *raw_path + ".blocks";
+  FileHeader h{};
+  std::memcpy(h.magic, kFileMagic, sizeof h.magic);
+  h.version = kVersion;
+  h.header_size = h.block_size = uint32_t(kBlockSize);
+  h.record_size = uint32_t(kRecordSize);
+  h.pid = pid;
+  for (const TaskRecord& t : d.tasks)
+    if (t.fork && t.pid == pid && t.tid == pid) h.ppid = t.ppid;
+  h.clock = kClockMonotonic;  // perf time: nanoseconds
+  const uint64_t start = d.time.to_perf(threads.front()->events.front().tsc);
+  h.start_ticks = h.start_mono_ns = start;
+  for (const TaskRecord& t : d.tasks)
+    if (!t.fork && t.pid == pid && t.tid == pid) {
+      h.flags |= kFlagCleanExit;  // the process exited (perf saw it), not killed mid-recording
+      h.end_ticks = h.end_mono_ns = t.time;
+    }
+  h.next_thread = uint32_t(threads.size());
+  h.cmdline_len = uint32_t(std::min<size_t>(rep.comm.size(), kCmdlineMax - 1));
+  std::memcpy(h.cmdline, rep.comm.data(), h.cmdline_len);
+
+  Fd blocks(blocks_path);
+  std::vector<uint8_t> block(kBlockSize);
+  uint64_t nblocks = 0;
+  for (size_t s = 0; s < threads.size(); ++s) {
+    Thread& t = *threads[s];
+    uint64_t in_block = 0, seq_block = 0;
+    const auto flush = [&]() {
+      write_all(blocks.fd, block.data(), block.size(), blocks_path);
+      ++nblocks;
+      ++seq_block;
+      in_block = 0;
+    };
+    const auto put = [&](uint32_t op, uint64_t time, uint64_t a, uint64_t b, uint64_t c) {
+      if (in_block == 0) {
+        std::fill(block.begin(), block.end(), 0);
+        BlockHeader bh{};
+        bh.magic = kBlockMagic;
+        bh.thread = uint32_t(s);
+        bh.thread_block_seq = seq_block;
+        bh.tid = t.tid;
+        bh.ticks = bh.mono_ns = time;
+        const std::string& name = names.count(t.tid) ? names[t.tid] : rep.comm;
+        std::memcpy(bh.name, name.data(), std::min<size_t>(name.size(), sizeof bh.name - 1));
+        std::memcpy(block.data(), &bh, sizeof bh);
+      }
+      Record r{record_head(op, time), a, b, c};
+      std::memcpy(block.data() + kBlockHeaderSize + in_block * kRecordSize, &r, sizeof r);
+      if (++in_block == kRecordsPerBlock) flush();
+    };
+    uint32_t next = 0;  // the shim numbers a thread's events from 0
+    for (const Ev& e : t.events) {
+      const uint64_t time = d.time.to_perf(e.tsc);
+      if (e.seq != next) {  // a gap: events lost here (or a wrap past 2^32, same arithmetic)
+        const uint64_t lost = uint32_t(e.seq - next);
+        put(kRawLost, time, lost, 0, 0);
+        rep.lost += lost;
+      }
+      next = e.seq + 1;
+      put(e.op, time, e.a, e.b, e.c);
+      ++rep.events;
+    }
+    if (in_block) flush();
+  }
+  h.data_blocks = nblocks;
+  Fd raw(*raw_path);
+  write_all(raw.fd, &h, sizeof h, *raw_path);
+  // The rest of the header block and one (empty) mapped slot per thread.
+  std::fill(block.begin(), block.end(), 0);
+  write_all(raw.fd, block.data(), kBlockSize - sizeof h, *raw_path);
+  for (size_t s = 0; s < threads.size(); ++s) write_all(raw.fd, block.data(), kBlockSize, *raw_path);
+  return rep;
+}
+
+nlohmann::json report_to_json(const PtImportReport& r) {
+  nlohmann::json others = nlohmann::json::array();
+  for (const PtProcess& p : r.other_processes) others.push_back({{"pid", p.pid}, {"events", p.events}, {"comm", p.comm}});
+  return {{"decoder", decoder_name(r.decoder)},
+          {"pid", r.pid},
+          {"comm", r.comm},
+          {"buffers", r.per_cpu ? "per-cpu" : "per-thread"},
+          {"pipe_mode", r.pipe_mode},
+          {"pt_bytes", r.pt_bytes},
+          {"ptwrite_words", r.ptw_words},
+          {"events", r.events},
+          {"threads", r.threads},
+          {"lost_events", r.lost},
+          {"cut_events", r.cut},
+          {"stray_words", r.stray_words},
+          {"short_words", r.short_words},
+          {"unattributed_events", r.unattributed},
+          {"aux_truncated", r.aux_truncated},
+          {"aux_gaps", r.aux_gaps},
+          {"overflow_packets", r.stream.overflows},
+          {"decode_errors", r.stream.decode_errors},
+          {"skipped_bytes", r.stream.skipped_bytes},
+          {"file_truncated_at", r.file_truncated_at},
+          {"other_processes", others},
+          {"decode_seconds", r.decode_seconds}};
+}
+
+}  // namespace heaplab::pt
