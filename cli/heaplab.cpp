@@ -4,7 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <new>
 #include <fmt/core.h>
@@ -19,6 +21,7 @@
 #include "capture/import/input_stream.h"
 #include "capture/import/metadata.h"
 #include "capture/launch/launcher.h"
+#include "capture/pt/pt_import.h"
 #include "capture/normalise/normalise.h"
 #include "allocators/library.h"
 #include "experiments/dashboard.h"
@@ -58,6 +61,9 @@ struct ImportArgs {
   std::string codec = "zstd";
   int level = 0;  // 0: the codec's default (zstd 3, lz4 1)
   uint32_t chunk_events = 1u << 20;
+  std::string decoder = "direct";  // perf-pt
+  int64_t pid = -1;                // perf-pt: the process to keep
+  std::string perf = "perf";       // perf-pt: dlfilter and text decoders
 };
 
 trace::Codec parse_codec(const std::string& codec) {
@@ -111,10 +117,64 @@ int run_import_raw(const ImportArgs& a) {
   return 0;
 }
 
+// An Intel PT recording of heaplab's ptwrite route (perf.data, from
+// `heaplab capture --method pt --keep-raw` or `perf record` on another
+// machine) -> trace.
+int run_import_perf_pt(const ImportArgs& a) {
+  pt::PtImportOptions po;
+  if (!pt::parse_decoder(a.decoder, &po.decoder))
+    throw Failure{"--decoder: direct, dlfilter or text, not '" + a.decoder + "'"};
+  po.pid = a.pid;
+  po.perf = a.perf;
+  po.dlfilter = launch::self_dir() + "/libheaplab_ptw_dlfilter.so";
+  std::string dir = (std::filesystem::temp_directory_path() / "heaplab-import-XXXXXX").string();
+  if (!mkdtemp(dir.data())) throw Failure{"cannot create a temporary directory: " + std::string(std::strerror(errno))};
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  std::string raw_path;
+  const pt::PtImportReport pr = pt::decode_perf_pt(a.input, dir, po, &raw_path);
+  normalise::RawFile raw(raw_path);
+  normalise::NormaliseOptions opt;
+  opt.codec = parse_codec(a.codec);
+  opt.level = codec_level(opt.codec, a.level);
+  opt.chunk_events = std::min<uint32_t>(a.chunk_events, 65536);
+  opt.capture_metadata["method"] = "intel-pt";
+  opt.capture_metadata["pt"] = pt::report_to_json(pr);
+  opt.capture_metadata["perf_data"] = a.input;
+  normalise::NormaliseReport rep;
+  write_then_rename(a.output, [&](const std::string& tmp) { rep = normalise::normalise(raw, tmp, opt); });
+  fmt::print(stderr,
+             "decoded {} events ({} ptwrite payloads) of process {}{} in {} thread{} with the {} decoder in {:.3f} s; "
+             "wrote {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(pr.events), group_digits(pr.ptw_words), pr.pid, pr.comm.empty() ? "" : " (" + pr.comm + ")",
+             pr.threads, pr.threads == 1 ? "" : "s", pt::decoder_name(pr.decoder), pr.decode_seconds, a.output,
+             group_digits(rep.bytes), rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
+  if (pr.lost || pr.stream.overflows || pr.aux_truncated || pr.aux_gaps || pr.file_truncated_at)
+    fmt::print(stderr,
+               "heaplab: note: {} events lost (lost markers in the trace): {} overflow packets, {} truncated AUX "
+               "records, {} AUX gaps{}\n",
+               group_digits(pr.lost), pr.stream.overflows, pr.aux_truncated, pr.aux_gaps,
+               pr.file_truncated_at ? fmt::format(", the file ends inside a record at byte {}", pr.file_truncated_at)
+                                    : "");
+  for (const pt::PtProcess& p : pr.other_processes)
+    fmt::print(stderr, "heaplab: note: process {}{} has {} events too (--pid {} imports it)\n", p.pid,
+               p.comm.empty() ? "" : " (" + p.comm + ")", group_digits(p.events), p.pid);
+  if (rep.unknown_frees)
+    fmt::print(stderr, "heaplab: note: {} frees of memory allocated before capture were skipped\n",
+               group_digits(rep.unknown_frees));
+  return 0;
+}
+
 int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   if (a.from == "heaplab-raw") return run_import_raw(a);
+  if (a.from == "perf-pt") return run_import_perf_pt(a);
   if (a.from != "cmt-text")
-    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw)"};
+    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw, perf-pt)"};
   auto in = import::InputStream::open(a.input);
   nlohmann::json meta = import::base_metadata("import", "none", argv);
   meta["import"] = {{"from", a.from}, {"source", in->name()}, {"compression", in->compression()}};
@@ -304,7 +364,8 @@ int run_capture(CaptureArgs& a, std::vector<std::string> command) {
   } catch (const launch::LaunchError& e) {
     throw Failure{std::string("capture: ") + e.what()};
   }
-  if (!a.quiet || !r.failed.empty() || r.traces.empty()) fmt::print(stderr, "{}", launch::summary(r, a.opt));
+  if (!a.quiet || !r.failed.empty() || r.traces.empty() || !r.notes.empty())
+    fmt::print(stderr, "{}", launch::summary(r, a.opt));
   if (!r.failed.empty() || r.traces.empty()) return kExitBadInput;
   return r.exit_code;
 }
@@ -559,8 +620,13 @@ int main(int argc, char** argv) {
   ImportArgs ia;
   auto* imp = app.add_subcommand("import", "Convert another tool's trace into a heaplab trace");
   imp->add_option("--from", ia.from,
-                  "Input format: cmt-text (Compact Memory Traces text) or heaplab-raw (a .hlraw capture file)")
+                  "Input format: cmt-text (Compact Memory Traces text), heaplab-raw (a .hlraw capture file) or "
+                  "perf-pt (a perf.data of heaplab's Intel PT route)")
       ->required();
+  imp->add_option("--decoder", ia.decoder, "perf-pt: direct (fastest), dlfilter or text (both run perf script)")
+      ->check(CLI::IsMember({"direct", "dlfilter", "text"}))->capture_default_str();
+  imp->add_option("--pid", ia.pid, "perf-pt: the process to import (default: the one with the most events)");
+  imp->add_option("--perf", ia.perf, "perf-pt: the perf binary (dlfilter and text decoders)")->capture_default_str();
   imp->add_option("input", ia.input, "Input file (plain, .gz, .bz2, .xz or .zst), or - for stdin")->required();
   imp->add_option("-o,--output", ia.output, "Output trace (.hlt)")->required();
   imp->add_option("--codec", ia.codec, "Chunk compression: zstd (smallest), lz4 (fastest) or none")
@@ -612,6 +678,26 @@ int main(int argc, char** argv) {
   cap->add_option("--level", cap_args.level, "zstd level 1..22 (default 3), or lz4 acceleration")
       ->check(CLI::Range(1, 65537));
   cap->add_flag("-q,--quiet", cap_args.quiet, "No summary");
+  cap->add_option("--method", cap_args.opt.method,
+                  "software (the shim writes per-thread files) or pt (ptwrite into Intel PT, recorded by perf "
+                  "record, decoded afterwards; needs a CPU with ptwrite)")
+      ->check(CLI::IsMember({"software", "pt"}))->capture_default_str();
+  cap->add_option("--pt-fallback", cap_args.opt.pt_fallback,
+                  "--method pt on a machine without Intel PT or ptwrite: refuse, or record with --method software")
+      ->check(CLI::IsMember({"refuse", "software"}))->capture_default_str();
+  cap->add_option("--pt-buffers", cap_args.opt.pt.buffers,
+                  "per-cpu (every thread; context-switch sideband) or per-thread (perf --per-thread: "
+                  "threads started later are not traced)")
+      ->check(CLI::IsMember({"per-cpu", "per-thread"}))->capture_default_str();
+  cap->add_option("--pt-aux-kib", cap_args.opt.pt.aux_kib, "AUX buffer per CPU or thread, KiB (default: perf's)");
+  cap->add_option("--pt-snapshot", cap_args.opt.pt.snapshot,
+                  "Snapshot mode (perf -S): 'on' or a size (e.g. 64M); only the newest trace is kept");
+  cap->add_option("--pt-control", cap_args.opt.pt.control, "perf record --control, e.g. fifo:ctl.fifo,ack.fifo");
+  cap->add_option("--pt-psb-period", cap_args.opt.pt.psb_period, "intel_pt psb_period 0..15 (default: perf's)");
+  cap->add_option("--pt-decoder", cap_args.opt.pt_decoder,
+                  "How to decode the recording: direct (fastest), dlfilter or text (both through perf script)")
+      ->check(CLI::IsMember({"direct", "dlfilter", "text"}))->capture_default_str();
+  cap->add_option("--perf", cap_args.opt.pt.perf, "The perf binary")->capture_default_str();
   // Everything from the first argument that is not an option of ours on (or
   // after `--`) is the program and its arguments.
   cap->prefix_command();

@@ -1119,4 +1119,209 @@ TEST(Capture, ManyThreadsAcrossMappingSegments) {
   expect_trace_ok(r.traces[0].path);
 }
 
+
+// ---------------------------------------------------------------- --method pt
+// These machines have no Intel PT. The route around the hardware is tested
+// with a fake intel_pt sysfs directory ($HEAPLAB_PT_SYSFS) and pt_fake_perf
+// in place of perf record: it runs the program under the shim (whose
+// ptwrite sink falls back to files here), encodes what the sink would have
+// written with ptwrite into Intel PT packets in a perf.data, and leaves the
+// sink's markers. heaplab then decodes that as it would a real recording.
+struct FakePt {
+  TempDir sys;
+  explicit FakePt(const char* ptwrite = "1") {
+    fs::create_directories(sys.file("caps"));
+    std::ofstream(sys.file("type")) << "10\n";
+    std::ofstream(sys.file("caps/ptwrite")) << ptwrite << "\n";
+    setenv("HEAPLAB_PT_SYSFS", sys.path().c_str(), 1);
+  }
+  ~FakePt() { unsetenv("HEAPLAB_PT_SYSFS"); }
+};
+
+std::string fake_perf() { return binary_dir() + "/capture/pt/pt_fake_perf"; }
+
+CaptureOptions pt_options(const TempDir& dir, std::vector<std::string> argv, const std::string& decoder,
+                          const std::string& out) {
+  CaptureOptions opt = options(dir, std::move(argv));
+  opt.output = dir.file(out);
+  opt.method = "pt";
+  opt.pt.perf = fake_perf();
+  opt.pt_decoder = decoder;
+  return opt;
+}
+
+// The same calls as the software route, exactly, through each decoder; perf
+// gets the intel_pt event heaplab needs and runs the program through the
+// shell that preloads the shim.
+TEST(CapturePt, SingleThreadExactSequenceThroughEveryDecoder) {
+  FakePt fake;
+  for (const char* dec : {"direct", "dlfilter", "text"}) {
+    SCOPED_TRACE(dec);
+    TempDir dir;
+    CaptureOptions opt = pt_options(dir, {victim("victim_c"), "single"}, dec, "pt.hlt");
+    opt.keep_raw = true;
+    CaptureResult r = heaplab::launch::run_capture(opt);
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_EQ(r.method, "pt");
+    EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+    ASSERT_EQ(r.traces.size(), 1u);
+    EXPECT_EQ(r.traces[0].report.holes, 0u);
+    std::vector<Event> evs = read_events(r.traces[0].path);
+    auto mid = between_markers(evs, false);
+    ASSERT_TRUE(mid);
+    expect_sequence(*mid, single_sequence());
+    expect_trace_ok(r.traces[0].path);
+    nlohmann::json cap = capture_metadata(r.traces[0].path);
+    EXPECT_EQ(cap.value("method", ""), "intel-pt");
+    EXPECT_EQ(cap["pt"].value("decoder", ""), dec);
+    EXPECT_EQ(cap["pt"].value("lost_events", 1), 0);
+    EXPECT_EQ(cap.value("exit_code", -1), 0);
+    // What perf was asked to do.
+    std::ifstream a(r.perf_data + ".argv");
+    std::vector<std::string> args;
+    for (std::string l; std::getline(a, l);) args.push_back(l);
+    ASSERT_EQ(args.size(), 13u);
+    EXPECT_EQ(std::vector<std::string>(args.begin() + 1, args.begin() + 6),
+              (std::vector<std::string>{"record", "-o", r.perf_data, "-e", "intel_pt/ptw=1,branch=0,fup_on_ptw=0,mtc=0/u"}));
+    EXPECT_EQ(args[6], "--");
+    EXPECT_EQ(args[7], "/bin/sh");
+    EXPECT_EQ(args[10], shim_path());  // LD_PRELOAD for the program only
+    EXPECT_EQ(args[11], victim("victim_c"));
+    EXPECT_EQ(args[12], "single");
+  }
+}
+
+// Threads, cross-thread frees: every call of every thread decoded.
+TEST(CapturePt, ThreadsCrossThreadFrees) {
+  FakePt fake;
+  TempDir dir;
+  CaptureResult r = heaplab::launch::run_capture(
+      pt_options(dir, {victim("victim_cpp"), "threads", "2", "2", "3000"}, "direct", "pt.hlt"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_GE(r.traces[0].report.threads, 5u);
+  std::vector<Event> evs = read_events(r.traces[0].path);
+  auto mid = between_markers(evs, false);
+  ASSERT_TRUE(mid);
+  std::unordered_map<uint64_t, uint32_t> owner;
+  uint64_t mallocs = 0, frees = 0, cross = 0;
+  for (const Event& e : *mid) {
+    if (e.op == Op::malloc && e.size >= 16 && e.size <= 79 && e.id) {
+      ++mallocs;
+      owner[e.id] = e.thread;
+    } else if (e.op == Op::free && owner.count(e.old)) {
+      ++frees;
+      cross += owner[e.old] != e.thread;
+    }
+  }
+  EXPECT_EQ(mallocs, 6000u);
+  EXPECT_EQ(frees, 6000u);
+  EXPECT_GT(cross, 0u);
+  expect_trace_ok(r.traces[0].path);
+  EXPECT_FALSE(fs::exists(r.perf_data)) << "the recording is removed unless --keep-raw";
+}
+
+// The program's exit status comes through perf.
+TEST(CapturePt, ExitStatusAndCrash) {
+  FakePt fake;
+  TempDir dir;
+  CaptureResult r = heaplab::launch::run_capture(pt_options(dir, {victim("victim_c"), "crash", "abort", "100"}, "direct", "pt.hlt"));
+  EXPECT_EQ(r.signal, SIGABRT);
+  EXPECT_EQ(r.exit_code, 128 + SIGABRT);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_EQ(capture_metadata(r.traces[0].path).value("signal", 0), SIGABRT);
+}
+
+// Where PT or ptwrite is missing: one line naming what, before anything
+// runs, or the software method by request.
+TEST(CapturePt, RefusesWithoutPtNamingWhatIsMissing) {
+  TempDir dir;
+  setenv("HEAPLAB_PT_SYSFS", dir.file("no-intel_pt").c_str(), 1);
+  CaptureOptions opt = pt_options(dir, {victim("victim_c"), "single"}, "direct", "pt.hlt");
+  try {
+    heaplab::launch::run_capture(opt);
+    ADD_FAILURE() << "no error";
+  } catch (const LaunchError& e) {
+    EXPECT_EQ(std::string(e.what()), "--method pt: this machine has no Intel PT (no " + dir.file("no-intel_pt") +
+                                         ": not an Intel CPU with Processor Trace, or a virtual machine that hides "
+                                         "it); use --method software (or --pt-fallback software)");
+  }
+  EXPECT_FALSE(fs::exists(opt.output));
+  unsetenv("HEAPLAB_PT_SYSFS");
+  {
+    FakePt no_ptwrite("0");
+    try {
+      heaplab::launch::run_capture(opt);
+      ADD_FAILURE() << "no error";
+    } catch (const LaunchError& e) {
+      EXPECT_NE(std::string(e.what()).find("Intel PT has no ptwrite (" + no_ptwrite.sys.path() + "/caps/ptwrite is not 1"),
+                std::string::npos)
+          << e.what();
+    }
+    opt.pt.perf = dir.file("no-perf");
+    FakePt fake;
+    try {
+      heaplab::launch::run_capture(opt);
+      ADD_FAILURE() << "no error";
+    } catch (const LaunchError& e) {
+      EXPECT_EQ(std::string(e.what()), "--method pt: cannot run '" + dir.file("no-perf") +
+                                           " version' (perf records the trace: apt-get install linux-perf); use "
+                                           "--method software (or --pt-fallback software)");
+    }
+  }
+  // The real machine (no PT on these VMs), falling back.
+  opt.pt.perf = "perf";
+  opt.pt_fallback = "software";
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.method, "software");
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("recorded with --method software instead"), std::string::npos) << r.notes[0];
+  ASSERT_EQ(r.traces.size(), 1u);
+  auto mid = between_markers(read_events(r.traces[0].path), false);
+  ASSERT_TRUE(mid);
+  expect_sequence(*mid, single_sequence());
+}
+
+TEST(CapturePt, BadOptions) {
+  TempDir dir;
+  CaptureOptions opt = pt_options(dir, {victim("victim_c"), "single"}, "direct", "pt.hlt");
+  const auto error = [&](CaptureOptions o) {
+    try {
+      heaplab::launch::run_capture(o);
+    } catch (const LaunchError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CaptureOptions o = opt;
+  o.pt.buffers = "per-core";
+  EXPECT_EQ(error(o), "--pt-buffers: per-cpu or per-thread, not 'per-core'");
+  o = opt;
+  o.pt.snapshot = "lots";
+  EXPECT_EQ(error(o), "--pt-snapshot: 'on' or a size such as 64M, not 'lots'");
+  o = opt;
+  o.follow_exec = true;
+  EXPECT_EQ(error(o), "--method pt cannot follow exec yet (the images of a process share its trace); use --method software");
+  o = opt;
+  o.pt_decoder = "magic";
+  EXPECT_EQ(error(o), "--pt-decoder: direct, dlfilter or text, not 'magic'");
+}
+
+// The perf record command for the other options.
+TEST(CapturePt, PerfRecordArguments) {
+  heaplab::pt::PtRecordOptions o;
+  o.buffers = "per-thread";
+  o.aux_kib = 3000;
+  o.snapshot = "64M";
+  o.control = "fifo:ctl,ack";
+  o.psb_period = 3;
+  EXPECT_EQ(heaplab::pt::perf_record_argv(o, "out.data", "shim.so:je.so", {"prog", "arg"}),
+            (std::vector<std::string>{"perf", "record", "-o", "out.data", "-e",
+                                      "intel_pt/ptw=1,branch=0,fup_on_ptw=0,mtc=0,psb_period=3/u", "--per-thread",
+                                      "-m,1024", "--snapshot=64M", "--control=fifo:ctl,ack", "--", "/bin/sh", "-c",
+                                      "export LD_PRELOAD=\"$0\" HEAPLAB_CAPTURE_ROOT=$$; exec \"$@\"", "shim.so:je.so",
+                                      "prog", "arg"}));
+}
+
 }  // namespace

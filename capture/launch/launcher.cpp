@@ -28,6 +28,7 @@
 
 #include "allocators/library.h"
 #include "capture/analysis/trace_stats.h"
+#include "capture/pt/pt_import.h"
 
 namespace heaplab::launch {
 
@@ -161,6 +162,12 @@ void remove_raw(const CaptureOptions& opt) {
     fs::remove(r.path, ec);
     fs::remove(r.path + ".blocks", ec);
   }
+  if (opt.method == "pt") {  // the recording, the shim's markers, perf script's messages
+    fs::remove(opt.raw_dir + "/perf.data", ec);
+    fs::remove(opt.raw_dir + "/perf-script.stderr", ec);
+    for (const auto& e : fs::directory_iterator(opt.raw_dir, ec))
+      if (e.path().extension() == ".ptw") fs::remove(e.path(), ec);
+  }
   if (opt.raw_dir_created) fs::remove(opt.raw_dir, ec);  // only if now empty
 }
 
@@ -179,6 +186,84 @@ std::string self_dir() {
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   return ec ? std::string(".") : exe.parent_path().string();
 }
+
+namespace {
+
+// --method pt, after perf exited: one trace per process the shim marked
+// (DIR/PID.0.ptw), decoded from perf.data and normalised.
+void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
+  (void)perf_pid;
+  auto t1 = std::chrono::steady_clock::now();
+  struct Marker {
+    uint32_t pid;
+    fs::file_time_type made;
+  };
+  std::vector<Marker> markers;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(opt.raw_dir, ec)) {
+    unsigned p = 0, g = 0;
+    char tail[16] = {};
+    if (std::sscanf(e.path().filename().c_str(), "%u.%u.%15s", &p, &g, tail) == 3 && std::string(tail) == "ptw" && g == 0)
+      markers.push_back({p, fs::last_write_time(e.path(), ec)});
+  }
+  // The program's own first (it marked itself first), then its fork children.
+  std::sort(markers.begin(), markers.end(),
+            [](const Marker& a, const Marker& b) { return std::tie(a.made, a.pid) < std::tie(b.made, b.pid); });
+  if (!markers.empty() && access(res.perf_data.c_str(), R_OK) != 0) {
+    res.failed.push_back(res.perf_data + ": perf wrote no recording (see perf's messages above)");
+    markers.clear();
+  }
+  pt::PtImportOptions po;
+  pt::parse_decoder(opt.pt_decoder, &po.decoder);
+  po.perf = opt.pt.perf;
+  po.dlfilter = (fs::path(opt.shim).parent_path() / "libheaplab_ptw_dlfilter.so").string();  // built beside the shim
+  for (size_t i = 0; i < markers.size(); ++i) {
+    const bool root = i == 0;
+    const std::string out = trace_name(opt.output, markers[i].pid, 0, root);
+    const std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
+    try {
+      po.pid = markers[i].pid;
+      std::string raw_path;
+      pt::PtImportReport pr;
+      try {
+        pr = pt::decode_perf_pt(res.perf_data, opt.raw_dir, po, &raw_path);
+      } catch (const std::exception& e) {
+        if (std::string(e.what()).find("no heaplab events") != std::string::npos) continue;  // never allocated
+        throw;
+      }
+      normalise::RawFile raw(raw_path);
+      normalise::NormaliseOptions nopt = opt.normalise;
+      nopt.capture_metadata["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
+      nopt.capture_metadata["method"] = "intel-pt";
+      nopt.capture_metadata["pt"] = pt::report_to_json(pr);
+      if (root) {
+        nopt.capture_metadata["exit_code"] = res.exit_code;
+        if (res.signal) nopt.capture_metadata["signal"] = res.signal;
+      }
+      TraceResult tr;
+      tr.report = normalise::normalise(raw, part, nopt);
+      if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
+      tr.path = out;
+      tr.pid = markers[i].pid;
+      tr.command_line = {pr.comm};
+      res.traces.push_back(std::move(tr));
+      ::unlink(raw_path.c_str());
+      ::unlink((raw_path + ".blocks").c_str());
+      if (pr.cut || pr.stream.overflows || pr.aux_truncated || pr.aux_gaps)
+        res.notes.push_back(fmt::format("{}: Intel PT lost data: {} overflow packets, {} truncated AUX records, "
+                                        "{} AUX gaps; {} events lost (lost markers in the trace)",
+                                        out, pr.stream.overflows, pr.aux_truncated, pr.aux_gaps, pr.lost));
+    } catch (const std::exception& e) {
+      ::unlink(part.c_str());
+      res.failed.push_back(e.what());
+    }
+  }
+  res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  res.raw_kept = opt.keep_raw || !res.failed.empty();
+  if (!res.raw_kept) remove_raw(opt);
+}
+
+}  // namespace
 
 void validate(CaptureOptions& opt) {
   if (opt.argv.empty()) fail("no program given (heaplab capture [options] -- PROGRAM [ARGS...])");
@@ -214,9 +299,29 @@ void validate(CaptureOptions& opt) {
 
 CaptureResult run_capture(CaptureOptions opt) {
   std::string given = opt.argv.empty() ? "" : opt.argv[0];
-  validate(opt);
   CaptureResult res;
+  if (opt.method != "software" && opt.method != "pt") fail("--method: software or pt, not '" + opt.method + "'");
+  if (opt.method == "pt") {
+    // Before anything runs: what the machine lacks, in one line.
+    if (std::string bad = pt::check_record_options(opt.pt); !bad.empty()) fail(bad);
+    pt::Decoder dec;
+    if (!pt::parse_decoder(opt.pt_decoder, &dec))
+      fail("--pt-decoder: direct, dlfilter or text, not '" + opt.pt_decoder + "'");
+    if (opt.pt_fallback != "refuse" && opt.pt_fallback != "software")
+      fail("--pt-fallback: refuse or software, not '" + opt.pt_fallback + "'");
+    if (opt.follow_exec)
+      fail("--method pt cannot follow exec yet (the images of a process share its trace); use --method software");
+    if (std::string missing = pt::pt_missing(opt.pt.perf); !missing.empty()) {
+      if (opt.pt_fallback != "software")
+        fail("--method pt: " + missing + "; use --method software (or --pt-fallback software)");
+      res.notes.push_back("--method pt: " + missing + "; recorded with --method software instead");
+      opt.method = "software";
+    }
+  }
+  res.method = opt.method;
+  validate(opt);
   res.raw_dir = opt.raw_dir;
+  if (opt.method == "pt") res.perf_data = opt.raw_dir + "/perf.data";
 
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) fail("pipe: " + errstr(errno));
@@ -231,16 +336,25 @@ CaptureResult run_capture(CaptureOptions opt) {
     std::string preload = opt.shim;
     if (!opt.allocator.empty()) preload += ":" + opt.allocator;
     if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
-    setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("HEAPLAB_CAPTURE_DIR", opt.raw_dir.c_str(), 1);
-    setenv("HEAPLAB_CAPTURE_ROOT", std::to_string(getpid()).c_str(), 1);
     std::string follow = std::string(opt.follow_fork ? "fork," : "") + (opt.follow_exec ? "exec" : "");
     setenv("HEAPLAB_CAPTURE_FOLLOW", follow.c_str(), 1);
     setenv("HEAPLAB_CAPTURE_CLOCK", opt.clock.c_str(), 1);
+    std::vector<std::string> argv = opt.argv;
+    if (opt.method == "pt") {
+      // perf runs the program; the shim is preloaded into the program only.
+      setenv("HEAPLAB_CAPTURE_SINK", "ptwrite", 1);
+      setenv("HEAPLAB_CAPTURE_NO_PTWRITE", "refuse", 1);  // never SIGILL
+      argv = pt::perf_record_argv(opt.pt, res.perf_data, preload, opt.argv);
+    } else {
+      setenv("LD_PRELOAD", preload.c_str(), 1);
+      setenv("HEAPLAB_CAPTURE_ROOT", std::to_string(getpid()).c_str(), 1);
+    }
     std::vector<char*> args;
-    for (std::string& a : opt.argv) args.push_back(a.data());
+    for (std::string& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
-    execv(args[0], args.data());
+    if (opt.method == "pt") execvp(args[0], args.data());
+    else execv(args[0], args.data());
     int e = errno;
     ssize_t w = write(errpipe[1], &e, sizeof e);
     (void)w;
@@ -276,13 +390,19 @@ CaptureResult run_capture(CaptureOptions opt) {
   sigaction(SIGHUP, &old_hup, nullptr);
   if (n == sizeof exec_errno) {
     remove_raw(opt);
-    fail("cannot run '" + given + "': " + errstr(exec_errno));
+    fail("cannot run '" + (opt.method == "pt" ? opt.pt.perf : given) + "': " + errstr(exec_errno));
   }
   if (WIFSIGNALED(status)) {
     res.signal = WTERMSIG(status);
     res.exit_code = 128 + res.signal;
   } else {
     res.exit_code = WEXITSTATUS(status);
+  }
+  if (opt.method == "pt") {
+    // perf exits with the program's status, or re-raises its signal.
+    if (res.exit_code > 128 && !res.signal) res.signal = res.exit_code - 128;
+    decode_pt(opt, res, pid);
+    return res;
   }
 
   // A TSC rate for processes too short-lived to calibrate on their own.
@@ -357,6 +477,7 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
                      prog, r.signal, sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?", r.wall_seconds));
   else
     line(fmt::format("{} exited with status {} after {:.3f} s", prog, r.exit_code, r.wall_seconds));
+  for (const std::string& n : r.notes) line(n);
   if (r.traces.empty() && r.failed.empty())
     line("no events were captured (the program never allocated, or it cleared LD_PRELOAD)");
   for (const TraceResult& t : r.traces) {
@@ -385,8 +506,12 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     line("some child processes were still running when the wait for them was interrupted; "
          "their traces hold what they had recorded by then");
   for (const std::string& f : r.failed) line("could not normalise " + f);
-  line(fmt::format("normalised in {:.3f} s{}", r.normalise_seconds,
-                   r.raw_kept ? "; raw files kept in " + r.raw_dir : ""));
+  if (r.method == "pt")
+    line(fmt::format("decoded and normalised in {:.3f} s{}", r.normalise_seconds,
+                     r.raw_kept ? "; the recording is kept: " + r.perf_data : ""));
+  else
+    line(fmt::format("normalised in {:.3f} s{}", r.normalise_seconds,
+                     r.raw_kept ? "; raw files kept in " + r.raw_dir : ""));
   return s;
 }
 

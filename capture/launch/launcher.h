@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "capture/normalise/normalise.h"
+#include "capture/pt/pt_record.h"
 
 namespace heaplab::launch {
 
@@ -30,6 +31,12 @@ struct CaptureOptions {
   std::string clock = "auto";     // auto (TSC if invariant), tsc, monotonic
   std::string shim;               // path of libheaplab_capture.so; empty: next to heaplab
   normalise::NormaliseOptions normalise;
+  // How events leave the program: "software" (the shim's per-thread files)
+  // or "pt" (ptwrite, recorded by `perf record`, decoded afterwards).
+  std::string method = "software";
+  pt::PtRecordOptions pt;
+  std::string pt_decoder = "direct";   // direct, dlfilter or text
+  std::string pt_fallback = "refuse";  // no PT/ptwrite here: refuse, or record with the software method
 };
 
 struct TraceResult {
@@ -50,6 +57,9 @@ struct CaptureResult {
   bool raw_kept = false;
   std::vector<TraceResult> traces;  // the program's own first
   std::vector<std::string> failed;  // raw files that could not be normalised: "PATH: why"
+  std::vector<std::string> notes;   // e.g. "--method pt: ...; recorded with --method software instead"
+  std::string method = "software";  // the method used
+  std::string perf_data;            // --method pt: the recording (kept with --keep-raw)
 };
 
 // Checks the program, allocator, shim and output; throws LaunchError naming
