@@ -165,7 +165,9 @@ int run_import_perf_pt(const ImportArgs& a) {
     fmt::print(stderr, "heaplab: note: process {}{} has {} events too (--pid {} imports it)\n", p.pid,
                p.comm.empty() ? "" : " (" + p.comm + ")", group_digits(p.events), p.pid);
   if (rep.unknown_frees)
-    fmt::print(stderr, "heaplab: note: {} frees of memory allocated before capture were skipped\n",
+    fmt::print(stderr,
+               "heaplab: note: {} frees of memory whose allocation is not in the trace (made before capture, or "
+               "lost) were skipped\n",
                group_digits(rep.unknown_frees));
   return 0;
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "capture/pt/pt_synth.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -335,3 +337,85 @@ TEST_F(Cli, ImportFromStdinAndEveryCodec) {
 }
 
 }  // namespace
+
+// ------------------------------------------------------------ Intel PT route
+
+namespace pt_cli {
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// Two threads of malloc/free pairs; thread 2 lost its events 10..14.
+std::vector<uint8_t> recording() {
+  std::vector<heaplab::pt::SynthThread> th(2);
+  for (uint32_t t = 0; t < 2; ++t) {
+    th[t].pid = 777;
+    th[t].tid = 777 + t;
+    th[t].comm = t ? "worker" : "server";
+    for (uint32_t i = 0; i < 100; ++i) {
+      heaplab::pt::PtwEvent e;
+      e.seq = i;
+      e.tsc = 1000000 + i * 100 + t * 7;
+      e.op = i % 2 ? 22 : 0;  // free, malloc
+      e.a = 0x10000 + t * 0x1000 + (i / 2) * 16;
+      e.b = i % 2 ? 0 : 24;
+      if (!(t == 1 && i >= 10 && i < 15)) th[t].events.push_back(e);
+    }
+  }
+  return heaplab::pt::synth_perf_data(th, {});
+}
+
+}  // namespace pt_cli
+
+// These VMs have no Intel PT: capture --method pt says so before running anything.
+TEST_F(Cli, CaptureMethodPtFailsFastWithoutPt) {
+  if (fs::exists("/sys/bus/event_source/devices/intel_pt")) GTEST_SKIP() << "this machine has Intel PT";
+  Result r = run({"capture", "--method", "pt", "-o", "x.hlt", "--", "touch", "ran"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: capture: --method pt: this machine has no Intel PT (no "
+            "/sys/bus/event_source/devices/intel_pt: not an Intel CPU with Processor Trace, or a virtual machine that "
+            "hides it); use --method software (or --pt-fallback software)\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/ran"));
+  EXPECT_FALSE(fs::exists(dir_ + "/x.hlt"));
+}
+
+// A perf.data recorded elsewhere: decoded, losses said and marked, the same
+// trace from every decoder.
+TEST_F(Cli, ImportPerfPt) {
+  pt_cli::write_bytes(dir_ + "/perf.data", pt_cli::recording());
+  Result r = run({"import", "--from", "perf-pt", "perf.data", "-o", "direct.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::regex_replace(mask(r.err), std::regex(R"(in [0-9.]+ s;)"), "in <t> s;"),
+            "decoded 195 events (975 ptwrite payloads) of process 777 (server) in 2 threads with the direct decoder "
+            "in <t> s; wrote direct.hlt (<size>)\n"
+            "heaplab: note: 5 events lost (lost markers in the trace): 0 overflow packets, 0 truncated AUX records, "
+            "0 AUX gaps\n"
+            "heaplab: note: 1 frees of memory whose allocation is not in the trace (made before capture, or lost) "
+            "were skipped\n");  // malloc #14 was lost, its free #15 was not
+  r = run({"check", "direct.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("direct.hlt: note: the capture lost 5 events (lost markers)\n"), std::string::npos) << r.out;
+  const std::string direct = run({"cat", "direct.hlt"}, dir_).out;
+  EXPECT_NE(direct.find("lost(5)"), std::string::npos) << direct.substr(0, 2000);
+  for (const char* dec : {"dlfilter", "text"}) {
+    r = run({"import", "--from", "perf-pt", "--decoder", dec, "perf.data", "-o", std::string(dec) + ".hlt"}, dir_);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(run({"cat", std::string(dec) + ".hlt"}, dir_).out, direct) << dec;
+  }
+  r = run({"import", "--from", "perf-pt", "--pid", "5", "perf.data", "-o", "x.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: perf.data: no heaplab events of process 5\n");
+  pt_cli::write_bytes(dir_ + "/junk.data", std::vector<uint8_t>(64, 1));
+  r = run({"import", "--from", "perf-pt", "junk.data", "-o", "x.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: junk.data: not a perf.data file (no PERFILE2 magic)\n");
+  r = run({"import", "--from", "perf-pt", "--decoder", "text", "--perf", "/no/perf", "perf.data", "-o", "x.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: cannot run /no/perf: No such file or directory (the dlfilter and text decoders need "
+            "perf: apt-get install linux-perf)\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/x.hlt"));
+}
