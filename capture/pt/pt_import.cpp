@@ -42,49 +42,158 @@ bool parse_decoder(const std::string& s, Decoder* d) {
 
 namespace {
 
-struct Ev {  // a decoded event, compact
+struct Ev {  // a decoded event, compact (per-cpu buffers: kept to be put in order)
   uint64_t tsc, a, b, c;
   uint32_t seq;
   uint32_t op;
 };
 
-struct Thread {
-  uint32_t pid = 0, tid = 0;
-  PtwAssembler assembler;  // word routes: this thread's payloads in order
-  std::vector<Ev> events;
+// Where decoded events go: per process, a raw capture's .blocks file
+// (DIR/PID.0.hlraw.blocks), written a 64 KiB block per thread at a time, so
+// memory stays a block per thread however long the recording. The
+// header file is written at the end, for the process that is kept.
+struct Process {
+  uint32_t pid = 0;
+  int fd = -1;
+  std::string blocks_path;
+  uint32_t threads = 0;  // slots handed out
+  uint64_t blocks = 0;
+  uint64_t events = 0, lost = 0;
+  uint64_t first_time = ~uint64_t{0};
 };
 
-// Every route ends here: events per thread, then per process.
+struct Thread {
+  uint32_t pid = 0, tid = 0;
+  Process* proc = nullptr;
+  uint32_t slot = 0;
+  PtwAssembler assembler;  // word routes: this thread's payloads in order
+  std::vector<Ev> held;    // per-cpu buffers: events until all CPUs are decoded
+  std::vector<uint8_t> block;
+  uint64_t in_block = 0, block_seq = 0;
+  uint32_t next_seq = 0;  // the shim numbers a thread's events from 0
+};
+
 class Collector {
  public:
+  Collector(const std::string& dir, const TimeConv& time, const std::unordered_map<uint32_t, std::string>& names,
+            bool hold)
+      : dir_(dir), time_(time), names_(names), hold_(hold) {}
+  ~Collector() {
+    for (auto& [pid, p] : procs_)
+      if (p.fd >= 0) ::close(p.fd);
+  }
   Thread& thread(uint32_t pid, uint32_t tid) {
     const uint64_t key = uint64_t(pid) << 32 | tid;
     auto it = index_.find(key);
     if (it != index_.end()) return threads_[it->second];
+    Process& p = procs_[pid];
+    if (p.fd < 0) {
+      p.pid = pid;
+      p.blocks_path = dir_ + "/" + std::to_string(pid) + ".0.hlraw.blocks";
+      p.fd = ::open(p.blocks_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (p.fd < 0) throw std::runtime_error(p.blocks_path + ": " + std::strerror(errno));
+    }
     index_.emplace(key, threads_.size());
     threads_.emplace_back();
-    threads_.back().pid = pid;
-    threads_.back().tid = tid;
-    return threads_.back();
+    Thread& t = threads_.back();
+    t.pid = pid;
+    t.tid = tid;
+    t.proc = &p;
+    t.slot = p.threads++;
+    return t;
   }
   void word(uint32_t pid, uint32_t tid, uint64_t w) {
     Thread& t = last_ && last_->pid == pid && last_->tid == tid ? *last_ : thread(pid, tid);
-    t.assembler.word(w, [&](const PtwEvent& e) { t.events.push_back(Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op}); });
+    t.assembler.word(w, [&](const PtwEvent& e) { put(t, Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op}); });
     last_ = &t;
     ++words_;
   }
   void event(uint32_t pid, uint32_t tid, const PtwEvent& e) {
-    thread(pid, tid).events.push_back(Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op});
+    Thread& t = last_ && last_->pid == pid && last_->tid == tid ? *last_ : thread(pid, tid);
+    put(t, Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op});
+    last_ = &t;
+  }
+  // Writes what is held (in time order) and every thread's last block.
+  void finish() {
+    for (Thread& t : threads_) {
+      if (!t.held.empty()) {
+        std::stable_sort(t.held.begin(), t.held.end(), [](const Ev& x, const Ev& y) { return x.tsc < y.tsc; });
+        for (const Ev& e : t.held) write_event(t, e);
+        std::vector<Ev>().swap(t.held);
+      }
+      if (t.in_block) flush(t);
+    }
   }
   std::deque<Thread>& threads() { return threads_; }
+  std::map<uint32_t, Process>& processes() { return procs_; }
   uint64_t words() const { return words_; }
 
  private:
+  void put(Thread& t, const Ev& e) {
+    if (hold_) t.held.push_back(e);
+    else write_event(t, e);
+  }
+  void write_event(Thread& t, const Ev& e) {
+    const uint64_t time = time_.to_perf(e.tsc);
+    if (e.seq != t.next_seq) {  // a gap: events lost here (a wrap past 2^32 is the same arithmetic)
+      const uint64_t lost = uint32_t(e.seq - t.next_seq);
+      record(t, raw::kRawLost, time, lost, 0, 0);
+      t.proc->lost += lost;
+    }
+    t.next_seq = e.seq + 1;
+    record(t, e.op, time, e.a, e.b, e.c);
+    ++t.proc->events;
+    t.proc->first_time = std::min(t.proc->first_time, time);
+  }
+  void record(Thread& t, uint32_t op, uint64_t time, uint64_t a, uint64_t b, uint64_t c) {
+    using namespace heaplab::raw;
+    if (t.in_block == 0) {
+      t.block.assign(kBlockSize, 0);
+      BlockHeader bh{};
+      bh.magic = kBlockMagic;
+      bh.thread = t.slot;
+      bh.thread_block_seq = t.block_seq;
+      bh.tid = t.tid;
+      bh.ticks = bh.mono_ns = time;
+      auto n = names_.find(t.tid);
+      if (n == names_.end()) n = names_.find(t.pid);
+      if (n != names_.end()) std::memcpy(bh.name, n->second.data(), std::min<size_t>(n->second.size(), sizeof bh.name - 1));
+      std::memcpy(t.block.data(), &bh, sizeof bh);
+    }
+    const Record r{record_head(op, time), a, b, c};
+    std::memcpy(t.block.data() + kBlockHeaderSize + t.in_block * kRecordSize, &r, sizeof r);
+    if (++t.in_block == kRecordsPerBlock) flush(t);
+  }
+  void flush(Thread& t);
+
+  std::string dir_;
+  TimeConv time_;
+  const std::unordered_map<uint32_t, std::string>& names_;
+  bool hold_;
   std::deque<Thread> threads_;  // a deque: references stay valid as it grows
   std::unordered_map<uint64_t, size_t> index_;
+  std::map<uint32_t, Process> procs_;
   Thread* last_ = nullptr;
   uint64_t words_ = 0;
 };
+
+void write_all(int fd, const void* p, size_t n, const std::string& path) {
+  const auto* c = static_cast<const uint8_t*>(p);
+  while (n) {
+    const ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw std::runtime_error(path + ": " + std::strerror(w < 0 ? errno : ENOSPC));
+    c += w;
+    n -= size_t(w);
+  }
+}
+
+void Collector::flush(Thread& t) {
+  write_all(t.proc->fd, t.block.data(), t.block.size(), t.proc->blocks_path);
+  ++t.proc->blocks;
+  ++t.block_seq;
+  t.in_block = 0;
+}
 
 // pid of each tid, from COMM and FORK records.
 std::unordered_map<uint32_t, uint32_t> pids_of(const PerfData& d) {
@@ -136,7 +245,7 @@ void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
     ++rep.aux_truncated;
     truncated.emplace_back(d.per_cpu ? a.id.cpu : a.id.tid, a.aux_offset + a.aux_size);
   }
-  std::vector<uint8_t> joined;
+  std::vector<uint8_t> joined;  // a cut packet and the chunk it continues in
   for (auto& [idx, chunks] : queues) {
     std::stable_sort(chunks.begin(), chunks.end(),
                      [](const AuxChunk* x, const AuxChunk* y) { return x->offset < y->offset; });
@@ -172,34 +281,50 @@ void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
         n = chunks[k + 1]->offset - chunks[k]->offset;
       return n;
     };
-    size_t i = 0;
-    while (i < chunks.size()) {
-      size_t j = i + 1;
-      uint64_t end = chunks[i]->offset + useful(i);
-      while (j < chunks.size() && chunks[j]->offset == end && stop_at(chunks[i]->offset, end) == end) {
-        end += useful(j);
-        ++j;
-      }
-      if (j < chunks.size() && chunks[j]->offset > end) ++rep.aux_gaps;
-      const uint8_t* data = chunks[i]->data;
-      uint64_t len = useful(i);
-      if (j > i + 1) {
-        joined.clear();
-        for (size_t k = i; k < j; ++k) joined.insert(joined.end(), chunks[k]->data, chunks[k]->data + useful(k));
-        data = joined.data();
-        len = joined.size();
-      }
-      // A truncation inside the run splits it too.
-      uint64_t from = chunks[i]->offset;
-      while (len) {
-        const uint64_t cut = stop_at(from, from + len) - from;
-        decode_stream(data, cut, assembler, sink, rep.stream);
+    // Chunks decode one after the other in place; a gap in the offsets or
+    // a truncation starts over in search of sync (the event it cut is
+    // counted lost). Only a packet cut by a chunk boundary is copied, with
+    // the next chunk, to decode it whole.
+    bool synced = false;
+    uint64_t expect = first.offset;
+    std::vector<uint8_t> carry;  // the tail of the previous chunk (a cut packet)
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const AuxChunk& c = *chunks[k];
+      if (c.offset != expect) {  // data lost between the chunks
+        if (c.offset > expect) ++rep.aux_gaps;
         assembler.lost();
+        synced = false;
+        carry.clear();
+      }
+      uint64_t n = useful(k);
+      expect = c.offset + n;
+      const uint8_t* data = c.data;
+      uint64_t from = c.offset;
+      if (!carry.empty()) {
+        joined.assign(carry.begin(), carry.end());
+        joined.insert(joined.end(), c.data, c.data + n);
+        from -= carry.size();
+        data = joined.data();
+        n = joined.size();
+        carry.clear();
+      }
+      const bool more = k + 1 < chunks.size() && chunks[k + 1]->offset == expect;
+      // A truncation inside the chunk splits it.
+      while (n) {
+        const uint64_t cut = stop_at(from, from + n) - from;
+        const bool split = cut < n;
+        const StreamEnd e = decode_stream(data, cut, assembler, sink, rep.stream, synced, more && !split);
+        synced = e.synced;
+        if (split) {
+          assembler.lost();
+          synced = false;
+        } else if (e.stopped < cut) {
+          carry.assign(data + e.stopped, data + cut);
+        }
         data += cut;
-        len -= cut;
+        n -= cut;
         from += cut;
       }
-      i = j;
     }
     rep.cut += assembler.losses().cut;
     rep.stray_words += assembler.losses().stray;
@@ -407,17 +532,6 @@ void decode_text(const PerfData& d, const PtImportOptions& opt, const std::strin
 
 // ---- the raw file ------------------------------------------------------
 
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const auto* c = static_cast<const uint8_t*>(p);
-  while (n) {
-    const ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw std::runtime_error(path + ": " + std::strerror(errno));
-    c += w;
-    n -= size_t(w);
-  }
-}
-
 struct Fd {
   int fd;
   explicit Fd(const std::string& path) : fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
@@ -433,6 +547,7 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   using namespace heaplab::raw;
   PtImportReport rep;
   rep.decoder = opt.decoder;
+  const auto t0 = std::chrono::steady_clock::now();  // reading the file counts
   const PerfDataFile file(perf_data);
   const PerfData& d = file.data();
   if (!d.have_info) throw PerfDataError(perf_data + ": no Intel PT data in it (no AUXTRACE_INFO record)");
@@ -440,8 +555,12 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   rep.pipe_mode = d.pipe_mode;
   rep.pt_bytes = d.pt_bytes;
   rep.file_truncated_at = file.truncated_at();
-  const auto t0 = std::chrono::steady_clock::now();
-  Collector col;
+  std::unordered_map<uint32_t, std::string> names;  // by tid: the last COMM
+  for (const CommRecord& c : d.comms) names[c.tid] = c.name;
+  // Per-cpu buffers deliver a thread's events CPU by CPU: held, then put in
+  // order. Otherwise each thread's events arrive in order and go straight
+  // to its blocks.
+  Collector col(dir, d.time, names, opt.decoder == Decoder::direct && d.per_cpu);
   switch (opt.decoder) {
     case Decoder::direct: decode_direct(d, col, rep); break;
     case Decoder::dlfilter: decode_dlfilter(d, opt, dir, col); break;
@@ -454,42 +573,35 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
       rep.stray_words += t.assembler.losses().stray;
     }
   }
+  col.finish();
   rep.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // The process to keep.
-  std::map<uint32_t, uint64_t> per_pid;
-  for (const Thread& t : col.threads()) per_pid[t.pid] += t.events.size();
-  if (per_pid.empty()) throw std::runtime_error(perf_data + ": no heaplab events in the Intel PT data");
+  // The process to keep; the others' blocks go.
+  std::map<uint32_t, Process>& procs = col.processes();
   uint32_t pid = 0;
   if (opt.pid >= 0) {
     pid = uint32_t(opt.pid);
-    if (!per_pid.count(pid)) throw std::runtime_error(perf_data + ": no heaplab events of process " + std::to_string(pid));
+    if (!procs.count(pid) || procs[pid].events == 0)
+      throw std::runtime_error(perf_data + ": no heaplab events of process " + std::to_string(pid));
   } else {
     uint64_t best = 0;
-    for (auto [p, n] : per_pid)
-      if (n > best) best = n, pid = p;
+    for (const auto& [p, pr] : procs)
+      if (pr.events > best) best = pr.events, pid = p;
+    if (best == 0) throw std::runtime_error(perf_data + ": no heaplab events in the Intel PT data");
   }
-  std::unordered_map<uint32_t, std::string> names;  // by tid: the last COMM
-  for (const CommRecord& c : d.comms) names[c.tid] = c.name;
-  for (auto [p, n] : per_pid)
-    if (p != pid) rep.other_processes.push_back(PtProcess{p, n, names.count(p) ? names[p] : ""});
+  for (const auto& [p, pr] : procs)
+    if (p != pid) {
+      if (pr.events) rep.other_processes.push_back(PtProcess{p, pr.events, names.count(p) ? names[p] : ""});
+      ::unlink(pr.blocks_path.c_str());
+    }
+  const Process& proc = procs[pid];
   rep.pid = pid;
   rep.comm = names.count(pid) ? names[pid] : "";
-
-  // Threads of the process in order of their first event; each one's
-  // events in order (per-cpu buffers deliver them CPU by CPU).
-  std::vector<Thread*> threads;
-  for (Thread& t : col.threads())
-    if (t.pid == pid && !t.events.empty()) threads.push_back(&t);
-  for (Thread* t : threads)
-    if (d.per_cpu)
-      std::stable_sort(t->events.begin(), t->events.end(), [](const Ev& x, const Ev& y) { return x.tsc < y.tsc; });
-  std::stable_sort(threads.begin(), threads.end(),
-                   [](const Thread* x, const Thread* y) { return x->events.front().tsc < y->events.front().tsc; });
-  rep.threads = threads.size();
+  rep.events = proc.events;
+  rep.lost = proc.lost;
+  for (const Thread& t : col.threads()) rep.threads += t.pid == pid && t.block_seq > 0;
 
   *raw_path = dir + "/" + std::to_string(pid) + ".0.hlraw";
-  const std::string blocks_path = *raw_path + ".blocks";
   FileHeader h{};
   std::memcpy(h.magic, kFileMagic, sizeof h.magic);
   h.version = kVersion;
@@ -499,67 +611,22 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   for (const TaskRecord& t : d.tasks)
     if (t.fork && t.pid == pid && t.tid == pid) h.ppid = t.ppid;
   h.clock = kClockMonotonic;  // perf time: nanoseconds
-  const uint64_t start = d.time.to_perf(threads.front()->events.front().tsc);
-  h.start_ticks = h.start_mono_ns = start;
+  h.start_ticks = h.start_mono_ns = proc.first_time;
   for (const TaskRecord& t : d.tasks)
     if (!t.fork && t.pid == pid && t.tid == pid) {
       h.flags |= kFlagCleanExit;  // the process exited (perf saw it), not killed mid-recording
       h.end_ticks = h.end_mono_ns = t.time;
     }
-  h.next_thread = uint32_t(threads.size());
+  h.next_thread = proc.threads;
+  h.data_blocks = proc.blocks;
   h.cmdline_len = uint32_t(std::min<size_t>(rep.comm.size(), kCmdlineMax - 1));
   std::memcpy(h.cmdline, rep.comm.data(), h.cmdline_len);
-
-  Fd blocks(blocks_path);
-  std::vector<uint8_t> block(kBlockSize);
-  uint64_t nblocks = 0;
-  for (size_t s = 0; s < threads.size(); ++s) {
-    Thread& t = *threads[s];
-    uint64_t in_block = 0, seq_block = 0;
-    const auto flush = [&]() {
-      write_all(blocks.fd, block.data(), block.size(), blocks_path);
-      ++nblocks;
-      ++seq_block;
-      in_block = 0;
-    };
-    const auto put = [&](uint32_t op, uint64_t time, uint64_t a, uint64_t b, uint64_t c) {
-      if (in_block == 0) {
-        std::fill(block.begin(), block.end(), 0);
-        BlockHeader bh{};
-        bh.magic = kBlockMagic;
-        bh.thread = uint32_t(s);
-        bh.thread_block_seq = seq_block;
-        bh.tid = t.tid;
-        bh.ticks = bh.mono_ns = time;
-        const std::string& name = names.count(t.tid) ? names[t.tid] : rep.comm;
-        std::memcpy(bh.name, name.data(), std::min<size_t>(name.size(), sizeof bh.name - 1));
-        std::memcpy(block.data(), &bh, sizeof bh);
-      }
-      Record r{record_head(op, time), a, b, c};
-      std::memcpy(block.data() + kBlockHeaderSize + in_block * kRecordSize, &r, sizeof r);
-      if (++in_block == kRecordsPerBlock) flush();
-    };
-    uint32_t next = 0;  // the shim numbers a thread's events from 0
-    for (const Ev& e : t.events) {
-      const uint64_t time = d.time.to_perf(e.tsc);
-      if (e.seq != next) {  // a gap: events lost here (or a wrap past 2^32, same arithmetic)
-        const uint64_t lost = uint32_t(e.seq - next);
-        put(kRawLost, time, lost, 0, 0);
-        rep.lost += lost;
-      }
-      next = e.seq + 1;
-      put(e.op, time, e.a, e.b, e.c);
-      ++rep.events;
-    }
-    if (in_block) flush();
-  }
-  h.data_blocks = nblocks;
   Fd raw(*raw_path);
   write_all(raw.fd, &h, sizeof h, *raw_path);
   // The rest of the header block and one (empty) mapped slot per thread.
-  std::fill(block.begin(), block.end(), 0);
-  write_all(raw.fd, block.data(), kBlockSize - sizeof h, *raw_path);
-  for (size_t s = 0; s < threads.size(); ++s) write_all(raw.fd, block.data(), kBlockSize, *raw_path);
+  const std::vector<uint8_t> zero(kBlockSize, 0);
+  write_all(raw.fd, zero.data(), kBlockSize - sizeof h, *raw_path);
+  for (uint32_t s = 0; s < proc.threads; ++s) write_all(raw.fd, zero.data(), kBlockSize, *raw_path);
   return rep;
 }
 

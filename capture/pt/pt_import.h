@@ -65,7 +65,7 @@ struct PtImportReport {
   bool pipe_mode = false;
   uint64_t file_truncated_at = 0;
   std::vector<PtProcess> other_processes;  // not kept: their pids and event counts
-  double decode_seconds = 0;               // perf.data to events (the route's own work)
+  double decode_seconds = 0;  // perf.data read and decoded, events written to the raw capture's blocks
 };
 
 // Decodes `perf_data` and writes DIR/PID.0.hlraw (+ .blocks) for the chosen

@@ -7,10 +7,13 @@
 
 namespace heaplab::pt {
 
-void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
-                   const std::function<void(const PtwEvent&)>& sink, StreamStats& stats) {
-  stats.bytes += len;
-  if (len == 0) return;
+StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
+                        const std::function<void(const PtwEvent&)>& sink, StreamStats& stats, bool synced,
+                        bool continues) {
+  StreamEnd end;
+  end.stopped = len;
+  end.synced = synced;
+  if (len == 0) return end;
   pt_config cfg;
   pt_config_init(&cfg);
   cfg.begin = const_cast<uint8_t*>(data);
@@ -64,9 +67,20 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
   // (02 32, or 02 B2 when a FUP follows: 10 bytes), TSC (19 + 7 bytes) and
   // PAD (00). Everything else, and anything that does not fit, goes through
   // libipt from the same offset.
-  bool ok = sync();
+  bool ok = synced || sync();
   while (ok && pos < len) {
     const uint8_t b0 = data[pos];
+    // A packet that may continue in the next piece: left for the caller.
+    if (continues && len - pos < 16 && (b0 != 0x00)) {
+      const uint64_t need = b0 == 0x02 && pos + 1 < len && (data[pos + 1] == 0x32 || data[pos + 1] == 0xB2) ? 10
+                            : b0 == 0x19                                                                 ? 8
+                            : b0 == 0x02 && pos + 1 < len && data[pos + 1] == 0xF3                      ? 2
+                                                                                                        : 16;
+      if (pos + need > len) {
+        end.stopped = pos;
+        break;
+      }
+    }
     if (b0 == 0x02 && pos + 10 <= len && (data[pos + 1] == 0x32 || data[pos + 1] == 0xB2)) {
       ++stats.packets;
       ++stats.ptw;
@@ -87,7 +101,12 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
     pt_packet pkt;
     int st = pt_pkt_sync_set(dec, pos);
     if (st >= 0) st = pt_pkt_next(dec, &pkt, sizeof pkt);
-    if (st == -pte_eos) break;
+    if (st == -pte_eos) {
+      if (continues) end.stopped = pos;
+      else stats.skipped_bytes += len - pos;
+      pos = len;
+      break;
+    }
     if (st < 0) {
       ++stats.decode_errors;
       assembler.lost();
@@ -112,6 +131,9 @@ void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
     }
   }
   pt_pkt_free_decoder(dec);
+  stats.bytes += end.stopped;
+  end.synced = ok && pos >= end.stopped;
+  return end;
 }
 
 }  // namespace heaplab::pt

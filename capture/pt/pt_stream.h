@@ -31,9 +31,21 @@ struct StreamStats {
   uint64_t skipped_bytes = 0;  // bytes not decoded (before the first PSB, and after each error)
 };
 
+// Where decoding of one piece of a stream ended.
+struct StreamEnd {
+  uint64_t stopped = 0;  // offset of a packet the piece ends inside (== len if none, or not `continues`)
+  bool synced = false;   // the next piece continues in sync (no PSB search needed)
+};
+
 // Decodes `len` bytes, feeding `assembler` and calling `sink` per event.
-// Throws std::runtime_error only if libipt cannot be set up.
-void decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
-                   const std::function<void(const PtwEvent&)>& sink, StreamStats& stats);
+// A stream that arrives in pieces (AUXTRACE records) is decoded piece by
+// piece without copying: `synced` says the piece continues a stream in
+// sync (else decoding starts at the first PSB or PTW pair), `continues`
+// that more follows, so a packet cut at the end is left for the caller to
+// join with the next piece (StreamEnd::stopped). Throws std::runtime_error
+// only if libipt cannot be set up.
+StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler,
+                        const std::function<void(const PtwEvent&)>& sink, StreamStats& stats, bool synced = false,
+                        bool continues = false);
 
 }  // namespace heaplab::pt
