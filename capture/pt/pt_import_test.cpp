@@ -25,7 +25,7 @@ using trace::Op;
 
 std::string binary_dir() {
   const char* b = getenv("HEAPLAB_BINARY_DIR");
-  return b && *b ? b : ".";
+  return b && *b ? b : HEAPLAB_TEST_BINARY_DIR;
 }
 std::string dlfilter() { return binary_dir() + "/cli/libheaplab_ptw_dlfilter.so"; }
 
