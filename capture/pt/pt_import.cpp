@@ -48,6 +48,33 @@ struct Ev {  // a decoded event, compact (per-cpu buffers: kept to be put in ord
   uint32_t op;
 };
 
+// Which thread ran on a CPU at a perf time (per-cpu buffers).
+class CpuThreads {
+ public:
+  explicit CpuThreads(const PerfData& d) {
+    for (const SwitchRecord& s : d.switches) by_cpu_[s.cpu].push_back(s);
+    for (auto& [cpu, v] : by_cpu_)
+      std::stable_sort(v.begin(), v.end(), [](const SwitchRecord& x, const SwitchRecord& y) { return x.time < y.time; });
+  }
+  // False if no thread of the recording ran there then.
+  bool at(uint32_t cpu, uint64_t time, uint32_t* pid, uint32_t* tid) const {
+    auto it = by_cpu_.find(cpu);
+    if (it == by_cpu_.end()) return false;
+    const auto& v = it->second;
+    auto p = std::upper_bound(v.begin(), v.end(), time, [](uint64_t t, const SwitchRecord& s) { return t < s.time; });
+    if (p == v.begin()) return false;
+    --p;
+    // After a switch-out the thread is gone, but an event stamped in the
+    // few cycles before it was written still belongs to it.
+    *pid = p->pid;
+    *tid = p->tid;
+    return true;
+  }
+
+ private:
+  std::map<uint32_t, std::vector<SwitchRecord>> by_cpu_;
+};
+
 // Where decoded events go: per process, a raw capture's .blocks file
 // (DIR/PID.0.hlraw.blocks), written a 64 KiB block per thread at a time, so
 // memory stays a block per thread however long the recording. The
@@ -78,6 +105,15 @@ class Collector {
   Collector(const std::string& dir, const TimeConv& time, const std::unordered_map<uint32_t, std::string>& names,
             bool hold)
       : dir_(dir), time_(time), names_(names), hold_(hold) {}
+  // Word routes on per-cpu buffers: perf's thread for a payload is only as
+  // good as its PT timing (PSB+ TSC, no MTC in heaplab's recordings), so
+  // payloads are assembled per CPU and each event goes to the thread the
+  // switch sideband says ran there at its own TSC, as in the direct route.
+  void by_cpu(const CpuThreads* cpus, const std::unordered_map<uint32_t, uint32_t>* pids) {
+    cpus_ = cpus;
+    pids_ = pids;
+    hold_ = true;
+  }
   ~Collector() {
     for (auto& [pid, p] : procs_)
       if (p.fd >= 0) ::close(p.fd);
@@ -102,12 +138,34 @@ class Collector {
     t.slot = p.threads++;
     return t;
   }
-  void word(uint32_t pid, uint32_t tid, uint64_t w) {
+  void word(uint32_t pid, uint32_t tid, int32_t cpu, uint64_t w) {
+    ++words_;
+    if (cpus_ && cpu >= 0) {
+      PtwAssembler& a = cpu_asm_[uint32_t(cpu)];
+      a.word(w, [&](const PtwEvent& e) {
+        uint32_t p, t;
+        if (cpus_->at(uint32_t(cpu), time_.to_perf(e.tsc), &p, &t)) event(p, t, e);
+        else ++unattributed_;
+      });
+      return;
+    }
+    (void)pids_;
     Thread& t = last_ && last_->pid == pid && last_->tid == tid ? *last_ : thread(pid, tid);
     t.assembler.word(w, [&](const PtwEvent& e) { put(t, Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op}); });
     last_ = &t;
-    ++words_;
   }
+  // Losses seen by the word routes' assemblers (per thread or per CPU).
+  PtwLosses word_losses() const {
+    PtwLosses l;
+    const auto add = [&](const PtwAssembler& a) {
+      l.cut += a.losses().cut;
+      l.stray += a.losses().stray;
+    };
+    for (const Thread& t : threads_) add(t.assembler);
+    for (const auto& [cpu, a] : cpu_asm_) add(a);
+    return l;
+  }
+  uint64_t unattributed() const { return unattributed_; }
   void event(uint32_t pid, uint32_t tid, const PtwEvent& e) {
     Thread& t = last_ && last_->pid == pid && last_->tid == tid ? *last_ : thread(pid, tid);
     put(t, Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op});
@@ -175,6 +233,10 @@ class Collector {
   std::map<uint32_t, Process> procs_;
   Thread* last_ = nullptr;
   uint64_t words_ = 0;
+  const CpuThreads* cpus_ = nullptr;
+  const std::unordered_map<uint32_t, uint32_t>* pids_ = nullptr;
+  std::map<uint32_t, PtwAssembler> cpu_asm_;
+  uint64_t unattributed_ = 0;
 };
 
 void write_all(int fd, const void* p, size_t n, const std::string& path) {
@@ -205,33 +267,6 @@ std::unordered_map<uint32_t, uint32_t> pids_of(const PerfData& d) {
 }
 
 // ---- direct ------------------------------------------------------------
-
-// Which thread ran on a CPU at a perf time (per-cpu buffers).
-class CpuThreads {
- public:
-  explicit CpuThreads(const PerfData& d) {
-    for (const SwitchRecord& s : d.switches) by_cpu_[s.cpu].push_back(s);
-    for (auto& [cpu, v] : by_cpu_)
-      std::stable_sort(v.begin(), v.end(), [](const SwitchRecord& x, const SwitchRecord& y) { return x.time < y.time; });
-  }
-  // False if no thread of the recording ran there then.
-  bool at(uint32_t cpu, uint64_t time, uint32_t* pid, uint32_t* tid) const {
-    auto it = by_cpu_.find(cpu);
-    if (it == by_cpu_.end()) return false;
-    const auto& v = it->second;
-    auto p = std::upper_bound(v.begin(), v.end(), time, [](uint64_t t, const SwitchRecord& s) { return t < s.time; });
-    if (p == v.begin()) return false;
-    --p;
-    // After a switch-out the thread is gone, but an event stamped in the
-    // few cycles before it was written still belongs to it.
-    *pid = p->pid;
-    *tid = p->tid;
-    return true;
-  }
-
- private:
-  std::map<uint32_t, std::vector<SwitchRecord>> by_cpu_;
-};
 
 void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
   // Chunks per buffer, in AUX offset order.
@@ -443,7 +478,8 @@ PerfRun perf_script(const PerfData& d, const PtImportOptions& opt, const std::st
   return r;
 }
 
-void decode_dlfilter(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col) {
+void decode_dlfilter(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col,
+                     const std::unordered_map<uint32_t, uint32_t>& pids) {
   if (opt.dlfilter.empty() || access(opt.dlfilter.c_str(), R_OK) != 0)
     throw std::runtime_error("the dlfilter library " + (opt.dlfilter.empty() ? std::string("(none given)") : opt.dlfilter) +
                              " is missing (it is built next to heaplab as libheaplab_ptw_dlfilter.so)");
@@ -458,17 +494,20 @@ void decode_dlfilter(const PerfData& d, const PtImportOptions& opt, const std::s
     f.read(buf.data(), std::streamsize(buf.size()));
     const size_t n = size_t(f.gcount()) / 16 * 16;
     for (size_t k = 0; k < n; k += 16) {
-      uint32_t ids[2];
+      int32_t cpu;
+      uint32_t tid;
       uint64_t w;
-      std::memcpy(ids, buf.data() + k, 8);
+      std::memcpy(&cpu, buf.data() + k, 4);
+      std::memcpy(&tid, buf.data() + k + 4, 4);
       std::memcpy(&w, buf.data() + k + 8, 8);
-      col.word(ids[0], ids[1], w);
+      auto p = pids.find(tid);
+      col.word(p == pids.end() ? tid : p->second, tid, cpu, w);
     }
   }
   unlink(out.c_str());
 }
 
-// "  PID/TID    IP: 0 payload: 0xHEX" per line (zero: "payload: 0").
+// "  PID/TID [CPU]  IP: 0 payload: 0xHEX" per line (zero: "payload: 0").
 class TextParser {
  public:
   explicit TextParser(Collector& c) : col_(c) {}
@@ -500,6 +539,15 @@ class TextParser {
     const char* t = ++q;
     while (q < e && *q >= '0' && *q <= '9') tid = tid * 10 + uint64_t(*q++ - '0');
     if (q == t) return bad();
+    while (q < e && *q == ' ') ++q;
+    int64_t cpu = -1;  // "[001]"; "[-01]" or none for per-thread buffers
+    if (q < e && *q == '[') {
+      bool neg = ++q < e && *q == '-';
+      if (neg) ++q;
+      int64_t c = 0;
+      while (q < e && *q >= '0' && *q <= '9') c = c * 10 + (*q++ - '0');
+      cpu = neg ? -1 : c;
+    }
     static constexpr char kKey[] = "payload: ";  // then 0xHEX, or 0 (perf prints zero as "0")
     const char* k = std::search(q, e, kKey, kKey + sizeof kKey - 1);
     if (k == e) return bad();
@@ -515,7 +563,7 @@ class TextParser {
       w = w << 4 | v;
     }
     if (k == h) return bad();
-    col_.word(uint32_t(pid), uint32_t(tid), w);
+    col_.word(uint32_t(pid), uint32_t(tid), int32_t(cpu), w);
   }
   void bad() { ++unparsed_; }
   Collector& col_;
@@ -525,7 +573,9 @@ class TextParser {
 
 void decode_text(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col) {
   PerfRun r = perf_script(d, opt, dir);
-  r.args.insert(r.args.end(), {"-F", "pid,tid,synth"});
+  // perf leaves the CPU out of per-thread recordings' samples (and refuses
+  // to print it).
+  r.args.insert(r.args.end(), {"-F", d.per_cpu ? "pid,tid,cpu,synth" : "pid,tid,synth"});
   TextParser p(col);
   run_perf(r, [&](const char* s, size_t n) { p.feed(s, n); }, true);
 }
@@ -561,17 +611,20 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   // order. Otherwise each thread's events arrive in order and go straight
   // to its blocks.
   Collector col(dir, d.time, names, opt.decoder == Decoder::direct && d.per_cpu);
+  const auto pids = pids_of(d);
+  const CpuThreads cpus(d);
+  if (d.per_cpu && opt.decoder != Decoder::direct) col.by_cpu(&cpus, &pids);
   switch (opt.decoder) {
     case Decoder::direct: decode_direct(d, col, rep); break;
-    case Decoder::dlfilter: decode_dlfilter(d, opt, dir, col); break;
+    case Decoder::dlfilter: decode_dlfilter(d, opt, dir, col, pids); break;
     case Decoder::text: decode_text(d, opt, dir, col); break;
   }
   if (opt.decoder != Decoder::direct) {
     rep.ptw_words = col.words();
-    for (Thread& t : col.threads()) {
-      rep.cut += t.assembler.losses().cut;
-      rep.stray_words += t.assembler.losses().stray;
-    }
+    const PtwLosses l = col.word_losses();
+    rep.cut += l.cut;
+    rep.stray_words += l.stray;
+    rep.unattributed += col.unattributed();
   }
   col.finish();
   rep.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -96,7 +96,7 @@ struct Out {
   }
   // A record: header, body, then the sample_id trailer (TID, TIME, CPU, IDENTIFIER).
   void record(uint32_t type, uint16_t misc, const std::vector<uint8_t>& body, bool with_id, uint32_t pid,
-              uint32_t tid, uint64_t time) {
+              uint32_t tid, uint64_t time, uint32_t cpu = ~0u) {
     perf_event_header h{type, misc, uint16_t(sizeof h + body.size() + (with_id ? 32 : 0))};
     put(h);
     bytes(body.data(), body.size());
@@ -104,12 +104,34 @@ struct Out {
       put(pid);
       put(tid);
       put(time);
-      put(uint32_t(~0u));  // cpu -1: per-thread buffers
+      put(cpu);  // -1: per-thread buffers
       put(uint32_t(0));
       put(uint64_t(1));  // the attr's id
     }
   }
 };
+
+// Piece boundaries in [from, to) of an encoded stream: at least
+// `chunk_bytes` each, ending before a PSB (perf reads the AUX buffer when
+// the hardware has flushed whole packets, so records end at packet
+// boundaries), the last one at `to`.
+std::vector<std::pair<uint64_t, uint64_t>> pieces_of(const std::vector<uint8_t>& s, uint64_t from, uint64_t to,
+                                                     uint64_t chunk_bytes) {
+  static const uint8_t kPsb[4] = {2, 0x82, 2, 0x82};
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  uint64_t p = from;
+  while (p < to) {
+    uint64_t q = to;
+    for (uint64_t k = p + std::max<uint64_t>(chunk_bytes, 1); k + 4 <= to; ++k)
+      if (std::memcmp(s.data() + k, kPsb, 4) == 0) {
+        q = k;
+        break;
+      }
+    out.emplace_back(p, q);
+    p = q;
+  }
+  return out;
+}
 
 template <class T>
 void append(std::vector<uint8_t>& v, const T& x) {
@@ -131,6 +153,7 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
   attr.exclude_hv = 1;
   attr.comm = 1;
   attr.task = 1;
+  attr.context_switch = opt.cpus ? 1 : 0;
 
   Out o;
   const uint64_t kHeaderSize = 104;
@@ -175,9 +198,9 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     priv[kPrivCapUserTimeZero] = opt.time.enabled;
     priv[kPrivTscBit] = 1u << 10;  // perf stores the config bits as masks
     priv[kPrivNoretcompBit] = 1u << 11;
-    priv[kPrivHaveSchedSwitch] = 0;
     priv[kPrivSnapshotMode] = 0;
-    priv[kPrivPerCpuMmaps] = 0;
+    priv[kPrivPerCpuMmaps] = opt.cpus ? 1 : 0;
+    priv[kPrivHaveSchedSwitch] = opt.cpus ? 2 : 0;  // 2: switches from the attr's context_switch flag
     priv[10] = 1u << 9;  // mtc bit
     priv[11] = 0;   // mtc freq bits
     priv[12] = 2;   // TSC:CTC ratio
@@ -186,6 +209,66 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     priv[15] = 0;   // max non-turbo ratio
     body.insert(body.end(), reinterpret_cast<uint8_t*>(priv), reinterpret_cast<uint8_t*>(priv) + sizeof priv);
     o.record(kRecordAuxtraceInfo, 0, body, false, 0, 0, 0);
+  }
+  if (opt.cpus) {
+    // Every event in time order, each on its CPU; a switch-in record
+    // wherever a CPU's thread changes (midway between the two events).
+    struct At {
+      uint64_t tsc;
+      uint32_t thread;
+      size_t index;
+    };
+    std::vector<At> all;
+    for (uint32_t t = 0; t < threads.size(); ++t)
+      for (size_t i = 0; i < threads[t].events.size(); ++i) all.push_back({threads[t].events[i].tsc, t, i});
+    std::stable_sort(all.begin(), all.end(), [](const At& x, const At& y) { return x.tsc < y.tsc; });
+    std::vector<std::vector<PtwEvent>> per_cpu(opt.cpus);
+    std::vector<int64_t> running(opt.cpus, -1);
+    std::vector<uint64_t> last_tsc(opt.cpus, 0);
+    for (const At& a : all) {
+      const PtwEvent& e = threads[a.thread].events[a.index];
+      const uint32_t cpu = uint32_t((a.thread + e.seq / std::max<uint32_t>(opt.migrate_every, 1)) % opt.cpus);
+      if (running[cpu] != int64_t(a.thread)) {
+        const uint64_t at = running[cpu] < 0 ? e.tsc - 1 : last_tsc[cpu] + (e.tsc - last_tsc[cpu]) / 2;
+        std::vector<uint8_t> body;
+        append(body, uint32_t(running[cpu] < 0 ? 0 : threads[size_t(running[cpu])].pid));  // prev pid/tid
+        append(body, uint32_t(running[cpu] < 0 ? 0 : threads[size_t(running[cpu])].tid));
+        o.record(PERF_RECORD_SWITCH_CPU_WIDE, 0, body, true, threads[a.thread].pid, threads[a.thread].tid,
+                 opt.time.to_perf(at), cpu);
+        running[cpu] = a.thread;
+      }
+      last_tsc[cpu] = e.tsc;
+      per_cpu[cpu].push_back(e);
+    }
+    uint64_t reference = 1;
+    for (uint32_t cpu = 0; cpu < opt.cpus; ++cpu) {
+      SynthOptions so;
+      so.psb_every = threads.empty() ? 256 : threads[0].stream.psb_every;
+      const std::vector<uint8_t> s = encode_ptw_stream(per_cpu[cpu], so);
+      for (auto [p, q] : pieces_of(s, 0, s.size(), opt.chunk_bytes)) {
+        const uint64_t n = q - p;
+        const uint64_t padded = (n + 7) & ~uint64_t{7};
+        std::vector<uint8_t> body;
+        append(body, padded);
+        append(body, p);
+        append(body, reference++);
+        append(body, cpu);          // idx
+        append(body, uint32_t(~0u));  // tid: per-cpu
+        append(body, int32_t(cpu));
+        append(body, uint32_t{0});
+        o.record(kRecordAuxtrace, 0, body, false, 0, 0, 0);
+        o.bytes(s.data() + p, n);
+        o.b.resize(o.b.size() + (padded - n), 0);
+      }
+    }
+    if (!opt.pipe_mode) {
+      uint8_t* h = o.b.data();
+      std::memcpy(h, "PERFILE2", 8);
+      const uint64_t fields[] = {kHeaderSize, sizeof attr + 16,  kHeaderSize, sizeof attr + 16,
+                                 data_start,  o.b.size() - data_start, 0, 0};
+      std::memcpy(h + 8, fields, sizeof fields);
+    }
+    return o.b;
   }
   // Each thread's stream, with the dropped ranges cut out: the AUX offsets
   // jump over them, as they do when the kernel lost data.
@@ -202,26 +285,10 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     uint64_t at = 0;
     auto drops = threads[i].dropped;
     drops.emplace_back(s.size(), s.size());
-    // perf reads the AUX buffer when the hardware has flushed whole
-    // packets: records end at packet boundaries (here: before a PSB).
-    std::vector<uint64_t> psbs;
-    static const uint8_t kPsb[4] = {2, 0x82, 2, 0x82};
-    for (uint64_t k = 1; k + 4 <= s.size(); ++k)
-      if (std::memcmp(s.data() + k, kPsb, 4) == 0 && (psbs.empty() || k >= psbs.back() + 16)) psbs.push_back(k);
     for (auto [from, to] : drops) {
       from = std::min<uint64_t>(from, s.size());
       to = std::min<uint64_t>(std::max(to, from), s.size());
-      uint64_t p = at;
-      while (p < from) {
-        uint64_t q = from;
-        for (uint64_t b : psbs)
-          if (b > p && b < from && b - p >= opt.chunk_bytes) {
-            q = b;
-            break;
-          }
-        pieces[i].push_back({p, s.data() + p, q - p});
-        p = q;
-      }
+      for (auto [p, q] : pieces_of(s, at, from, opt.chunk_bytes)) pieces[i].push_back({p, s.data() + p, q - p});
       at = to;
     }
   }

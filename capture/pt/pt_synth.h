@@ -49,6 +49,12 @@ struct PerfSynthOptions {
   uint32_t pmu_type = 10;
   TimeConv time;  // AUXTRACE_INFO's conversion (enabled = cap_user_time_zero)
   uint64_t chunk_bytes = 1 << 20;
+  // Per-cpu buffers (0: per-thread): thread t's events run on CPU
+  // (t + seq / migrate_every) % cpus, one PT stream per CPU, and
+  // SWITCH_CPU_WIDE records (switch-in, with sample_id) mark which thread
+  // runs on a CPU from when: what perf records with per-cpu mmaps.
+  uint32_t cpus = 0;
+  uint32_t migrate_every = 100;
 };
 std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, const PerfSynthOptions& opt = {});
 

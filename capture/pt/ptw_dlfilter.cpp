@@ -1,7 +1,7 @@
 // heaplab's perf dlfilter (`perf script --itrace=w --dlfilter
 // libheaplab_ptw_dlfilter.so --dlarg OUT`): perf's own Intel PT decoder
 // hands it every ptwrite sample; it writes each as a 16-byte record
-// {u32 pid, u32 tid, u64 payload} to OUT and drops the sample, so perf
+// {i32 cpu, u32 tid, u64 payload} to OUT and drops the sample, so perf
 // formats and prints nothing. heaplab then reassembles the events per
 // thread (capture/pt/pt_import.cpp), exactly as from the other routes.
 //
@@ -99,7 +99,7 @@ int filter_event_early(void* data, const struct perf_dlfilter_sample* sample, vo
   memcpy(&flags, sample->raw_data, 4);
   (void)flags;
   if (o->used + 16 > kBufBytes && !flush(o)) return 1;
-  const uint32_t ids[2] = {uint32_t(sample->pid), uint32_t(sample->tid)};
+  const int32_t ids[2] = {sample->cpu, sample->tid};
   memcpy(o->buf + o->used, ids, 8);
   memcpy(o->buf + o->used + 8, static_cast<const unsigned char*>(sample->raw_data) + 4, 8);
   o->used += 16;
@@ -107,7 +107,7 @@ int filter_event_early(void* data, const struct perf_dlfilter_sample* sample, vo
 }
 
 const char* filter_description(const char** long_description) {
-  if (long_description) *long_description = "Writes ptwrite payloads as {u32 pid, u32 tid, u64 payload} to --dlarg FILE";
+  if (long_description) *long_description = "Writes ptwrite payloads as {i32 cpu, u32 tid, u64 payload} to --dlarg FILE";
   return "heaplab: ptwrite payloads to a file";
 }
 
