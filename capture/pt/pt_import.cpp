@@ -85,7 +85,7 @@ struct Process {
   std::string blocks_path;
   uint32_t threads = 0;  // slots handed out
   uint64_t blocks = 0;
-  uint64_t events = 0, lost = 0;
+  uint64_t events = 0, lost = 0, duplicates = 0;
   uint64_t first_time = ~uint64_t{0};
 };
 
@@ -98,6 +98,7 @@ struct Thread {
   std::vector<uint8_t> block;
   uint64_t in_block = 0, block_seq = 0;
   uint32_t next_seq = 0;  // the shim numbers a thread's events from 0
+  bool started = false;
 };
 
 class Collector {
@@ -193,6 +194,11 @@ class Collector {
   }
   void write_event(Thread& t, const Ev& e) {
     const uint64_t time = time_.to_perf(e.tsc);
+    if (t.started && int32_t(e.seq - t.next_seq) < 0) {  // decoded before (overlapping data): once is enough
+      ++t.proc->duplicates;
+      return;
+    }
+    t.started = true;
     if (e.seq != t.next_seq) {  // a gap: events lost here (a wrap past 2^32 is the same arithmetic)
       const uint64_t lost = uint32_t(e.seq - t.next_seq);
       record(t, raw::kRawLost, time, lost, 0, 0);
@@ -325,16 +331,25 @@ void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
     std::vector<uint8_t> carry;  // the tail of the previous chunk (a cut packet)
     for (size_t k = 0; k < chunks.size(); ++k) {
       const AuxChunk& c = *chunks[k];
-      if (c.offset != expect) {  // data lost between the chunks
-        if (c.offset > expect) ++rep.aux_gaps;
+      uint64_t n = useful(k);
+      const uint8_t* data = c.data;
+      uint64_t from = c.offset;
+      if (c.offset > expect) {  // data lost between the chunks
+        ++rep.aux_gaps;
         assembler.lost();
         synced = false;
         carry.clear();
+      } else if (c.offset < expect) {
+        // Overlapping what was decoded (snapshot mode writes overlapping
+        // buffers): the same AUX offsets are the same bytes; go on after them.
+        const uint64_t skip = std::min(expect - c.offset, n);
+        ++rep.aux_overlaps;
+        data += skip;
+        from += skip;
+        n -= skip;
+        if (n == 0) continue;
       }
-      uint64_t n = useful(k);
-      expect = c.offset + n;
-      const uint8_t* data = c.data;
-      uint64_t from = c.offset;
+      expect = from + n;
       if (!carry.empty()) {
         joined.assign(carry.begin(), carry.end());
         joined.insert(joined.end(), c.data, c.data + n);
@@ -652,6 +667,7 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   rep.comm = names.count(pid) ? names[pid] : "";
   rep.events = proc.events;
   rep.lost = proc.lost;
+  rep.duplicates = proc.duplicates;
   for (const Thread& t : col.threads()) rep.threads += t.pid == pid && t.block_seq > 0;
 
   *raw_path = dir + "/" + std::to_string(pid) + ".0.hlraw";
@@ -702,6 +718,8 @@ nlohmann::json report_to_json(const PtImportReport& r) {
           {"unattributed_events", r.unattributed},
           {"aux_truncated", r.aux_truncated},
           {"aux_gaps", r.aux_gaps},
+          {"aux_overlaps", r.aux_overlaps},
+          {"duplicate_events", r.duplicates},
           {"overflow_packets", r.stream.overflows},
           {"decode_errors", r.stream.decode_errors},
           {"skipped_bytes", r.stream.skipped_bytes},

@@ -245,6 +245,22 @@ TEST(PtImport, PerCpuBuffersGiveTheSameTraceAsPerThread) {
   }
 }
 
+// Snapshot-mode recordings hold overlapping AUX data: decoded once.
+TEST(PtImport, OverlappingAuxDataDecodesOnce) {
+  TempDir dir;
+  auto th = three_threads(2000);
+  for (auto& t : th) t.overlap = 700;
+  const std::string path = dir.path + "/perf.data";
+  write(path, synth_perf_data(th, options(true)));
+  write(path + ".plain", synth_perf_data(three_threads(2000), options(true)));
+  const Decoded plain = decode(path + ".plain", Decoder::direct, dir.path + "/p");
+  const Decoded d = decode(path, Decoder::direct, dir.path + "/o");
+  EXPECT_GT(d.report.aux_overlaps, 10u);
+  EXPECT_EQ(d.report.events, 6000u);
+  EXPECT_EQ(d.report.lost, 0u);
+  EXPECT_EQ(first_difference(d.events, plain.events), -1);
+}
+
 // A recording cut off mid-write (perf killed): what is there decodes.
 TEST(PtImport, CutOffFileKeepsWhatIsThere) {
   TempDir dir;

@@ -288,7 +288,10 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     for (auto [from, to] : drops) {
       from = std::min<uint64_t>(from, s.size());
       to = std::min<uint64_t>(std::max(to, from), s.size());
-      for (auto [p, q] : pieces_of(s, at, from, opt.chunk_bytes)) pieces[i].push_back({p, s.data() + p, q - p});
+      for (auto [p, q] : pieces_of(s, at, from, opt.chunk_bytes)) {
+        const uint64_t back = pieces[i].empty() ? 0 : std::min(threads[i].overlap, p - pieces[i].back().offset);
+        pieces[i].push_back({p - back, s.data() + p - back, q - p + back});
+      }
       at = to;
     }
   }
@@ -301,10 +304,10 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
       const Piece& p = pieces[i][round];
       // Data lost right before this piece: an AUX record says so.
       const uint64_t expected = round ? pieces[i][round - 1].offset + pieces[i][round - 1].size : 0;
-      if (p.offset != expected) {
+      if (p.offset > expected) {
         std::vector<uint8_t> body;
         append(body, expected);
-        append(body, p.offset - expected);
+        append(body, p.offset - expected);  // the bytes lost
         append(body, uint64_t{PERF_AUX_FLAG_TRUNCATED});
         o.record(PERF_RECORD_AUX, 0, body, true, threads[i].pid, threads[i].tid, t0);
       }

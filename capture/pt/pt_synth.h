@@ -43,6 +43,9 @@ struct SynthThread {
   // as if the AUX buffer had wrapped over them; an AUX record flagged
   // TRUNCATED marks each (perf's own sign of lost trace).
   std::vector<std::pair<uint64_t, uint64_t>> dropped;
+  // Each AUXTRACE record after the first repeats this many bytes of the
+  // one before (its offset that much earlier), as snapshots overlap.
+  uint64_t overlap = 0;
 };
 struct PerfSynthOptions {
   bool pipe_mode = true;
