@@ -189,6 +189,24 @@ std::string self_dir() {
 
 namespace {
 
+// Normalises `raw` into `part`, renamed to `out` when done; the capture's
+// metadata (allocator; for the program's own trace its exit status) plus `meta`.
+TraceResult normalise_to(const normalise::RawFile& raw, const std::string& part, const std::string& out,
+                         const CaptureOptions& opt, const CaptureResult& res, bool root, const nlohmann::json& meta) {
+  normalise::NormaliseOptions nopt = opt.normalise;
+  nopt.capture_metadata["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
+  if (root) {
+    nopt.capture_metadata["exit_code"] = res.exit_code;
+    if (res.signal) nopt.capture_metadata["signal"] = res.signal;
+  }
+  nopt.capture_metadata.update(meta);
+  TraceResult tr;
+  tr.report = normalise::normalise(raw, part, nopt);
+  if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
+  tr.path = out;
+  return tr;
+}
+
 // --method pt, after perf exited: one trace per process the shim marked
 // (DIR/PID.0.ptw), decoded from perf.data and normalised.
 void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
@@ -232,18 +250,8 @@ void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
         throw;
       }
       normalise::RawFile raw(raw_path);
-      normalise::NormaliseOptions nopt = opt.normalise;
-      nopt.capture_metadata["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
-      nopt.capture_metadata["method"] = "intel-pt";
-      nopt.capture_metadata["pt"] = pt::report_to_json(pr);
-      if (root) {
-        nopt.capture_metadata["exit_code"] = res.exit_code;
-        if (res.signal) nopt.capture_metadata["signal"] = res.signal;
-      }
-      TraceResult tr;
-      tr.report = normalise::normalise(raw, part, nopt);
-      if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
-      tr.path = out;
+      nlohmann::json meta = {{"method", "intel-pt"}, {"pt", pt::report_to_json(pr)}};
+      TraceResult tr = normalise_to(raw, part, out, opt, res, root, meta);
       tr.pid = markers[i].pid;
       tr.command_line = {pr.comm};
       res.traces.push_back(std::move(tr));
@@ -429,17 +437,7 @@ CaptureResult run_capture(CaptureOptions opt) {
     std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
     try {
       normalise::RawFile raw(r.path);
-      normalise::NormaliseOptions nopt = opt.normalise;
-      nlohmann::json alloc = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
-      nopt.capture_metadata["allocator"] = alloc;
-      if (root) {
-        nopt.capture_metadata["exit_code"] = res.exit_code;
-        if (res.signal) nopt.capture_metadata["signal"] = res.signal;
-      }
-      TraceResult tr;
-      tr.report = normalise::normalise(raw, part, nopt);
-      if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
-      tr.path = out;
+      TraceResult tr = normalise_to(raw, part, out, opt, res, root, nlohmann::json::object());
       tr.pid = r.pid;
       tr.exec_generation = r.gen;
       tr.command_line = raw.command_line();

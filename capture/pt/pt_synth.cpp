@@ -172,6 +172,17 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     o.put(uint64_t{1});
   }
   const uint64_t data_start = o.b.size();
+  // File mode: the header, once the data section's size is known.
+  const auto finish = [&]() {
+    if (!opt.pipe_mode) {
+      uint8_t* h = o.b.data();
+      std::memcpy(h, "PERFILE2", 8);
+      const uint64_t fields[] = {kHeaderSize, sizeof attr + 16,  kHeaderSize, sizeof attr + 16,
+                                 data_start,  o.b.size() - data_start, 0, 0};
+      std::memcpy(h + 8, fields, sizeof fields);
+    }
+    return o.b;
+  };
 
   uint64_t t0 = ~uint64_t{0};
   for (const SynthThread& t : threads)
@@ -261,14 +272,7 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
         o.b.resize(o.b.size() + (padded - n), 0);
       }
     }
-    if (!opt.pipe_mode) {
-      uint8_t* h = o.b.data();
-      std::memcpy(h, "PERFILE2", 8);
-      const uint64_t fields[] = {kHeaderSize, sizeof attr + 16,  kHeaderSize, sizeof attr + 16,
-                                 data_start,  o.b.size() - data_start, 0, 0};
-      std::memcpy(h + 8, fields, sizeof fields);
-    }
-    return o.b;
+    return finish();
   }
   // Each thread's stream, with the dropped ranges cut out: the AUX offsets
   // jump over them, as they do when the kernel lost data.
@@ -329,14 +333,7 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     }
     if (!any) break;
   }
-  if (!opt.pipe_mode) {
-    uint8_t* h = o.b.data();
-    std::memcpy(h, "PERFILE2", 8);
-    const uint64_t fields[] = {kHeaderSize, sizeof attr + 16,  kHeaderSize, sizeof attr + 16,
-                               data_start,  o.b.size() - data_start, 0, 0};
-    std::memcpy(h + 8, fields, sizeof fields);
-  }
-  return o.b;
+  return finish();
 }
 
 }  // namespace heaplab::pt
