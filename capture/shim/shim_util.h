@@ -3,6 +3,7 @@
 #pragma once
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,6 +38,20 @@ inline bool format_path(char* buf, uint64_t cap, const char* dir, uint32_t pid, 
   buf[0] = 0;
   return append(buf, cap, &n, dir) && append(buf, cap, &n, "/") && append_u64(buf, cap, &n, pid) &&
          append(buf, cap, &n, ".") && append_u64(buf, cap, &n, gen) && append(buf, cap, &n, ext);
+}
+
+// Creates DIR/PID.GEN<ext> with the first generation GEN not taken yet
+// (one per exec'd image of the process). Returns the descriptor, with the
+// path in `path` and the generation in *gen; -1 with errno set, or -2 when
+// the path does not fit.
+inline int create_image_file(const char* dir, const char* ext, int flags, char* path, uint64_t cap, uint32_t* gen) {
+  int fd = -1;
+  for (*gen = 0; *gen < 1000; ++*gen) {
+    if (!format_path(path, cap, dir, uint32_t(getpid()), *gen, ext)) return -2;
+    fd = open(path, flags | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  return fd;
 }
 
 // The name of an errno value, without strerror() (which may allocate

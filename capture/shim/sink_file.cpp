@@ -292,15 +292,11 @@ bool sink_open(const SinkConfig& cfg) {
     return false;
   }
   char path[4096];
-  int fd = -1;
   uint32_t gen = 0;
-  for (; gen < 1000; ++gen) {
-    if (!format_path(path, sizeof path, cfg.dir, uint32_t(getpid()), gen)) {
-      shim_error("raw capture directory path too long", 0);
-      return false;
-    }
-    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0 || errno != EEXIST) break;
+  int fd = create_image_file(cfg.dir, ".hlraw", O_RDWR, path, sizeof path, &gen);
+  if (fd == -2) {
+    shim_error("raw capture directory path too long", 0);
+    return false;
   }
   if (fd < 0) {
     shim_error_path("cannot create raw capture file", path, errno);

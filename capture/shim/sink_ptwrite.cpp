@@ -34,14 +34,11 @@ bool cpu_has_ptwrite() {
 
 bool ptwrite_open(const char* dir) {
   char path[4096];
-  int fd = -1;
-  for (uint32_t gen = 0; gen < 1000; ++gen) {
-    if (!format_path(path, sizeof path, dir, uint32_t(getpid()), gen, ".ptw")) {
-      shim_error("capture directory path too long", 0);
-      return false;
-    }
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0 || errno != EEXIST) break;
+  uint32_t gen = 0;
+  const int fd = create_image_file(dir, ".ptw", O_WRONLY, path, sizeof path, &gen);
+  if (fd == -2) {
+    shim_error("capture directory path too long", 0);
+    return false;
   }
   if (fd < 0) {
     shim_error_path("cannot create the ptwrite marker file", path, errno);
