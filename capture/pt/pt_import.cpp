@@ -85,7 +85,7 @@ struct Process {
   std::string blocks_path;
   uint32_t threads = 0;  // slots handed out
   uint64_t blocks = 0;
-  uint64_t events = 0, lost = 0, duplicates = 0;
+  uint64_t events = 0, lost = 0, duplicates = 0, misattributed = 0;
   uint64_t first_time = ~uint64_t{0};
 };
 
@@ -98,7 +98,11 @@ struct Thread {
   std::vector<uint8_t> block;
   uint64_t in_block = 0, block_seq = 0;
   uint32_t next_seq = 0;  // the shim numbers a thread's events from 0
-  bool started = false;
+  struct Held {
+    Ev e;
+    uint32_t age;  // events of this thread that arrived later but come before it
+  };
+  std::vector<Held> window;  // sorted by sequence number
 };
 
 class Collector {
@@ -180,6 +184,7 @@ class Collector {
         for (const Ev& e : t.held) write_event(t, e);
         std::vector<Ev>().swap(t.held);
       }
+      drain(t);
       if (t.in_block) flush(t);
     }
   }
@@ -192,14 +197,52 @@ class Collector {
     if (hold_) t.held.push_back(e);
     else write_event(t, e);
   }
+  // A thread's events go through a small window ordered by sequence
+  // number before they are written, so that
+  // - an event that came out of order (a signal handler that allocated
+  //   between the shim numbering an event and writing it) finds its place;
+  // - an event written twice (overlapping AUX data) is kept once;
+  // - an event that is not this thread's (per-cpu buffers: preempted and
+  //   moved to another CPU between its rdtsc and its ptwrites, so its TSC
+  //   points at the thread that ran there) is recognised when many of the
+  //   thread's own events keep arriving ahead of it, and dropped (counted;
+  //   its own thread shows the gap) instead of moving the numbering;
+  // - a gap in the numbers is written as a `lost` record with the count.
+  static constexpr size_t kWindow = 16;
+  static constexpr uint32_t kForeignAge = 64;
   void write_event(Thread& t, const Ev& e) {
-    const uint64_t time = time_.to_perf(e.tsc);
-    if (t.started && int32_t(e.seq - t.next_seq) < 0) {  // decoded before (overlapping data): once is enough
+    const int32_t d = int32_t(e.seq - t.next_seq);
+    if (d < 0) {  // behind what was written: decoded twice, or not this thread's
       ++t.proc->duplicates;
       return;
     }
-    t.started = true;
-    if (e.seq != t.next_seq) {  // a gap: events lost here (a wrap past 2^32 is the same arithmetic)
+    auto pos = t.window.begin();
+    while (pos != t.window.end() && int32_t(pos->e.seq - t.next_seq) < d) ++pos;
+    if (pos != t.window.end() && pos->e.seq == e.seq) {
+      ++t.proc->duplicates;
+      return;
+    }
+    for (auto it = pos; it != t.window.end(); ++it) ++it->age;
+    t.window.insert(pos, Thread::Held{e, 0});
+    for (auto it = t.window.begin(); it != t.window.end();)
+      if (it->age > kForeignAge) {
+        ++t.proc->misattributed;
+        it = t.window.erase(it);
+      } else {
+        ++it;
+      }
+    while (t.window.size() > kWindow) {
+      emit(t, t.window.front().e);
+      t.window.erase(t.window.begin());
+    }
+  }
+  void drain(Thread& t) {
+    for (const Thread::Held& h : t.window) emit(t, h.e);
+    t.window.clear();
+  }
+  void emit(Thread& t, const Ev& e) {
+    const uint64_t time = time_.to_perf(e.tsc);
+    if (e.seq != t.next_seq) {  // a gap: events lost here
       const uint64_t lost = uint32_t(e.seq - t.next_seq);
       record(t, raw::kRawLost, time, lost, 0, 0);
       t.proc->lost += lost;
@@ -668,6 +711,7 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   rep.events = proc.events;
   rep.lost = proc.lost;
   rep.duplicates = proc.duplicates;
+  rep.misattributed = proc.misattributed;
   for (const Thread& t : col.threads()) rep.threads += t.pid == pid && t.block_seq > 0;
 
   *raw_path = dir + "/" + std::to_string(pid) + ".0.hlraw";
@@ -720,6 +764,7 @@ nlohmann::json report_to_json(const PtImportReport& r) {
           {"aux_gaps", r.aux_gaps},
           {"aux_overlaps", r.aux_overlaps},
           {"duplicate_events", r.duplicates},
+          {"misattributed_events", r.misattributed},
           {"overflow_packets", r.stream.overflows},
           {"decode_errors", r.stream.decode_errors},
           {"skipped_bytes", r.stream.skipped_bytes},

@@ -245,6 +245,31 @@ TEST(PtImport, PerCpuBuffersGiveTheSameTraceAsPerThread) {
   }
 }
 
+// Events out of their numbering: one written before the one numbered just
+// ahead of it (a signal handler that allocated between the shim numbering
+// an event and writing it) finds its place; one that is not the thread's
+// (per-cpu buffers: preempted and moved between its rdtsc and its ptwrites)
+// is dropped without disturbing the thread's own events.
+TEST(PtImport, OutOfOrderAndForeignEvents) {
+  TempDir dir;
+  const auto plain = three_threads(2000);
+  auto th = plain;
+  std::swap(th[0].events[50], th[0].events[51]);
+  th[1].events.insert(th[1].events.begin() + 100, th[0].events[1500]);
+  const std::string path = dir.path + "/perf.data";
+  write(path, synth_perf_data(th, options(true)));
+  write(path + ".plain", synth_perf_data(plain, options(true)));
+  const Decoded want = decode(path + ".plain", Decoder::direct, dir.path + "/p");
+  for (Decoder dec : {Decoder::direct, Decoder::text}) {
+    SCOPED_TRACE(decoder_name(dec));
+    const Decoded d = decode(path, dec, dir.path + "/o");
+    EXPECT_EQ(d.report.events, 6000u);
+    EXPECT_EQ(d.report.lost, 0u);
+    EXPECT_EQ(d.report.misattributed, 1u);
+    EXPECT_EQ(first_difference(d.events, want.events), -1);
+  }
+}
+
 // Snapshot-mode recordings hold overlapping AUX data: decoded once.
 TEST(PtImport, OverlappingAuxDataDecodesOnce) {
   TempDir dir;
