@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -612,6 +613,7 @@ int run_results_cmd(const std::string& what, const ResultsArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  signal(SIGCHLD, SIG_DFL);  // an ignored SIGCHLD (inherited) would make every wait for a child fail
   std::vector<std::string> args(argv, argv + argc);
   CLI::App app{"heaplab: capture, normalise and replay heap traces to compare allocators", "heaplab"};
   app.set_version_flag("--version", std::string("heaplab ") + import::tool_version() +

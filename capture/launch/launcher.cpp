@@ -162,11 +162,16 @@ void remove_raw(const CaptureOptions& opt) {
     fs::remove(r.path, ec);
     fs::remove(r.path + ".blocks", ec);
   }
-  if (opt.method == "pt") {  // the recording, the shim's markers, perf script's messages
+  if (opt.method == "pt") {  // the recording, the shim's markers, perf script's messages, decoded blocks
     fs::remove(opt.raw_dir + "/perf.data", ec);
+    fs::remove(opt.raw_dir + "/perf.data.old", ec);
     fs::remove(opt.raw_dir + "/perf-script.stderr", ec);
-    for (const auto& e : fs::directory_iterator(opt.raw_dir, ec))
-      if (e.path().extension() == ".ptw") fs::remove(e.path(), ec);
+    std::vector<fs::path> ours;
+    for (const auto& e : fs::directory_iterator(opt.raw_dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (e.path().extension() == ".ptw" || n.ends_with(".hlraw.blocks")) ours.push_back(e.path());
+    }
+    for (const fs::path& p : ours) fs::remove(p, ec);
   }
   if (opt.raw_dir_created) fs::remove(opt.raw_dir, ec);  // only if now empty
 }
@@ -210,25 +215,34 @@ TraceResult normalise_to(const normalise::RawFile& raw, const std::string& part,
 // --method pt, after perf exited: one trace per process the shim marked
 // (DIR/PID.0.ptw), decoded from perf.data and normalised.
 void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
-  (void)perf_pid;
   auto t1 = std::chrono::steady_clock::now();
   struct Marker {
     uint32_t pid;
-    fs::file_time_type made;
+    bool root;  // the process perf started (the shim wrote its parent's pid into the marker)
   };
   std::vector<Marker> markers;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(opt.raw_dir, ec)) {
     unsigned p = 0, g = 0;
     char tail[16] = {};
-    if (std::sscanf(e.path().filename().c_str(), "%u.%u.%15s", &p, &g, tail) == 3 && std::string(tail) == "ptw" && g == 0)
-      markers.push_back({p, fs::last_write_time(e.path(), ec)});
+    if (std::sscanf(e.path().filename().c_str(), "%u.%u.%15s", &p, &g, tail) == 3 && std::string(tail) == "ptw" && g == 0) {
+      long ppid = -1;
+      std::ifstream(e.path()) >> ppid;
+      markers.push_back({p, ppid == long(perf_pid)});
+    }
   }
-  // The program's own first (it marked itself first), then its fork children.
+  // The program's own first, then its fork children.
   std::sort(markers.begin(), markers.end(),
-            [](const Marker& a, const Marker& b) { return std::tie(a.made, a.pid) < std::tie(b.made, b.pid); });
+            [](const Marker& a, const Marker& b) { return std::tie(b.root, a.pid) < std::tie(a.root, b.pid); });
+  // No marker: the program never started under the shim, so perf itself
+  // failed (its own messages are above), unless the program just exited.
+  if (markers.empty() && (res.exit_code != 0 || access(res.perf_data.c_str(), R_OK) != 0)) {
+    res.failed.push_back(fmt::format("perf record failed ({}); see its messages above",
+                                     res.signal ? fmt::format("signal {}", res.signal)
+                                                : fmt::format("exit {}", res.exit_code)));
+  }
   if (!markers.empty() && access(res.perf_data.c_str(), R_OK) != 0) {
-    res.failed.push_back(res.perf_data + ": perf wrote no recording (see perf's messages above)");
+    res.failed.push_back(res.perf_data + ": perf wrote no recording (see its messages above)");
     markers.clear();
   }
   pt::PtImportOptions po;
@@ -236,7 +250,7 @@ void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
   po.perf = opt.pt.perf;
   po.dlfilter = (fs::path(opt.shim).parent_path() / "libheaplab_ptw_dlfilter.so").string();  // built beside the shim
   for (size_t i = 0; i < markers.size(); ++i) {
-    const bool root = i == 0;
+    const bool root = markers[i].root;
     const std::string out = trace_name(opt.output, markers[i].pid, 0, root);
     const std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
     try {
@@ -300,6 +314,9 @@ void validate(CaptureOptions& opt) {
     if (!fs::is_directory(opt.raw_dir, ec)) fail("raw directory '" + opt.raw_dir + "' is not a directory");
     if (!list_raw(opt.raw_dir).empty())
       fail("raw directory '" + opt.raw_dir + "' already holds a capture (.hlraw files)");
+    for (const auto& e : fs::directory_iterator(opt.raw_dir, ec))
+      if (e.path().extension() == ".ptw" || e.path().filename() == "perf.data")
+        fail("raw directory '" + opt.raw_dir + "' already holds a capture (" + e.path().filename().string() + ")");
   }
   opt.raw_dir = fs::absolute(opt.raw_dir).string();
   opt.argv[0] = prog;
@@ -407,8 +424,7 @@ CaptureResult run_capture(CaptureOptions opt) {
     res.exit_code = WEXITSTATUS(status);
   }
   if (opt.method == "pt") {
-    // perf exits with the program's status, or re-raises its signal.
-    if (res.exit_code > 128 && !res.signal) res.signal = res.exit_code - 128;
+    // perf exits with the program's status, or dies of its signal.
     decode_pt(opt, res, pid);
     return res;
   }

@@ -375,7 +375,7 @@ TEST(Normalise, UnknownRecordOpsAreCountedAndSkipped) {
                   rec(Op::malloc, 1010, 0x1000, 16),
                   rec(uint32_t(Op::thread_start), 1020, 0x2000, 1),  // not a raw record op
                   rec(35u, 1030, 0x3000, 2),
-                  rec(42u, 1040, 0x4000, 3),
+                  rec(43u, 1040, 0x4000, 3),
                   rec(Op::free, 1050, 0x1000),
               });
   Result r = run(c, dir);
@@ -387,6 +387,29 @@ TEST(Normalise, UnknownRecordOpsAreCountedAndSkipped) {
                           });
   expect_anomalies(r.rep, {.bad_records = 3});
   EXPECT_EQ(r.rep.records, 5u);
+  EXPECT_EQ(r.rep.calls, 2u);
+}
+
+// Raw op 42 (kRawLost, written by the Intel PT decoders): `a` events were
+// lost here; a `lost` event with that count, among the thread's events.
+TEST(Normalise, LostRecordsBecomeLostEvents) {
+  TempDir dir;
+  Capture c;
+  c.thread(0, {
+                  rec(Op::malloc, 1010, 0x1000, 16),
+                  rec(uint32_t(heaplab::raw::kRawLost), 1020, 7),
+                  rec(uint32_t(heaplab::raw::kRawLost), 1025, 0),  // nothing lost: no event
+                  rec(Op::free, 1030, 0x1000),
+              });
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(16),
+                              X(Op::lost, 20).count(7),
+                              X(Op::free, 30).old(1),
+                              X(Op::thread_end, 30),
+                          });
+  expect_anomalies(r.rep, {.holes = 7});
   EXPECT_EQ(r.rep.calls, 2u);
 }
 

@@ -97,9 +97,12 @@ void PerfDataFile::parse() {
   } else if (header_size == sizeof(FileHeader)) {
     if (size_ < sizeof(FileHeader)) fail(0, "file header cut off");
     const FileHeader h = load<FileHeader>(base_);
-    if (h.attr_size < PERF_ATTR_SIZE_VER0 + sizeof(FileSection)) fail(16, "attr size " + std::to_string(h.attr_size));
     if (h.attrs.offset > size_ || h.attrs.size > size_ - h.attrs.offset) fail(24, "attrs section past the end");
-    for (uint64_t at = h.attrs.offset; at + h.attr_size <= h.attrs.offset + h.attrs.size; at += h.attr_size) {
+    if (h.attr_size < PERF_ATTR_SIZE_VER0 + sizeof(FileSection) || (h.attrs.size && h.attr_size > h.attrs.size))
+      fail(16, "attr size " + std::to_string(h.attr_size));
+    const uint64_t attrs_end = h.attrs.offset + h.attrs.size;
+    for (uint64_t at = h.attrs.offset; at <= attrs_end - std::min(attrs_end, h.attr_size) && h.attrs.size;
+         at += h.attr_size) {
       PerfAttr a;
       a.attr = load_attr(base_ + at, h.attr_size - sizeof(FileSection));
       const FileSection ids = load<FileSection>(base_ + at + h.attr_size - sizeof(FileSection));
@@ -202,6 +205,8 @@ void PerfDataFile::record(uint64_t at, const perf_event_header& h, uint64_t* pay
         fail(at, "AUXTRACE_INFO with " + std::to_string(d_.priv.size()) + " private words (Intel PT has at least " +
                      std::to_string(kPrivCount) + ")");
       d_.have_info = true;
+      if (d_.priv[kPrivTimeShift] > 63)
+        fail(at, "AUXTRACE_INFO time_shift " + std::to_string(d_.priv[kPrivTimeShift]) + " out of range (0..63)");
       d_.time.shift = uint16_t(d_.priv[kPrivTimeShift]);
       d_.time.mult = uint32_t(d_.priv[kPrivTimeMult]);
       d_.time.zero = d_.priv[kPrivTimeZero];

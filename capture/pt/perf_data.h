@@ -67,8 +67,8 @@ struct TimeConv {
   bool enabled = false;  // cap_user_time_zero: else perf time is the TSC itself
   uint64_t to_perf(uint64_t tsc) const {
     if (!enabled) return tsc;
-    const uint64_t quot = shift < 64 ? tsc >> shift : 0;
-    const uint64_t rem = shift < 64 ? tsc & ((uint64_t{1} << shift) - 1) : tsc;
+    const uint64_t quot = tsc >> shift;  // shift <= 63 (checked when read)
+    const uint64_t rem = tsc & ((uint64_t{1} << shift) - 1);
     return zero + quot * mult + ((rem * mult) >> shift);
   }
 };

@@ -13,6 +13,8 @@
 //                                   files by the sink's markers (PID.0.ptw),
 //                                   and exits with the program's status
 //   pt_fake_perf script ...         runs the real perf (/usr/bin/perf)
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,9 +73,13 @@ int main(int argc, char** argv) {
   }
   int status = 0;
   while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) {
+      perror("pt_fake_perf: waitpid");
+      return 2;
+    }
   }
   std::vector<pt::SynthThread> threads;
-  std::vector<std::string> markers;
+  std::vector<std::pair<std::string, uint32_t>> markers;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() != ".hlraw") continue;
     normalise::RawFile raw(e.path().string());
@@ -96,17 +102,23 @@ int main(int argc, char** argv) {
       }
       threads.push_back(std::move(st));
     }
-    markers.push_back(std::string(dir) + "/" + std::to_string(raw.header().pid) + ".0.ptw");
+    markers.emplace_back(std::string(dir) + "/" + std::to_string(raw.header().pid) + ".0.ptw", raw.header().ppid);
   }
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".hlraw" || e.path().extension() == ".blocks") fs::remove(e.path());
-  for (const std::string& m : markers) std::ofstream{m};
+  for (const auto& [m, ppid] : markers) std::ofstream{m} << ppid << "\n";  // as the shim: the parent's pid
   pt::PerfSynthOptions o;
   o.pipe_mode = true;  // what the real perf reads back (dlfilter and text decoders)
   o.chunk_bytes = 1 << 16;
   const std::vector<uint8_t> bytes = pt::synth_perf_data(threads, o);
   std::ofstream f(out, std::ios::binary);
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  f.close();
+  if (WIFSIGNALED(status)) {  // as perf does: die of the program's signal
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    signal(WTERMSIG(status), SIG_DFL);
+    raise(WTERMSIG(status));
+  }
   return WEXITSTATUS(status);
 }

@@ -347,10 +347,16 @@ void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
       if (cpus.at(uint32_t(qcpu), d.time.to_perf(e.tsc), &pid, &tid)) col.event(pid, tid, e);
       else ++rep.unattributed;
     };
+    const uint64_t owner_key = d.per_cpu ? uint64_t(uint32_t(qcpu)) : qtid;
     const auto stop_at = [&](uint64_t from, uint64_t to) {  // a truncation inside [from, to)?
       for (auto [owner, at] : truncated)
-        if (owner == (d.per_cpu ? uint64_t(uint32_t(qcpu)) : qtid) && at > from && at < to) return at;
+        if (owner == owner_key && at > from && at < to) return at;
       return to;
+    };
+    const auto truncated_at = [&](uint64_t at) {  // data stopped short right here
+      for (auto [owner, t] : truncated)
+        if (owner == owner_key && t == at) return true;
+      return false;
     };
     // Contiguous runs of chunks decode as one stream; a gap in the offsets
     // (or a truncation) ends a run: the event it cuts is counted lost.
@@ -382,6 +388,12 @@ void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
         assembler.lost();
         synced = false;
         carry.clear();
+      } else if (k > 0 && c.offset == expect && truncated_at(expect)) {
+        // The kernel's way: the offsets go on, an AUX record says the data
+        // before stopped short here. What follows starts unsynced.
+        assembler.lost();
+        synced = false;
+        carry.clear();
       } else if (c.offset < expect) {
         // Overlapping what was decoded (snapshot mode writes overlapping
         // buffers): the same AUX offsets are the same bytes; go on after them.
@@ -401,7 +413,7 @@ void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
         n = joined.size();
         carry.clear();
       }
-      const bool more = k + 1 < chunks.size() && chunks[k + 1]->offset == expect;
+      const bool more = k + 1 < chunks.size() && chunks[k + 1]->offset == expect && !truncated_at(expect);
       // A truncation inside the chunk splits it.
       while (n) {
         const uint64_t cut = stop_at(from, from + n) - from;
@@ -493,8 +505,29 @@ void run_perf(const PerfRun& r, Out&& out, bool want_stdout) {
   int exec_errno = 0;
   const bool exec_failed = read(errpipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno;
   close(errpipe[0]);
+  int status = 0;
+  // Whatever happens to the output (the consumer may throw: no room for the
+  // raw blocks), perf is reaped, the feeder joined, the pipe closed.
+  struct Reap {
+    pid_t child;
+    int* status;
+    std::thread* feeder;
+    int fd = -1;
+    bool reaped = false;
+    void finish(bool kill_it) {
+      if (reaped) return;
+      reaped = true;
+      if (fd >= 0) close(fd);
+      if (kill_it) kill(child, SIGKILL);
+      while (waitpid(child, status, 0) < 0 && errno == EINTR) {
+      }
+      if (feeder->joinable()) feeder->join();
+    }
+    ~Reap() { finish(true); }
+  } reap{child, &status, &feeder};
   if (want_stdout) {
     close(pipefd[1]);
+    reap.fd = pipefd[0];
     std::vector<char> buf(1 << 20);
     for (;;) {
       const ssize_t n = read(pipefd[0], buf.data(), buf.size());
@@ -502,12 +535,8 @@ void run_perf(const PerfRun& r, Out&& out, bool want_stdout) {
       if (n <= 0) break;
       out(buf.data(), size_t(n));
     }
-    close(pipefd[0]);
   }
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (feeder.joinable()) feeder.join();
+  reap.finish(false);
   if (exec_failed)
     throw std::runtime_error("cannot run " + r.args[0] + ": " + std::strerror(exec_errno) +
                              " (the dlfilter and text decoders need perf: apt-get install linux-perf)");

@@ -38,6 +38,7 @@ bool perf_runs(const std::string& perf) {
   }
   int status = 0;
   while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return false;
   }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }

@@ -276,26 +276,36 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
   }
   // Each thread's stream, with the dropped ranges cut out: the AUX offsets
   // jump over them, as they do when the kernel lost data.
+  // Each thread's stream in pieces. A dropped range is left out the way
+  // the kernel loses AUX data when the buffer is full: the offsets go on
+  // without a jump, and an AUX record flagged TRUNCATED covers the data
+  // written before the loss (aux_offset + aux_size = where it stopped).
   struct Piece {
-    uint64_t offset;
+    uint64_t offset;  // in the AUX buffer's offsets
     const uint8_t* data;
     uint64_t size;
+    bool after_loss;
   };
   std::vector<std::vector<uint8_t>> streams;
   std::vector<std::vector<Piece>> pieces(threads.size());
   for (size_t i = 0; i < threads.size(); ++i) {
     streams.push_back(encode_ptw_stream(threads[i].events, threads[i].stream));
     const std::vector<uint8_t>& s = streams.back();
-    uint64_t at = 0;
+    uint64_t at = 0, shift = 0;  // bytes dropped so far
+    bool loss = false;
     auto drops = threads[i].dropped;
     drops.emplace_back(s.size(), s.size());
     for (auto [from, to] : drops) {
       from = std::min<uint64_t>(from, s.size());
       to = std::min<uint64_t>(std::max(to, from), s.size());
       for (auto [p, q] : pieces_of(s, at, from, opt.chunk_bytes)) {
-        const uint64_t back = pieces[i].empty() ? 0 : std::min(threads[i].overlap, p - pieces[i].back().offset);
-        pieces[i].push_back({p - back, s.data() + p - back, q - p + back});
+        const uint64_t back =
+            pieces[i].empty() || loss ? 0 : std::min(threads[i].overlap, p - shift - pieces[i].back().offset);
+        pieces[i].push_back({p - shift - back, s.data() + p - back, q - p + back, loss});
+        loss = false;
       }
+      shift += to - from;
+      loss = to > from;
       at = to;
     }
   }
@@ -306,12 +316,11 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
       if (round >= pieces[i].size()) continue;
       any = true;
       const Piece& p = pieces[i][round];
-      // Data lost right before this piece: an AUX record says so.
-      const uint64_t expected = round ? pieces[i][round - 1].offset + pieces[i][round - 1].size : 0;
-      if (p.offset > expected) {
+      if (p.after_loss && round) {  // the data before this piece stopped short: an AUX record says so
+        const Piece& before = pieces[i][round - 1];
         std::vector<uint8_t> body;
-        append(body, expected);
-        append(body, p.offset - expected);  // the bytes lost
+        append(body, before.offset);
+        append(body, before.size);
         append(body, uint64_t{PERF_AUX_FLAG_TRUNCATED});
         o.record(PERF_RECORD_AUX, 0, body, true, threads[i].pid, threads[i].tid, t0);
       }

@@ -1,9 +1,9 @@
 // The ptwrite sink (Intel PT route): emit() writes each event as five
 // ptwrite payloads (sink.h, capture/pt/ptw_format.h) that `perf record -e
 // intel_pt/ptw=1,branch=0/u` stores in its AUX buffers; nothing is written
-// to files but an empty marker per process image (DIR/PID.GEN.ptw), which
-// tells heaplab which processes were captured and keeps exec detection
-// working as with raw files. libc only.
+// to files but a marker per process image (DIR/PID.GEN.ptw, holding its
+// parent's pid), which tells heaplab which processes were captured and keeps
+// exec detection working as with raw files. libc only.
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -44,6 +44,15 @@ bool ptwrite_open(const char* dir) {
     shim_error_path("cannot create the ptwrite marker file", path, errno);
     return false;
   }
+  // Its parent's pid: heaplab tells the process perf started (the program)
+  // from its fork children.
+  char ppid[24];
+  uint64_t n = 0;
+  ppid[0] = 0;
+  append_u64(ppid, sizeof ppid, &n, uint64_t(getppid()));
+  append(ppid, sizeof ppid, &n, "\n");
+  ssize_t w = write(fd, ppid, n);
+  (void)w;
   close(fd);
   g_clock = raw::kClockTsc;
   t_pt_seq = 0;
