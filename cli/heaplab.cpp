@@ -162,6 +162,9 @@ int run_import_perf_pt(const ImportArgs& a) {
                group_digits(pr.lost), pr.stream.overflows, pr.aux_truncated, pr.aux_gaps,
                pr.file_truncated_at ? fmt::format(", the file ends inside a record at byte {}", pr.file_truncated_at)
                                     : "");
+  if (pr.unparsed_lines)
+    fmt::print(stderr, "heaplab: note: {} lines of perf script's output were no ptwrite sample (ignored)\n",
+               group_digits(pr.unparsed_lines));
   for (const pt::PtProcess& p : pr.other_processes)
     fmt::print(stderr, "heaplab: note: process {}{} has {} events too (--pid {} imports it)\n", p.pid,
                p.comm.empty() ? "" : " (" + p.comm + ")", group_digits(p.events), p.pid);

@@ -519,7 +519,7 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
   if (r.descendants_running)
     line("some child processes were still running when the wait for them was interrupted; "
          "their traces hold what they had recorded by then");
-  for (const std::string& f : r.failed) line("could not normalise " + f);
+  for (const std::string& f : r.failed) line(r.method == "pt" ? f : "could not normalise " + f);
   if (r.method == "pt")
     line(fmt::format("decoded and normalised in {:.3f} s{}", r.normalise_seconds,
                      r.raw_kept ? "; the recording is kept: " + r.perf_data : ""));

@@ -119,9 +119,15 @@ class Collector {
     pids_ = pids;
     hold_ = true;
   }
-  ~Collector() {
-    for (auto& [pid, p] : procs_)
+  ~Collector() {  // the block files of every process but the one kept (none if decoding failed)
+    for (auto& [pid, p] : procs_) {
       if (p.fd >= 0) ::close(p.fd);
+      if (!kept_ || pid != kept_pid_) ::unlink(p.blocks_path.c_str());
+    }
+  }
+  void keep(uint32_t pid) {
+    kept_ = true;
+    kept_pid_ = pid;
   }
   Thread& thread(uint32_t pid, uint32_t tid) {
     const uint64_t key = uint64_t(pid) << 32 | tid;
@@ -282,6 +288,8 @@ class Collector {
   std::map<uint32_t, Process> procs_;
   Thread* last_ = nullptr;
   uint64_t words_ = 0;
+  bool kept_ = false;
+  uint32_t kept_pid_ = 0;
   const CpuThreads* cpus_ = nullptr;
   const std::unordered_map<uint32_t, uint32_t>* pids_ = nullptr;
   std::map<uint32_t, PtwAssembler> cpu_asm_;
@@ -574,6 +582,11 @@ void decode_dlfilter(const PerfData& d, const PtImportOptions& opt, const std::s
   const std::string out = dir + "/ptwrite.bin";
   r.args.insert(r.args.end(), {"--dlfilter", opt.dlfilter, "--dlarg", out});
   run_perf(r, [](const char*, size_t) {}, false);
+  {  // the filter cannot make perf fail: its own complaints are in perf's stderr
+    std::ifstream e(r.stderr_path);
+    for (std::string line; std::getline(e, line);)
+      if (line.rfind("heaplab dlfilter:", 0) == 0) throw std::runtime_error(line);
+  }
   std::ifstream f(out, std::ios::binary);
   if (!f) throw std::runtime_error(out + ": the dlfilter wrote no output");
   std::vector<char> buf(16 << 16);
@@ -658,13 +671,15 @@ class TextParser {
   uint64_t unparsed_ = 0;
 };
 
-void decode_text(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col) {
+// Returns the lines that were not ptwrite samples.
+uint64_t decode_text(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col) {
   PerfRun r = perf_script(d, opt, dir);
   // perf leaves the CPU out of per-thread recordings' samples (and refuses
   // to print it).
   r.args.insert(r.args.end(), {"-F", d.per_cpu ? "pid,tid,cpu,synth" : "pid,tid,synth"});
   TextParser p(col);
   run_perf(r, [&](const char* s, size_t n) { p.feed(s, n); }, true);
+  return p.unparsed();
 }
 
 // ---- the raw file ------------------------------------------------------
@@ -704,7 +719,7 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   switch (opt.decoder) {
     case Decoder::direct: decode_direct(d, col, rep); break;
     case Decoder::dlfilter: decode_dlfilter(d, opt, dir, col, pids); break;
-    case Decoder::text: decode_text(d, opt, dir, col); break;
+    case Decoder::text: rep.unparsed_lines = decode_text(d, opt, dir, col); break;
   }
   if (opt.decoder != Decoder::direct) {
     rep.ptw_words = col.words();
@@ -730,10 +745,7 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
     if (best == 0) throw std::runtime_error(perf_data + ": no heaplab events in the Intel PT data");
   }
   for (const auto& [p, pr] : procs)
-    if (p != pid) {
-      if (pr.events) rep.other_processes.push_back(PtProcess{p, pr.events, names.count(p) ? names[p] : ""});
-      ::unlink(pr.blocks_path.c_str());
-    }
+    if (p != pid && pr.events) rep.other_processes.push_back(PtProcess{p, pr.events, names.count(p) ? names[p] : ""});
   const Process& proc = procs[pid];
   rep.pid = pid;
   rep.comm = names.count(pid) ? names[pid] : "";
@@ -764,6 +776,7 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   h.cmdline_len = uint32_t(std::min<size_t>(rep.comm.size(), kCmdlineMax - 1));
   std::memcpy(h.cmdline, rep.comm.data(), h.cmdline_len);
   Fd raw(*raw_path);
+  col.keep(pid);
   write_all(raw.fd, &h, sizeof h, *raw_path);
   // The rest of the header block and one (empty) mapped slot per thread.
   const std::vector<uint8_t> zero(kBlockSize, 0);
@@ -794,6 +807,7 @@ nlohmann::json report_to_json(const PtImportReport& r) {
           {"aux_overlaps", r.aux_overlaps},
           {"duplicate_events", r.duplicates},
           {"misattributed_events", r.misattributed},
+          {"unparsed_lines", r.unparsed_lines},
           {"overflow_packets", r.stream.overflows},
           {"decode_errors", r.stream.decode_errors},
           {"skipped_bytes", r.stream.skipped_bytes},

@@ -61,6 +61,7 @@ struct PtImportReport {
   uint64_t aux_gaps = 0;       // jumps in a buffer's AUXTRACE offsets (data lost)
   uint64_t aux_overlaps = 0;   // AUXTRACE records overlapping data already decoded (snapshot mode)
   uint64_t duplicates = 0;     // events decoded twice (overlapping data): kept once
+  uint64_t unparsed_lines = 0;  // text route: lines of perf script's output that were no ptwrite sample
   uint64_t misattributed = 0;  // per-cpu: events given to a thread whose numbering they do not fit: dropped
   uint64_t pt_bytes = 0;
   uint64_t threads = 0;

@@ -2,6 +2,7 @@
 
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -54,7 +55,8 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
       }
       ++p;
     }
-    stats.skipped_bytes += off > pos ? off - pos : 0;
+    off = std::max(off, pos);  // libipt may report a PSB that began before `pos`: never go back
+    stats.skipped_bytes += off - pos;
     pos = off;
     return st >= 0;
   };
@@ -110,7 +112,8 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
     if (st < 0) {
       ++stats.decode_errors;
       assembler.lost();
-      ++pos;  // past the byte that does not decode, then to the next PSB
+      ++pos;  // past the byte that does not decode, then to the next PSB or PTW pair
+      ++stats.skipped_bytes;
       ok = sync();
       continue;
     }
