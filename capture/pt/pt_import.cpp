@@ -218,6 +218,10 @@ class Collector {
   static constexpr uint32_t kForeignAge = 64;
   void write_event(Thread& t, const Ev& e) {
     const int32_t d = int32_t(e.seq - t.next_seq);
+    if (d == 0 && t.window.empty()) {  // in order: the usual case
+      emit(t, e);
+      return;
+    }
     if (d < 0) {  // behind what was written: decoded twice, or not this thread's
       ++t.proc->duplicates;
       return;
@@ -237,10 +241,15 @@ class Collector {
       } else {
         ++it;
       }
-    while (t.window.size() > kWindow) {
-      emit(t, t.window.front().e);
-      t.window.erase(t.window.begin());
+    // Out: what continues the numbering, and the oldest beyond the window
+    // (the events between were lost).
+    size_t out = 0;
+    while (out < t.window.size() &&
+           (t.window[out].e.seq == t.next_seq || t.window.size() - out > kWindow)) {
+      emit(t, t.window[out].e);
+      ++out;
     }
+    t.window.erase(t.window.begin(), t.window.begin() + long(out));
   }
   void drain(Thread& t) {
     for (const Thread::Held& h : t.window) emit(t, h.e);
