@@ -107,18 +107,12 @@ struct Thread {
 
 class Collector {
  public:
+  // `cpus`: per-cpu buffers (else nullptr). A thread's events then arrive
+  // CPU by CPU: they are held, and put in order at the end; otherwise each
+  // thread's events arrive in order and go straight to its blocks.
   Collector(const std::string& dir, const TimeConv& time, const std::unordered_map<uint32_t, std::string>& names,
-            bool hold)
-      : dir_(dir), time_(time), names_(names), hold_(hold) {}
-  // Word routes on per-cpu buffers: perf's thread for a payload is only as
-  // good as its PT timing (PSB+ TSC, no MTC in heaplab's recordings), so
-  // payloads are assembled per CPU and each event goes to the thread the
-  // switch sideband says ran there at its own TSC, as in the direct route.
-  void by_cpu(const CpuThreads* cpus, const std::unordered_map<uint32_t, uint32_t>* pids) {
-    cpus_ = cpus;
-    pids_ = pids;
-    hold_ = true;
-  }
+            const CpuThreads* cpus)
+      : dir_(dir), time_(time), names_(names), hold_(cpus != nullptr), cpus_(cpus) {}
   ~Collector() {  // the block files of every process but the one kept (none if decoding failed)
     for (auto& [pid, p] : procs_) {
       if (p.fd >= 0) ::close(p.fd);
@@ -149,18 +143,16 @@ class Collector {
     t.slot = p.threads++;
     return t;
   }
+  // A payload of the perf script routes. On per-cpu buffers perf's thread
+  // for it is only as good as its PT timing (PSB+ TSC, no MTC in heaplab's
+  // recordings), so payloads are assembled per CPU and each event goes to
+  // its thread by its own TSC, as in the direct route.
   void word(uint32_t pid, uint32_t tid, int32_t cpu, uint64_t w) {
     ++words_;
     if (cpus_ && cpu >= 0) {
-      PtwAssembler& a = cpu_asm_[uint32_t(cpu)];
-      a.word(w, [&](const PtwEvent& e) {
-        uint32_t p, t;
-        if (cpus_->at(uint32_t(cpu), time_.to_perf(e.tsc), &p, &t)) event(p, t, e);
-        else ++unattributed_;
-      });
+      cpu_asm_[uint32_t(cpu)].word(w, [&](const PtwEvent& e) { event_on_cpu(uint32_t(cpu), e); });
       return;
     }
-    (void)pids_;
     Thread& t = last_ && last_->pid == pid && last_->tid == tid ? *last_ : thread(pid, tid);
     t.assembler.word(w, [&](const PtwEvent& e) { put(t, Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op}); });
     last_ = &t;
@@ -181,6 +173,13 @@ class Collector {
     Thread& t = last_ && last_->pid == pid && last_->tid == tid ? *last_ : thread(pid, tid);
     put(t, Ev{e.tsc, e.a, e.b, e.c, e.seq, e.op});
     last_ = &t;
+  }
+  // An event of a per-cpu buffer: to the thread the context-switch sideband
+  // says ran on that CPU at the event's own TSC.
+  void event_on_cpu(uint32_t cpu, const PtwEvent& e) {
+    uint32_t pid, tid;
+    if (cpus_->at(cpu, time_.to_perf(e.tsc), &pid, &tid)) event(pid, tid, e);
+    else ++unattributed_;
   }
   // Writes what is held (in time order) and every thread's last block.
   void finish() {
@@ -299,8 +298,7 @@ class Collector {
   uint64_t words_ = 0;
   bool kept_ = false;
   uint32_t kept_pid_ = 0;
-  const CpuThreads* cpus_ = nullptr;
-  const std::unordered_map<uint32_t, uint32_t>* pids_ = nullptr;
+  const CpuThreads* cpus_;
   std::map<uint32_t, PtwAssembler> cpu_asm_;
   uint64_t unattributed_ = 0;
 };
@@ -334,12 +332,11 @@ std::unordered_map<uint32_t, uint32_t> pids_of(const PerfData& d) {
 
 // ---- direct ------------------------------------------------------------
 
-void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
+void decode_direct(const PerfData& d, Collector& col, const std::unordered_map<uint32_t, uint32_t>& pids,
+                   PtImportReport& rep) {
   // Chunks per buffer, in AUX offset order.
   std::map<uint32_t, std::vector<const AuxChunk*>> queues;
   for (const AuxChunk& c : d.chunks) queues[c.idx].push_back(&c);
-  const auto pids = pids_of(d);
-  const CpuThreads cpus(d);
   // AUX records flagged truncated, by the thread (per-thread) or CPU whose buffer they describe.
   std::vector<std::pair<uint64_t, uint64_t>> truncated;  // (owner, aux offset where data stops)
   for (const AuxRecord& a : d.aux) {
@@ -356,13 +353,8 @@ void decode_direct(const PerfData& d, Collector& col, PtImportReport& rep) {
     const int32_t qcpu = first.cpu;
     const uint32_t qpid = pids.count(qtid) ? pids.at(qtid) : qtid;
     const auto sink = [&](const PtwEvent& e) {
-      if (!d.per_cpu || qcpu < 0) {
-        col.event(qpid, qtid, e);
-        return;
-      }
-      uint32_t pid, tid;
-      if (cpus.at(uint32_t(qcpu), d.time.to_perf(e.tsc), &pid, &tid)) col.event(pid, tid, e);
-      else ++rep.unattributed;
+      if (d.per_cpu && qcpu >= 0) col.event_on_cpu(uint32_t(qcpu), e);
+      else col.event(qpid, qtid, e);
     };
     const uint64_t owner_key = d.per_cpu ? uint64_t(uint32_t(qcpu)) : qtid;
     const auto stop_at = [&](uint64_t from, uint64_t to) {  // a truncation inside [from, to)?
@@ -718,15 +710,11 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   rep.file_truncated_at = file.truncated_at();
   std::unordered_map<uint32_t, std::string> names;  // by tid: the last COMM
   for (const CommRecord& c : d.comms) names[c.tid] = c.name;
-  // Per-cpu buffers deliver a thread's events CPU by CPU: held, then put in
-  // order. Otherwise each thread's events arrive in order and go straight
-  // to its blocks.
-  Collector col(dir, d.time, names, opt.decoder == Decoder::direct && d.per_cpu);
   const auto pids = pids_of(d);
   const CpuThreads cpus(d);
-  if (d.per_cpu && opt.decoder != Decoder::direct) col.by_cpu(&cpus, &pids);
+  Collector col(dir, d.time, names, d.per_cpu ? &cpus : nullptr);
   switch (opt.decoder) {
-    case Decoder::direct: decode_direct(d, col, rep); break;
+    case Decoder::direct: decode_direct(d, col, pids, rep); break;
     case Decoder::dlfilter: decode_dlfilter(d, opt, dir, col, pids); break;
     case Decoder::text: rep.unparsed_lines = decode_text(d, opt, dir, col); break;
   }
@@ -735,8 +723,8 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
     const PtwLosses l = col.word_losses();
     rep.cut += l.cut;
     rep.stray_words += l.stray;
-    rep.unattributed += col.unattributed();
   }
+  rep.unattributed = col.unattributed();
   col.finish();
   rep.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
