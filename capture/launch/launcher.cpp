@@ -142,13 +142,14 @@ struct RawName {
   uint32_t pid = 0, gen = 0;
 };
 
-std::vector<RawName> list_raw(const std::string& dir) {
+// DIR/PID.GEN.hlraw files (or, with ext "ptw", the ptwrite sink's markers).
+std::vector<RawName> list_raw(const std::string& dir, const char* ext = "hlraw") {
   std::vector<RawName> out;
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
     unsigned pid = 0, gen = 0;
     char tail[16] = {0};
-    if (std::sscanf(name.c_str(), "%u.%u.%15s", &pid, &gen, tail) == 3 && std::string(tail) == "hlraw")
+    if (std::sscanf(name.c_str(), "%u.%u.%15s", &pid, &gen, tail) == 3 && std::string(tail) == ext)
       out.push_back({e.path().string(), pid, gen});
   }
   return out;
@@ -166,12 +167,10 @@ void remove_raw(const CaptureOptions& opt) {
     fs::remove(opt.raw_dir + "/perf.data", ec);
     fs::remove(opt.raw_dir + "/perf.data.old", ec);
     fs::remove(opt.raw_dir + "/perf-script.stderr", ec);
-    std::vector<fs::path> ours;
-    for (const auto& e : fs::directory_iterator(opt.raw_dir, ec)) {
-      const std::string n = e.path().filename().string();
-      if (e.path().extension() == ".ptw" || n.ends_with(".hlraw.blocks")) ours.push_back(e.path());
+    for (const RawName& m : list_raw(opt.raw_dir, "ptw")) {
+      fs::remove(m.path, ec);
+      fs::remove(opt.raw_dir + "/" + std::to_string(m.pid) + ".0.hlraw.blocks", ec);  // a failed decode's
     }
-    for (const fs::path& p : ours) fs::remove(p, ec);
   }
   if (opt.raw_dir_created) fs::remove(opt.raw_dir, ec);  // only if now empty
 }
@@ -221,15 +220,11 @@ void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
     bool root;  // the process perf started (the shim wrote its parent's pid into the marker)
   };
   std::vector<Marker> markers;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(opt.raw_dir, ec)) {
-    unsigned p = 0, g = 0;
-    char tail[16] = {};
-    if (std::sscanf(e.path().filename().c_str(), "%u.%u.%15s", &p, &g, tail) == 3 && std::string(tail) == "ptw" && g == 0) {
-      long ppid = -1;
-      std::ifstream(e.path()) >> ppid;
-      markers.push_back({p, ppid == long(perf_pid)});
-    }
+  for (const RawName& m : list_raw(opt.raw_dir, "ptw")) {
+    if (m.gen != 0) continue;
+    long ppid = -1;
+    std::ifstream(m.path) >> ppid;
+    markers.push_back({m.pid, ppid == long(perf_pid)});
   }
   // The program's own first, then its fork children.
   std::sort(markers.begin(), markers.end(),
@@ -259,9 +254,8 @@ void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
       pt::PtImportReport pr;
       try {
         pr = pt::decode_perf_pt(res.perf_data, opt.raw_dir, po, &raw_path);
-      } catch (const std::exception& e) {
-        if (std::string(e.what()).find("no heaplab events") != std::string::npos) continue;  // never allocated
-        throw;
+      } catch (const pt::PtNoEvents&) {
+        continue;  // the process never allocated
       }
       normalise::RawFile raw(raw_path);
       nlohmann::json meta = {{"method", "intel-pt"}, {"pt", pt::report_to_json(pr)}};
@@ -314,9 +308,8 @@ void validate(CaptureOptions& opt) {
     if (!fs::is_directory(opt.raw_dir, ec)) fail("raw directory '" + opt.raw_dir + "' is not a directory");
     if (!list_raw(opt.raw_dir).empty())
       fail("raw directory '" + opt.raw_dir + "' already holds a capture (.hlraw files)");
-    for (const auto& e : fs::directory_iterator(opt.raw_dir, ec))
-      if (e.path().extension() == ".ptw" || e.path().filename() == "perf.data")
-        fail("raw directory '" + opt.raw_dir + "' already holds a capture (" + e.path().filename().string() + ")");
+    if (!list_raw(opt.raw_dir, "ptw").empty() || fs::exists(opt.raw_dir + "/perf.data", ec))
+      fail("raw directory '" + opt.raw_dir + "' already holds a capture (.ptw markers or perf.data)");
   }
   opt.raw_dir = fs::absolute(opt.raw_dir).string();
   opt.argv[0] = prog;

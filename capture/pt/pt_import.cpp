@@ -734,12 +734,12 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   if (opt.pid >= 0) {
     pid = uint32_t(opt.pid);
     if (!procs.count(pid) || procs[pid].events == 0)
-      throw std::runtime_error(perf_data + ": no heaplab events of process " + std::to_string(pid));
+      throw PtNoEvents(perf_data + ": no heaplab events of process " + std::to_string(pid));
   } else {
     uint64_t best = 0;
     for (const auto& [p, pr] : procs)
       if (pr.events > best) best = pr.events, pid = p;
-    if (best == 0) throw std::runtime_error(perf_data + ": no heaplab events in the Intel PT data");
+    if (best == 0) throw PtNoEvents(perf_data + ": no heaplab events in the Intel PT data");
   }
   for (const auto& [p, pr] : procs)
     if (p != pid && pr.events) rep.other_processes.push_back(PtProcess{p, pr.events, names.count(p) ? names[p] : ""});

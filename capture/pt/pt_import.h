@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,11 @@ struct PtImportReport {
   uint64_t file_truncated_at = 0;
   std::vector<PtProcess> other_processes;  // not kept: their pids and event counts
   double decode_seconds = 0;  // perf.data read and decoded, events written to the raw capture's blocks
+};
+
+// The recording holds no heaplab event (of the process asked for).
+struct PtNoEvents : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // Decodes `perf_data` and writes DIR/PID.0.hlraw (+ .blocks) for the chosen
