@@ -224,7 +224,6 @@ void PerfDataFile::record(uint64_t at, const perf_event_header& h, uint64_t* pay
       c.tid = load<uint32_t>(body + 28);
       c.cpu = load<int32_t>(body + 32);
       c.data = base_ + at + h.size;
-      c.file_pos = at;
       *payload_size = c.size;
       d_.pt_bytes += c.size;
       d_.chunks.push_back(c);

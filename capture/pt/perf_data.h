@@ -87,7 +87,6 @@ struct AuxChunk {
   uint64_t reference = 0;
   const uint8_t* data = nullptr;  // into the file's mapping
   uint64_t size = 0;
-  uint64_t file_pos = 0;  // of the record, for messages
 };
 
 // The sample_id fields of a sideband record (those the attr has; else ~0).

@@ -708,6 +708,8 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   rep.pipe_mode = d.pipe_mode;
   rep.pt_bytes = d.pt_bytes;
   rep.file_truncated_at = file.truncated_at();
+  rep.sideband_lost = d.lost_records;
+  rep.auxtrace_errors = d.auxtrace_errors;
   std::unordered_map<uint32_t, std::string> names;  // by tid: the last COMM
   for (const CommRecord& c : d.comms) names[c.tid] = c.name;
   const auto pids = pids_of(d);
@@ -809,6 +811,8 @@ nlohmann::json report_to_json(const PtImportReport& r) {
           {"decode_errors", r.stream.decode_errors},
           {"skipped_bytes", r.stream.skipped_bytes},
           {"file_truncated_at", r.file_truncated_at},
+          {"sideband_lost", r.sideband_lost},
+          {"auxtrace_errors", r.auxtrace_errors},
           {"other_processes", others},
           {"decode_seconds", r.decode_seconds}};
 }

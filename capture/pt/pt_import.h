@@ -69,6 +69,8 @@ struct PtImportReport {
   bool per_cpu = false;
   bool pipe_mode = false;
   uint64_t file_truncated_at = 0;
+  uint64_t sideband_lost = 0;    // perf's LOST records: sideband lost (thread names, context switches)
+  uint64_t auxtrace_errors = 0;  // perf's AUXTRACE_ERROR records
   std::vector<PtProcess> other_processes;  // not kept: their pids and event counts
   double decode_seconds = 0;  // perf.data read and decoded, events written to the raw capture's blocks
 };
