@@ -153,9 +153,9 @@ bool cpu_has_invariant_tsc() {
 void after_fork_child() {
   if (!g_dir) return;
   if (g_ptwrite) {
-    // perf traces the child too (inherit); its marker names the process.
-    ptwrite_after_fork(g_follow_fork);
-    if (g_follow_fork && !ptwrite_open(g_dir)) __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
+    // perf traces the child too (inherit): a followed child marks itself and
+    // numbers its events from 0; any other stops.
+    if (!(g_follow_fork && ptwrite_open(g_dir))) __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
     return;
   }
   sink_after_fork(g_follow_fork, g_dir);

@@ -139,10 +139,9 @@ bool sink_first_image(const char* dir);
 // Whether this CPU can execute ptwrite: CPUID.(EAX=07H,ECX=0):EBX[25]
 // (Intel PT) and CPUID.(EAX=14H,ECX=0):EBX[4] (PTWRITE).
 bool cpu_has_ptwrite();
-// Starts the ptwrite route in this image: marks DIR/PID.GEN.ptw (so that
-// exec detection works as with raw files) and turns emit() to ptwrite.
+// Starts the ptwrite route in this image (or fork child): marks
+// DIR/PID.GEN.ptw (so that exec detection works as with raw files), numbers
+// this thread's events from 0 and turns emit() to ptwrite.
 bool ptwrite_open(const char* dir);
-// In a fork child: number events from 0 again, or stop if not followed.
-void ptwrite_after_fork(bool follow);
 
 }  // namespace heaplab::shim

@@ -61,9 +61,4 @@ bool ptwrite_open(const char* dir) {
   return true;
 }
 
-void ptwrite_after_fork(bool follow) {
-  t_pt_seq = 0;
-  if (!follow) __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
-}
-
 }  // namespace heaplab::shim
