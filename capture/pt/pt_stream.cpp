@@ -83,7 +83,7 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
         break;
       }
     }
-    if (b0 == 0x02 && pos + 10 <= len && (data[pos + 1] == 0x32 || data[pos + 1] == 0xB2)) {
+    if (is_ptw64(pos)) {
       ++stats.packets;
       ++stats.ptw;
       assembler.word(le(pos + 2, 8), sink);
