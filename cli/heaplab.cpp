@@ -98,14 +98,20 @@ void write_then_rename(const std::string& output, F&& write) {
   }
 }
 
-// A raw capture file (kept with `heaplab capture --keep-raw`, or copied from
-// another machine) -> trace.
-int run_import_raw(const ImportArgs& a) {
-  normalise::RawFile raw(a.input);
+// The normaliser's options from import's (its chunks hold at most 65,536 events).
+normalise::NormaliseOptions normalise_options(const ImportArgs& a) {
   normalise::NormaliseOptions opt;
   opt.codec = parse_codec(a.codec);
   opt.level = codec_level(opt.codec, a.level);
   opt.chunk_events = std::min<uint32_t>(a.chunk_events, 65536);
+  return opt;
+}
+
+// A raw capture file (kept with `heaplab capture --keep-raw`, or copied from
+// another machine) -> trace.
+int run_import_raw(const ImportArgs& a) {
+  normalise::RawFile raw(a.input);
+  normalise::NormaliseOptions opt = normalise_options(a);
   normalise::NormaliseReport rep;
   write_then_rename(a.output, [&](const std::string& tmp) { rep = normalise::normalise(raw, tmp, opt); });
   fmt::print(stderr, "normalised {} calls in {} threads from {} into {} ({} bytes, {:.3f} bytes/event)\n",
@@ -140,10 +146,7 @@ int run_import_perf_pt(const ImportArgs& a) {
   std::string raw_path;
   const pt::PtImportReport pr = pt::decode_perf_pt(a.input, dir, po, &raw_path);
   normalise::RawFile raw(raw_path);
-  normalise::NormaliseOptions opt;
-  opt.codec = parse_codec(a.codec);
-  opt.level = codec_level(opt.codec, a.level);
-  opt.chunk_events = std::min<uint32_t>(a.chunk_events, 65536);
+  normalise::NormaliseOptions opt = normalise_options(a);
   opt.capture_metadata["method"] = "intel-pt";
   opt.capture_metadata["pt"] = pt::report_to_json(pr);
   opt.capture_metadata["perf_data"] = a.input;
