@@ -3,28 +3,28 @@
 // A backend is a struct of static functions, one per call the trace format
 // records, passed as a template argument to the replay engine
 // (replay/engine.h), so that each call is a direct call with no dispatch of
-// heaplab's own. `LibcApi` implements every call with the process's C and C++
-// allocation functions; that is the backend of the preload mode (whatever
-// LD_PRELOAD put first answers) and of glibc. A backend for an allocator's
-// native API derives from it and replaces what the allocator does better:
-// sized and aligned frees, aligned allocation, statistics.
+// heaplab's own. The concept `Backend` below states it exactly; every
+// backend header ends with a static_assert of it.
 //
-// Besides the calls, a backend has:
-//   static constexpr const char* kName;      // "jemalloc"
-//   static nlohmann::json describe();        // {"version", "library", "build_id", ...}
-//   static nlohmann::json stats();           // the allocator's own statistics
+// `LibcApi` implements every call with the process's C and C++ allocation
+// functions; that is the backend of the preload mode (whatever LD_PRELOAD
+// put first answers) and of glibc. A backend for an allocator's native API
+// derives from it and replaces what the allocator does better: sized and
+// aligned frees, aligned allocation, statistics.
 //
 // Calls that throw (operator new) may throw std::bad_alloc or return NULL;
 // the engine records either as a NULL result.
 //
-// Adding an allocator: one file `allocators/NAME.cpp` with the struct and
-// HEAPLAB_REPLAYER(Struct), and one line in allocators/CMakeLists.txt
-// (heaplab_allocator(NAME ...)). See allocators/README.md.
+// Backends depend on nothing above them: the replayers that run them
+// (heaplab-replay, heaplab-replay-NAME) are made in replay/ from the backend
+// header alone. Adding an allocator: allocators/README.md, "Adding an
+// allocator".
 #pragma once
 
 #include <malloc.h>
 #include <stdlib.h>
 
+#include <concepts>
 #include <cstddef>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -103,6 +103,67 @@ struct LibcApi {
     ::operator delete[](p, std::align_val_t(a), std::nothrow);
   }
 };
+
+// The calls a backend makes for the replay engine, one per trace op, with
+// the op's arguments in the order of the C and C++ functions.
+template <class B>
+concept BackendCalls = requires(void* p, void** out, size_t n, size_t c, size_t a) {
+  { B::malloc(n) } -> std::same_as<void*>;
+  { B::calloc(c, n) } -> std::same_as<void*>;
+  { B::realloc(p, n) } -> std::same_as<void*>;
+  { B::reallocarray(p, c, n) } -> std::same_as<void*>;
+  { B::free(p) } -> std::same_as<void>;
+  { B::memalign(a, n) } -> std::same_as<void*>;
+  { B::posix_memalign(out, a, n) } -> std::same_as<int>;
+  { B::aligned_alloc(a, n) } -> std::same_as<void*>;
+  { B::valloc(n) } -> std::same_as<void*>;
+  { B::pvalloc(n) } -> std::same_as<void*>;
+  { B::op_new(n) } -> std::same_as<void*>;
+  { B::op_new_array(n) } -> std::same_as<void*>;
+  { B::op_new_nothrow(n) } -> std::same_as<void*>;
+  { B::op_new_array_nothrow(n) } -> std::same_as<void*>;
+  { B::op_new_aligned(n, a) } -> std::same_as<void*>;
+  { B::op_new_array_aligned(n, a) } -> std::same_as<void*>;
+  { B::op_new_aligned_nothrow(n, a) } -> std::same_as<void*>;
+  { B::op_new_array_aligned_nothrow(n, a) } -> std::same_as<void*>;
+  { B::op_delete(p) } -> std::same_as<void>;
+  { B::op_delete_array(p) } -> std::same_as<void>;
+  { B::op_delete_sized(p, n) } -> std::same_as<void>;
+  { B::op_delete_array_sized(p, n) } -> std::same_as<void>;
+  { B::op_delete_aligned(p, a) } -> std::same_as<void>;
+  { B::op_delete_array_aligned(p, a) } -> std::same_as<void>;
+  { B::op_delete_sized_aligned(p, n, a) } -> std::same_as<void>;
+  { B::op_delete_array_sized_aligned(p, n, a) } -> std::same_as<void>;
+  { B::op_delete_nothrow(p) } -> std::same_as<void>;
+  { B::op_delete_array_nothrow(p) } -> std::same_as<void>;
+  { B::op_delete_aligned_nothrow(p, a) } -> std::same_as<void>;
+  { B::op_delete_array_aligned_nothrow(p, a) } -> std::same_as<void>;
+};
+
+// A whole backend: the calls, plus
+//   kName       its name in results ("jemalloc")
+//   init()      called once before the replay threads start
+//   describe()  {"version", "library", "build_id", ...}
+//   stats()     the allocator's own statistics
+// and optionally `using Direct = OtherBackend;` with a static
+// `load(path)`: the backend that a --direct-library PATH loads instead.
+template <class B>
+concept Backend = BackendCalls<B> && requires {
+  { B::kName } -> std::convertible_to<const char*>;
+  { B::init() } -> std::same_as<void>;
+  { B::describe() } -> std::same_as<nlohmann::json>;
+  { B::stats() } -> std::same_as<nlohmann::json>;
+};
+
+// A backend that can load a custom library given by path (System).
+template <class B>
+concept LoadsDirectLibrary = Backend<B> && requires(const std::string& path) {
+  typename B::Direct;
+  requires Backend<typename B::Direct>;
+  { B::Direct::load(path) } -> std::same_as<void>;
+};
+
+static_assert(BackendCalls<LibcApi>);
 
 // Facts about the allocator that answers `malloc`, found at
 // run time: the library that defines it (dladdr), its GNU build id (from the

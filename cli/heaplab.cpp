@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "capture/analysis/trace_check.h"
-#include "capture/analysis/trace_stats.h"
+#include "analysis/trace_check.h"
+#include "analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
 #include "capture/import/cmt_text.h"
@@ -24,6 +24,8 @@
 #include "capture/launch/launcher.h"
 #include "capture/pt/pt_import.h"
 #include "capture/normalise/normalise.h"
+#include "common/files.h"
+#include "common/text.h"
 #include "allocators/library.h"
 #include "experiments/dashboard.h"
 #include "experiments/metrics.h"
@@ -39,7 +41,7 @@
 namespace {
 
 using namespace heaplab;
-using analysis::group_digits;
+using common::group_digits;
 
 constexpr int kExitProblems = 1;  // check found problems
 constexpr int kExitBadInput = 2;  // bad usage or unreadable input
@@ -133,7 +135,7 @@ int run_import_perf_pt(const ImportArgs& a) {
     throw Failure{"--decoder: direct, dlfilter or text, not '" + a.decoder + "'"};
   po.pid = a.pid;
   po.perf = a.perf;
-  po.dlfilter = launch::self_dir() + "/libheaplab_ptw_dlfilter.so";
+  po.dlfilter = common::self_dir() + "/libheaplab_ptw_dlfilter.so";
   std::string dir = (std::filesystem::temp_directory_path() / "heaplab-import-XXXXXX").string();
   if (!mkdtemp(dir.data())) throw Failure{"cannot create a temporary directory: " + std::string(std::strerror(errno))};
   struct Cleanup {

@@ -24,6 +24,7 @@
 #include "allocators/library.h"
 #include "capture/import/metadata.h"
 #include "capture/launch/launcher.h"
+#include "common/files.h"
 #include "experiments/metrics.h"
 #include "experiments/report.h"
 #include "experiments/store.h"
@@ -108,7 +109,7 @@ std::string last_line(const std::string& path) {
 // Captures a trace's program with `heaplab capture` (this executable), its
 // output into PATH.log.
 void capture(const TraceSpec& t, const std::string& out, bool quiet) {
-  const std::string heaplab = launch::self_dir() + "/heaplab";
+  const std::string heaplab = common::self_dir() + "/heaplab";
   const std::string log = out + ".log";
   std::vector<std::string> args = {heaplab, "capture", "-q", "--allocator", t.capture_allocator, "-o", out, "--"};
   args.insert(args.end(), t.capture.begin(), t.capture.end());
@@ -173,7 +174,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
       for (const auto& k : allocators::known_allocators()) {
         if (k.name != a.name) continue;
         known = true;
-        const std::string dir = opt.replayer_dir.empty() ? launch::self_dir() : opt.replayer_dir;
+        const std::string dir = opt.replayer_dir.empty() ? common::self_dir() : opt.replayer_dir;
         if (access((dir + "/" + k.replayer).c_str(), X_OK) != 0)
           throw SpecError(spec.path + ": allocator '" + a.label + "': " + k.replayer + " not built (install " +
                           k.dev_package + " and rebuild)");

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <new>
 
+#include "allocators/backend.h"
 #include "capture/format/event.h"
 #include "replay/histogram.h"
 #include "replay/plan.h"
@@ -184,7 +185,7 @@ inline uint64_t tick_end(bool tsc) {
 }  // namespace detail
 
 // Runs steps [s, end) with backend B.
-template <class B, bool kPaced = false, bool kTimed = false>
+template <allocators::BackendCalls B, bool kPaced = false, bool kTimed = false>
 void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResult& r) {
   using trace::Op;
   Slot* const table = prm.table;

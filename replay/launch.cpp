@@ -16,8 +16,9 @@
 #include <fmt/format.h>
 
 #include "allocators/library.h"
-#include "capture/analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
+#include "common/files.h"
+#include "common/text.h"
 #include "replay/plan.h"
 
 extern char** environ;
@@ -25,15 +26,10 @@ extern char** environ;
 namespace heaplab::replay {
 
 namespace fs = std::filesystem;
-using analysis::group_digits;
+using common::group_digits;
+using common::self_dir;
 
 namespace {
-
-std::string self_dir() {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : exe.parent_path().string();
-}
 
 std::string replayer_dir(const std::string& given) {
   if (!given.empty()) return given;

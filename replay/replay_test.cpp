@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "capture/analysis/trace_stats.h"
+#include "analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
 

@@ -1,7 +1,9 @@
 // The replayer process: maps a plan, runs one thread per replay thread
 // against a backend, and writes the result JSON. One executable per backend
 // (heaplab-replay for the preload mode and glibc, heaplab-replay-NAME for
-// each allocator linked directly), each a HEAPLAB_REPLAYER(Backend) line.
+// each allocator linked directly), each replayer_main.cpp compiled with the
+// backend's header (replay/CMakeLists.txt, heaplab_replayer()), whose main
+// is backend_main<Backend>().
 //
 //   heaplab-replay (TRACE | --plan-fd N) [--threads N] [--touch none|first|pages|all]
 //                  [--timing fast|recorded] [--speed X] [--latency N] [--sample-ms N] [--result-fd N]
@@ -33,7 +35,7 @@ struct BackendHooks {
   void (*init)();  // before the replay threads start
 };
 
-template <class B>
+template <allocators::Backend B>
 BackendHooks hooks_of() {
   return {B::kName,           &run_steps<B, false, false>, &run_steps<B, true, false>,
           &run_steps<B, false, true>, &run_steps<B, true, true>, &B::describe,
@@ -73,9 +75,20 @@ int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn s
 
 const char* touch_name(Touch t);
 
-}  // namespace heaplab::replay
-
-#define HEAPLAB_REPLAYER(Backend)                                                        \
-  int main(int argc, char** argv) {                                                      \
-    return heaplab::replay::replayer_main(argc, argv, heaplab::replay::hooks_of<Backend>()); \
+// main() of the replayer of backend B. A backend that can load a custom
+// library (allocators::LoadsDirectLibrary: System) runs that library's
+// backend instead when given --direct-library PATH.
+template <allocators::Backend B>
+int backend_main(int argc, char** argv) {
+  if constexpr (allocators::LoadsDirectLibrary<B>) {
+    return replayer_main(argc, argv, hooks_of<B>(), [](const ReplayerArgs& args) {
+      if (args.direct_library.empty()) return hooks_of<B>();
+      B::Direct::load(args.direct_library);
+      return hooks_of<typename B::Direct>();
+    });
+  } else {
+    return replayer_main(argc, argv, hooks_of<B>());
   }
+}
+
+}  // namespace heaplab::replay

@@ -28,8 +28,8 @@
 #include <nlohmann/json.hpp>
 
 #include "allocators/library.h"
-#include "capture/analysis/trace_check.h"
-#include "capture/analysis/trace_stats.h"
+#include "analysis/trace_check.h"
+#include "analysis/trace_stats.h"
 #include "capture/format/event.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_testutil.h"

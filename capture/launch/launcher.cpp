@@ -27,8 +27,9 @@
 #include <fmt/format.h>
 
 #include "allocators/library.h"
-#include "capture/analysis/trace_stats.h"
 #include "capture/pt/pt_import.h"
+#include "common/files.h"
+#include "common/text.h"
 
 namespace heaplab::launch {
 
@@ -185,12 +186,6 @@ std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bo
 
 }  // namespace
 
-std::string self_dir() {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : exe.parent_path().string();
-}
-
 namespace {
 
 // Normalises `raw` into `part`, renamed to `out` when done; the capture's
@@ -290,7 +285,7 @@ void validate(CaptureOptions& opt) {
     fail("unknown clock '" + opt.clock + "' (auto, tsc or monotonic)");
   if (opt.shim.empty()) {
     const char* env = std::getenv("HEAPLAB_SHIM");
-    opt.shim = env && *env ? env : self_dir() + "/libheaplab_capture.so";
+    opt.shim = env && *env ? env : common::self_dir() + "/libheaplab_capture.so";
   }
   if (access(opt.shim.c_str(), R_OK) != 0)
     fail("capture shim '" + opt.shim + "' not found: " + errstr(errno) + " (build heaplab, or set HEAPLAB_SHIM)");
@@ -491,14 +486,14 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     const auto& rep = t.report;
     double bpe = rep.events ? double(rep.bytes) / double(rep.events) : 0;
     line(fmt::format("{}: {} calls in {} thread{}, {} objects ({} live at end), {} bytes = {:.2f} bytes/event{}",
-                     t.path, analysis::group_digits(rep.calls), rep.threads, rep.threads == 1 ? "" : "s",
-                     analysis::group_digits(rep.objects), analysis::group_digits(rep.live_at_end),
-                     analysis::group_digits(rep.bytes), bpe,
+                     t.path, common::group_digits(rep.calls), rep.threads, rep.threads == 1 ? "" : "s",
+                     common::group_digits(rep.objects), common::group_digits(rep.live_at_end),
+                     common::group_digits(rep.bytes), bpe,
                      &t == &r.traces.front() && t.exec_generation == 0 ? "" : fmt::format(" (pid {}{})", t.pid,
                                                     t.exec_generation ? fmt::format(", exec #{}", t.exec_generation) : "")));
     std::string notes;
     auto note = [&](uint64_t n, const std::string& what) {
-      if (n) notes += (notes.empty() ? "" : "; ") + analysis::group_digits(n) + " " + what;
+      if (n) notes += (notes.empty() ? "" : "; ") + common::group_digits(n) + " " + what;
     };
     note(rep.unknown_frees, "frees of memory allocated before capture (skipped)");
     note(rep.unknown_reallocs, "reallocs of such memory (as realloc(NULL, n))");

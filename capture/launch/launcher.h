@@ -72,7 +72,4 @@ CaptureResult run_capture(CaptureOptions opt);
 // The summary lines `heaplab capture` prints.
 std::string summary(const CaptureResult& r, const CaptureOptions& opt);
 
-// Path of the executable running this code's directory, for finding the shim.
-std::string self_dir();
-
 }  // namespace heaplab::launch

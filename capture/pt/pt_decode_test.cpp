@@ -8,7 +8,7 @@
 
 #include "capture/pt/pt_stream.h"
 #include "capture/pt/pt_synth.h"
-#include "capture/pt/ptw_format.h"
+#include "capture/shim/ptw_format.h"
 
 namespace heaplab::pt {
 namespace {

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <random>
 
-#include "capture/analysis/trace_check.h"
+#include "analysis/trace_check.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_testutil.h"
 #include "capture/normalise/normalise.h"

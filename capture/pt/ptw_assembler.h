@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "capture/pt/ptw_format.h"
+#include "capture/shim/ptw_format.h"
 
 namespace heaplab::pt {
 

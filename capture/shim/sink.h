@@ -2,7 +2,7 @@
 // ends in emit(), which goes to one of two sinks: the file sink (the software
 // route: per-thread blocks of a shared file mapping, sink_file.cpp) or the
 // ptwrite sink (Intel PT: five `ptwrite` payloads per event, recorded by
-// perf; sink_ptwrite.cpp, layout in capture/pt/ptw_format.h). emit() and the
+// perf; sink_ptwrite.cpp, layout in capture/shim/ptw_format.h). emit() and the
 // clock are all the hooks know of.
 //
 // libc only: no C++ runtime, no allocation, async-signal-safe on the hot path.
@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "capture/pt/ptw_format.h"
+#include "capture/shim/ptw_format.h"
 #include "capture/shim/raw_format.h"
 
 #if defined(__x86_64__)

@@ -1,5 +1,5 @@
 // The ptwrite sink (Intel PT route): emit() writes each event as five
-// ptwrite payloads (sink.h, capture/pt/ptw_format.h) that `perf record -e
+// ptwrite payloads (sink.h, capture/shim/ptw_format.h) that `perf record -e
 // intel_pt/ptw=1,branch=0/u` stores in its AUX buffers; nothing is written
 // to files but a marker per process image (DIR/PID.GEN.ptw, holding its
 // parent's pid), which tells heaplab which processes were captured and keeps

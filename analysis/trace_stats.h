@@ -70,7 +70,4 @@ TraceStats compute_stats(const trace::TraceReader& r);
 nlohmann::json stats_to_json(const TraceStats& s);
 std::string stats_to_text(const TraceStats& s);
 
-// "1,234,567"
-std::string group_digits(uint64_t v);
-
 }  // namespace heaplab::analysis

@@ -1,13 +1,15 @@
-#include "capture/analysis/trace_stats.h"
+#include "analysis/trace_stats.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "capture/format/flat_map.h"
+#include "common/text.h"
 
 namespace heaplab::analysis {
 namespace {
 
+using common::group_digits;
 using trace::Event;
 using trace::Op;
 
@@ -62,12 +64,6 @@ void hist_text(std::string& out, const char* title, const Log2Histogram& h) {
 }
 
 }  // namespace
-
-std::string group_digits(uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return s;
-}
 
 TraceStats compute_stats(const trace::TraceReader& r) {
   TraceStats s;

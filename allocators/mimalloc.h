@@ -1,14 +1,15 @@
 // mimalloc, linked directly: every call through its mi_* API, including the
 // sized and aligned frees (mi_free_size, mi_free_size_aligned) and its C++
 // allocation functions (mi_new*), which throw std::bad_alloc on failure.
+#pragma once
+
 #include <mimalloc.h>
 
 #include "allocators/backend.h"
-#include "replay/replayer.h"
 
-namespace {
+namespace heaplab::allocators {
 
-struct Mimalloc : heaplab::allocators::LibcApi {
+struct Mimalloc : LibcApi {
   static constexpr const char* kName = "mimalloc";
   static void* malloc(size_t n) { return mi_malloc(n); }
   static void* calloc(size_t c, size_t n) { return mi_calloc(c, n); }
@@ -43,7 +44,6 @@ struct Mimalloc : heaplab::allocators::LibcApi {
   static void op_delete_aligned_nothrow(void* p, size_t a) { mi_free_aligned(p, a); }
   static void op_delete_array_aligned_nothrow(void* p, size_t a) { mi_free_aligned(p, a); }
 };
+static_assert(Backend<Mimalloc>);
 
-}  // namespace
-
-HEAPLAB_REPLAYER(Mimalloc)
+}  // namespace heaplab::allocators

@@ -1,7 +1,7 @@
 // Tests of `heaplab check`: valid traces pass; every problem the writer can
 // produce, and several it cannot (crafted by patching the bytes of an
 // uncompressed trace and repairing its checksums), are reported exactly.
-#include "capture/analysis/trace_check.h"
+#include "analysis/trace_check.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

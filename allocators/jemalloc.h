@@ -1,18 +1,18 @@
 // jemalloc, linked directly: sized and aligned frees through sdallocx and
 // dallocx, aligned new through mallocx, so the size class lookup a sized
 // delete lets jemalloc skip is skipped in the replay too.
+#pragma once
+
 #include <jemalloc/jemalloc.h>
 
 #include "allocators/backend.h"
-#include "replay/replayer.h"
 
-namespace {
+namespace heaplab::allocators {
 
-int align_flag(size_t a) { return MALLOCX_LG_ALIGN(__builtin_ctzll(a)); }
-bool pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
-
-struct Jemalloc : heaplab::allocators::LibcApi {
+struct Jemalloc : LibcApi {
   static constexpr const char* kName = "jemalloc";
+  static int align_flag(size_t a) { return MALLOCX_LG_ALIGN(__builtin_ctzll(a)); }
+  static bool pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
   // mallocx and sdallocx take no size 0: jemalloc's own operators map it to 1.
   static void* op_new_aligned_nothrow(size_t n, size_t a) {
     return pow2(a) ? mallocx(n ? n : 1, align_flag(a)) : nullptr;
@@ -35,7 +35,6 @@ struct Jemalloc : heaplab::allocators::LibcApi {
     op_delete_sized_aligned(p, n, a);
   }
 };
+static_assert(Backend<Jemalloc>);
 
-}  // namespace
-
-HEAPLAB_REPLAYER(Jemalloc)
+}  // namespace heaplab::allocators

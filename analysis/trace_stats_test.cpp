@@ -1,7 +1,7 @@
 // Tests of `heaplab stats` (compute_stats and its JSON/text renderings) on
 // hand-built traces whose every number is known by construction, plus
 // consistency properties on generated traces.
-#include "capture/analysis/trace_stats.h"
+#include "analysis/trace_stats.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -517,17 +517,6 @@ TEST(statsOutput, TextSingleThreadNoTimestamps) {
       "lifetimes in events (log2 buckets):\n"
       "  2..3                                              1 100.0%  ########################################\n";
   EXPECT_EQ(stats_to_text(stats_of(evs)), expected);
-}
-
-TEST(statsOutput, GroupDigits) {
-  EXPECT_EQ(group_digits(0), "0");
-  EXPECT_EQ(group_digits(7), "7");
-  EXPECT_EQ(group_digits(999), "999");
-  EXPECT_EQ(group_digits(1000), "1,000");
-  EXPECT_EQ(group_digits(99999), "99,999");
-  EXPECT_EQ(group_digits(100000), "100,000");
-  EXPECT_EQ(group_digits(1234567), "1,234,567");
-  EXPECT_EQ(group_digits(UINT64_MAX), "18,446,744,073,709,551,615");
 }
 
 // ------------------------------------------------------------ properties

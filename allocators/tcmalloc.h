@@ -1,16 +1,17 @@
 // tcmalloc (gperftools), linked directly: every call through its tc_* API,
 // including sized deletes (tc_delete_sized, which skip the page map lookup)
 // and the aligned operators.
+#pragma once
+
 #include <gperftools/tcmalloc.h>
 
 #include <cerrno>
 
 #include "allocators/backend.h"
-#include "replay/replayer.h"
 
-namespace {
+namespace heaplab::allocators {
 
-struct Tcmalloc : heaplab::allocators::LibcApi {
+struct Tcmalloc : LibcApi {
   static constexpr const char* kName = "tcmalloc";
   static void* malloc(size_t n) { return tc_malloc(n); }
   static void* calloc(size_t c, size_t n) { return tc_calloc(c, n); }
@@ -66,7 +67,6 @@ struct Tcmalloc : heaplab::allocators::LibcApi {
     tc_deletearray_aligned_nothrow(p, std::align_val_t(a), std::nothrow);
   }
 };
+static_assert(Backend<Tcmalloc>);
 
-}  // namespace
-
-HEAPLAB_REPLAYER(Tcmalloc)
+}  // namespace heaplab::allocators

@@ -1,4 +1,4 @@
-#include "capture/analysis/trace_check.h"
+#include "analysis/trace_check.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,0 +1,295 @@
+#include "common/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+extern char** environ;
+
+namespace heaplab::process {
+namespace {
+
+std::string errstr(int e) { return std::strerror(e); }
+
+// What the child reports through the error pipe when it cannot start.
+struct ChildFailure {
+  int stage;  // 0: exec, 1: opening a file, 2: moving descriptors
+  int err;
+  int which;  // stage 1: 0 stdin, 1 stdout, 2 stderr, 3 /dev/null
+};
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+void write_failure(int fd, int stage, int err, int which) {
+  const ChildFailure f{stage, err, which};
+  ssize_t w = ::write(fd, &f, sizeof f);
+  (void)w;
+}
+
+}  // namespace
+
+// ---- Pipe ----------------------------------------------------------------
+
+Pipe::Pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw SpawnError("pipe: " + errstr(errno), errno);
+  read = p[0];
+  write = p[1];
+}
+Pipe::~Pipe() {
+  close_read();
+  close_write();
+}
+void Pipe::close_read() { close_fd(read); }
+void Pipe::close_write() { close_fd(write); }
+
+// ---- Child ---------------------------------------------------------------
+
+Child& Child::operator=(Child&& o) noexcept {
+  if (this != &o) {
+    reset();
+    pid_ = std::exchange(o.pid_, -1);
+    in_ = std::exchange(o.in_, -1);
+    out_ = std::exchange(o.out_, -1);
+    err_ = std::exchange(o.err_, -1);
+    waited_ = std::exchange(o.waited_, false);
+    status_ = std::exchange(o.status_, 0);
+  }
+  return *this;
+}
+
+Child::~Child() { reset(); }
+
+void Child::reset() {
+  close_fds();
+  if (pid_ > 0 && !waited_) {
+    ::kill(pid_, SIGKILL);
+    wait();
+  }
+  pid_ = -1;
+  waited_ = false;
+  status_ = 0;
+}
+
+void Child::close_fds() {
+  close_fd(in_);
+  close_fd(out_);
+  close_fd(err_);
+}
+
+void Child::close_stdin() { close_fd(in_); }
+
+int Child::wait() {
+  if (pid_ <= 0 || waited_) return status_;
+  close_fd(in_);  // a child reading its stdin to the end must see the end
+  int st = 0;
+  if (wait_for(pid_, &st) == pid_) status_ = st;
+  waited_ = true;
+  return status_;
+}
+
+void Child::kill(int sig) const {
+  if (pid_ > 0 && !waited_) ::kill(pid_, sig);
+}
+
+// ---- spawn ---------------------------------------------------------------
+
+Child spawn(const Spec& spec) {
+  if (spec.argv.empty()) throw SpawnError("spawn: no program given", EINVAL);
+  const std::string& prog = spec.argv[0];
+
+  // Everything the child needs, made before fork.
+  std::vector<char*> argv;
+  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    const std::string name(*e, eq ? size_t(eq - *e) : std::strlen(*e));
+    bool replaced = false;
+    for (const auto& [k, v] : spec.env) replaced = replaced || k == name;
+    if (!replaced) env_strings.emplace_back(*e);
+  }
+  for (const auto& [k, v] : spec.env)
+    if (v) env_strings.push_back(k + "=" + *v);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  Pipe errpipe;
+  std::optional<Pipe> in_pipe, out_pipe, err_pipe;
+  if (spec.in == Stdio::pipe) in_pipe.emplace();
+  if (spec.out == Stdio::pipe) out_pipe.emplace();
+  if (spec.err == Stdio::pipe) err_pipe.emplace();
+  const char* files[3] = {spec.in_file.c_str(), spec.out_file.c_str(), spec.err_file.c_str()};
+  const Stdio modes[3] = {spec.in, spec.out, spec.err};
+  const int pipe_child_end[3] = {in_pipe ? in_pipe->read : -1, out_pipe ? out_pipe->write : -1,
+                                 err_pipe ? err_pipe->write : -1};
+  std::vector<std::pair<int, int>> fds = spec.fds;  // copied: no allocation in the child
+  const int max_moves = 3 + int(fds.size());
+  std::vector<int> src(size_t(max_moves), -1), dst(size_t(max_moves), -1);
+
+  const pid_t pid = ::fork();
+  if (pid < 0) throw SpawnError("fork: " + errstr(errno), errno);
+  if (pid == 0) {
+    // The child: async-signal-safe calls only from here on.
+    if (spec.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (int sig : spec.default_signals) ::signal(sig, SIG_DFL);
+    int n = 0;
+    for (int i = 0; i < 3; ++i) {
+      int fd = -1;
+      switch (modes[i]) {
+        case Stdio::inherit:
+          continue;
+        case Stdio::null:
+          fd = ::open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+          if (fd < 0) write_failure(errpipe.write, 1, errno, 3), ::_exit(127);
+          break;
+        case Stdio::pipe:
+          fd = pipe_child_end[i];
+          break;
+        case Stdio::file:
+          fd = i == 0 ? ::open(files[i], O_RDONLY | O_CLOEXEC)
+                      : ::open(files[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+          if (fd < 0) write_failure(errpipe.write, 1, errno, i), ::_exit(127);
+          break;
+        case Stdio::to_out:
+          fd = -2;  // after stdout is in place
+          break;
+      }
+      src[size_t(n)] = fd;
+      dst[size_t(n)] = i;
+      ++n;
+    }
+    for (const auto& [child_fd, parent_fd] : fds) {
+      src[size_t(n)] = parent_fd;
+      dst[size_t(n)] = child_fd;
+      ++n;
+    }
+    // Out of the way first (a source may sit on another's target), then
+    // into place; dup2 clears close-on-exec on the target.
+    for (int i = 0; i < n; ++i) {
+      if (src[size_t(i)] < 0) continue;
+      const int high = ::fcntl(src[size_t(i)], F_DUPFD_CLOEXEC, 64);
+      if (high < 0) write_failure(errpipe.write, 2, errno, dst[size_t(i)]), ::_exit(127);
+      src[size_t(i)] = high;
+    }
+    for (int i = 0; i < n; ++i) {
+      const int s = src[size_t(i)] == -2 ? 1 : src[size_t(i)];
+      if (s >= 0 && ::dup2(s, dst[size_t(i)]) < 0)
+        write_failure(errpipe.write, 2, errno, dst[size_t(i)]), ::_exit(127);
+    }
+    if (spec.search_path)
+      ::execvpe(argv[0], argv.data(), envp.data());
+    else
+      ::execve(argv[0], argv.data(), envp.data());
+    write_failure(errpipe.write, 0, errno, 0);
+    ::_exit(127);
+  }
+
+  Child c;
+  c.pid_ = pid;
+  errpipe.close_write();
+  if (in_pipe) {
+    in_pipe->close_read();
+    c.in_ = std::exchange(in_pipe->write, -1);
+  }
+  if (out_pipe) {
+    out_pipe->close_write();
+    c.out_ = std::exchange(out_pipe->read, -1);
+  }
+  if (err_pipe) {
+    err_pipe->close_write();
+    c.err_ = std::exchange(err_pipe->read, -1);
+  }
+  ChildFailure f{};
+  ssize_t got;
+  do got = ::read(errpipe.read, &f, sizeof f);
+  while (got < 0 && errno == EINTR);
+  if (got == sizeof f) {
+    c.wait();
+    std::string why = errstr(f.err);
+    if (f.stage == 1) {
+      const char* names[4] = {files[0], files[1], files[2], "/dev/null"};
+      why = std::string("cannot open '") + names[f.which] + "': " + why;
+    } else if (f.stage == 2) {
+      why = "cannot set up descriptor " + std::to_string(f.which) + ": " + why;
+    }
+    throw SpawnError("cannot run '" + prog + "': " + why, f.err);
+  }
+  return c;
+}
+
+void read_all(int fd, std::string& out) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+}
+
+Output run(const Spec& spec) {
+  Child c = spawn(spec);
+  c.close_stdin();
+  Output o;
+  pollfd p[2] = {{c.stdout_fd(), POLLIN, 0}, {c.stderr_fd(), POLLIN, 0}};
+  std::string* sink[2] = {&o.out, &o.err};
+  char buf[65536];
+  while (p[0].fd >= 0 || p[1].fd >= 0) {
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || !p[i].revents) continue;
+      const ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        p[i].fd = -1;  // poll ignores negative descriptors; Child closes it
+        continue;
+      }
+      sink[i]->append(buf, size_t(n));
+    }
+  }
+  o.status = c.wait();
+  return o;
+}
+
+pid_t wait_for(pid_t pid, int* status, int options) {
+  pid_t r;
+  do r = ::waitpid(pid, status, options);
+  while (r < 0 && errno == EINTR);
+  return r;
+}
+
+int exit_code(int status) {
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+bool succeeded(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status))
+    return "signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")";
+  return "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+}  // namespace heaplab::process

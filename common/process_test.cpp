@@ -1,0 +1,176 @@
+// Tests of the process module: exec failures reported in the parent, the
+// environment, descriptors and standard streams as asked, statuses named,
+// and no child left behind.
+#include "common/process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <string>
+
+namespace heaplab::process {
+namespace {
+
+Spec sh(const std::string& script) {
+  Spec s;
+  s.argv = {"/bin/sh", "-c", script};
+  return s;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()))).string();
+}
+
+TEST(Process, RunCollectsStdoutAndStderrApart) {
+  Spec s = sh("echo out; echo err >&2; exit 3");
+  s.out = Stdio::pipe;
+  s.err = Stdio::pipe;
+  const Output o = run(s);
+  EXPECT_EQ(o.out, "out\n");
+  EXPECT_EQ(o.err, "err\n");
+  EXPECT_EQ(exit_code(o.status), 3);
+  EXPECT_FALSE(succeeded(o.status));
+  EXPECT_EQ(describe_status(o.status), "exit 3");
+}
+
+TEST(Process, LargeOutputOnBothStreamsDoesNotStall) {
+  // 1 MiB on each stream: more than a pipe holds, so both must be read at once.
+  Spec s = sh("head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2");
+  s.out = Stdio::pipe;
+  s.err = Stdio::pipe;
+  const Output o = run(s);
+  EXPECT_EQ(o.out.size(), 1048576u);
+  EXPECT_EQ(o.err.size(), 1048576u);
+  EXPECT_TRUE(succeeded(o.status));
+}
+
+TEST(Process, ExecFailureIsAnErrorInTheParent) {
+  Spec s;
+  s.argv = {"/nonexistent/program", "x"};
+  try {
+    spawn(s);
+    FAIL() << "no error";
+  } catch (const SpawnError& e) {
+    EXPECT_STREQ(e.what(), "cannot run '/nonexistent/program': No such file or directory");
+    EXPECT_EQ(e.err(), ENOENT);
+  }
+}
+
+TEST(Process, SearchPathFindsProgramsByName) {
+  Spec s;
+  s.argv = {"sh", "-c", "exit 0"};
+  EXPECT_THROW(spawn(s), SpawnError);  // no PATH lookup unless asked
+  s.search_path = true;
+  Child c = spawn(s);
+  EXPECT_TRUE(succeeded(c.wait()));
+}
+
+TEST(Process, EnvironmentSetAndUnsetOnTopOfTheParents) {
+  ::setenv("HEAPLAB_PROCESS_TEST_KEEP", "kept", 1);
+  ::setenv("HEAPLAB_PROCESS_TEST_DROP", "dropped", 1);
+  Spec s = sh("echo \"$HEAPLAB_PROCESS_TEST_KEEP ${HEAPLAB_PROCESS_TEST_DROP-unset} $HEAPLAB_PROCESS_TEST_NEW\"");
+  s.out = Stdio::pipe;
+  s.env = {{"HEAPLAB_PROCESS_TEST_DROP", std::nullopt}, {"HEAPLAB_PROCESS_TEST_NEW", "new"}};
+  EXPECT_EQ(run(s).out, "kept unset new\n");
+  EXPECT_STREQ(std::getenv("HEAPLAB_PROCESS_TEST_DROP"), "dropped");  // the parent's stays
+}
+
+TEST(Process, DescriptorsHandedToTheChild) {
+  Pipe p;
+  Spec s = sh("echo hello >&4");
+  s.fds = {{4, p.write}};
+  Child c = spawn(s);
+  p.close_write();
+  std::string got;
+  read_all(p.read, got);
+  EXPECT_EQ(got, "hello\n");
+  EXPECT_TRUE(succeeded(c.wait()));
+}
+
+TEST(Process, CloseOnExecDescriptorsStayClosed) {
+  Pipe p;  // close-on-exec, not handed over
+  Spec s = sh("echo x >&" + std::to_string(p.write) + " 2>/dev/null && exit 0; exit 9");
+  s.err = Stdio::null;
+  Child c = spawn(s);
+  EXPECT_EQ(exit_code(c.wait()), 9);
+}
+
+TEST(Process, StdioFilesAndNull) {
+  const std::string in = temp_path("heaplab-process-in"), out = temp_path("heaplab-process-out");
+  std::ofstream(in) << "from a file\n";
+  Spec s = sh("cat; echo to-err >&2");
+  s.in = Stdio::file;
+  s.in_file = in;
+  s.out = Stdio::file;
+  s.out_file = out;
+  s.err = Stdio::to_out;
+  Child c = spawn(s);
+  EXPECT_TRUE(succeeded(c.wait()));
+  std::ifstream f(out);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all, "from a file\nto-err\n");
+  std::remove(in.c_str());
+  std::remove(out.c_str());
+}
+
+TEST(Process, UnopenableFileIsNamed) {
+  Spec s = sh("true");
+  s.out = Stdio::file;
+  s.out_file = "/nonexistent-dir/out";
+  try {
+    spawn(s);
+    FAIL() << "no error";
+  } catch (const SpawnError& e) {
+    EXPECT_STREQ(e.what(), "cannot run '/bin/sh': cannot open '/nonexistent-dir/out': No such file or directory");
+  }
+}
+
+TEST(Process, StdinPipeEndsWhenClosed) {
+  Spec s = sh("wc -c");
+  s.in = Stdio::pipe;
+  s.out = Stdio::pipe;
+  Child c = spawn(s);
+  ASSERT_EQ(::write(c.stdin_fd(), "12345", 5), 5);
+  c.close_stdin();
+  std::string got;
+  read_all(c.stdout_fd(), got);
+  EXPECT_EQ(got, "5\n");
+  EXPECT_TRUE(succeeded(c.wait()));
+}
+
+TEST(Process, SignalStatusNamed) {
+  Spec s = sh("kill -SEGV $$");
+  const int st = run(s).status;
+  EXPECT_EQ(exit_code(st), 128 + SIGSEGV);
+  EXPECT_EQ(describe_status(st), "signal 11 (SIGSEGV)");
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+}
+
+TEST(Process, AbandonedChildIsKilledAndReaped) {
+  pid_t pid;
+  {
+    Child c = spawn(sh("sleep 100"));
+    pid = c.pid();
+    ASSERT_GT(pid, 0);
+  }
+  // Reaped by the destructor: the pid is no child of ours any more.
+  EXPECT_EQ(wait_for(pid, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(Process, WaitIsIdempotentAndMovable) {
+  Child a = spawn(sh("exit 4"));
+  Child b = std::move(a);
+  EXPECT_EQ(a.pid(), -1);
+  EXPECT_EQ(exit_code(b.wait()), 4);
+  EXPECT_EQ(exit_code(b.wait()), 4);
+  EXPECT_TRUE(b.waited());
+}
+
+}  // namespace
+}  // namespace heaplab::process

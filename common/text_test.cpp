@@ -1,0 +1,22 @@
+#include "common/text.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace heaplab::common {
+namespace {
+
+TEST(Text, GroupDigits) {
+  EXPECT_EQ(group_digits(0), "0");
+  EXPECT_EQ(group_digits(7), "7");
+  EXPECT_EQ(group_digits(999), "999");
+  EXPECT_EQ(group_digits(1000), "1,000");
+  EXPECT_EQ(group_digits(99999), "99,999");
+  EXPECT_EQ(group_digits(100000), "100,000");
+  EXPECT_EQ(group_digits(1234567), "1,234,567");
+  EXPECT_EQ(group_digits(UINT64_MAX), "18,446,744,073,709,551,615");
+}
+
+}  // namespace
+}  // namespace heaplab::common
