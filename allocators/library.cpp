@@ -1,10 +1,10 @@
 #include "allocators/library.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include "common/process.h"
 
 namespace heaplab::allocators {
 
@@ -28,33 +28,19 @@ namespace {
 // libc's own references to malloc bind to. Nothing of the library runs in
 // heaplab. Returns "" and the path on success, or the error text.
 std::string probe(const std::string& lib, std::string& path) {
-  int fds[2];
-  if (pipe(fds) != 0) return std::string("pipe: ") + std::strerror(errno);
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return std::string("fork: ") + std::strerror(errno);
+  process::Spec spec;
+  spec.argv = {"/bin/true"};
+  spec.out = process::Stdio::null;
+  spec.err = process::Stdio::pipe;
+  spec.env = {{"LD_PRELOAD", lib}, {"LD_BIND_NOW", "1"}, {"LD_DEBUG", "bindings"}, {"LD_DEBUG_OUTPUT", std::nullopt}};
+  process::Output o;
+  try {
+    o = process::run(spec);
+  } catch (const process::SpawnError& e) {
+    return e.what();
   }
-  if (pid == 0) {
-    close(fds[0]);
-    dup2(fds[1], 2);
-    int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, 1);
-    setenv("LD_PRELOAD", lib.c_str(), 1);
-    setenv("LD_BIND_NOW", "1", 1);
-    setenv("LD_DEBUG", "bindings", 1);
-    unsetenv("LD_DEBUG_OUTPUT");
-    execl("/bin/true", "true", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[65536];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const std::string& out = o.err;
+  const int status = o.status;
   std::string provider;
   size_t pos = 0;
   while (pos < out.size()) {

@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "capture/pt/pt_synth.h"
+#include "common/process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+namespace process = heaplab::process;
 
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -47,24 +49,17 @@ Result run(const std::vector<std::string>& args, const std::string& cwd = ".") {
   char tmpl[] = "/tmp/heaplab_cli_io_XXXXXX";
   const std::string io = mkdtemp(tmpl);
   const std::string out_path = io + "/stdout", err_path = io + "/stderr";
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (chdir(cwd.c_str()) != 0) _exit(127);
-    int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(kHeaplab.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(kHeaplab.c_str(), argv.data());
-    _exit(127);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
+  process::Spec spec;
+  spec.argv = {kHeaplab};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.cwd = cwd;
+  spec.out = process::Stdio::file;
+  spec.out_file = out_path;
+  spec.err = process::Stdio::file;
+  spec.err_file = err_path;
+  const int st = process::spawn(spec).wait();
   Result r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.status = process::exit_code(st);
   int fo = open(out_path.c_str(), O_RDONLY), fe = open(err_path.c_str(), O_RDONLY);
   r.out = slurp(fo);
   r.err = slurp(fe);

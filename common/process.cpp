@@ -20,7 +20,7 @@ std::string errstr(int e) { return std::strerror(e); }
 
 // What the child reports through the error pipe when it cannot start.
 struct ChildFailure {
-  int stage;  // 0: exec, 1: opening a file, 2: moving descriptors
+  int stage;  // 0: exec, 1: opening a file, 2: moving descriptors, 3: changing directory
   int err;
   int which;  // stage 1: 0 stdin, 1 stdout, 2 stderr, 3 /dev/null
 };
@@ -112,18 +112,22 @@ Child spawn(const Spec& spec) {
   std::vector<char*> argv;
   for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The parent's environment, then each change in order (a later one wins).
   std::vector<std::string> env_strings;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    const std::string name(*e, eq ? size_t(eq - *e) : std::strlen(*e));
-    bool replaced = false;
-    for (const auto& [k, v] : spec.env) replaced = replaced || k == name;
-    if (!replaced) env_strings.emplace_back(*e);
+  for (char** e = environ; e && *e; ++e) env_strings.emplace_back(*e);
+  for (const auto& [k, v] : spec.env) {
+    const std::string prefix = k + "=";
+    std::erase_if(env_strings, [&](const std::string& s) { return s.compare(0, prefix.size(), prefix) == 0; });
+    if (v) env_strings.push_back(prefix + *v);
   }
-  for (const auto& [k, v] : spec.env)
-    if (v) env_strings.push_back(k + "=" + *v);
+  if (!spec.env_own_pid.empty()) {
+    const std::string prefix = spec.env_own_pid + "=";
+    std::erase_if(env_strings, [&](const std::string& s) { return s.compare(0, prefix.size(), prefix) == 0; });
+    env_strings.push_back(prefix + std::string(24, '\0'));  // digits written in the child
+  }
   std::vector<char*> envp;
   for (std::string& s : env_strings) envp.push_back(s.data());
+  char* own_pid_digits = spec.env_own_pid.empty() ? nullptr : envp.back() + spec.env_own_pid.size() + 1;
   envp.push_back(nullptr);
 
   Pipe errpipe;
@@ -139,12 +143,22 @@ Child spawn(const Spec& spec) {
   const int max_moves = 3 + int(fds.size());
   std::vector<int> src(size_t(max_moves), -1), dst(size_t(max_moves), -1);
 
+  const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+
   const pid_t pid = ::fork();
   if (pid < 0) throw SpawnError("fork: " + errstr(errno), errno);
   if (pid == 0) {
     // The child: async-signal-safe calls only from here on.
     if (spec.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     for (int sig : spec.default_signals) ::signal(sig, SIG_DFL);
+    if (own_pid_digits) {
+      char tmp[24];
+      int k = 0;
+      for (unsigned long v = static_cast<unsigned long>(::getpid()); v || k == 0; v /= 10) tmp[k++] = char('0' + v % 10);
+      for (int i = 0; i < k; ++i) own_pid_digits[i] = tmp[k - 1 - i];
+      own_pid_digits[k] = '\0';
+    }
+    if (cwd && ::chdir(cwd) != 0) write_failure(errpipe.write, 3, errno, 0), ::_exit(127);
     int n = 0;
     for (int i = 0; i < 3; ++i) {
       int fd = -1;
@@ -222,10 +236,12 @@ Child spawn(const Spec& spec) {
     if (f.stage == 1) {
       const char* names[4] = {files[0], files[1], files[2], "/dev/null"};
       why = std::string("cannot open '") + names[f.which] + "': " + why;
+    } else if (f.stage == 3) {
+      why = "cannot change to directory '" + spec.cwd + "': " + why;
     } else if (f.stage == 2) {
       why = "cannot set up descriptor " + std::to_string(f.which) + ": " + why;
     }
-    throw SpawnError("cannot run '" + prog + "': " + why, f.err);
+    throw SpawnError("cannot run '" + prog + "': " + why, f.err, f.stage == 0);
   }
   return c;
 }

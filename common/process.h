@@ -32,25 +32,35 @@ enum class Stdio {
 struct Spec {
   std::vector<std::string> argv;  // argv[0]: the program (a path, or a name with search_path)
   bool search_path = false;       // look argv[0] up in PATH (execvp's rules)
-  // On top of the parent's environment: {name, value} sets, {name, nullopt} unsets.
+  // On top of the parent's environment, in order (a later entry for the same
+  // name wins): {name, value} sets, {name, nullopt} unsets.
   std::vector<std::pair<std::string, std::optional<std::string>>> env;
   Stdio in = Stdio::inherit, out = Stdio::inherit, err = Stdio::inherit;
   std::string in_file, out_file, err_file;  // for Stdio::file
   // Descriptors handed to the child: {child_fd, parent_fd} (child_fd >= 3).
   // Every other descriptor heaplab opened close-on-exec stays closed.
   std::vector<std::pair<int, int>> fds;
+  // The name of a variable the child gets set to its own pid (for programs
+  // that must know which process was started first; "" : none).
+  std::string env_own_pid;
+  std::string cwd;                  // the child's working directory ("" : the parent's)
   bool die_with_parent = false;     // PR_SET_PDEATHSIG SIGKILL
   std::vector<int> default_signals;  // reset to SIG_DFL in the child (e.g. SIGXFSZ, SIGPIPE)
 };
 
-// fork, pipe or exec failed. `err` is the errno; `what()` is one line.
+// fork, pipe or exec failed. `err` is the errno; `what()` is one line;
+// exec_failed(): the program itself could not be run (not found, not
+// executable), as opposed to heaplab failing to start a process at all.
 class SpawnError : public std::runtime_error {
  public:
-  SpawnError(const std::string& msg, int err) : std::runtime_error(msg), err_(err) {}
+  SpawnError(const std::string& msg, int err, bool exec_failed = false)
+      : std::runtime_error(msg), err_(err), exec_failed_(exec_failed) {}
   int err() const { return err_; }
+  bool exec_failed() const { return exec_failed_; }
 
  private:
   int err_;
+  bool exec_failed_;
 };
 
 class Child {
@@ -69,6 +79,9 @@ class Child {
   int stdout_fd() const { return out_; }
   int stderr_fd() const { return err_; }
   void close_stdin();
+  // Hands the stdin pipe's end over to the caller (who closes it), e.g. to
+  // a thread that feeds the child.
+  int release_stdin() { return std::exchange(in_, -1); }
 
   // Waits for the child to end (retrying on EINTR) and returns its raw
   // wait status; the pipes still open are closed first only by the

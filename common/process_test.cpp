@@ -58,6 +58,7 @@ TEST(Process, ExecFailureIsAnErrorInTheParent) {
   } catch (const SpawnError& e) {
     EXPECT_STREQ(e.what(), "cannot run '/nonexistent/program': No such file or directory");
     EXPECT_EQ(e.err(), ENOENT);
+    EXPECT_TRUE(e.exec_failed());
   }
 }
 
@@ -78,6 +79,17 @@ TEST(Process, EnvironmentSetAndUnsetOnTopOfTheParents) {
   s.env = {{"HEAPLAB_PROCESS_TEST_DROP", std::nullopt}, {"HEAPLAB_PROCESS_TEST_NEW", "new"}};
   EXPECT_EQ(run(s).out, "kept unset new\n");
   EXPECT_STREQ(std::getenv("HEAPLAB_PROCESS_TEST_DROP"), "dropped");  // the parent's stays
+}
+
+TEST(Process, ChildKnowsItsOwnPid) {
+  Spec s = sh("echo $HEAPLAB_PROCESS_TEST_PID $$");
+  s.out = Stdio::pipe;
+  s.env_own_pid = "HEAPLAB_PROCESS_TEST_PID";
+  Child c = spawn(s);
+  std::string got;
+  read_all(c.stdout_fd(), got);
+  c.wait();
+  EXPECT_EQ(got, std::to_string(c.pid()) + " " + std::to_string(c.pid()) + "\n");
 }
 
 TEST(Process, DescriptorsHandedToTheChild) {
@@ -127,6 +139,21 @@ TEST(Process, UnopenableFileIsNamed) {
     FAIL() << "no error";
   } catch (const SpawnError& e) {
     EXPECT_STREQ(e.what(), "cannot run '/bin/sh': cannot open '/nonexistent-dir/out': No such file or directory");
+    EXPECT_FALSE(e.exec_failed());
+  }
+}
+
+TEST(Process, WorkingDirectory) {
+  Spec s = sh("pwd");
+  s.out = Stdio::pipe;
+  s.cwd = "/usr";
+  EXPECT_EQ(run(s).out, "/usr\n");
+  s.cwd = "/nonexistent-dir";
+  try {
+    run(s);
+    FAIL() << "no error";
+  } catch (const SpawnError& e) {
+    EXPECT_STREQ(e.what(), "cannot run '/bin/sh': cannot change to directory '/nonexistent-dir': No such file or directory");
   }
 }
 

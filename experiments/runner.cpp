@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +24,7 @@
 #include "capture/import/metadata.h"
 #include "capture/launch/launcher.h"
 #include "common/files.h"
+#include "common/process.h"
 #include "experiments/metrics.h"
 #include "experiments/report.h"
 #include "experiments/store.h"
@@ -113,27 +113,25 @@ void capture(const TraceSpec& t, const std::string& out, bool quiet) {
   const std::string log = out + ".log";
   std::vector<std::string> args = {heaplab, "capture", "-q", "--allocator", t.capture_allocator, "-o", out, "--"};
   args.insert(args.end(), t.capture.begin(), t.capture.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  process::Spec spec;
+  spec.argv = std::move(args);
+  spec.in = process::Stdio::null;
+  spec.out = process::Stdio::file;
+  spec.out_file = log;
+  spec.err = process::Stdio::to_out;
   if (!quiet) {
     std::string cmd;
     for (const auto& a : t.capture) cmd += (cmd.empty() ? "" : " ") + a;
     fmt::print(stderr, "heaplab: capturing trace '{}': {} -> {}\n", t.name, cmd, out);
   }
-  pid_t pid = 0;
-  const int err = posix_spawn(&pid, heaplab.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (err != 0) throw RunError("trace '" + t.name + "': cannot start " + heaplab + ": " + std::strerror(err));
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  try {
+    st = process::spawn(spec).wait();
+  } catch (const process::SpawnError& e) {
+    throw RunError("trace '" + t.name + "': cannot start " + heaplab + ": " +
+                   (e.exec_failed() ? std::string(std::strerror(e.err())) : std::string(e.what())));
   }
-  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  const int code = process::exit_code(st);
   if (!fs::exists(out) || code == 2)
     throw RunError("trace '" + t.name + "': capturing '" + t.capture[0] + "' failed (exit " + std::to_string(code) +
                    "): " + last_line(log) + " (log: " + log + ")");

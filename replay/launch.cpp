@@ -18,6 +18,7 @@
 #include "allocators/library.h"
 #include "capture/format/trace_reader.h"
 #include "common/files.h"
+#include "common/process.h"
 #include "common/text.h"
 #include "replay/plan.h"
 
@@ -193,11 +194,6 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (!reader->complete()) trace_j["warning"] = reader->warning();
   reader.reset();
 
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) {
-    close(plan_fd);
-    throw ReplayError(std::string("pipe: ") + std::strerror(errno));
-  }
   std::vector<std::string> argv = {l.exe, "--plan-fd", "3", "--result-fd", "4", "--touch", opt.touch,
                                    "--timing", opt.timing, "--load", opt.load};
   if (opt.timing == "recorded") {
@@ -215,45 +211,29 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     argv.push_back(std::to_string(opt.latency));
   }
   argv.insert(argv.end(), l.args.begin(), l.args.end());
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
 
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(plan_fd);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    throw ReplayError(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    // The replayer dies with heaplab (a replay nobody reads is wasted CPU).
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    signal(SIGXFSZ, SIG_DFL);
-    // fds 3 and 4 in the child: the plan and the result pipe.
-    int p = fcntl(plan_fd, F_DUPFD_CLOEXEC, 10), w = fcntl(pipefd[1], F_DUPFD_CLOEXEC, 10);
-    if (p < 0 || w < 0 || dup2(p, 3) < 0 || dup2(w, 4) < 0) _exit(126);
-    for (const auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
-    if (l.preload.empty())
-      unsetenv("LD_PRELOAD");
-    else
-      setenv("LD_PRELOAD", l.preload.c_str(), 1);
-    execv(l.exe.c_str(), cargv.data());
-    _exit(127);
-  }
-  close(plan_fd);
-  close(pipefd[1]);
+  // The replayer: fds 3 and 4 are the plan and the result pipe; it dies with
+  // heaplab (a replay nobody reads is wasted CPU).
+  process::Spec spec;
+  spec.argv = std::move(argv);
+  for (const auto& [k, v] : opt.env) spec.env.emplace_back(k, v);
+  spec.env.emplace_back("LD_PRELOAD", l.preload.empty() ? std::nullopt : std::optional<std::string>(l.preload));
+  spec.die_with_parent = true;
+  spec.default_signals = {SIGXFSZ};
   std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(pipefd[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, size_t(n));
-  }
-  close(pipefd[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  try {
+    process::Pipe result;
+    spec.fds = {{3, plan_fd}, {4, result.write}};
+    process::Child child = process::spawn(spec);
+    close(plan_fd);
+    plan_fd = -1;
+    result.close_write();
+    process::read_all(result.read, out);
+    status = child.wait();
+  } catch (const process::SpawnError& e) {
+    if (plan_fd >= 0) close(plan_fd);
+    throw ReplayError(e.what());
   }
 
   ReplayOutcome o;

@@ -12,7 +12,8 @@
 set -euo pipefail
 
 # Debian (bookworm) packages needed to build, test and run heaplab:
-#   toolchain:     build-essential cmake ninja-build pkg-config git
+#   toolchain:     build-essential cmake ninja-build pkg-config git ccache (the build
+#                  compiles through it when present: a clean clone rebuilds from cache)
 #   tests/benches: libgtest-dev libgmock-dev libbenchmark-dev
 #   compression:   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
 #   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev
@@ -28,7 +29,7 @@ set -euo pipefail
 #   benchmark): sqlite3 heaptrack python3
 #   the dashboard's browser test: chromium; Google Benchmark's compare.py
 #   on exported results: libbenchmark-tools python3-scipy
-PACKAGES="build-essential cmake ninja-build pkg-config git
+PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev libipt-dev

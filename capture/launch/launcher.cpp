@@ -29,6 +29,7 @@
 #include "allocators/library.h"
 #include "capture/pt/pt_import.h"
 #include "common/files.h"
+#include "common/process.h"
 #include "common/text.h"
 
 namespace heaplab::launch {
@@ -129,7 +130,7 @@ bool wait_descendants() {
   sigaction(SIGTERM, &stop, &old_term);
   sigaction(SIGHUP, &stop, &old_hup);
   while (!g_interrupted) {
-    if (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) continue;
+    if (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) continue;  // EINTR: see whether interrupted
     break;  // ECHILD: none left
   }
   sigaction(SIGINT, &old_int, nullptr);
@@ -336,75 +337,70 @@ CaptureResult run_capture(CaptureOptions opt) {
   res.raw_dir = opt.raw_dir;
   if (opt.method == "pt") res.perf_data = opt.raw_dir + "/perf.data";
 
-  int errpipe[2];
-  if (pipe2(errpipe, O_CLOEXEC) != 0) fail("pipe: " + errstr(errno));
+  std::string preload = opt.shim;
+  if (!opt.allocator.empty()) preload += ":" + opt.allocator;
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  process::Spec spec;
+  spec.env = {{"HEAPLAB_CAPTURE_DIR", opt.raw_dir},
+              {"HEAPLAB_CAPTURE_FOLLOW", std::string(opt.follow_fork ? "fork," : "") + (opt.follow_exec ? "exec" : "")},
+              {"HEAPLAB_CAPTURE_CLOCK", opt.clock}};
+  if (opt.method == "pt") {
+    // perf runs the program; the shim is preloaded into the program only.
+    spec.env.emplace_back("HEAPLAB_CAPTURE_SINK", "ptwrite");
+    spec.env.emplace_back("HEAPLAB_CAPTURE_NO_PTWRITE", "refuse");  // never SIGILL
+    spec.argv = pt::perf_record_argv(opt.pt, res.perf_data, preload, opt.argv);
+    spec.search_path = true;
+  } else {
+    spec.env.emplace_back("LD_PRELOAD", preload);
+    spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";  // the shim knows the program's own process by it
+    spec.argv = opt.argv;
+  }
   bool following = opt.follow_fork || opt.follow_exec;
   if (following) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   ClockPair c0 = clock_pair();
   auto t0 = std::chrono::steady_clock::now();
-  pid_t pid = fork();
-  if (pid < 0) fail("fork: " + errstr(errno));
-  if (pid == 0) {
-    ::close(errpipe[0]);
-    std::string preload = opt.shim;
-    if (!opt.allocator.empty()) preload += ":" + opt.allocator;
-    if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
-    setenv("HEAPLAB_CAPTURE_DIR", opt.raw_dir.c_str(), 1);
-    std::string follow = std::string(opt.follow_fork ? "fork," : "") + (opt.follow_exec ? "exec" : "");
-    setenv("HEAPLAB_CAPTURE_FOLLOW", follow.c_str(), 1);
-    setenv("HEAPLAB_CAPTURE_CLOCK", opt.clock.c_str(), 1);
-    std::vector<std::string> argv = opt.argv;
-    if (opt.method == "pt") {
-      // perf runs the program; the shim is preloaded into the program only.
-      setenv("HEAPLAB_CAPTURE_SINK", "ptwrite", 1);
-      setenv("HEAPLAB_CAPTURE_NO_PTWRITE", "refuse", 1);  // never SIGILL
-      argv = pt::perf_record_argv(opt.pt, res.perf_data, preload, opt.argv);
-    } else {
-      setenv("LD_PRELOAD", preload.c_str(), 1);
-      setenv("HEAPLAB_CAPTURE_ROOT", std::to_string(getpid()).c_str(), 1);
-    }
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    if (opt.method == "pt") execvp(args[0], args.data());
-    else execv(args[0], args.data());
-    int e = errno;
-    ssize_t w = write(errpipe[1], &e, sizeof e);
-    (void)w;
-    _exit(127);
-  }
-  ::close(errpipe[1]);
-  g_child = pid;
+  // Ctrl-C reaches the program (the terminal sends it to both); heaplab
+  // ignores it and keeps the trace. SIGTERM and SIGHUP are passed on.
   struct sigaction ign {}, fwd {}, old_int {}, old_quit {}, old_term {}, old_hup {};
   ign.sa_handler = SIG_IGN;
   fwd.sa_handler = forward_signal;
-  sigaction(SIGINT, &ign, &old_int);  // Ctrl-C reaches the program; we keep its trace
+  sigaction(SIGINT, &ign, &old_int);
   sigaction(SIGQUIT, &ign, &old_quit);
   sigaction(SIGTERM, &fwd, &old_term);
   sigaction(SIGHUP, &fwd, &old_hup);
-  int exec_errno = 0;
-  ssize_t n;
-  do n = read(errpipe[0], &exec_errno, sizeof exec_errno);
-  while (n < 0 && errno == EINTR);
-  ::close(errpipe[0]);
+  // The program gets them as it would have without heaplab (ignored only if
+  // they were ignored when heaplab started).
+  if (old_int.sa_handler != SIG_IGN) spec.default_signals.push_back(SIGINT);
+  if (old_quit.sa_handler != SIG_IGN) spec.default_signals.push_back(SIGQUIT);
+  auto restore_signals = [&] {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
+  };
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t pid = 0;
+  try {
+    process::Child child = process::spawn(spec);
+    pid = child.pid();
+    g_child = pid;
+    status = child.wait();
+    g_child = 0;
+  } catch (const process::SpawnError& e) {
+    g_child = 0;
+    restore_signals();
+    if (following) prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+    remove_raw(opt);
+    if (!e.exec_failed()) fail(e.what());
+    fail("cannot run '" + (opt.method == "pt" ? opt.pt.perf : given) + "': " + errstr(e.err()));
   }
-  g_child = 0;
   res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (following) {
     g_interrupted = 0;
     res.descendants_running = wait_descendants();
     prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGQUIT, &old_quit, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  sigaction(SIGHUP, &old_hup, nullptr);
-  if (n == sizeof exec_errno) {
-    remove_raw(opt);
-    fail("cannot run '" + (opt.method == "pt" ? opt.pt.perf : given) + "': " + errstr(exec_errno));
-  }
+  restore_signals();
   if (WIFSIGNALED(status)) {
     res.signal = WTERMSIG(status);
     res.exit_code = 128 + res.signal;

@@ -27,6 +27,7 @@
 
 #include "capture/normalise/raw_reader.h"
 #include "capture/pt/pt_synth.h"
+#include "common/process.h"
 
 namespace fs = std::filesystem;
 using namespace heaplab;
@@ -65,18 +66,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pt_fake_perf: HEAPLAB_CAPTURE_DIR is not set\n");
     return 2;
   }
-  const pid_t child = fork();
-  if (child == 0) {
-    setenv("HEAPLAB_CAPTURE_NO_PTWRITE", "fallback", 1);
-    execv(argv[dashes + 1], argv + dashes + 1);
-    _exit(127);
-  }
+  process::Spec spec;
+  spec.argv.assign(argv + dashes + 1, argv + argc);
+  spec.env = {{"HEAPLAB_CAPTURE_NO_PTWRITE", "fallback"}};
   int status = 0;
-  while (waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) {
-      perror("pt_fake_perf: waitpid");
-      return 2;
-    }
+  try {
+    status = process::spawn(spec).wait();
+  } catch (const process::SpawnError& e) {
+    std::fprintf(stderr, "pt_fake_perf: %s\n", e.what());
+    return 127;
   }
   std::vector<pt::SynthThread> threads;
   std::vector<std::pair<std::string, uint32_t>> markers;

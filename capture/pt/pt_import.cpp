@@ -19,6 +19,7 @@
 
 #include "capture/pt/ptw_assembler.h"
 #include "capture/shim/raw_format.h"
+#include "common/process.h"
 
 namespace heaplab::pt {
 
@@ -458,39 +459,27 @@ struct PerfRun {
 // Runs perf; `out` receives its stdout in pieces (nullptr: discarded).
 template <class Out>
 void run_perf(const PerfRun& r, Out&& out, bool want_stdout) {
-  int pipefd[2] = {-1, -1};
-  if (want_stdout && pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  int errpipe[2];
-  if (pipe2(errpipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  process::Spec spec;
+  spec.argv = r.args;
+  spec.search_path = true;
   // perf 6.1 mis-seeks in a pipe-mode file given as a file (-i FILE or a
   // redirected stdin): it gets the bytes through a real pipe, fed by a thread.
-  int inpipe[2] = {-1, -1};
-  if (!r.stdin_path.empty() && pipe2(inpipe, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  std::vector<char*> argv;
-  for (const std::string& a : r.args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t child = fork();
-  if (child < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (child == 0) {
-    int in = r.stdin_path.empty() ? open("/dev/null", O_RDONLY) : inpipe[0];
-    int err = open(r.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int nul = open("/dev/null", O_WRONLY);
-    if (in < 0 || err < 0 || nul < 0) _exit(126);
-    dup2(in, 0);
-    dup2(want_stdout ? pipefd[1] : nul, 1);
-    dup2(err, 2);
-    execvp(argv[0], argv.data());
-    const int e = errno;
-    ssize_t w = write(errpipe[1], &e, sizeof e);
-    (void)w;
-    _exit(127);
+  spec.in = r.stdin_path.empty() ? process::Stdio::null : process::Stdio::pipe;
+  spec.out = want_stdout ? process::Stdio::pipe : process::Stdio::null;
+  spec.err = process::Stdio::file;
+  spec.err_file = r.stderr_path;
+  process::Child child;
+  try {
+    child = process::spawn(spec);
+  } catch (const process::SpawnError& e) {
+    if (e.exec_failed())
+      throw std::runtime_error("cannot run " + r.args[0] + ": " + std::strerror(e.err()) +
+                               " (the dlfilter and text decoders need perf: apt-get install linux-perf)");
+    throw std::runtime_error(e.what());
   }
-  close(errpipe[1]);
   std::thread feeder;
   if (!r.stdin_path.empty()) {
-    close(inpipe[0]);
-    feeder = std::thread([path = r.stdin_path, fd = inpipe[1]]() {
+    feeder = std::thread([path = r.stdin_path, fd = child.release_stdin()]() {
       sigset_t pipe_sig;
       sigemptyset(&pipe_sig);
       sigaddset(&pipe_sig, SIGPIPE);
@@ -511,44 +500,34 @@ void run_perf(const PerfRun& r, Out&& out, bool want_stdout) {
       close(fd);
     });
   }
-  int exec_errno = 0;
-  const bool exec_failed = read(errpipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno;
-  close(errpipe[0]);
-  int status = 0;
   // Whatever happens to the output (the consumer may throw: no room for the
-  // raw blocks), perf is reaped, the feeder joined, the pipe closed.
-  struct Reap {
-    pid_t child;
-    int* status;
-    std::thread* feeder;
-    int fd = -1;
-    bool reaped = false;
-    void finish(bool kill_it) {
-      if (reaped) return;
-      reaped = true;
-      if (fd >= 0) close(fd);
-      if (kill_it) kill(child, SIGKILL);
-      while (waitpid(child, status, 0) < 0 && errno == EINTR) {
-      }
-      if (feeder->joinable()) feeder->join();
+  // raw blocks), perf is reaped and the feeder joined: killed first if the
+  // output was not read to its end.
+  struct Finish {
+    process::Child& child;
+    std::thread& feeder;
+    int status = 0;
+    bool done = false;
+    void operator()(bool kill_it) {
+      if (done) return;
+      done = true;
+      if (kill_it) child.kill(SIGKILL);
+      status = child.wait();
+      if (feeder.joinable()) feeder.join();
     }
-    ~Reap() { finish(true); }
-  } reap{child, &status, &feeder};
+    ~Finish() { (*this)(true); }
+  } finish{child, feeder};
   if (want_stdout) {
-    close(pipefd[1]);
-    reap.fd = pipefd[0];
     std::vector<char> buf(1 << 20);
     for (;;) {
-      const ssize_t n = read(pipefd[0], buf.data(), buf.size());
+      const ssize_t n = read(child.stdout_fd(), buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       out(buf.data(), size_t(n));
     }
   }
-  reap.finish(false);
-  if (exec_failed)
-    throw std::runtime_error("cannot run " + r.args[0] + ": " + std::strerror(exec_errno) +
-                             " (the dlfilter and text decoders need perf: apt-get install linux-perf)");
+  finish(false);
+  const int status = finish.status;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::ifstream f(r.stderr_path);
     std::string line, last;

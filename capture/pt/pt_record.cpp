@@ -1,11 +1,11 @@
 #include "capture/pt/pt_record.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
+
+#include "common/process.h"
 
 namespace heaplab::pt {
 
@@ -25,22 +25,16 @@ std::string read_line(const std::string& path) {
 
 // Whether `perf version` runs.
 bool perf_runs(const std::string& perf) {
-  const pid_t child = fork();
-  if (child < 0) return false;
-  if (child == 0) {
-    const int nul = open("/dev/null", O_RDWR);
-    if (nul >= 0) {
-      dup2(nul, 1);
-      dup2(nul, 2);
-    }
-    execlp(perf.c_str(), perf.c_str(), "version", static_cast<char*>(nullptr));
-    _exit(127);
+  process::Spec spec;
+  spec.argv = {perf, "version"};
+  spec.search_path = true;
+  spec.out = process::Stdio::null;
+  spec.err = process::Stdio::null;
+  try {
+    return process::succeeded(process::run(spec).status);
+  } catch (const process::SpawnError&) {
+    return false;
   }
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) return false;
-  }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 // Sizes as perf takes them: digits with an optional K, M or G.
