@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "allocators/library.h"
+
 namespace heaplab::replay {
 
 namespace {
@@ -112,6 +114,74 @@ std::string comparison_table(const std::vector<json>& results) {
   s += latency ? "; p50/p99: ns per call, timer cost subtracted (<N: below the timer's resolution)\n" : "\n";
   for (const std::string& f : failures) s += f + "\n";
   return s;
+}
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> v;
+  size_t from = 0;
+  for (;;) {
+    const size_t comma = s.find(',', from);
+    v.push_back(s.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) return v;
+    from = comma + 1;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> allocator_list(const std::string& spec) {
+  std::vector<std::string> names;
+  if (spec == "all") {
+    for (const auto& k : allocators::known_allocators()) names.push_back(k.name);
+    return names;
+  }
+  names = split_commas(spec);
+  for (const std::string& n : names)
+    if (n.empty()) throw ReplayError("--allocator: an empty name in '" + spec + "'");
+  return names;
+}
+
+std::vector<std::string> load_list(const std::string& spec) {
+  const std::vector<std::string> loads =
+      spec == "both" ? std::vector<std::string>{"preload", "direct"} : split_commas(spec);
+  for (const std::string& l : loads)
+    if (l != "preload" && l != "direct") throw ReplayError("--load: expected preload, direct or both, not '" + l + "'");
+  return loads;
+}
+
+Comparison replay_each(const ReplayOptions& base, const std::vector<std::string>& allocs,
+                       const std::vector<std::string>& loads, bool all, const ComparisonObserver& observe) {
+  if (!all)  // a name that cannot run stops everything before anything runs
+    for (const std::string& alloc : allocs) {
+      std::string err;
+      if (!allocators::resolve_allocator(alloc, err)) throw ReplayError(err);
+    }
+  Comparison c;
+  for (const std::string& alloc : allocs) {
+    for (const std::string& load : loads) {
+      ReplayOptions opt = base;
+      opt.allocator = alloc;
+      opt.load = load;
+      if (observe.starting) observe.starting(alloc, load);
+      ReplayOutcome o;
+      try {
+        o = run_replay(opt);
+      } catch (const ReplayError& e) {
+        if (!all) throw ReplayError(alloc + " (" + load + "): " + e.what());
+        c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}}, {"skipped", e.what()}});
+        continue;
+      }
+      if (o.exit_code != 0) {
+        o.result["error"] = o.error;
+        if (observe.failed) observe.failed(alloc, load, o.error);
+      }
+      c.worst_exit = std::max(c.worst_exit, o.exit_code);
+      c.results.push_back(std::move(o.result));
+    }
+  }
+  return c;
 }
 
 }  // namespace heaplab::replay

@@ -12,6 +12,9 @@
 #include <string>
 
 #include "capture/format/trace_writer.h"
+#include <string>
+#include <vector>
+
 #include "capture/import/input_stream.h"
 
 namespace heaplab::import {
@@ -31,5 +34,18 @@ struct CmtImportReport {
 // InputError "NAME:LINE: ..." on a line it cannot parse, and TraceError on
 // write failures. Does not close the writer.
 CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w);
+
+// A whole import: `input` (plain, compressed, or - for stdin) into the trace
+// `output`, written whole (common::write_then_rename), with heaplab's
+// metadata (`command_line`: the command that asked for it) and the import's
+// counts in it.
+struct CmtFileImport {
+  CmtImportReport report;
+  uint64_t bytes = 0;        // the trace's size
+  std::string source;        // the input's name
+  std::string compression;   // "none", "gzip", ...
+};
+CmtFileImport import_cmt_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
+                              const std::vector<std::string>& command_line);
 
 }  // namespace heaplab::import

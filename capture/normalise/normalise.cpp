@@ -11,6 +11,7 @@
 
 #include "capture/format/flat_map.h"
 #include "capture/import/metadata.h"
+#include "common/files.h"
 
 namespace heaplab::normalise {
 
@@ -475,6 +476,13 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
           {"blocks_missing", r.blocks_missing},
           {"duration_ns", r.duration_ns},
           {"clean_exit", r.clean_exit}};
+}
+
+NormaliseReport normalise_file(const std::string& raw_path, const std::string& output, const NormaliseOptions& opt) {
+  RawFile raw(raw_path);
+  NormaliseReport rep;
+  common::write_then_rename(output, [&](const std::string& tmp) { rep = normalise(raw, tmp, opt); });
+  return rep;
 }
 
 }  // namespace heaplab::normalise

@@ -53,6 +53,10 @@ struct NormaliseReport {
 // Writes `out_path`. Throws RawError / trace::TraceError naming the file.
 NormaliseReport normalise(const RawFile& in, const std::string& out_path, const NormaliseOptions& opt);
 
+// Normalises the raw capture file at `raw_path` into `output`, written whole
+// (common::write_then_rename: a failure leaves no partial trace).
+NormaliseReport normalise_file(const std::string& raw_path, const std::string& output, const NormaliseOptions& opt);
+
 nlohmann::json report_to_json(const NormaliseReport& r);
 
 }  // namespace heaplab::normalise

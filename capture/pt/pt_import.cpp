@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -794,6 +795,27 @@ nlohmann::json report_to_json(const PtImportReport& r) {
           {"auxtrace_errors", r.auxtrace_errors},
           {"other_processes", others},
           {"decode_seconds", r.decode_seconds}};
+}
+
+PtFileImport import_perf_pt_file(const std::string& perf_data, const std::string& output, const PtImportOptions& opt,
+                                 normalise::NormaliseOptions nopt) {
+  std::string dir = (std::filesystem::temp_directory_path() / "heaplab-import-XXXXXX").string();
+  if (!mkdtemp(dir.data())) throw std::runtime_error("cannot create a temporary directory: " + std::string(std::strerror(errno)));
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  PtFileImport r;
+  std::string raw_path;
+  r.pt = decode_perf_pt(perf_data, dir, opt, &raw_path);
+  nopt.capture_metadata["method"] = "intel-pt";
+  nopt.capture_metadata["pt"] = report_to_json(r.pt);
+  nopt.capture_metadata["perf_data"] = perf_data;
+  r.trace = normalise::normalise_file(raw_path, output, nopt);
+  return r;
 }
 
 }  // namespace heaplab::pt

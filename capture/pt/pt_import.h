@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capture/normalise/normalise.h"
 #include "capture/pt/perf_data.h"
 #include "capture/pt/pt_stream.h"
 
@@ -85,6 +86,16 @@ struct PtNoEvents : std::runtime_error {
 // or std::runtime_error (one line, naming the file or the perf command).
 PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& dir, const PtImportOptions& opt,
                               std::string* raw_path);
+
+// A whole import: decodes `perf_data` (in a temporary directory, removed
+// afterwards) and normalises the chosen process into `output`, written
+// whole, with the decoding report in its capture metadata.
+struct PtFileImport {
+  PtImportReport pt;
+  normalise::NormaliseReport trace;
+};
+PtFileImport import_perf_pt_file(const std::string& perf_data, const std::string& output, const PtImportOptions& opt,
+                                 normalise::NormaliseOptions nopt);
 
 nlohmann::json report_to_json(const PtImportReport& r);
 

@@ -1,0 +1,52 @@
+#include "analysis/event_text.h"
+
+#include <fmt/format.h>
+
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace heaplab::analysis {
+
+namespace {
+
+std::string obj(uint64_t id) { return id ? "#" + std::to_string(id) : "NULL"; }
+
+}  // namespace
+
+void event_text(const trace::Event& e, bool has_time, std::string& line) {
+  line.clear();
+  fmt::format_to(std::back_inserter(line), "{} t{} ", e.seq, e.thread);
+  if (has_time) fmt::format_to(std::back_inserter(line), "@{} ", e.time);
+  line += trace::op_name(e.op);
+  const uint8_t f = trace::op_info(e.op).fields;
+  std::vector<std::string> args;
+  if (f & trace::kConsumes) args.push_back(obj(e.old));
+  if (f & trace::kCount) args.push_back(std::to_string(e.count));
+  if (f & trace::kSize) args.push_back(std::to_string(e.size));
+  if (f & trace::kAlign) args.push_back("align=" + std::to_string(e.align));
+  line += "(";
+  for (size_t i = 0; i < args.size(); ++i) line += (i ? ", " : "") + args[i];
+  line += ")";
+  if (f & trace::kProduces) {
+    line += " = " + obj(e.id);
+    if (e.flags & trace::kFailed) line += " (failed)";
+  }
+  line += "\n";
+}
+
+void event_jsonl(const trace::Event& e, bool has_time, std::string& line) {
+  nlohmann::json j = {{"seq", e.seq}, {"thread", e.thread}, {"op", trace::op_name(e.op)}};
+  if (has_time) j["time"] = e.time;
+  const uint8_t f = trace::op_info(e.op).fields;
+  if (f & trace::kConsumes) j["old"] = e.old;
+  if (f & trace::kCount) j["count"] = e.count;
+  if (f & trace::kSize) j["size"] = e.size;
+  if (f & trace::kAlign) j["align"] = e.align;
+  if (f & trace::kProduces) j["id"] = e.id;
+  if (e.flags & trace::kFailed) j["failed"] = true;
+  line = j.dump();
+  line += "\n";
+}
+
+}  // namespace heaplab::analysis

@@ -1,0 +1,16 @@
+// One event as a line of text or of JSON (`heaplab cat`).
+//   text:  "SEQ tTHREAD [@TIME ]op(args) = #ID [(failed)]\n"
+//   jsonl: {"seq":..,"thread":..,"op":..,["time"],["old"],["count"],["size"],["align"],["id"],["failed"]}
+#pragma once
+
+#include <string>
+
+#include "capture/format/event.h"
+
+namespace heaplab::analysis {
+
+// Replaces `line` with the event's line (ending in '\n').
+void event_text(const trace::Event& e, bool has_time, std::string& line);
+void event_jsonl(const trace::Event& e, bool has_time, std::string& line);
+
+}  // namespace heaplab::analysis

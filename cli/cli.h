@@ -1,0 +1,56 @@
+// The heaplab command's pieces: each group of subcommands registers its
+// options and a run() that is a few lines over library calls; main.cpp
+// parses and dispatches.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/format/trace_format.h"
+#include "capture/format/trace_reader.h"
+
+namespace heaplab::cli {
+
+inline constexpr int kExitProblems = 1;  // check found problems
+inline constexpr int kExitBadInput = 2;  // bad usage or unreadable input
+
+// A one-line error for the user ("heaplab: error: MESSAGE", exit 2).
+struct Failure {
+  std::string message;
+};
+
+// A subcommand: parsing fills the arguments its options point at; run()
+// does the work and returns the exit status.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+using Commands = std::vector<Command>;
+
+// The whole command line, and for `heaplab capture ... -- PROGRAM ARGS`
+// what follows `--` (never parsed as heaplab's options).
+struct CommandLine {
+  std::vector<std::string> argv;
+  std::vector<std::string> after_dashes;
+  bool dashes = false;
+};
+
+void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& line);    // import stats check cat
+void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& line);  // capture
+void add_replay_commands(CLI::App& app, Commands& commands);                             // replay
+void add_experiment_commands(CLI::App& app, Commands& commands);  // run report dashboard results
+
+// Opens a trace, warning on stderr when it is truncated.
+std::unique_ptr<trace::TraceReader> open_trace(const std::string& path);
+trace::Codec parse_codec(const std::string& codec);
+// The codec's level: `level`, or its default (zstd 3, lz4 1); Failure if out of range.
+int codec_level(trace::Codec codec, int level);
+// Writes `text` to `path` whole; a failure is Failure "PREFIX...".
+void write_text(const std::string& path, const std::string& text, const std::string& prefix);
+// To standard output if `out` is empty, else write_text.
+void write_or_print(const std::string& out, const std::string& text);
+
+}  // namespace heaplab::cli

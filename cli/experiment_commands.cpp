@@ -1,0 +1,213 @@
+// heaplab run / report / dashboard / results: experiments and their store.
+#include <filesystem>
+#include <fmt/core.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "experiments/dashboard.h"
+#include "experiments/metrics.h"
+#include "experiments/plots.h"
+#include "experiments/report.h"
+#include "experiments/results.h"
+#include "experiments/runner.h"
+#include "experiments/spec.h"
+#include "experiments/store.h"
+
+namespace heaplab::cli {
+namespace {
+
+struct RunArgs {
+  std::string file;
+  experiments::RunnerOptions opt;
+};
+
+struct ReportArgs {
+  std::string results = "results", session, experiment, out, plots;
+  experiments::ReportOptions opt;
+};
+
+struct ResultsArgs {
+  std::string results = "results", session, format = "csv", out;
+  std::vector<std::string> stores;
+};
+
+std::string store_path(const std::string& dir) { return dir + "/heaplab.db"; }
+
+std::string session_report(experiments::Store& store, const experiments::SessionInfo& s,
+                           experiments::ReportOptions opt) {
+  if (opt.baseline.empty()) opt.baseline = s.baseline;
+  if (opt.title.empty()) opt.title = fmt::format("experiment {} (session {}, {} of {} runs)", s.experiment, s.id,
+                                                 store.done_cells(s.id).size(), s.cells);
+  return experiments::report(store.records(s.id), opt);
+}
+
+int run_experiment_cmd(const RunArgs& a) {
+  experiments::ExperimentSpec spec;
+  try {
+    spec = experiments::load_experiment(a.file);
+  } catch (const experiments::SpecError& e) {
+    throw Failure{e.what()};
+  }
+  experiments::RunnerResult r;
+  try {
+    r = experiments::run_experiment(spec, a.opt);
+  } catch (const experiments::SpecError& e) {
+    throw Failure{e.what()};
+  } catch (const std::runtime_error& e) {  // RunError, StoreError
+    fmt::print(stderr, "heaplab: error: {}\n", e.what());
+    return 1;
+  }
+  experiments::Store store(r.store);
+  const auto s = store.session(r.session);
+  if (!a.opt.quiet && s && r.finished) {
+    experiments::ReportOptions ro;
+    ro.metrics = spec.metrics;
+    fmt::print("{}", session_report(store, *s, ro));
+  }
+  fmt::print(stderr, "heaplab: {} runs now, {} stored before; session {} {} in {}{}\n", r.ran, r.already, r.session,
+             r.finished ? "complete" : "incomplete", r.store,
+             r.failed ? fmt::format("; {} run(s) failed or were not faithful", r.failed) : "");
+  if (r.interrupted) {
+    fmt::print(stderr, "heaplab: interrupted: run the same command again to continue\n");
+    return 130;
+  }
+  return r.failed ? 1 : 0;
+}
+
+// A store that must exist, opened read-only (reports of a directory one
+// may not write, e.g. a CI artifact).
+experiments::Store existing_store(const std::string& results, const char* cmd) {
+  if (!std::filesystem::exists(store_path(results)))
+    throw Failure{std::string(cmd) + ": no results store at " + store_path(results) +
+                  " (heaplab run FILE.yaml makes one)"};
+  return experiments::Store(store_path(results), true);
+}
+
+int run_report_cmd(ReportArgs a) {
+  experiments::Store store = existing_store(a.results, "report");
+  const experiments::SessionInfo s = experiments::pick_session(store, a.session, a.experiment);
+  if (a.opt.metrics.empty()) {
+    // The experiment's own choice of metrics, from its stored text.
+    try {
+      a.opt.metrics = experiments::parse_experiment(s.spec, s.experiment + ".yaml").metrics;
+    } catch (const experiments::SpecError&) {
+    }
+  }
+  write_or_print(a.out, session_report(store, s, a.opt));
+  if (!a.plots.empty()) {
+    std::vector<std::string> metrics = a.opt.metrics;
+    if (metrics.empty()) metrics = experiments::default_metrics();
+    for (const std::string& p : experiments::write_plots(store, s.id, metrics, a.plots))
+      fmt::print(stderr, "heaplab: plot {}\n", p);
+  }
+  return 0;
+}
+
+int run_dashboard_cmd(const std::string& results, std::string out) {
+  experiments::Store store = existing_store(results, "dashboard");
+  if (out.empty()) out = results + "/dashboard";
+  const experiments::DashboardSummary d = experiments::write_dashboard(store, store_path(results), out);
+  fmt::print("dashboard: {} ({} experiment(s), {} session(s), {} series)\n", d.index, d.experiments, d.sessions,
+             d.series);
+  for (const std::string& r : d.regressions) fmt::print("  regression: {}\n", r);
+  return 0;
+}
+
+int run_results_cmd(const std::string& what, const ResultsArgs& a) {
+  std::error_code ec;
+  if (what == "merge") {
+    std::filesystem::create_directories(a.results, ec);
+    experiments::Store store(store_path(a.results));
+    for (const std::string& other : a.stores) {
+      if (std::filesystem::equivalent(other, store_path(a.results), ec))
+        throw Failure{"results merge: '" + other + "' is the store being merged into"};
+      if (!std::filesystem::exists(other)) throw Failure{"results merge: " + other + ": no such file"};
+      const auto [added, kept] = store.merge_from(other);
+      fmt::print(stderr, "heaplab: {}: {} runs added{}\n", other, added,
+                 kept ? fmt::format(", {} already there kept (same session and cell)", kept) : "");
+    }
+    fmt::print("{}", experiments::sessions_table(store.sessions()));
+    return 0;
+  }
+  experiments::Store store = existing_store(a.results, "results");
+  if (what == "list") {
+    fmt::print("{}", experiments::sessions_table(store.sessions()));
+    return 0;
+  }
+  const experiments::SessionInfo s = experiments::pick_session(store, a.session, "");
+  if (a.format == "csv") write_or_print(a.out, experiments::export_csv(store, s.id));
+  else if (a.format == "gbench") write_or_print(a.out, experiments::export_gbench(store, s.id));
+  else throw Failure{"results export: --format: expected csv or gbench, not '" + a.format + "'"};
+  return 0;
+}
+
+}  // namespace
+
+void add_experiment_commands(CLI::App& app, Commands& commands) {
+  auto runa_ = std::make_shared<RunArgs>();
+  RunArgs& runa = *runa_;
+  auto* run = app.add_subcommand("run",
+                                 "Run an experiment file: its traces x allocators x repetitions, into the results store\n"
+                                 "  heaplab run experiments/quick-start.yaml [--results DIR] [--shard K/N]\n"
+                                 "Resumes an interrupted run of the same file. Exits 0 when every run was faithful, "
+                                 "1 if some failed, 2 on errors, 130 when interrupted.");
+  run->add_option("file", runa.file, "Experiment file (YAML)")->required();
+  run->add_option("--results", runa.opt.results_dir, "Results directory (the store is DIR/heaplab.db)")
+      ->capture_default_str();
+  run->add_option("--shard", runa.opt.shard, "Run only every N-th run, the K-th slice (K/N, 1-based)");
+  run->add_option("--session", runa.opt.session, "Session id to start or resume (default: resume or a new one)");
+  run->add_flag("--new", runa.opt.fresh, "Start a new session even if an unfinished one matches");
+  run->add_flag("-q,--quiet", runa.opt.quiet, "No progress and no report");
+
+  commands.push_back({run, [runa_] { return run_experiment_cmd(*runa_); }});
+
+  auto repa_ = std::make_shared<ReportArgs>();
+  ReportArgs& repa = *repa_;
+  auto* rep = app.add_subcommand("report", "Compare the allocators of a stored session: medians, spread, ratio to "
+                                           "the baseline, significance (Mann-Whitney U)");
+  rep->add_option("--results", repa.results, "Results directory")->capture_default_str();
+  rep->add_option("--session", repa.session, "Session id (default: the newest)");
+  rep->add_option("--experiment", repa.experiment, "The newest session of this experiment");
+  rep->add_option("--format", repa.opt.format, "table, md, csv or json")
+      ->check(CLI::IsMember({"table", "md", "csv", "json"}))->capture_default_str();
+  rep->add_option("--metric", repa.opt.metrics, "Metrics to report (repeatable; default: the experiment's)");
+  rep->add_option("--baseline", repa.opt.baseline, "Allocator label to compare against (default: the experiment's)");
+  rep->add_option("--alpha", repa.opt.alpha, "Significance level")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  rep->add_option("-o,--out", repa.out, "Write the report here");
+  rep->add_option("--plots", repa.plots, "Also write SVG plots here: heap over time, latency curves, bars per metric");
+
+  commands.push_back({rep, [repa_] { return run_report_cmd(*repa_); }});
+
+  auto dash_ = std::make_shared<std::pair<std::string, std::string>>("results", "");
+  std::string& dash_results = dash_->first;
+  std::string& dash_out = dash_->second;
+  auto* dash = app.add_subcommand("dashboard", "Write a static HTML dashboard of the results store (opens offline): "
+                                               "history per metric, regressions flagged, drill-down per session");
+  dash->add_option("--results", dash_results, "Results directory")->capture_default_str();
+  dash->add_option("-o,--out", dash_out, "Directory of the site (index.html); default: RESULTS/dashboard");
+
+  commands.push_back({dash, [dash_] { return run_dashboard_cmd(dash_->first, dash_->second); }});
+
+  auto resa_ = std::make_shared<ResultsArgs>();
+  ResultsArgs& resa = *resa_;
+  auto* res = app.add_subcommand("results", "The results store: list sessions, merge stores (shards), export runs");
+  res->require_subcommand(1);
+  auto* res_list = res->add_subcommand("list", "Sessions in the store");
+  res_list->add_option("--results", resa.results, "Results directory")->capture_default_str();
+  auto* res_merge = res->add_subcommand("merge", "Merge other stores (e.g. shards' DIR/heaplab.db) into this one");
+  res_merge->add_option("stores", resa.stores, "Stores to merge in")->required();
+  res_merge->add_option("--results", resa.results, "Results directory merged into")->capture_default_str();
+  auto* res_export = res->add_subcommand("export", "A session's runs as CSV or Google Benchmark JSON");
+  res_export->add_option("--results", resa.results, "Results directory")->capture_default_str();
+  res_export->add_option("--session", resa.session, "Session id (default: the newest)");
+  res_export->add_option("--format", resa.format, "csv or gbench")->capture_default_str();
+  res_export->add_option("-o,--out", resa.out, "Write here instead of standard output");
+
+  commands.push_back({res_list, [resa_] { return run_results_cmd("list", *resa_); }});
+  commands.push_back({res_merge, [resa_] { return run_results_cmd("merge", *resa_); }});
+  commands.push_back({res_export, [resa_] { return run_results_cmd("export", *resa_); }});
+}
+
+}  // namespace heaplab::cli

@@ -1,0 +1,71 @@
+// The heaplab command: parses arguments and dispatches to the subcommands
+// (cli/*_commands.cpp), each a few lines over library calls.
+#include <csignal>
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "capture/format/trace_format.h"
+#include "capture/import/metadata.h"
+#include "cli/cli.h"
+
+using namespace heaplab;
+using namespace heaplab::cli;
+
+int main(int argc, char** argv) {
+  signal(SIGCHLD, SIG_DFL);  // an ignored SIGCHLD (inherited) would make every wait for a child fail
+  CommandLine line;
+  line.argv.assign(argv, argv + argc);
+  CLI::App app{"heaplab: capture, normalise and replay heap traces to compare allocators", "heaplab"};
+  app.set_version_flag("--version", std::string("heaplab ") + import::tool_version() +
+                                        fmt::format(" (trace format {}.{})", trace::kFormatMajor,
+                                                    trace::kFormatMinor));
+  app.require_subcommand(1);
+
+  Commands commands;
+  add_trace_commands(app, commands, line);
+  add_capture_commands(app, commands, line);
+  add_replay_commands(app, commands);
+  add_experiment_commands(app, commands);
+
+  // `heaplab capture [options] -- PROGRAM ARGS`: what follows `--` is the
+  // program's, never parsed as ours (without `--`, the first argument that is
+  // not one of our options starts the program: prefix_command below).
+  std::vector<char*> ours(argv, argv + argc);
+  if (argc > 1 && std::string(argv[1]) == "capture") {
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "--") {
+        line.after_dashes.assign(argv + i + 1, argv + argc);
+        ours.resize(size_t(i));
+        line.dashes = true;
+        break;
+      }
+  }
+
+  try {
+    app.parse(int(ours.size()), ours.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "heaplab: error: {}\nRun 'heaplab --help' for usage.\n", e.what());
+    return kExitBadInput;
+  }
+
+  try {
+    for (const Command& c : commands)
+      if (*c.app) return c.run();
+  } catch (const Failure& f) {
+    fmt::print(stderr, "heaplab: error: {}\n", f.message);
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "heaplab: error: out of memory\n");
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "heaplab: error: {}\n", e.what());
+  }
+  return kExitBadInput;
+}

@@ -1,0 +1,126 @@
+// heaplab replay: a trace on one allocator, or several side by side.
+#include <fmt/core.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "replay/compare.h"
+#include "replay/launch.h"
+
+namespace heaplab::cli {
+namespace {
+
+struct ReplayArgs {
+  replay::ReplayOptions opt;
+  std::string out;
+  bool list = false;
+  bool quiet = false;
+  bool json = false;
+};
+
+// Several allocators (or load modes): one replay each, in turn, then one
+// table side by side (replay::replay_each).
+int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs,
+                const std::vector<std::string>& loads, bool all) {
+  replay::ComparisonObserver observe;
+  observe.starting = [&](const std::string& alloc, const std::string& load) {
+    if (!a.quiet && !a.json) fmt::print(stderr, "heaplab: replaying on {} ({})\n", alloc, load);
+  };
+  observe.failed = [](const std::string& alloc, const std::string& load, const std::string& error) {
+    fmt::print(stderr, "heaplab: error: replay on {} ({}): {}\n", alloc, load, error);
+  };
+  replay::Comparison c;
+  try {
+    c = replay::replay_each(a.opt, allocs, loads, all, observe);
+  } catch (const replay::ReplayError& e) {
+    throw Failure{std::string("replay: ") + e.what()};
+  }
+  const std::string text = nlohmann::json(c.results).dump(2) + "\n";
+  if (!a.out.empty()) write_text(a.out, text, "replay: ");
+  if (a.json) fmt::print("{}", text);
+  else if (!a.quiet) fmt::print("{}", replay::comparison_table(c.results));
+  return c.worst_exit;
+}
+
+int run_replay(const ReplayArgs& a) {
+  if (a.list) {
+    fmt::print("{}", replay::list_allocators());
+    return 0;
+  }
+  if (a.opt.trace.empty()) throw Failure{"replay: no trace given (heaplab replay TRACE --allocator NAME)"};
+  const bool all = a.opt.allocator == "all";
+  std::vector<std::string> allocs, loads;
+  try {
+    allocs = replay::allocator_list(a.opt.allocator);
+    loads = replay::load_list(a.opt.load);
+  } catch (const replay::ReplayError& e) {
+    throw Failure{std::string("replay: ") + e.what()};
+  }
+  if (allocs.size() * loads.size() > 1 || all) return run_replays(a, allocs, loads, all);
+  replay::ReplayOutcome o;
+  try {
+    o = replay::run_replay(a.opt);
+  } catch (const replay::ReplayError& e) {
+    throw Failure{std::string("replay: ") + e.what()};
+  }
+  const std::string text = o.result.dump(2) + "\n";
+  if (!a.out.empty()) write_text(a.out, text, "replay: ");
+  if (a.json) fmt::print("{}", text);
+  else if (!a.quiet && o.exit_code != 2) fmt::print("{}", replay::result_summary(o.result));
+  if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
+  return o.exit_code;
+}
+
+}  // namespace
+
+void add_replay_commands(CLI::App& app, Commands& commands) {
+  auto ra_ = std::make_shared<ReplayArgs>();
+  ReplayArgs& ra = *ra_;
+  auto* rp = app.add_subcommand("replay",
+                                "Replay a trace on an allocator, one thread per recorded thread\n"
+                                "  heaplab replay TRACE [--allocator NAME[,NAME...]|all] [--load preload|direct|both] [--out result.json]\n"
+                                "Exits 0 when every call was replayed as recorded, 1 if the replay failed, 2 on errors.");
+  rp->add_option("trace", ra.opt.trace, "Trace file (.hlt)");
+  rp->add_option("--allocator", ra.opt.allocator,
+                 "glibc (default), jemalloc, mimalloc, tcmalloc, or the path of an allocator .so; several "
+                 "separated by commas, or all, replay in turn and print a table side by side")
+      ->capture_default_str();
+  rp->add_option("--load", ra.opt.load,
+                 "preload: LD_PRELOAD the allocator; direct: a replayer linked against it (native API); "
+                 "both (or preload,direct): one replay each")
+      ->capture_default_str();
+  rp->add_option("--threads", ra.opt.threads,
+                 "Replay threads (default: one per recorded thread; fewer folds recorded threads)")
+      ->check(CLI::Range(1u, 1u << 20));
+  rp->add_option("--touch", ra.opt.touch,
+                 "Write allocated memory: none, first (byte), pages (a byte per page) or all")
+      ->check(CLI::IsMember({"none", "first", "pages", "all"}))->capture_default_str();
+  rp->add_option("--timing", ra.opt.timing, "fast (as fast as possible) or recorded (the trace's pace)")
+      ->check(CLI::IsMember({"fast", "recorded"}))->capture_default_str();
+  rp->add_option("--speed", ra.opt.speed, "With --timing recorded: replay this many times faster")
+      ->check(CLI::PositiveNumber);
+  rp->add_option("--latency", ra.opt.latency,
+                 "Time every Nth call (1: all; 0: none, the default) into per-op latency percentiles")
+      ->check(CLI::Range(0u, 1u << 30));
+  rp->add_option("--sample-ms", ra.opt.sample_ms,
+                 "Sample RSS and live bytes every N ms (0: at the start and the end only)")
+      ->check(CLI::Range(0u, 3600000u))->capture_default_str();
+  rp->add_option("--pin", ra.opt.pin,
+                 "Bind replay threads (hwloc): none, compact, scatter, or CPU numbers such as 0,1")
+      ->capture_default_str();
+  rp->add_flag("!--no-memory", ra.opt.memory,
+               "No memory measurement (no sampler, no live-bytes sums in the plan): wall time and calls only");
+  rp->add_option("--membind", ra.opt.membind,
+                 "Bind the replay's memory (NUMA, hwloc): none, local (the pinned CPUs' nodes), interleave, "
+                 "or node numbers such as 0,1")
+      ->capture_default_str();
+  rp->add_option("-o,--out", ra.out, "Write the result JSON here");
+  rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
+  rp->add_flag("-q,--quiet", ra.quiet, "No summary");
+  rp->add_flag("--list-allocators", ra.list, "List the allocators and load modes available, and why not");
+
+  commands.push_back({rp, [ra_] { return run_replay(*ra_); }});
+}
+
+}  // namespace heaplab::cli

@@ -1,0 +1,274 @@
+// heaplab import / stats / check / cat: traces in, text out.
+#include <algorithm>
+#include <cstdio>
+#include <fmt/core.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/event_text.h"
+#include "analysis/trace_check.h"
+#include "analysis/trace_stats.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_writer.h"
+#include "capture/import/cmt_text.h"
+#include "capture/normalise/normalise.h"
+#include "capture/pt/pt_import.h"
+#include "cli/cli.h"
+#include "common/files.h"
+#include "common/text.h"
+
+namespace heaplab::cli {
+namespace {
+
+using common::group_digits;
+
+struct ImportArgs {
+  std::string from;
+  std::string input;
+  std::string output;
+  std::string codec = "zstd";
+  int level = 0;  // 0: the codec's default (zstd 3, lz4 1)
+  uint32_t chunk_events = 1u << 20;
+  std::string decoder = "direct";  // perf-pt
+  int64_t pid = -1;                // perf-pt: the process to keep
+  std::string perf = "perf";       // perf-pt: dlfilter and text decoders
+};
+
+// The normaliser's options from import's (its chunks hold at most 65,536 events).
+normalise::NormaliseOptions normalise_options(const ImportArgs& a) {
+  normalise::NormaliseOptions opt;
+  opt.codec = parse_codec(a.codec);
+  opt.level = codec_level(opt.codec, a.level);
+  opt.chunk_events = std::min<uint32_t>(a.chunk_events, 65536);
+  return opt;
+}
+
+// A raw capture file (kept with `heaplab capture --keep-raw`, or copied from
+// another machine) -> trace.
+int run_import_raw(const ImportArgs& a) {
+  const normalise::NormaliseReport rep = normalise::normalise_file(a.input, a.output, normalise_options(a));
+  fmt::print(stderr, "normalised {} calls in {} threads from {} into {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(rep.calls), rep.threads, a.input, a.output, group_digits(rep.bytes),
+             rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
+  if (rep.unknown_frees)
+    fmt::print(stderr, "heaplab: note: {} frees of memory allocated before capture were skipped\n",
+               group_digits(rep.unknown_frees));
+  if (rep.holes) fmt::print(stderr, "heaplab: note: {} records were lost\n", group_digits(rep.holes));
+  return 0;
+}
+
+// An Intel PT recording of heaplab's ptwrite route (perf.data, from
+// `heaplab capture --method pt --keep-raw` or `perf record` on another
+// machine) -> trace.
+int run_import_perf_pt(const ImportArgs& a) {
+  pt::PtImportOptions po;
+  if (!pt::parse_decoder(a.decoder, &po.decoder))
+    throw Failure{"--decoder: direct, dlfilter or text, not '" + a.decoder + "'"};
+  po.pid = a.pid;
+  po.perf = a.perf;
+  po.dlfilter = common::self_dir() + "/libheaplab_ptw_dlfilter.so";
+  const pt::PtFileImport im = pt::import_perf_pt_file(a.input, a.output, po, normalise_options(a));
+  const pt::PtImportReport& pr = im.pt;
+  const normalise::NormaliseReport& rep = im.trace;
+  fmt::print(stderr,
+             "decoded {} events ({} ptwrite payloads) of process {}{} in {} thread{} with the {} decoder in {:.3f} s; "
+             "wrote {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(pr.events), group_digits(pr.ptw_words), pr.pid, pr.comm.empty() ? "" : " (" + pr.comm + ")",
+             pr.threads, pr.threads == 1 ? "" : "s", pt::decoder_name(pr.decoder), pr.decode_seconds, a.output,
+             group_digits(rep.bytes), rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
+  if (pr.lost || pr.stream.overflows || pr.aux_truncated || pr.aux_gaps || pr.file_truncated_at)
+    fmt::print(stderr,
+               "heaplab: note: {} events lost (lost markers in the trace): {} overflow packets, {} truncated AUX "
+               "records, {} AUX gaps{}\n",
+               group_digits(pr.lost), pr.stream.overflows, pr.aux_truncated, pr.aux_gaps,
+               pr.file_truncated_at ? fmt::format(", the file ends inside a record at byte {}", pr.file_truncated_at)
+                                    : "");
+  if (pr.unparsed_lines)
+    fmt::print(stderr, "heaplab: note: {} lines of perf script's output were no ptwrite sample (ignored)\n",
+               group_digits(pr.unparsed_lines));
+  for (const pt::PtProcess& p : pr.other_processes)
+    fmt::print(stderr, "heaplab: note: process {}{} has {} events too (--pid {} imports it)\n", p.pid,
+               p.comm.empty() ? "" : " (" + p.comm + ")", group_digits(p.events), p.pid);
+  if (rep.unknown_frees)
+    fmt::print(stderr,
+               "heaplab: note: {} frees of memory whose allocation is not in the trace (made before capture, or "
+               "lost) were skipped\n",
+               group_digits(rep.unknown_frees));
+  return 0;
+}
+
+int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
+  if (a.from == "heaplab-raw") return run_import_raw(a);
+  if (a.from == "perf-pt") return run_import_perf_pt(a);
+  if (a.from != "cmt-text")
+    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw, perf-pt)"};
+  trace::WriterOptions opt;
+  opt.codec = parse_codec(a.codec);
+  opt.level = codec_level(opt.codec, a.level);
+  opt.chunk_events = a.chunk_events;
+  const import::CmtFileImport im = import::import_cmt_file(a.input, a.output, opt, argv);
+  const import::CmtImportReport& rep = im.report;
+  const uint64_t bytes = im.bytes;
+  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
+  fmt::print(stderr, "imported {} events from {} lines of {}{} into {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(rep.events), group_digits(rep.lines), im.source, how, a.output,
+             group_digits(bytes), rep.events ? double(bytes) / double(rep.events) : 0.0);
+  if (rep.unknown_frees)
+    fmt::print(stderr, "heaplab: note: {} frees of addresses never allocated were skipped (first at line {})\n",
+               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
+  if (rep.unknown_reallocs)
+    fmt::print(stderr, "heaplab: note: {} reallocs of unknown addresses were imported as realloc(NULL, n)\n",
+               group_digits(rep.unknown_reallocs));
+  if (rep.reused_live)
+    fmt::print(stderr, "heaplab: note: {} allocations returned an address that was still live (a free is missing)\n",
+               group_digits(rep.reused_live));
+  return 0;
+}
+
+// ------------------------------------------------------------------ stats
+int run_stats(const std::string& path, bool json) {
+  auto r = open_trace(path);
+  analysis::TraceStats s = analysis::compute_stats(*r);
+  if (json) {
+    nlohmann::json j = analysis::stats_to_json(s);
+    j["trace"] = {{"path", path},
+                  {"format_version", fmt::format("{}.{}", r->major_version(), r->minor_version())},
+                  {"file_bytes", r->file_size()},
+                  {"bytes_per_event", s.events ? double(r->file_size()) / double(s.events) : 0.0},
+                  {"complete", r->complete()}};
+    if (!r->complete()) j["trace"]["warning"] = r->warning();
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("trace: {} (format {}.{}, {} bytes, {:.3f} bytes/event)\n", path, r->major_version(),
+               r->minor_version(), group_digits(r->file_size()),
+               s.events ? double(r->file_size()) / double(s.events) : 0.0);
+    fmt::print("{}", analysis::stats_to_text(s));
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------ check
+int run_check(const std::string& path, size_t max_listed) {
+  auto r = trace::TraceReader::open(path);
+  analysis::CheckReport rep = analysis::check_trace(*r, max_listed);
+  for (const auto& p : rep.listed)
+    fmt::print("{}: seq {} (thread {}): {}\n", path, p.seq, p.thread, p.message);
+  if (rep.problems > rep.listed.size())
+    fmt::print("{}: ... and {} more problems\n", path, rep.problems - rep.listed.size());
+  if (rep.lost_events)
+    fmt::print("{}: note: the capture lost {} events (lost markers)\n", path, group_digits(rep.lost_events));
+  if (rep.refs_to_lost_objects)
+    fmt::print("{}: note: {} events refer to objects created in chunks the truncation lost\n", path,
+               group_digits(rep.refs_to_lost_objects));
+  if (!rep.ok()) {
+    fmt::print(stderr, "heaplab check: {}: {} problem{} found\n", path, group_digits(rep.problems),
+               rep.problems == 1 ? "" : "s");
+    return kExitProblems;
+  }
+  fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events),
+             r->active_threads().size(), group_digits(rep.objects));
+  return 0;
+}
+
+struct CatArgs {
+  std::string path;
+  std::string format = "text";
+  int64_t thread = -1;
+  uint64_t from = 0;
+  uint64_t limit = UINT64_MAX;
+  bool meta = false;
+};
+
+int run_cat(const CatArgs& a) {
+  auto r = open_trace(a.path);
+  if (a.meta) {
+    nlohmann::json m = nlohmann::json::parse(r->metadata(), nullptr, false);
+    fmt::print("{}\n", m.is_discarded() ? r->metadata() : m.dump(2));
+    return 0;
+  }
+  std::unique_ptr<trace::EventCursor> cur;
+  if (a.thread < -1) throw Failure{fmt::format("--thread: no thread {}", a.thread)};
+  if (a.thread >= 0) {
+    if (a.thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(a.thread)).empty())
+      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread,
+                                r->active_threads().size())};
+    cur = std::make_unique<trace::ThreadCursor>(*r, static_cast<uint32_t>(a.thread));
+  } else {
+    cur = std::make_unique<trace::MergedCursor>(*r);
+  }
+  const bool json = a.format == "jsonl";
+  std::vector<trace::Event> buf(4096);
+  std::string line, out;
+  uint64_t shown = 0;
+  while (size_t n = cur->next(buf.data(), buf.size())) {
+    for (size_t i = 0; i < n && shown < a.limit; ++i) {
+      if (buf[i].seq < a.from) continue;
+      json ? analysis::event_jsonl(buf[i], r->has_time(), line) : analysis::event_text(buf[i], r->has_time(), line);
+      out += line;
+      ++shown;
+    }
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) return 0;  // closed pipe
+    out.clear();
+    if (shown >= a.limit) break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& line) {
+  auto ia_ = std::make_shared<ImportArgs>();
+  ImportArgs& ia = *ia_;
+  auto* imp = app.add_subcommand("import", "Convert another tool's trace into a heaplab trace");
+  imp->add_option("--from", ia.from,
+                  "Input format: cmt-text (Compact Memory Traces text), heaplab-raw (a .hlraw capture file) or "
+                  "perf-pt (a perf.data of heaplab's Intel PT route)")
+      ->required();
+  imp->add_option("--decoder", ia.decoder, "perf-pt: direct (fastest), dlfilter or text (both run perf script)")
+      ->check(CLI::IsMember({"direct", "dlfilter", "text"}))->capture_default_str();
+  imp->add_option("--pid", ia.pid, "perf-pt: the process to import (default: the one with the most events)");
+  imp->add_option("--perf", ia.perf, "perf-pt: the perf binary (dlfilter and text decoders)")->capture_default_str();
+  imp->add_option("input", ia.input, "Input file (plain, .gz, .bz2, .xz or .zst), or - for stdin")->required();
+  imp->add_option("-o,--output", ia.output, "Output trace (.hlt)")->required();
+  imp->add_option("--codec", ia.codec, "Chunk compression: zstd (smallest), lz4 (fastest) or none")
+      ->check(CLI::IsMember({"zstd", "lz4", "none"}))->capture_default_str();
+  imp->add_option("--level", ia.level, "zstd level 1..22 (default 3), or lz4 acceleration (default 1)")
+      ->check(CLI::Range(1, 65537));
+  imp->add_option("--chunk-events", ia.chunk_events, "Events per chunk")
+      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+
+  commands.push_back({imp, [ia_, &line] { return run_import(*ia_, line.argv); }});
+
+  auto stats_ = std::make_shared<std::pair<std::string, bool>>("", false);
+  std::string& stats_path = stats_->first;
+  bool& stats_json = stats_->second;
+  auto* st = app.add_subcommand("stats", "Summarise a trace: operations, threads, sizes, lifetimes, peaks");
+  st->add_option("trace", stats_path, "Trace file")->required();
+  st->add_flag("--json", stats_json, "Print JSON instead of text");
+
+  commands.push_back({st, [stats_] { return run_stats(stats_->first, stats_->second); }});
+
+  auto check_ = std::make_shared<std::pair<std::string, size_t>>("", 20);
+  std::string& check_path = check_->first;
+  size_t& check_max = check_->second;
+  auto* ck = app.add_subcommand("check", "Validate a trace; exit 1 if it has problems");
+  ck->add_option("trace", check_path, "Trace file")->required();
+  ck->add_option("--max-problems", check_max, "How many problems to list")->capture_default_str();
+
+  commands.push_back({ck, [check_] { return run_check(check_->first, check_->second); }});
+
+  auto ca_ = std::make_shared<CatArgs>();
+  CatArgs& ca = *ca_;
+  auto* ct = app.add_subcommand("cat", "Print a trace's events as text");
+  ct->add_option("trace", ca.path, "Trace file")->required();
+  ct->add_option("--format", ca.format, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}))->capture_default_str();
+  ct->add_option("--thread", ca.thread, "Only this thread's events");
+  ct->add_option("--from", ca.from, "Start at this seq");
+  ct->add_option("-n,--limit", ca.limit, "Print at most this many events");
+  ct->add_flag("--meta", ca.meta, "Print the metadata JSON instead of events");
+
+  commands.push_back({ct, [ca_] { return run_cat(*ca_); }});
+}
+
+}  // namespace heaplab::cli
