@@ -70,9 +70,7 @@ struct LibcApi {
   static void* op_new_nothrow(size_t n) { return ::operator new(n, std::nothrow); }
   static void* op_new_array_nothrow(size_t n) { return ::operator new[](n, std::nothrow); }
   static void* op_new_aligned(size_t n, size_t a) { return ::operator new(n, std::align_val_t(a)); }
-  static void* op_new_array_aligned(size_t n, size_t a) {
-    return ::operator new[](n, std::align_val_t(a));
-  }
+  static void* op_new_array_aligned(size_t n, size_t a) { return ::operator new[](n, std::align_val_t(a)); }
   static void* op_new_aligned_nothrow(size_t n, size_t a) {
     return ::operator new(n, std::align_val_t(a), std::nothrow);
   }
@@ -85,20 +83,14 @@ struct LibcApi {
   static void op_delete_sized(void* p, size_t n) { ::operator delete(p, n); }
   static void op_delete_array_sized(void* p, size_t n) { ::operator delete[](p, n); }
   static void op_delete_aligned(void* p, size_t a) { ::operator delete(p, std::align_val_t(a)); }
-  static void op_delete_array_aligned(void* p, size_t a) {
-    ::operator delete[](p, std::align_val_t(a));
-  }
-  static void op_delete_sized_aligned(void* p, size_t n, size_t a) {
-    ::operator delete(p, n, std::align_val_t(a));
-  }
+  static void op_delete_array_aligned(void* p, size_t a) { ::operator delete[](p, std::align_val_t(a)); }
+  static void op_delete_sized_aligned(void* p, size_t n, size_t a) { ::operator delete(p, n, std::align_val_t(a)); }
   static void op_delete_array_sized_aligned(void* p, size_t n, size_t a) {
     ::operator delete[](p, n, std::align_val_t(a));
   }
   static void op_delete_nothrow(void* p) { ::operator delete(p, std::nothrow); }
   static void op_delete_array_nothrow(void* p) { ::operator delete[](p, std::nothrow); }
-  static void op_delete_aligned_nothrow(void* p, size_t a) {
-    ::operator delete(p, std::align_val_t(a), std::nothrow);
-  }
+  static void op_delete_aligned_nothrow(void* p, size_t a) { ::operator delete(p, std::align_val_t(a), std::nothrow); }
   static void op_delete_array_aligned_nothrow(void* p, size_t a) {
     ::operator delete[](p, std::align_val_t(a), std::nothrow);
   }

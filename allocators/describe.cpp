@@ -99,8 +99,8 @@ nlohmann::json describe_allocator(void* handle) {
     if (mallctl("version", &v, &len, nullptr, 0) == 0 && v) j["version"] = std::string("jemalloc ") + v;
   } else if (auto miv = lookup<mi_version_t>(handle, "mi_version")) {
     const int v = miv();
-    j["version"] = "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." +
-                   std::to_string(v % 10);
+    j["version"] =
+        "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
   } else if (auto tcv = lookup<tc_version_t>(handle, "tc_version")) {
     int major = 0, minor = 0;
     const char* patch = nullptr;
@@ -122,8 +122,8 @@ nlohmann::json allocator_stats(void* handle) {
     size_t elen = sizeof epoch;
     mallctl("epoch", &epoch, &elen, &epoch, elen);
     j["source"] = "mallctl";
-    for (const char* key : {"stats.allocated", "stats.active", "stats.resident", "stats.mapped",
-                            "stats.retained", "stats.metadata"}) {
+    for (const char* key :
+         {"stats.allocated", "stats.active", "stats.resident", "stats.mapped", "stats.retained", "stats.metadata"}) {
       size_t v = 0, len = sizeof v;
       if (mallctl(key, &v, &len, nullptr, 0) == 0) j[key] = v;
     }
@@ -138,10 +138,9 @@ nlohmann::json allocator_stats(void* handle) {
     j["page_faults"] = faults;
   } else if (auto prop = lookup<tc_prop_t>(handle, "MallocExtension_GetNumericProperty")) {
     j["source"] = "MallocExtension";
-    for (const char* key :
-         {"generic.current_allocated_bytes", "generic.heap_size", "tcmalloc.pageheap_free_bytes",
-          "tcmalloc.pageheap_unmapped_bytes", "tcmalloc.central_cache_free_bytes",
-          "tcmalloc.transfer_cache_free_bytes", "tcmalloc.thread_cache_free_bytes"}) {
+    for (const char* key : {"generic.current_allocated_bytes", "generic.heap_size", "tcmalloc.pageheap_free_bytes",
+                            "tcmalloc.pageheap_unmapped_bytes", "tcmalloc.central_cache_free_bytes",
+                            "tcmalloc.transfer_cache_free_bytes", "tcmalloc.thread_cache_free_bytes"}) {
       size_t v = 0;
       if (prop(key, &v)) j[key] = v;
     }

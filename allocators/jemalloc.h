@@ -31,9 +31,7 @@ struct Jemalloc : LibcApi {
   static void op_delete_sized_aligned(void* p, size_t n, size_t a) {
     if (p) sdallocx(p, n ? n : 1, pow2(a) ? align_flag(a) : 0);
   }
-  static void op_delete_array_sized_aligned(void* p, size_t n, size_t a) {
-    op_delete_sized_aligned(p, n, a);
-  }
+  static void op_delete_array_sized_aligned(void* p, size_t n, size_t a) { op_delete_sized_aligned(p, n, a); }
 };
 static_assert(Backend<Jemalloc>);
 

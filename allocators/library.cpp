@@ -14,8 +14,7 @@ const std::vector<KnownAllocator>& known_allocators() {
       {"glibc", "", "libc6", "libc6-dev", "heaplab-replay"},
       {"jemalloc", "libjemalloc.so.2", "libjemalloc2", "libjemalloc-dev", "heaplab-replay-jemalloc"},
       {"mimalloc", "libmimalloc.so.2", "libmimalloc2.0", "libmimalloc-dev", "heaplab-replay-mimalloc"},
-      {"tcmalloc", "libtcmalloc.so.4", "libgoogle-perftools4", "libgoogle-perftools-dev",
-       "heaplab-replay-tcmalloc"},
+      {"tcmalloc", "libtcmalloc.so.4", "libgoogle-perftools4", "libgoogle-perftools-dev", "heaplab-replay-tcmalloc"},
   };
   return known;
 }
@@ -63,8 +62,7 @@ std::string probe(const std::string& lib, std::string& path) {
     target = target.substr(0, target.find(" ["));
     provider = target;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && provider.empty())
-    return "cannot run /bin/true to check it";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && provider.empty()) return "cannot run /bin/true to check it";
   if (provider.empty() || provider.find("/libc.so") != std::string::npos) return "does not define malloc";
   path = provider;
   return "";

@@ -10,11 +10,11 @@
 namespace heaplab::allocators {
 
 struct KnownAllocator {
-  std::string name;      // "jemalloc"
-  std::string soname;    // "libjemalloc.so.2"; empty for glibc (the system allocator)
-  std::string package;   // Debian package that provides it
+  std::string name;         // "jemalloc"
+  std::string soname;       // "libjemalloc.so.2"; empty for glibc (the system allocator)
+  std::string package;      // Debian package that provides it
   std::string dev_package;  // Debian package needed to build its direct replayer
-  std::string replayer;  // executable of the direct load mode, next to `heaplab`
+  std::string replayer;     // executable of the direct load mode, next to `heaplab`
 };
 
 const std::vector<KnownAllocator>& known_allocators();

@@ -36,9 +36,7 @@ struct Mimalloc : LibcApi {
   static void op_delete_aligned(void* p, size_t a) { mi_free_aligned(p, a); }
   static void op_delete_array_aligned(void* p, size_t a) { mi_free_aligned(p, a); }
   static void op_delete_sized_aligned(void* p, size_t n, size_t a) { mi_free_size_aligned(p, n, a); }
-  static void op_delete_array_sized_aligned(void* p, size_t n, size_t a) {
-    mi_free_size_aligned(p, n, a);
-  }
+  static void op_delete_array_sized_aligned(void* p, size_t n, size_t a) { mi_free_size_aligned(p, n, a); }
   static void op_delete_nothrow(void* p) { mi_free(p); }
   static void op_delete_array_nothrow(void* p) { mi_free(p); }
   static void op_delete_aligned_nothrow(void* p, size_t a) { mi_free_aligned(p, a); }

@@ -73,13 +73,9 @@ struct Custom {
     *out = p;
     return 0;
   }
-  static void* aligned_alloc(size_t a, size_t n) {
-    return f_aligned_alloc ? f_aligned_alloc(a, n) : aligned(a, n);
-  }
+  static void* aligned_alloc(size_t a, size_t n) { return f_aligned_alloc ? f_aligned_alloc(a, n) : aligned(a, n); }
   static void* valloc(size_t n) { return f_valloc ? f_valloc(n) : aligned(4096, n); }
-  static void* pvalloc(size_t n) {
-    return f_pvalloc ? f_pvalloc(n) : aligned(4096, (n + 4095) & ~size_t{4095});
-  }
+  static void* pvalloc(size_t n) { return f_pvalloc ? f_pvalloc(n) : aligned(4096, (n + 4095) & ~size_t{4095}); }
   // C++ allocation: a failure returns NULL, which the engine records.
   static void* op_new(size_t n) { return f_malloc(n); }
   static void* op_new_array(size_t n) { return f_malloc(n); }

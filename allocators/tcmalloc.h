@@ -35,9 +35,7 @@ struct Tcmalloc : LibcApi {
   static void* op_new_nothrow(size_t n) { return tc_new_nothrow(n, std::nothrow); }
   static void* op_new_array_nothrow(size_t n) { return tc_newarray_nothrow(n, std::nothrow); }
   static void* op_new_aligned(size_t n, size_t a) { return tc_new_aligned(n, std::align_val_t(a)); }
-  static void* op_new_array_aligned(size_t n, size_t a) {
-    return tc_newarray_aligned(n, std::align_val_t(a));
-  }
+  static void* op_new_array_aligned(size_t n, size_t a) { return tc_newarray_aligned(n, std::align_val_t(a)); }
   static void* op_new_aligned_nothrow(size_t n, size_t a) {
     return tc_new_aligned_nothrow(n, std::align_val_t(a), std::nothrow);
   }
@@ -49,9 +47,7 @@ struct Tcmalloc : LibcApi {
   static void op_delete_sized(void* p, size_t n) { tc_delete_sized(p, n); }
   static void op_delete_array_sized(void* p, size_t n) { tc_deletearray_sized(p, n); }
   static void op_delete_aligned(void* p, size_t a) { tc_delete_aligned(p, std::align_val_t(a)); }
-  static void op_delete_array_aligned(void* p, size_t a) {
-    tc_deletearray_aligned(p, std::align_val_t(a));
-  }
+  static void op_delete_array_aligned(void* p, size_t a) { tc_deletearray_aligned(p, std::align_val_t(a)); }
   static void op_delete_sized_aligned(void* p, size_t n, size_t a) {
     tc_delete_sized_aligned(p, n, std::align_val_t(a));
   }

@@ -18,8 +18,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
   if (!r.complete()) problem(0, 0, r.warning());
   {
     nlohmann::json meta = nlohmann::json::parse(r.metadata(), nullptr, false);
-    if (meta.is_discarded() || !meta.is_object())
-      problem(0, 0, "metadata block is not a JSON object");
+    if (meta.is_discarded() || !meta.is_object()) problem(0, 0, "metadata block is not a JSON object");
   }
 
   struct ThreadState {
@@ -28,7 +27,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     bool ended = false;
   };
   FlatMap<ThreadState> threads;  // by thread index + 1 (keys must be non-zero)
-  FlatMap<uint8_t> live;  // id -> 1
+  FlatMap<uint8_t> live;         // id -> 1
   uint64_t max_id = 0;
   uint64_t expected_seq = 0;
   uint64_t missing_seqs = 0;
@@ -62,16 +61,15 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
         problem(e.seq, e.thread, "thread_start is not the thread's first event");
       if (e.op == Op::thread_end) ts.ended = true;
       if (r.has_time() && ts.events != 0 && e.time < ts.last_time)
-        problem(e.seq, e.thread, "time goes backwards in this thread (" +
-                                     std::to_string(e.time) + " ns after " +
-                                     std::to_string(ts.last_time) + " ns)");
+        problem(e.seq, e.thread,
+                "time goes backwards in this thread (" + std::to_string(e.time) + " ns after " +
+                    std::to_string(ts.last_time) + " ns)");
       ts.last_time = e.time;
       ++ts.events;
 
       if (e.op == Op::lost) rep.lost_events += e.count;
       const bool produces = trace::op_produces(e.op);
-      if (!produces && e.flags != 0)
-        problem(e.seq, e.thread, op + " carries result flags, but it returns nothing");
+      if (!produces && e.flags != 0) problem(e.seq, e.thread, op + " carries result flags, but it returns nothing");
       if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult))
         problem(e.seq, e.thread, op + " failed but has a result");
       const bool complete = r.complete();
@@ -84,20 +82,20 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
           if (!complete) {
             ++rep.refs_to_lost_objects;  // produced in a chunk the truncation lost
           } else if (e.old > max_id) {
-            problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
-                                         ", which does not exist yet");
+            problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) + ", which does not exist yet");
           } else {
-            problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) +
-                                         (failed ? ", which was already freed (use after free)"
-                                                 : ", which was already freed (double free)"));
+            problem(e.seq, e.thread,
+                    op + " of object " + std::to_string(e.old) +
+                        (failed ? ", which was already freed (use after free)"
+                                : ", which was already freed (double free)"));
           }
         }
       }
       if (produces && !(e.flags & trace::kNullResult)) {
         if (e.id != max_id + 1 && complete)
-          problem(e.seq, e.thread, op + " produced object " + std::to_string(e.id) +
-                                       ", expected the next dense id " +
-                                       std::to_string(max_id + 1));
+          problem(e.seq, e.thread,
+                  op + " produced object " + std::to_string(e.id) + ", expected the next dense id " +
+                      std::to_string(max_id + 1));
         max_id = std::max(max_id, e.id);
         live.put(e.id, 1);
         ++rep.objects;
@@ -107,12 +105,11 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     }
   }
   if (missing_seqs != 0) {
-    if (r.complete())
-      problem(expected_seq, 0, std::to_string(missing_seqs) + " seq numbers are missing");
+    if (r.complete()) problem(expected_seq, 0, std::to_string(missing_seqs) + " seq numbers are missing");
   }
   if (rep.events != r.event_count())
-    problem(expected_seq, 0, "decoded " + std::to_string(rep.events) + " events, index lists " +
-                                 std::to_string(r.event_count()));
+    problem(expected_seq, 0,
+            "decoded " + std::to_string(rep.events) + " events, index lists " + std::to_string(r.event_count()));
   return rep;
 }
 

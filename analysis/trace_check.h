@@ -21,7 +21,7 @@ struct CheckProblem {
 struct CheckReport {
   uint64_t events = 0;
   uint64_t objects = 0;
-  uint64_t problems = 0;            // all problems found
+  uint64_t problems = 0;             // all problems found
   std::vector<CheckProblem> listed;  // the first `max_listed` of them
   uint64_t lost_events = 0;          // from `lost` markers: a notice, not a problem
   // In a truncated trace: events referring to objects whose chunks were lost

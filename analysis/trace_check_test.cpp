@@ -30,7 +30,6 @@ using trace::testutil::ev;
 using trace::testutil::release;
 using trace::testutil::TempDir;
 
-
 // ------------------------------------------------------------ event builders
 
 Event lost(uint64_t count, uint32_t thread = 0) {
@@ -72,18 +71,16 @@ CheckReport check_events(std::vector<Event>& events, const WriterOptions& opt = 
     return ::testing::AssertionFailure() << "only " << rep.listed.size() << " problems listed";
   const CheckProblem& p = rep.listed[i];
   if (p.seq != seq || p.thread != thread || p.message != message)
-    return ::testing::AssertionFailure()
-           << "problem " << i << " is {seq " << p.seq << ", thread " << p.thread << ", \""
-           << p.message << "\"}, expected {seq " << seq << ", thread " << thread << ", \""
-           << message << "\"}";
+    return ::testing::AssertionFailure() << "problem " << i << " is {seq " << p.seq << ", thread " << p.thread << ", \""
+                                         << p.message << "\"}, expected {seq " << seq << ", thread " << thread << ", \""
+                                         << message << "\"}";
   return ::testing::AssertionSuccess();
 }
 
 std::string all_messages(const CheckReport& rep) {
   std::string s;
   for (const CheckProblem& p : rep.listed)
-    s += "seq " + std::to_string(p.seq) + " thread " + std::to_string(p.thread) + ": " +
-         p.message + "\n";
+    s += "seq " + std::to_string(p.seq) + " thread " + std::to_string(p.thread) + ": " + p.message + "\n";
   return s;
 }
 
@@ -119,8 +116,8 @@ size_t column_offset(const std::string& img, size_t payload, int col) {
 // ------------------------------------------------------------ valid traces
 
 TEST(checkValid, HandBuiltTrace) {
-  std::vector<Event> evs = {ev(Op::thread_start, 0), alloc(10), alloc(20, 1), release(1, 1),
-                            release(0), lost(42, 1), ev(Op::thread_end, 0)};
+  std::vector<Event> evs = {ev(Op::thread_start, 0), alloc(10), alloc(20, 1), release(1, 1), release(0), lost(42, 1),
+                            ev(Op::thread_end, 0)};
   const CheckReport rep = check_events(evs);
   EXPECT_TRUE(rep.ok()) << all_messages(rep);
   EXPECT_EQ(rep.problems, 0u);
@@ -188,8 +185,7 @@ TEST(checkValid, RandomTracesWithCrossThreadFreesHaveNoProblems) {
 }
 
 TEST(checkObjects, DoubleFree) {
-  std::vector<Event> evs = {alloc(16, 0), alloc(32, 0), release(1, 0), release(1, 1),
-                            release(2, 1)};
+  std::vector<Event> evs = {alloc(16, 0), alloc(32, 0), release(1, 0), release(1, 1), release(2, 1)};
   const CheckReport rep = check_events(evs);
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
   ASSERT_EQ(rep.listed.size(), 1u);
@@ -250,8 +246,7 @@ TEST(checkObjects, MaxListedLimitsListOnly) {
   ASSERT_EQ(all.listed.size(), 5u);
   for (uint64_t id = 1; id <= 5; ++id)
     EXPECT_TRUE(Listed(all, id - 1, 9 + id, 0,
-                       "free of object " + std::to_string(id) +
-                           ", which was already freed (double free)"));
+                       "free of object " + std::to_string(id) + ", which was already freed (double free)"));
 
   const CheckReport two = check_image(img, 2);
   EXPECT_EQ(two.problems, 5u);
@@ -269,9 +264,9 @@ TEST(checkObjects, MaxListedLimitsListOnly) {
 // ------------------------------------------------------------ thread problems
 
 TEST(checkThreads, EventsAfterThreadEnd) {
-  std::vector<Event> evs = {ev(Op::thread_start, 0), alloc(8, 0), ev(Op::thread_end, 0),
-                            alloc(8, 1),             alloc(8, 0), release(1, 0),
-                            ev(Op::thread_end, 0)};
+  std::vector<Event> evs = {
+      ev(Op::thread_start, 0), alloc(8, 0),          ev(Op::thread_end, 0), alloc(8, 1), alloc(8, 0),
+      release(1, 0),           ev(Op::thread_end, 0)};
   const CheckReport rep = check_events(evs);
   EXPECT_EQ(rep.problems, 3u) << all_messages(rep);
   EXPECT_TRUE(Listed(rep, 0, 4, 0, "malloc after thread_end"));
@@ -280,8 +275,7 @@ TEST(checkThreads, EventsAfterThreadEnd) {
 }
 
 TEST(checkThreads, ThreadStartNotFirst) {
-  std::vector<Event> evs = {ev(Op::thread_start, 1), alloc(8, 0), ev(Op::thread_start, 0),
-                            alloc(8, 1)};
+  std::vector<Event> evs = {ev(Op::thread_start, 1), alloc(8, 0), ev(Op::thread_start, 0), alloc(8, 1)};
   const CheckReport rep = check_events(evs);
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
   EXPECT_TRUE(Listed(rep, 0, 2, 0, "thread_start is not the thread's first event"));
@@ -317,7 +311,8 @@ TEST(checkFile, TruncatedFooter) {
   const std::string footer = std::to_string(full.size() - trace::kFooterSize);
   EXPECT_EQ(r->warning(), "trace is truncated: the footer at offset " + footer +
                               " has 22 bytes of 32; read 5 complete chunks with 80 events; "
-                              "events after offset " + footer + " are lost");
+                              "events after offset " +
+                              footer + " are lost");
   const CheckReport rep = check_trace(*r);
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
   EXPECT_TRUE(Listed(rep, 0, 0, 0, r->warning()));
@@ -337,10 +332,7 @@ TEST(checkFile, TruncatedInsideAChunk) {
   const std::string cut = full.substr(0, third + 20);  // inside the third chunk
   auto r = TraceReader::from_memory(cut, "cut.hlt");
   ASSERT_FALSE(r->complete());
-  EXPECT_EQ(r->warning().rfind("trace is truncated: the block at offset " +
-                                   std::to_string(third),
-                               0),
-            0u)
+  EXPECT_EQ(r->warning().rfind("trace is truncated: the block at offset " + std::to_string(third), 0), 0u)
       << r->warning();
   const CheckReport rep = check_trace(*r);
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
@@ -422,8 +414,7 @@ TEST(checkCrafted, FreeOfObjectThatDoesNotExistYet) {
 
 TEST(checkCrafted, DuplicateSeq) {
   // Thread 0 has seqs 0, 2, 4 and thread 1 has 1, 3, 5.
-  std::vector<Event> evs = {alloc(8, 0), lost(1, 1), alloc(8, 0),
-                            lost(1, 1),  alloc(8, 0), lost(1, 1)};
+  std::vector<Event> evs = {alloc(8, 0), lost(1, 1), alloc(8, 0), lost(1, 1), alloc(8, 0), lost(1, 1)};
   std::string img = trace_image(evs);
   const size_t seq_col = column_offset(img, chunk_payload(img, 1), trace::kColSeq);
   // Seq gaps of thread 1, one byte each: 0, 1, 1.

@@ -1,6 +1,7 @@
 #include "analysis/trace_stats.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "capture/format/flat_map.h"
@@ -55,7 +56,7 @@ void hist_text(std::string& out, const char* title, const Log2Histogram& h) {
   for (unsigned k = 0; k < h.buckets.size(); ++k) {
     if (!h.buckets[k]) continue;
     char line[160];
-    const int bar = static_cast<int>(40.0 * double(h.buckets[k]) / double(max) + 0.5);
+    const int bar = static_cast<int>(std::lround(40.0 * double(h.buckets[k]) / double(max)));
     std::snprintf(line, sizeof line, "  %-36s %14s %5.1f%%  %s\n", bucket_label(k).c_str(),
                   group_digits(h.buckets[k]).c_str(), 100.0 * double(h.buckets[k]) / double(h.samples),
                   std::string(static_cast<size_t>(bar), '#').c_str());
@@ -89,9 +90,8 @@ TraceStats compute_stats(const trace::TraceReader& r) {
       // one thread are the common case).
       if (e.thread != cached_thread) {
         cached_thread = e.thread;
-        cached_slot = static_cast<size_t>(
-            std::lower_bound(s.thread_ids.begin(), s.thread_ids.end(), e.thread) -
-            s.thread_ids.begin());
+        cached_slot = static_cast<size_t>(std::lower_bound(s.thread_ids.begin(), s.thread_ids.end(), e.thread) -
+                                          s.thread_ids.begin());
       }
       ++s.thread_ops[cached_slot][op];
       ++s.thread_events[cached_slot];
@@ -172,9 +172,8 @@ nlohmann::json stats_to_json(const TraceStats& s) {
                   {"null_frees", s.null_frees},
                   {"unknown_frees", s.unknown_frees}};
   j["bytes_requested"] = s.bytes_requested;
-  j["peak_live_bytes"] = {{"bytes", s.live_bytes.value},
-                          {"seq", s.live_bytes.seq},
-                          {"objects", s.live_objects_at_bytes_peak}};
+  j["peak_live_bytes"] = {
+      {"bytes", s.live_bytes.value}, {"seq", s.live_bytes.seq}, {"objects", s.live_objects_at_bytes_peak}};
   if (s.has_time) j["peak_live_bytes"]["time_ns"] = s.live_bytes.time;
   j["peak_live_objects"] = {{"objects", s.live_objects.value}, {"seq", s.live_objects.seq}};
   if (s.has_time) j["peak_live_objects"]["time_ns"] = s.live_objects.time;
@@ -189,8 +188,8 @@ nlohmann::json stats_to_json(const TraceStats& s) {
 std::string stats_to_text(const TraceStats& s) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "events: %s in %u thread%s%s\n", group_digits(s.events).c_str(),
-                s.threads, s.threads == 1 ? "" : "s", s.has_time ? "" : " (no timestamps)");
+  std::snprintf(line, sizeof line, "events: %s in %u thread%s%s\n", group_digits(s.events).c_str(), s.threads,
+                s.threads == 1 ? "" : "s", s.has_time ? "" : " (no timestamps)");
   out += line;
   if (s.has_time) {
     std::snprintf(line, sizeof line, "duration: %.6f s\n", double(s.last_time - s.first_time) / 1e9);
@@ -218,8 +217,7 @@ std::string stats_to_text(const TraceStats& s) {
       out += "\n";
     }
   }
-  std::snprintf(line, sizeof line,
-                "objects: %s created, %s freed (%.2f%% by another thread), %s live at end\n",
+  std::snprintf(line, sizeof line, "objects: %s created, %s freed (%.2f%% by another thread), %s live at end\n",
                 group_digits(s.objects_created).c_str(), group_digits(s.objects_freed).c_str(),
                 100.0 * s.cross_thread_free_fraction(), group_digits(s.live_objects_end).c_str());
   out += line;
@@ -235,8 +233,8 @@ std::string stats_to_text(const TraceStats& s) {
     out += line;
   }
   out += "\n";
-  std::snprintf(line, sizeof line, "peak live objects: %s at seq %s",
-                group_digits(s.live_objects.value).c_str(), group_digits(s.live_objects.seq).c_str());
+  std::snprintf(line, sizeof line, "peak live objects: %s at seq %s", group_digits(s.live_objects.value).c_str(),
+                group_digits(s.live_objects.seq).c_str());
   out += line;
   if (s.has_time) {
     std::snprintf(line, sizeof line, ", t=%.6f s", double(s.live_objects.time - s.first_time) / 1e9);

@@ -33,9 +33,9 @@ struct Peak {
 
 struct TraceStats {
   uint64_t events = 0;
-  uint32_t threads = 0;                  // threads with events
-  std::vector<uint32_t> thread_ids;       // their indices, ascending; the
-                                          // per-thread vectors below follow it
+  uint32_t threads = 0;              // threads with events
+  std::vector<uint32_t> thread_ids;  // their indices, ascending; the
+                                     // per-thread vectors below follow it
   bool has_time = false;
   uint64_t first_time = 0, last_time = 0;
   std::array<uint64_t, trace::kOpCount> ops{};
@@ -46,12 +46,12 @@ struct TraceStats {
   uint64_t objects_created = 0;
   uint64_t objects_freed = 0;
   uint64_t objects_freed_by_other_thread = 0;
-  uint64_t null_frees = 0;        // free(NULL), delete of nullptr
-  uint64_t unknown_frees = 0;     // consumed objects that were not live (see `check`)
-  uint64_t lost_events = 0;       // reported by `lost` markers
-  uint64_t bytes_requested = 0;   // sum over all produced objects (saturating)
+  uint64_t null_frees = 0;       // free(NULL), delete of nullptr
+  uint64_t unknown_frees = 0;    // consumed objects that were not live (see `check`)
+  uint64_t lost_events = 0;      // reported by `lost` markers
+  uint64_t bytes_requested = 0;  // sum over all produced objects (saturating)
 
-  Peak live_bytes;                // peak of the sum of requested bytes of live objects
+  Peak live_bytes;  // peak of the sum of requested bytes of live objects
   uint64_t live_objects_at_bytes_peak = 0;
   Peak live_objects;
   uint64_t live_bytes_end = 0;

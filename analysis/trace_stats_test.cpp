@@ -31,7 +31,6 @@ using trace::testutil::TempDir;
 
 __extension__ typedef unsigned __int128 u128;
 
-
 constexpr unsigned idx(Op op) { return static_cast<unsigned>(op); }
 
 // ------------------------------------------------------------ event builders
@@ -42,8 +41,7 @@ Event calloc_ev(uint64_t count, uint64_t size, uint32_t thread = 0, uint64_t tim
   e.size = size;
   return e;
 }
-Event realloc_ev(uint64_t old, uint64_t size, uint8_t flags = 0, uint32_t thread = 0,
-                 uint64_t time = 0) {
+Event realloc_ev(uint64_t old, uint64_t size, uint8_t flags = 0, uint32_t thread = 0, uint64_t time = 0) {
   Event e = ev(Op::realloc, thread, time);
   e.old = old;
   e.size = size;
@@ -61,8 +59,7 @@ Event failed(Event e) {
 }
 
 // Writes `events` (the writer fills in seq and ids) and computes the stats.
-TraceStats stats_of(std::vector<Event>& events, bool timestamps = false,
-                    uint32_t chunk_events = 65536) {
+TraceStats stats_of(std::vector<Event>& events, bool timestamps = false, uint32_t chunk_events = 65536) {
   TempDir dir;
   WriterOptions opt;
   opt.timestamps = timestamps;
@@ -77,19 +74,19 @@ TraceStats stats_of(std::vector<Event>& events, bool timestamps = false,
 
 TEST(statsCounts, PerOpPerThreadAndFailed) {
   std::vector<Event> evs = {
-      ev(Op::thread_start, 0),                 // 0
-      alloc(8, 0),                             // 1  id 1
-      calloc_ev(3, 4, 0),                      // 2  id 2
-      failed(alloc(1u << 30, 0)),              // 3  no object
-      release(1, 0),                           // 4
-      release(0, 0),                           // 5  free(NULL)
-      ev(Op::thread_start, 1),                 // 6
-      alloc(16, 1),                            // 7  id 3  (op changed below)
-      release(3, 1, 0, Op::op_delete),         // 8
-      lost(7, 1),                              // 9
-      lost(5, 0),                              // 10
-      failed(calloc_ev(2, 8, 1)),              // 11 no object
-      ev(Op::thread_end, 1),                   // 12
+      ev(Op::thread_start, 0),          // 0
+      alloc(8, 0),                      // 1  id 1
+      calloc_ev(3, 4, 0),               // 2  id 2
+      failed(alloc(1u << 30, 0)),       // 3  no object
+      release(1, 0),                    // 4
+      release(0, 0),                    // 5  free(NULL)
+      ev(Op::thread_start, 1),          // 6
+      alloc(16, 1),                     // 7  id 3  (op changed below)
+      release(3, 1, 0, Op::op_delete),  // 8
+      lost(7, 1),                       // 9
+      lost(5, 0),                       // 10
+      failed(calloc_ev(2, 8, 1)),       // 11 no object
+      ev(Op::thread_end, 1),            // 12
   };
   evs[7].op = Op::op_new;
   const TraceStats s = stats_of(evs);
@@ -143,7 +140,7 @@ TEST(statsCounts, PerOpPerThreadAndFailed) {
 
 TEST(statsCounts, CrossThreadFrees) {
   std::vector<Event> evs;
-  for (int i = 0; i < 10; ++i) evs.push_back(alloc(64, 0));        // producer: ids 1..10
+  for (int i = 0; i < 10; ++i) evs.push_back(alloc(64, 0));            // producer: ids 1..10
   for (uint64_t id = 1; id <= 4; ++id) evs.push_back(release(id, 1));  // consumer frees 4
   for (uint64_t id = 5; id <= 6; ++id) evs.push_back(release(id, 0));  // producer frees 2
   const TraceStats s = stats_of(evs);
@@ -244,20 +241,18 @@ TEST(statsPeak, TimesRelativeToEarliestEvent) {
   const nlohmann::json j = stats_to_json(s);
   EXPECT_EQ(j["duration_ns"].get<uint64_t>(), 2500u);
   const std::string text = stats_to_text(s);
-  EXPECT_NE(text.find("peak live bytes: 64 at seq 1 (1 objects live then), t=0.000000 s\n"),
-            std::string::npos)
-      << text;
+  EXPECT_NE(text.find("peak live bytes: 64 at seq 1 (1 objects live then), t=0.000000 s\n"), std::string::npos) << text;
   EXPECT_NE(text.find("duration: 0.000003 s\n"), std::string::npos) << text;
 }
 
 TEST(statsPeak, ReallocMovesBytes) {
   std::vector<Event> evs = {
-      alloc(100),                                                   // seq 0, id 1: 100
-      realloc_ev(1, 300),                                           // seq 1, id 2: 300 (peak)
-      realloc_ev(2, 1000, trace::kNullResult | trace::kFailed),     // seq 2: failed, 2 stays
-      realloc_ev(2, 0, trace::kNullResult),                         // seq 3: realloc(p, 0) frees 2
-      realloc_ev(0, 40),                                            // seq 4, id 3: 40
-      calloc_ev(10, 20),                                            // seq 5, id 4: 240
+      alloc(100),                                                // seq 0, id 1: 100
+      realloc_ev(1, 300),                                        // seq 1, id 2: 300 (peak)
+      realloc_ev(2, 1000, trace::kNullResult | trace::kFailed),  // seq 2: failed, 2 stays
+      realloc_ev(2, 0, trace::kNullResult),                      // seq 3: realloc(p, 0) frees 2
+      realloc_ev(0, 40),                                         // seq 4, id 3: 40
+      calloc_ev(10, 20),                                         // seq 5, id 4: 240
   };
   const TraceStats s = stats_of(evs);
   EXPECT_EQ(s.objects_created, 4u);
@@ -282,9 +277,9 @@ TEST(statsPeak, ReallocMovesBytes) {
 
 TEST(statsPeak, FailedReallocKeepsOldObject) {
   std::vector<Event> evs = {
-      alloc(500),                                                // id 1
+      alloc(500),  // id 1
       realloc_ev(1, 100000, trace::kNullResult | trace::kFailed),
-      release(1),                                                // still live: a normal free
+      release(1),  // still live: a normal free
   };
   const TraceStats s = stats_of(evs);
   EXPECT_EQ(s.objects_freed, 1u);
@@ -343,8 +338,8 @@ TEST(statsHistogram, BucketOf) {
 
 TEST(statsHistogram, SizeBuckets) {
   std::vector<Event> evs;
-  for (uint64_t size : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{4},
-                        uint64_t{7}, uint64_t{8}, uint64_t{1023}, uint64_t{1024}, UINT64_MAX})
+  for (uint64_t size : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{4}, uint64_t{7}, uint64_t{8},
+                        uint64_t{1023}, uint64_t{1024}, UINT64_MAX})
     evs.push_back(alloc(size));
   evs.push_back(calloc_ev(3, 5));  // 15 bytes: bucket 4
   evs.push_back(calloc_ev(0, 5));  // 0 bytes: bucket 0
@@ -403,12 +398,12 @@ TEST(statsHistogram, NoNanosecondLifetimesWithoutTimestamps) {
 // a cross-thread free, a failed call, a free(NULL) and a lost marker.
 std::vector<Event> tiny_trace() {
   return {
-      alloc(100, 0, 1000),                         // seq 0, id 1
-      calloc_ev(4, 50, 1, 1500),                   // seq 1, id 2 (200 bytes): peak 300
-      release(1, 1, 2500),                         // seq 2: cross-thread, lived 2 events/1500 ns
-      failed(alloc(uint64_t{1} << 20, 0, 3000)),   // seq 3
-      release(0, 0, 3100),                         // seq 4: free(NULL)
-      lost(3, 1, 3200),                            // seq 5
+      alloc(100, 0, 1000),                        // seq 0, id 1
+      calloc_ev(4, 50, 1, 1500),                  // seq 1, id 2 (200 bytes): peak 300
+      release(1, 1, 2500),                        // seq 2: cross-thread, lived 2 events/1500 ns
+      failed(alloc(uint64_t{1} << 20, 0, 3000)),  // seq 3
+      release(0, 0, 3100),                        // seq 4: free(NULL)
+      lost(3, 1, 3200),                           // seq 5
   };
 }
 
@@ -416,31 +411,29 @@ TEST(statsOutput, JsonGolden) {
   std::vector<Event> evs = tiny_trace();
   const TraceStats s = stats_of(evs, /*timestamps=*/true);
   const nlohmann::json j = stats_to_json(s);
-  const std::string expected =
-      R"({"bytes_requested":300,"duration_ns":2200,"events":6,)"
-      R"("failed":{"malloc":1},"has_time":true,)"
-      R"("lifetime_events_histogram":{"buckets":[{"count":1,"max":3,"min":2}],"samples":1},)"
-      R"("lifetime_ns_histogram":{"buckets":[{"count":1,"max":2047,"min":1024}],"samples":1},)"
-      R"("live_bytes_at_end":200,"lost_events":3,)"
-      R"("objects":{"created":2,"cross_thread_free_fraction":1.0,"freed":1,)"
-      R"("freed_by_other_thread":1,"live_at_end":1,"null_frees":1,"unknown_frees":0},)"
-      R"("operations":{"calloc":1,"free":2,"lost":1,"malloc":2},)"
-      R"("peak_live_bytes":{"bytes":300,"objects":2,"seq":1,"time_ns":1500},)"
-      R"("peak_live_objects":{"objects":2,"seq":1,"time_ns":1500},)"
-      R"("per_thread":[{"events":3,"operations":{"free":1,"malloc":2},"thread":0},)"
-      R"({"events":3,"operations":{"calloc":1,"free":1,"lost":1},"thread":1}],)"
-      R"("size_histogram":{"buckets":[{"count":1,"max":127,"min":64},)"
-      R"({"count":1,"max":255,"min":128}],"samples":2},"threads":2})";
+  const std::string expected = R"({"bytes_requested":300,"duration_ns":2200,"events":6,)"
+                               R"("failed":{"malloc":1},"has_time":true,)"
+                               R"("lifetime_events_histogram":{"buckets":[{"count":1,"max":3,"min":2}],"samples":1},)"
+                               R"("lifetime_ns_histogram":{"buckets":[{"count":1,"max":2047,"min":1024}],"samples":1},)"
+                               R"("live_bytes_at_end":200,"lost_events":3,)"
+                               R"("objects":{"created":2,"cross_thread_free_fraction":1.0,"freed":1,)"
+                               R"("freed_by_other_thread":1,"live_at_end":1,"null_frees":1,"unknown_frees":0},)"
+                               R"("operations":{"calloc":1,"free":2,"lost":1,"malloc":2},)"
+                               R"("peak_live_bytes":{"bytes":300,"objects":2,"seq":1,"time_ns":1500},)"
+                               R"("peak_live_objects":{"objects":2,"seq":1,"time_ns":1500},)"
+                               R"("per_thread":[{"events":3,"operations":{"free":1,"malloc":2},"thread":0},)"
+                               R"({"events":3,"operations":{"calloc":1,"free":1,"lost":1},"thread":1}],)"
+                               R"("size_histogram":{"buckets":[{"count":1,"max":127,"min":64},)"
+                               R"({"count":1,"max":255,"min":128}],"samples":2},"threads":2})";
   EXPECT_EQ(j.dump(), expected);
 
   // The key structure, spelled out.
   std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-  EXPECT_EQ(keys, (std::vector<std::string>{
-                      "bytes_requested", "duration_ns", "events", "failed", "has_time",
-                      "lifetime_events_histogram", "lifetime_ns_histogram", "live_bytes_at_end",
-                      "lost_events", "objects", "operations", "peak_live_bytes",
-                      "peak_live_objects", "per_thread", "size_histogram", "threads"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"bytes_requested", "duration_ns", "events", "failed", "has_time",
+                                            "lifetime_events_histogram", "lifetime_ns_histogram", "live_bytes_at_end",
+                                            "lost_events", "objects", "operations", "peak_live_bytes",
+                                            "peak_live_objects", "per_thread", "size_histogram", "threads"}));
   EXPECT_EQ(j["peak_live_bytes"]["bytes"].get<uint64_t>(), 300u);
   EXPECT_EQ(j["peak_live_bytes"]["seq"].get<uint64_t>(), 1u);
   EXPECT_EQ(j["peak_live_bytes"]["time_ns"].get<uint64_t>(), 1500u);

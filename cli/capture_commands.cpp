@@ -54,25 +54,31 @@ void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& 
   cap->add_flag("--follow-exec", cap_args.opt.follow_exec, "Capture programs exec'd by the program too (a trace each)");
   cap->add_flag("--follow", cap_args.follow, "Both --follow-fork and --follow-exec");
   cap->add_option("--raw-dir", cap_args.opt.raw_dir, "Where raw capture files go (default: OUTPUT.raw.PID)");
-  cap->add_flag("--keep-raw", cap_args.opt.keep_raw, "Keep the raw files (heaplab import --from heaplab-raw reads them)");
+  cap->add_flag("--keep-raw", cap_args.opt.keep_raw,
+                "Keep the raw files (heaplab import --from heaplab-raw reads them)");
   cap->add_option("--clock", cap_args.opt.clock, "Timestamps: auto (invariant TSC if present), tsc or monotonic")
-      ->check(CLI::IsMember({"auto", "tsc", "monotonic"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "tsc", "monotonic"}))
+      ->capture_default_str();
   cap->add_option("--codec", cap_args.codec, "Trace compression: zstd, lz4 or none")
-      ->check(CLI::IsMember({"zstd", "lz4", "none"}))->capture_default_str();
+      ->check(CLI::IsMember({"zstd", "lz4", "none"}))
+      ->capture_default_str();
   cap->add_option("--level", cap_args.level, "zstd level 1..22 (default 3), or lz4 acceleration")
       ->check(CLI::Range(1, 65537));
   cap->add_flag("-q,--quiet", cap_args.quiet, "No summary");
   cap->add_option("--method", cap_args.opt.method,
                   "software (the shim writes per-thread files) or pt (ptwrite into Intel PT, recorded by perf "
                   "record, decoded afterwards; needs a CPU with ptwrite)")
-      ->check(CLI::IsMember({"software", "pt"}))->capture_default_str();
+      ->check(CLI::IsMember({"software", "pt"}))
+      ->capture_default_str();
   cap->add_option("--pt-fallback", cap_args.opt.pt_fallback,
                   "--method pt on a machine without Intel PT or ptwrite: refuse, or record with --method software")
-      ->check(CLI::IsMember({"refuse", "software"}))->capture_default_str();
+      ->check(CLI::IsMember({"refuse", "software"}))
+      ->capture_default_str();
   cap->add_option("--pt-buffers", cap_args.opt.pt.buffers,
                   "per-cpu (every thread; context-switch sideband) or per-thread (perf --per-thread: "
                   "threads started later are not traced)")
-      ->check(CLI::IsMember({"per-cpu", "per-thread"}))->capture_default_str();
+      ->check(CLI::IsMember({"per-cpu", "per-thread"}))
+      ->capture_default_str();
   cap->add_option("--pt-aux-kib", cap_args.opt.pt.aux_kib, "AUX buffer per CPU or thread, KiB (default: perf's)");
   cap->add_option("--pt-snapshot", cap_args.opt.pt.snapshot,
                   "Snapshot mode (perf -S): 'on' or a size (e.g. 64M); only the newest trace is kept");
@@ -80,20 +86,21 @@ void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& 
   cap->add_option("--pt-psb-period", cap_args.opt.pt.psb_period, "intel_pt psb_period 0..15 (default: perf's)");
   cap->add_option("--pt-decoder", cap_args.opt.pt_decoder,
                   "How to decode the recording: direct (fastest), dlfilter or text (both through perf script)")
-      ->check(CLI::IsMember({"direct", "dlfilter", "text"}))->capture_default_str();
+      ->check(CLI::IsMember({"direct", "dlfilter", "text"}))
+      ->capture_default_str();
   cap->add_option("--perf", cap_args.opt.pt.perf, "The perf binary")->capture_default_str();
   // Everything from the first argument that is not an option of ours on (or
   // after `--`) is the program and its arguments.
   cap->prefix_command();
 
   commands.push_back({cap, [cap_args_, cap, &line] {
-    // `heaplab capture [options] -- PROGRAM ARGS`: what follows `--` is the
-    // program's, never parsed as ours; without `--`, the first argument that
-    // is not one of our options starts the program (prefix_command).
-    if (line.dashes && !cap->remaining().empty())
-      throw Failure{"capture: unexpected arguments before --: " + cap->remaining().front()};
-    return run_capture(*cap_args_, line.dashes ? line.after_dashes : cap->remaining());
-  }});
+                        // `heaplab capture [options] -- PROGRAM ARGS`: what follows `--` is the
+                        // program's, never parsed as ours; without `--`, the first argument that
+                        // is not one of our options starts the program (prefix_command).
+                        if (line.dashes && !cap->remaining().empty())
+                          throw Failure{"capture: unexpected arguments before --: " + cap->remaining().front()};
+                        return run_capture(*cap_args_, line.dashes ? line.after_dashes : cap->remaining());
+                      }});
 }
 
 }  // namespace heaplab::cli

@@ -34,8 +34,10 @@ void write_text(const std::string& path, const std::string& text, const std::str
 }
 
 void write_or_print(const std::string& out, const std::string& text) {
-  if (out.empty()) fmt::print("{}", text);
-  else write_text(out, text, "");
+  if (out.empty())
+    fmt::print("{}", text);
+  else
+    write_text(out, text, "");
 }
 
 }  // namespace heaplab::cli

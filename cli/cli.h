@@ -40,8 +40,8 @@ struct CommandLine {
 
 void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& line);    // import stats check cat
 void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& line);  // capture
-void add_replay_commands(CLI::App& app, Commands& commands);                             // replay
-void add_experiment_commands(CLI::App& app, Commands& commands);  // run report dashboard results
+void add_replay_commands(CLI::App& app, Commands& commands);                            // replay
+void add_experiment_commands(CLI::App& app, Commands& commands);                        // run report dashboard results
 
 // Opens a trace, warning on stderr when it is truncated.
 std::unique_ptr<trace::TraceReader> open_trace(const std::string& path);

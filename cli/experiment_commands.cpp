@@ -38,8 +38,9 @@ std::string store_path(const std::string& dir) { return dir + "/heaplab.db"; }
 std::string session_report(experiments::Store& store, const experiments::SessionInfo& s,
                            experiments::ReportOptions opt) {
   if (opt.baseline.empty()) opt.baseline = s.baseline;
-  if (opt.title.empty()) opt.title = fmt::format("experiment {} (session {}, {} of {} runs)", s.experiment, s.id,
-                                                 store.done_cells(s.id).size(), s.cells);
+  if (opt.title.empty())
+    opt.title = fmt::format("experiment {} (session {}, {} of {} runs)", s.experiment, s.id,
+                            store.done_cells(s.id).size(), s.cells);
   return experiments::report(store.records(s.id), opt);
 }
 
@@ -137,9 +138,12 @@ int run_results_cmd(const std::string& what, const ResultsArgs& a) {
     return 0;
   }
   const experiments::SessionInfo s = experiments::pick_session(store, a.session, "");
-  if (a.format == "csv") write_or_print(a.out, experiments::export_csv(store, s.id));
-  else if (a.format == "gbench") write_or_print(a.out, experiments::export_gbench(store, s.id));
-  else throw Failure{"results export: --format: expected csv or gbench, not '" + a.format + "'"};
+  if (a.format == "csv")
+    write_or_print(a.out, experiments::export_csv(store, s.id));
+  else if (a.format == "gbench")
+    write_or_print(a.out, experiments::export_gbench(store, s.id));
+  else
+    throw Failure{"results export: --format: expected csv or gbench, not '" + a.format + "'"};
   return 0;
 }
 
@@ -148,11 +152,12 @@ int run_results_cmd(const std::string& what, const ResultsArgs& a) {
 void add_experiment_commands(CLI::App& app, Commands& commands) {
   auto runa_ = std::make_shared<RunArgs>();
   RunArgs& runa = *runa_;
-  auto* run = app.add_subcommand("run",
-                                 "Run an experiment file: its traces x allocators x repetitions, into the results store\n"
-                                 "  heaplab run experiments/quick-start.yaml [--results DIR] [--shard K/N]\n"
-                                 "Resumes an interrupted run of the same file. Exits 0 when every run was faithful, "
-                                 "1 if some failed, 2 on errors, 130 when interrupted.");
+  auto* run =
+      app.add_subcommand("run",
+                         "Run an experiment file: its traces x allocators x repetitions, into the results store\n"
+                         "  heaplab run experiments/quick-start.yaml [--results DIR] [--shard K/N]\n"
+                         "Resumes an interrupted run of the same file. Exits 0 when every run was faithful, "
+                         "1 if some failed, 2 on errors, 130 when interrupted.");
   run->add_option("file", runa.file, "Experiment file (YAML)")->required();
   run->add_option("--results", runa.opt.results_dir, "Results directory (the store is DIR/heaplab.db)")
       ->capture_default_str();
@@ -165,13 +170,15 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
 
   auto repa_ = std::make_shared<ReportArgs>();
   ReportArgs& repa = *repa_;
-  auto* rep = app.add_subcommand("report", "Compare the allocators of a stored session: medians, spread, ratio to "
-                                           "the baseline, significance (Mann-Whitney U)");
+  auto* rep = app.add_subcommand("report",
+                                 "Compare the allocators of a stored session: medians, spread, ratio to "
+                                 "the baseline, significance (Mann-Whitney U)");
   rep->add_option("--results", repa.results, "Results directory")->capture_default_str();
   rep->add_option("--session", repa.session, "Session id (default: the newest)");
   rep->add_option("--experiment", repa.experiment, "The newest session of this experiment");
   rep->add_option("--format", repa.opt.format, "table, md, csv or json")
-      ->check(CLI::IsMember({"table", "md", "csv", "json"}))->capture_default_str();
+      ->check(CLI::IsMember({"table", "md", "csv", "json"}))
+      ->capture_default_str();
   rep->add_option("--metric", repa.opt.metrics, "Metrics to report (repeatable; default: the experiment's)");
   rep->add_option("--baseline", repa.opt.baseline, "Allocator label to compare against (default: the experiment's)");
   rep->add_option("--alpha", repa.opt.alpha, "Significance level")->check(CLI::Range(0.0, 1.0))->capture_default_str();
@@ -183,8 +190,9 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
   auto dash_ = std::make_shared<std::pair<std::string, std::string>>("results", "");
   std::string& dash_results = dash_->first;
   std::string& dash_out = dash_->second;
-  auto* dash = app.add_subcommand("dashboard", "Write a static HTML dashboard of the results store (opens offline): "
-                                               "history per metric, regressions flagged, drill-down per session");
+  auto* dash = app.add_subcommand("dashboard",
+                                  "Write a static HTML dashboard of the results store (opens offline): "
+                                  "history per metric, regressions flagged, drill-down per session");
   dash->add_option("--results", dash_results, "Results directory")->capture_default_str();
   dash->add_option("-o,--out", dash_out, "Directory of the site (index.html); default: RESULTS/dashboard");
 

@@ -89,8 +89,7 @@ void expect_golden(const std::string& actual, const std::string& name) {
     std::ofstream(path, std::ios::binary) << actual;
     return;
   }
-  EXPECT_EQ(actual, read_file(path)) << "golden file " << path
-                                     << " differs (HEAPLAB_UPDATE_GOLDEN=1 rewrites it)";
+  EXPECT_EQ(actual, read_file(path)) << "golden file " << path << " differs (HEAPLAB_UPDATE_GOLDEN=1 rewrites it)";
 }
 
 class Cli : public ::testing::Test {
@@ -114,10 +113,9 @@ TEST_F(Cli, ImportReportsWhatItDid) {
   Result r = run({"import", "--from", "cmt-text", kData + "/small.cmt", "-o", "small.hlt"}, dir_);
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(mask(r.err),
-            "imported 11 events from 13 lines of " + kData +
-                "/small.cmt into small.hlt (<size>)\n"
-                "heaplab: note: 1 frees of addresses never allocated were skipped (first at line 13)\n");
+  EXPECT_EQ(mask(r.err), "imported 11 events from 13 lines of " + kData +
+                             "/small.cmt into small.hlt (<size>)\n"
+                             "heaplab: note: 1 frees of addresses never allocated were skipped (first at line 13)\n");
 }
 
 TEST_F(Cli, StatsTextGolden) {
@@ -168,8 +166,9 @@ TEST_F(Cli, CheckGolden) {
 }
 
 TEST_F(Cli, RealTraceImportsWithExactCounts) {
-  Result r = run({"import", "--from", "cmt-text", kSource + "/capture/testdata/cmt/456.hmmer.test.txt.bz2",
-                  "-o", "hmmer.hlt"}, dir_);
+  Result r =
+      run({"import", "--from", "cmt-text", kSource + "/capture/testdata/cmt/456.hmmer.test.txt.bz2", "-o", "hmmer.hlt"},
+          dir_);
   ASSERT_EQ(r.status, 0) << r.err;
   r = run({"stats", "--json", "hmmer.hlt"}, dir_);
   ASSERT_EQ(r.status, 0) << r.err;
@@ -200,8 +199,9 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
   EXPECT_EQ(r.err, "heaplab: error: A subcommand is required\nRun 'heaplab --help' for usage.\n");
   r = run({"stats", "--bogus", "x.hlt"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.err, "heaplab: error: The following argument was not expected: --bogus\n"
-                   "Run 'heaplab --help' for usage.\n");
+  EXPECT_EQ(r.err,
+            "heaplab: error: The following argument was not expected: --bogus\n"
+            "Run 'heaplab --help' for usage.\n");
   r = run({"import", "--from", "valgrind", "x", "-o", "y.hlt"}, dir_);
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err, "heaplab: error: unknown import format 'valgrind' (known: cmt-text, heaplab-raw, perf-pt)\n");
@@ -241,7 +241,8 @@ TEST_F(Cli, CaptureRefusesBeforeRunning) {
             "tcmalloc; or give the path of a .so)\n");
   r = run({"capture", "-o", "/nonexistent-dir/x.hlt", "--", "true"}, dir_);
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.err, "heaplab: error: capture: cannot write output '/nonexistent-dir/x.hlt': No such file or directory\n");
+  EXPECT_EQ(r.err,
+            "heaplab: error: capture: cannot write output '/nonexistent-dir/x.hlt': No such file or directory\n");
   r = run({"import", "--from", "heaplab-raw", "/nonexistent.hlraw", "-o", "x.hlt"}, dir_);
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err, "heaplab: error: /nonexistent.hlraw: No such file or directory\n");

@@ -20,8 +20,7 @@ int main(int argc, char** argv) {
   line.argv.assign(argv, argv + argc);
   CLI::App app{"heaplab: capture, normalise and replay heap traces to compare allocators", "heaplab"};
   app.set_version_flag("--version", std::string("heaplab ") + import::tool_version() +
-                                        fmt::format(" (trace format {}.{})", trace::kFormatMajor,
-                                                    trace::kFormatMinor));
+                                        fmt::format(" (trace format {}.{})", trace::kFormatMajor, trace::kFormatMinor));
   app.require_subcommand(1);
 
   Commands commands;

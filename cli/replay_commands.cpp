@@ -7,12 +7,21 @@
 #include "cli/cli.h"
 #include "replay/compare.h"
 #include "replay/launch.h"
+#include "replay/settings.h"
 
 namespace heaplab::cli {
 namespace {
 
 struct ReplayArgs {
   replay::ReplayOptions opt;
+  // The settings' options as given (replay/settings.h's table), applied to
+  // opt.settings once parsed: {setting, text, given}.
+  struct Given {
+    const replay::SettingInfo* info;
+    std::string text;
+    CLI::Option* option = nullptr;
+  };
+  std::vector<Given> settings;
   std::string out;
   bool list = false;
   bool quiet = false;
@@ -21,8 +30,8 @@ struct ReplayArgs {
 
 // Several allocators (or load modes): one replay each, in turn, then one
 // table side by side (replay::replay_each).
-int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs,
-                const std::vector<std::string>& loads, bool all) {
+int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs, const std::vector<std::string>& loads,
+                bool all) {
   replay::ComparisonObserver observe;
   observe.starting = [&](const std::string& alloc, const std::string& load) {
     if (!a.quiet && !a.json) fmt::print(stderr, "heaplab: replaying on {} ({})\n", alloc, load);
@@ -38,12 +47,18 @@ int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs,
   }
   const std::string text = nlohmann::json(c.results).dump(2) + "\n";
   if (!a.out.empty()) write_text(a.out, text, "replay: ");
-  if (a.json) fmt::print("{}", text);
-  else if (!a.quiet) fmt::print("{}", replay::comparison_table(c.results));
+  if (a.json)
+    fmt::print("{}", text);
+  else if (!a.quiet)
+    fmt::print("{}", replay::comparison_table(c.results));
   return c.worst_exit;
 }
 
-int run_replay(const ReplayArgs& a) {
+int run_replay(ReplayArgs& a) {
+  for (const ReplayArgs::Given& g : a.settings)
+    if (g.option->count() > 0)
+      if (std::string why = replay::set_setting(a.opt.settings, *g.info, g.text); !why.empty())
+        throw Failure{std::string("replay: ") + g.info->option + ": " + why};
   if (a.list) {
     fmt::print("{}", replay::list_allocators());
     return 0;
@@ -66,8 +81,10 @@ int run_replay(const ReplayArgs& a) {
   }
   const std::string text = o.result.dump(2) + "\n";
   if (!a.out.empty()) write_text(a.out, text, "replay: ");
-  if (a.json) fmt::print("{}", text);
-  else if (!a.quiet && o.exit_code != 2) fmt::print("{}", replay::result_summary(o.result));
+  if (a.json)
+    fmt::print("{}", text);
+  else if (!a.quiet && o.exit_code != 2)
+    fmt::print("{}", replay::result_summary(o.result));
   if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
   return o.exit_code;
 }
@@ -77,10 +94,11 @@ int run_replay(const ReplayArgs& a) {
 void add_replay_commands(CLI::App& app, Commands& commands) {
   auto ra_ = std::make_shared<ReplayArgs>();
   ReplayArgs& ra = *ra_;
-  auto* rp = app.add_subcommand("replay",
-                                "Replay a trace on an allocator, one thread per recorded thread\n"
-                                "  heaplab replay TRACE [--allocator NAME[,NAME...]|all] [--load preload|direct|both] [--out result.json]\n"
-                                "Exits 0 when every call was replayed as recorded, 1 if the replay failed, 2 on errors.");
+  auto* rp = app.add_subcommand(
+      "replay",
+      "Replay a trace on an allocator, one thread per recorded thread\n"
+      "  heaplab replay TRACE [--allocator NAME[,NAME...]|all] [--load preload|direct|both] [--out result.json]\n"
+      "Exits 0 when every call was replayed as recorded, 1 if the replay failed, 2 on errors.");
   rp->add_option("trace", ra.opt.trace, "Trace file (.hlt)");
   rp->add_option("--allocator", ra.opt.allocator,
                  "glibc (default), jemalloc, mimalloc, tcmalloc, or the path of an allocator .so; several "
@@ -90,31 +108,21 @@ void add_replay_commands(CLI::App& app, Commands& commands) {
                  "preload: LD_PRELOAD the allocator; direct: a replayer linked against it (native API); "
                  "both (or preload,direct): one replay each")
       ->capture_default_str();
-  rp->add_option("--threads", ra.opt.threads,
-                 "Replay threads (default: one per recorded thread; fewer folds recorded threads)")
-      ->check(CLI::Range(1u, 1u << 20));
-  rp->add_option("--touch", ra.opt.touch,
-                 "Write allocated memory: none, first (byte), pages (a byte per page) or all")
-      ->check(CLI::IsMember({"none", "first", "pages", "all"}))->capture_default_str();
-  rp->add_option("--timing", ra.opt.timing, "fast (as fast as possible) or recorded (the trace's pace)")
-      ->check(CLI::IsMember({"fast", "recorded"}))->capture_default_str();
-  rp->add_option("--speed", ra.opt.speed, "With --timing recorded: replay this many times faster")
-      ->check(CLI::PositiveNumber);
-  rp->add_option("--latency", ra.opt.latency,
-                 "Time every Nth call (1: all; 0: none, the default) into per-op latency percentiles")
-      ->check(CLI::Range(0u, 1u << 30));
-  rp->add_option("--sample-ms", ra.opt.sample_ms,
-                 "Sample RSS and live bytes every N ms (0: at the start and the end only)")
-      ->check(CLI::Range(0u, 3600000u))->capture_default_str();
-  rp->add_option("--pin", ra.opt.pin,
-                 "Bind replay threads (hwloc): none, compact, scatter, or CPU numbers such as 0,1")
-      ->capture_default_str();
-  rp->add_flag("!--no-memory", ra.opt.memory,
-               "No memory measurement (no sampler, no live-bytes sums in the plan): wall time and calls only");
-  rp->add_option("--membind", ra.opt.membind,
-                 "Bind the replay's memory (NUMA, hwloc): none, local (the pinned CPUs' nodes), interleave, "
-                 "or node numbers such as 0,1")
-      ->capture_default_str();
+  // The settings, from their one table (names, help, defaults, checks).
+  ra.settings.reserve(replay::setting_table().size());
+  for (const replay::SettingInfo& info : replay::setting_table()) {
+    if (info.kind == replay::SettingKind::flag) {  // memory: on by default, --no-memory turns it off
+      rp->add_flag("!--no-memory", ra.opt.settings.memory,
+                   "No memory measurement (no sampler, no live-bytes sums in the plan): wall time and calls only");
+      continue;
+    }
+    ReplayArgs::Given& g = ra.settings.emplace_back();
+    g.info = &info;
+    g.text = replay::setting_text(ra.opt.settings, info);
+    g.option = rp->add_option(info.option, g.text, info.help);
+    if (info.key != std::string("threads") && info.key != std::string("latency") && info.key != std::string("speed"))
+      g.option->capture_default_str();
+  }
   rp->add_option("-o,--out", ra.out, "Write the result JSON here");
   rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
   rp->add_flag("-q,--quiet", ra.quiet, "No summary");

@@ -78,12 +78,12 @@ int run_import_perf_pt(const ImportArgs& a) {
              pr.threads, pr.threads == 1 ? "" : "s", pt::decoder_name(pr.decoder), pr.decode_seconds, a.output,
              group_digits(rep.bytes), rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
   if (pr.lost || pr.stream.overflows || pr.aux_truncated || pr.aux_gaps || pr.file_truncated_at)
-    fmt::print(stderr,
-               "heaplab: note: {} events lost (lost markers in the trace): {} overflow packets, {} truncated AUX "
-               "records, {} AUX gaps{}\n",
-               group_digits(pr.lost), pr.stream.overflows, pr.aux_truncated, pr.aux_gaps,
-               pr.file_truncated_at ? fmt::format(", the file ends inside a record at byte {}", pr.file_truncated_at)
-                                    : "");
+    fmt::print(
+        stderr,
+        "heaplab: note: {} events lost (lost markers in the trace): {} overflow packets, {} truncated AUX "
+        "records, {} AUX gaps{}\n",
+        group_digits(pr.lost), pr.stream.overflows, pr.aux_truncated, pr.aux_gaps,
+        pr.file_truncated_at ? fmt::format(", the file ends inside a record at byte {}", pr.file_truncated_at) : "");
   if (pr.unparsed_lines)
     fmt::print(stderr, "heaplab: note: {} lines of perf script's output were no ptwrite sample (ignored)\n",
                group_digits(pr.unparsed_lines));
@@ -112,8 +112,8 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   const uint64_t bytes = im.bytes;
   const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
   fmt::print(stderr, "imported {} events from {} lines of {}{} into {} ({} bytes, {:.3f} bytes/event)\n",
-             group_digits(rep.events), group_digits(rep.lines), im.source, how, a.output,
-             group_digits(bytes), rep.events ? double(bytes) / double(rep.events) : 0.0);
+             group_digits(rep.events), group_digits(rep.lines), im.source, how, a.output, group_digits(bytes),
+             rep.events ? double(bytes) / double(rep.events) : 0.0);
   if (rep.unknown_frees)
     fmt::print(stderr, "heaplab: note: {} frees of addresses never allocated were skipped (first at line {})\n",
                group_digits(rep.unknown_frees), rep.first_unknown_free_line);
@@ -140,9 +140,8 @@ int run_stats(const std::string& path, bool json) {
     if (!r->complete()) j["trace"]["warning"] = r->warning();
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("trace: {} (format {}.{}, {} bytes, {:.3f} bytes/event)\n", path, r->major_version(),
-               r->minor_version(), group_digits(r->file_size()),
-               s.events ? double(r->file_size()) / double(s.events) : 0.0);
+    fmt::print("trace: {} (format {}.{}, {} bytes, {:.3f} bytes/event)\n", path, r->major_version(), r->minor_version(),
+               group_digits(r->file_size()), s.events ? double(r->file_size()) / double(s.events) : 0.0);
     fmt::print("{}", analysis::stats_to_text(s));
   }
   return 0;
@@ -152,8 +151,7 @@ int run_stats(const std::string& path, bool json) {
 int run_check(const std::string& path, size_t max_listed) {
   auto r = trace::TraceReader::open(path);
   analysis::CheckReport rep = analysis::check_trace(*r, max_listed);
-  for (const auto& p : rep.listed)
-    fmt::print("{}: seq {} (thread {}): {}\n", path, p.seq, p.thread, p.message);
+  for (const auto& p : rep.listed) fmt::print("{}: seq {} (thread {}): {}\n", path, p.seq, p.thread, p.message);
   if (rep.problems > rep.listed.size())
     fmt::print("{}: ... and {} more problems\n", path, rep.problems - rep.listed.size());
   if (rep.lost_events)
@@ -166,8 +164,8 @@ int run_check(const std::string& path, size_t max_listed) {
                rep.problems == 1 ? "" : "s");
     return kExitProblems;
   }
-  fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events),
-             r->active_threads().size(), group_digits(rep.objects));
+  fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events), r->active_threads().size(),
+             group_digits(rep.objects));
   return 0;
 }
 
@@ -191,8 +189,7 @@ int run_cat(const CatArgs& a) {
   if (a.thread < -1) throw Failure{fmt::format("--thread: no thread {}", a.thread)};
   if (a.thread >= 0) {
     if (a.thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(a.thread)).empty())
-      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread,
-                                r->active_threads().size())};
+      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread, r->active_threads().size())};
     cur = std::make_unique<trace::ThreadCursor>(*r, static_cast<uint32_t>(a.thread));
   } else {
     cur = std::make_unique<trace::MergedCursor>(*r);
@@ -226,17 +223,20 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
                   "perf-pt (a perf.data of heaplab's Intel PT route)")
       ->required();
   imp->add_option("--decoder", ia.decoder, "perf-pt: direct (fastest), dlfilter or text (both run perf script)")
-      ->check(CLI::IsMember({"direct", "dlfilter", "text"}))->capture_default_str();
+      ->check(CLI::IsMember({"direct", "dlfilter", "text"}))
+      ->capture_default_str();
   imp->add_option("--pid", ia.pid, "perf-pt: the process to import (default: the one with the most events)");
   imp->add_option("--perf", ia.perf, "perf-pt: the perf binary (dlfilter and text decoders)")->capture_default_str();
   imp->add_option("input", ia.input, "Input file (plain, .gz, .bz2, .xz or .zst), or - for stdin")->required();
   imp->add_option("-o,--output", ia.output, "Output trace (.hlt)")->required();
   imp->add_option("--codec", ia.codec, "Chunk compression: zstd (smallest), lz4 (fastest) or none")
-      ->check(CLI::IsMember({"zstd", "lz4", "none"}))->capture_default_str();
+      ->check(CLI::IsMember({"zstd", "lz4", "none"}))
+      ->capture_default_str();
   imp->add_option("--level", ia.level, "zstd level 1..22 (default 3), or lz4 acceleration (default 1)")
       ->check(CLI::Range(1, 65537));
   imp->add_option("--chunk-events", ia.chunk_events, "Events per chunk")
-      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
 
   commands.push_back({imp, [ia_, &line] { return run_import(*ia_, line.argv); }});
 
@@ -262,7 +262,9 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   CatArgs& ca = *ca_;
   auto* ct = app.add_subcommand("cat", "Print a trace's events as text");
   ct->add_option("trace", ca.path, "Trace file")->required();
-  ct->add_option("--format", ca.format, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}))->capture_default_str();
+  ct->add_option("--format", ca.format, "text or jsonl")
+      ->check(CLI::IsMember({"text", "jsonl"}))
+      ->capture_default_str();
   ct->add_option("--thread", ca.thread, "Only this thread's events");
   ct->add_option("--from", ca.from, "Start at this seq");
   ct->add_option("-n,--limit", ca.limit, "Print at most this many events");

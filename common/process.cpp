@@ -126,6 +126,7 @@ Child spawn(const Spec& spec) {
     env_strings.push_back(prefix + std::string(24, '\0'));  // digits written in the child
   }
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (std::string& s : env_strings) envp.push_back(s.data());
   char* own_pid_digits = spec.env_own_pid.empty() ? nullptr : envp.back() + spec.env_own_pid.size() + 1;
   envp.push_back(nullptr);
@@ -154,7 +155,8 @@ Child spawn(const Spec& spec) {
     if (own_pid_digits) {
       char tmp[24];
       int k = 0;
-      for (unsigned long v = static_cast<unsigned long>(::getpid()); v || k == 0; v /= 10) tmp[k++] = char('0' + v % 10);
+      for (unsigned long v = static_cast<unsigned long>(::getpid()); v || k == 0; v /= 10)
+        tmp[k++] = char('0' + v % 10);
       for (int i = 0; i < k; ++i) own_pid_digits[i] = tmp[k - 1 - i];
       own_pid_digits[k] = '\0';
     }
@@ -200,8 +202,7 @@ Child spawn(const Spec& spec) {
     }
     for (int i = 0; i < n; ++i) {
       const int s = src[size_t(i)] == -2 ? 1 : src[size_t(i)];
-      if (s >= 0 && ::dup2(s, dst[size_t(i)]) < 0)
-        write_failure(errpipe.write, 2, errno, dst[size_t(i)]), ::_exit(127);
+      if (s >= 0 && ::dup2(s, dst[size_t(i)]) < 0) write_failure(errpipe.write, 2, errno, dst[size_t(i)]), ::_exit(127);
     }
     if (spec.search_path)
       ::execvpe(argv[0], argv.data(), envp.data());

@@ -43,8 +43,8 @@ struct Spec {
   // The name of a variable the child gets set to its own pid (for programs
   // that must know which process was started first; "" : none).
   std::string env_own_pid;
-  std::string cwd;                  // the child's working directory ("" : the parent's)
-  bool die_with_parent = false;     // PR_SET_PDEATHSIG SIGKILL
+  std::string cwd;                   // the child's working directory ("" : the parent's)
+  bool die_with_parent = false;      // PR_SET_PDEATHSIG SIGKILL
   std::vector<int> default_signals;  // reset to SIG_DFL in the child (e.g. SIGXFSZ, SIGPIPE)
 };
 

@@ -153,7 +153,8 @@ TEST(Process, WorkingDirectory) {
     run(s);
     FAIL() << "no error";
   } catch (const SpawnError& e) {
-    EXPECT_STREQ(e.what(), "cannot run '/bin/sh': cannot change to directory '/nonexistent-dir': No such file or directory");
+    EXPECT_STREQ(e.what(),
+                 "cannot run '/bin/sh': cannot change to directory '/nonexistent-dir': No such file or directory");
   }
 }
 

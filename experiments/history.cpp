@@ -7,8 +7,7 @@
 
 namespace heaplab::experiments {
 
-Verdict judge(const std::vector<SessionStat>& h, bool lower_is_better, size_t min_history,
-              double min_relative_band) {
+Verdict judge(const std::vector<SessionStat>& h, bool lower_is_better, size_t min_history, double min_relative_band) {
   Verdict v;
   if (h.empty()) return v;
   v.newest = h.back().median;
@@ -20,6 +19,7 @@ Verdict judge(const std::vector<SessionStat>& h, bool lower_is_better, size_t mi
   }
   v.centre = median(medians);
   std::vector<double> dev;
+  dev.reserve(medians.size());
   for (double m : medians) dev.push_back(std::fabs(m - v.centre));
   const double mad = 1.4826 * median(dev);
   const double half = std::max({3 * mad, 2 * median(spreads), min_relative_band * std::fabs(v.centre)});

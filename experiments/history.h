@@ -21,8 +21,8 @@ struct SessionStat {
 };
 
 struct Verdict {
-  std::string state = "short";  // regression | improvement | steady | short (fewer than 3 earlier sessions)
-                                // (the dashboard adds "absent": not in the newest complete session)
+  std::string state = "short";           // regression | improvement | steady | short (fewer than 3 earlier sessions)
+                                         // (the dashboard adds "absent": not in the newest complete session)
   double centre = 0, low = 0, high = 0;  // the band, from the earlier sessions
   double newest = 0;
   double change = 0;  // newest / centre - 1

@@ -32,8 +32,8 @@ const Metric* find_metric(const std::string& name) {
 }
 
 const std::vector<std::string>& default_metrics() {
-  static const std::vector<std::string> d = {"wall_s",        "heap_peak_mib", "frag_at_live_peak",
-                                             "peak_rss_mib",  "malloc_p99_ns", "free_p99_ns"};
+  static const std::vector<std::string> d = {"wall_s",       "heap_peak_mib", "frag_at_live_peak",
+                                             "peak_rss_mib", "malloc_p99_ns", "free_p99_ns"};
   return d;
 }
 

@@ -22,7 +22,8 @@ constexpr double W = 640, H = 360, L = 64, R = 150, T = 34, B = 44;
 
 std::string esc(const std::string& s) {
   std::string o;
-  for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  for (char c : s)
+    o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
   return o;
 }
 
@@ -88,9 +89,10 @@ std::string line_chart(const std::string& title, const std::string& xlabel, cons
     for (size_t i = 0; i < se.x.size(); ++i)
       if (!log_y || se.y[i] > 0) pts += fmt::format("{:.1f},{:.1f} ", X(se.x[i]), Y(se.y[i]));
     s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\" points=\"{}\"/>\n", c, pts);
-    s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/>"
-                     "<text x=\"{}\" y=\"{}\">{}</text>\n",
-                     W - R + 12, T + 16 * double(k), c, W - R + 26, T + 16 * double(k) + 9, esc(se.name));
+    s += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/>"
+        "<text x=\"{}\" y=\"{}\">{}</text>\n",
+        W - R + 12, T + 16 * double(k), c, W - R + 26, T + 16 * double(k) + 9, esc(se.name));
   }
   return s + "</svg>\n";
 }
@@ -123,17 +125,19 @@ std::string bar_chart(const std::string& title, const std::string& ylabel, const
     const double cx = L + slot * (double(k) + 0.5), bw = slot * 0.6;
     s += fmt::format("<rect class=\"bar\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n",
                      cx - bw / 2, Y(b.median), bw, H - B - Y(b.median), kColors[k % 10]);
-    s += fmt::format("<line class=\"err\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>"
-                     "<line x1=\"{3:.1f}\" x2=\"{4:.1f}\" y1=\"{1:.1f}\" y2=\"{1:.1f}\" stroke=\"#000\"/>"
-                     "<line x1=\"{3:.1f}\" x2=\"{4:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>\n",
-                     cx, Y(b.hi), Y(b.lo), cx - bw / 6, cx + bw / 6);
+    s += fmt::format(
+        "<line class=\"err\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>"
+        "<line x1=\"{3:.1f}\" x2=\"{4:.1f}\" y1=\"{1:.1f}\" y2=\"{1:.1f}\" stroke=\"#000\"/>"
+        "<line x1=\"{3:.1f}\" x2=\"{4:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>\n",
+        cx, Y(b.hi), Y(b.lo), cx - bw / 6, cx + bw / 6);
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", cx, H - B + 16, esc(b.name));
     s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\">{}</text>\n", cx,
                      Y(b.hi) - 4, tick(b.median));
   }
-  s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\">bars: median; whiskers: "
-                   "min-max of the runs</text>\n",
-                   (L + W) / 2, H - 8);
+  s += fmt::format(
+      "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\">bars: median; whiskers: "
+      "min-max of the runs</text>\n",
+      (L + W) / 2, H - 8);
   return s + "</svg>\n";
 }
 

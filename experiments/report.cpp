@@ -120,9 +120,18 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
   if (opt.format == "json") {
     nlohmann::json j = nlohmann::json::array();
     for (const Summary& x : sums)
-      j.push_back({{"trace", x.trace}, {"allocator", x.allocator}, {"metric", x.metric}, {"n", x.n},
-                   {"median", x.median}, {"q1", x.q1}, {"q3", x.q3}, {"min", x.min}, {"max", x.max},
-                   {"ratio_to_baseline", x.ratio}, {"p_value", x.p}, {"significant", x.significant}});
+      j.push_back({{"trace", x.trace},
+                   {"allocator", x.allocator},
+                   {"metric", x.metric},
+                   {"n", x.n},
+                   {"median", x.median},
+                   {"q1", x.q1},
+                   {"q3", x.q3},
+                   {"min", x.min},
+                   {"max", x.max},
+                   {"ratio_to_baseline", x.ratio},
+                   {"p_value", x.p},
+                   {"significant", x.significant}});
     return nlohmann::json{{"baseline", baseline}, {"alpha", opt.alpha}, {"summaries", j}}.dump(2) + "\n";
   }
 

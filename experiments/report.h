@@ -15,25 +15,25 @@ struct RunRecord {
   std::string trace;      // trace label
   std::string allocator;  // allocator label
   int rep = 0;
-  bool warmup = false;    // warm-up runs are stored, never reported
-  bool ok = true;         // the replay ran and was faithful
+  bool warmup = false;  // warm-up runs are stored, never reported
+  bool ok = true;       // the replay ran and was faithful
   std::map<std::string, double> metrics;
 };
 
 struct ReportOptions {
-  std::string format = "table";  // table | md | csv | json
-  std::string baseline;          // allocator label; "" = the first in the records
+  std::string format = "table";      // table | md | csv | json
+  std::string baseline;              // allocator label; "" = the first in the records
   std::vector<std::string> metrics;  // empty = default_metrics() present in the records
   double alpha = 0.05;
-  std::string title;             // e.g. "quick-start (session ...)"
+  std::string title;  // e.g. "quick-start (session ...)"
 };
 
 struct Summary {
   std::string trace, allocator, metric;
   size_t n = 0;
   double median = 0, q1 = 0, q3 = 0, min = 0, max = 0;
-  double ratio = 0;    // median / the baseline's median (0 when undefined)
-  double p = 1;        // Mann-Whitney against the baseline (1 for the baseline itself)
+  double ratio = 0;  // median / the baseline's median (0 when undefined)
+  double p = 1;      // Mann-Whitney against the baseline (1 for the baseline itself)
   bool significant = false;
 };
 

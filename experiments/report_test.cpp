@@ -20,7 +20,7 @@ std::vector<RunRecord> runs() {
     v.push_back({"app", "glibc", i, false, true, {{"wall_s", glibc_wall[i]}, {"heap_peak_mib", 10.0}}});
     v.push_back({"app", "jemalloc", i, false, true, {{"wall_s", je_wall[i]}, {"heap_peak_mib", 12.0 + i * 0.1}}});
   }
-  v.push_back({"app", "jemalloc", 0, true, true, {{"wall_s", 9.0}, {"heap_peak_mib", 99.0}}});   // warm-up
+  v.push_back({"app", "jemalloc", 0, true, true, {{"wall_s", 9.0}, {"heap_peak_mib", 99.0}}});    // warm-up
   v.push_back({"app", "jemalloc", 5, false, false, {{"wall_s", 9.0}, {"heap_peak_mib", 99.0}}});  // failed
   return v;
 }

@@ -29,8 +29,8 @@ std::string sessions_table(const std::vector<SessionInfo>& sessions) {
     w = std::max(w, s.id.size());
     e = std::max(e, s.experiment.size());
   }
-  std::string out = fmt::format("{:<{}}  {:<{}}  {:<20}  {:>11}  {}\n", "session", w, "experiment", e, "started",
-                                "runs", "state");
+  std::string out =
+      fmt::format("{:<{}}  {:<{}}  {:<20}  {:>11}  {}\n", "session", w, "experiment", e, "started", "runs", "state");
   for (const SessionInfo& s : sessions)
     out += fmt::format("{:<{}}  {:<{}}  {:<20}  {:>11}  {}\n", s.id, w, s.experiment, e, s.started,
                        fmt::format("{}/{}", s.stored, s.cells),

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
@@ -136,12 +137,12 @@ void capture(const TraceSpec& t, const std::string& out, bool quiet) {
     throw RunError("trace '" + t.name + "': capturing '" + t.capture[0] + "' failed (exit " + std::to_string(code) +
                    "): " + last_line(log) + " (log: " + log + ")");
   if (code != 0 && !quiet)
-    fmt::print(stderr, "heaplab: note: '{}' exited with {} while captured; its trace is used (log: {})\n",
-               t.capture[0], code, log);
+    fmt::print(stderr, "heaplab: note: '{}' exited with {} while captured; its trace is used (log: {})\n", t.capture[0],
+               code, log);
 }
 
 std::string duration(double s) {
-  const long v = long(s + 0.5);
+  const long v = std::lround(s);
   return v >= 3600 ? fmt::format("{}:{:02}:{:02}", v / 3600, v / 60 % 60, v % 60)
                    : fmt::format("{}:{:02}", v / 60, v % 60);
 }
@@ -153,8 +154,9 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
   if (!opt.shard.empty()) {
     std::tie(shard_k, shard_n) = parse_shard(opt.shard);
     if (opt.session.empty())
-      throw RunError("--shard needs --session ID: one id for every shard of this run (e.g. the job array's), "
-                     "so that heaplab results merge joins them and another run of the file gets its own");
+      throw RunError(
+          "--shard needs --session ID: one id for every shard of this run (e.g. the job array's), "
+          "so that heaplab results merge joins them and another run of the file gets its own");
   }
 
   // Everything that can be checked before anything runs.
@@ -184,7 +186,8 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
   for (const TraceSpec& t : spec.traces) {
     // Shards run apart (other machines): each would capture its own trace.
     if (!opt.shard.empty() && !t.capture.empty())
-      throw SpecError(spec.path + ": trace '" + t.name + "': --shard needs trace files (each shard would capture "
+      throw SpecError(spec.path + ": trace '" + t.name +
+                      "': --shard needs trace files (each shard would capture "
                       "its own run of the program); capture it once with heaplab capture and give 'file'");
   }
   for (const TraceSpec& t : spec.traces)
@@ -245,7 +248,8 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     // A new id: the one given, else name-time-hash with a suffix if that
     // is taken (sessions started in the same second, here or by another
     // heaplab writing the same store).
-    const std::string base = !opt.session.empty() ? opt.session : spec.name + "-" + utc_now_iso() + "-" + hash.substr(0, 8);
+    const std::string base =
+        !opt.session.empty() ? opt.session : spec.name + "-" + utc_now_iso() + "-" + hash.substr(0, 8);
     for (int k = 1;; ++k) {
       n.id = k == 1 ? base : base + "-" + std::to_string(k);
       if (store.session(n.id)) continue;
@@ -297,7 +301,8 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
   // Ctrl-C and SIGTERM end the experiment after the current run, for as
   // long as the loop runs (restored however it ends).
   struct Handlers {
-    struct sigaction old_int {}, old_term {};
+    struct sigaction old_int {
+    }, old_term{};
     Handlers() {
       struct sigaction sa {};
       sa.sa_handler = on_interrupt;
@@ -330,14 +335,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     ro.allocator = a.name;
     ro.load = a.load;
     ro.env = a.env;
-    ro.threads = spec.replay.threads;
-    ro.touch = spec.replay.touch;
-    ro.timing = spec.replay.timing;
-    ro.speed = spec.replay.speed;
-    ro.latency = spec.replay.latency;
-    ro.sample_ms = spec.replay.sample_ms;
-    ro.pin = spec.replay.pin;
-    ro.membind = spec.replay.membind;
+    ro.settings = spec.replay;
     ro.replayer_dir = opt.replayer_dir;
     RunRow row;
     row.started = utc_now_iso();

@@ -34,7 +34,8 @@ void check_keys(const Ctx& c, const YAML::Node& m, const std::string& where, con
   for (const auto& kv : m) {
     const std::string k = kv.first.Scalar();
     if (std::find(known.begin(), known.end(), k) == known.end())
-      c.fail(kv.first, "unknown key '" + k + "'" + (where.empty() ? "" : " in " + where) + " (known: " + join(known) + ")");
+      c.fail(kv.first,
+             "unknown key '" + k + "'" + (where.empty() ? "" : " in " + where) + " (known: " + join(known) + ")");
   }
 }
 
@@ -61,7 +62,7 @@ uint64_t integer(const Ctx& c, const YAML::Node& n, const std::string& key, uint
 }
 
 std::string one_of(const Ctx& c, const YAML::Node& n, const std::string& key, const std::vector<std::string>& ok) {
-  const std::string v = text(c, n, key);
+  std::string v = text(c, n, key);
   if (std::find(ok.begin(), ok.end(), v) == ok.end())
     c.fail(n, "'" + key + "': expected one of " + join(ok) + ", not '" + v + "'");
   return v;
@@ -105,8 +106,10 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       c.fail(root["name"], "'name': letters, digits, '.', '_' and '-' only, not '" + s.name + "'");
   } else {
     std::string base = path.substr(path.find_last_of('/') + 1);
-    if (base.size() > 5 && base.substr(base.size() - 5) == ".yaml") base.resize(base.size() - 5);
-    else if (base.size() > 4 && base.substr(base.size() - 4) == ".yml") base.resize(base.size() - 4);
+    if (base.size() > 5 && base.substr(base.size() - 5) == ".yaml")
+      base.resize(base.size() - 5);
+    else if (base.size() > 4 && base.substr(base.size() - 4) == ".yml")
+      base.resize(base.size() - 4);
     s.name = base;
   }
   if (root["description"]) s.description = text(c, root["description"], "description");
@@ -151,7 +154,8 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       if (a["env"]) {
         for (const auto& kv : need_map(c, a["env"], "env")) {
           const std::string k = kv.first.Scalar();
-          if (k.empty() || k.find('=') != std::string::npos) c.fail(kv.first, "'env': not a variable name: '" + k + "'");
+          if (k.empty() || k.find('=') != std::string::npos)
+            c.fail(kv.first, "'env': not a variable name: '" + k + "'");
           as.env.emplace_back(k, text(c, kv.second, k));
         }
       }
@@ -166,8 +170,7 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       if (as.load == "direct") as.label += "/direct";
     }
     for (const AllocatorSpec& o : s.allocators)
-      if (o.label == as.label)
-        c.fail(a, "two allocators labelled '" + as.label + "' (give each a 'label')");
+      if (o.label == as.label) c.fail(a, "two allocators labelled '" + as.label + "' (give each a 'label')");
     s.allocators.push_back(as);
   }
   if (s.allocators.empty()) c.fail(root["allocators"], "'allocators': no allocator given");
@@ -184,36 +187,22 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
 
   if (root["replay"]) {
     const YAML::Node r = need_map(c, root["replay"], "replay");
-    check_keys(c, r, "replay", {"threads", "touch", "timing", "speed", "pin", "membind", "latency", "sample_ms"});
-    if (r["threads"]) s.replay.threads = uint32_t(integer(c, r["threads"], "threads", 0, 1u << 20));
-    if (r["touch"]) s.replay.touch = one_of(c, r["touch"], "touch", {"none", "first", "pages", "all"});
-    if (r["timing"]) s.replay.timing = one_of(c, r["timing"], "timing", {"fast", "recorded"});
-    if (r["speed"]) {
-      const std::string v = text(c, r["speed"], "speed");
-      char* end = nullptr;
-      s.replay.speed = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end || !(s.replay.speed > 0) || s.replay.speed > 1e9)
-        c.fail(r["speed"], "'speed': expected a positive factor, not '" + v + "'");
+    // The keys, their choices and ranges: replay/settings.h's table.
+    std::vector<std::string> keys;
+    for (const replay::SettingInfo& i : replay::setting_table())
+      if (i.kind != replay::SettingKind::flag) keys.push_back(i.key);
+    check_keys(c, r, "replay", keys);
+    for (const replay::SettingInfo& i : replay::setting_table()) {
+      if (i.kind == replay::SettingKind::flag || !r[i.key]) continue;
+      const YAML::Node n = r[i.key];
+      std::string v = i.kind == replay::SettingKind::choice  ? one_of(c, n, i.key, i.choices)
+                      : i.kind == replay::SettingKind::count ? std::to_string(integer(c, n, i.key, i.min, i.max))
+                                                             : text(c, n, i.key);
+      if (std::string why = replay::set_setting(s.replay, i, v); !why.empty())
+        c.fail(n, "'" + std::string(i.key) + "': " + why);
     }
-    const auto list_of_numbers = [](const std::string& v) {
-      return !v.empty() && v.find_first_not_of("0123456789,") == std::string::npos && v.front() != ',' &&
-             v.back() != ',' && v.find(",,") == std::string::npos;
-    };
-    if (r["pin"]) {
-      s.replay.pin = text(c, r["pin"], "pin");
-      if (s.replay.pin != "none" && s.replay.pin != "compact" && s.replay.pin != "scatter" && !list_of_numbers(s.replay.pin))
-        c.fail(r["pin"], "'pin': expected none, compact, scatter or CPU numbers such as 0,2, not '" + s.replay.pin + "'");
-    }
-    if (r["membind"]) {
-      s.replay.membind = text(c, r["membind"], "membind");
-      const std::string& m = s.replay.membind;
-      if (m != "none" && m != "local" && m != "interleave" && !list_of_numbers(m))
-        c.fail(r["membind"], "'membind': expected none, local, interleave or NUMA node numbers such as 0,1, not '" + m + "'");
-      if (m == "local" && s.replay.pin == "none")
-        c.fail(r["membind"], "'membind': local binds memory to the pinned CPUs' nodes; give 'pin' too");
-    }
-    if (r["latency"]) s.replay.latency = uint32_t(integer(c, r["latency"], "latency", 0, 1u << 30));
-    if (r["sample_ms"]) s.replay.sample_ms = uint32_t(integer(c, r["sample_ms"], "sample_ms", 0, 3600000));
+    if (s.replay.membind == "local" && s.replay.pin == "none")
+      c.fail(r["membind"], "'membind': local binds memory to the pinned CPUs' nodes; give 'pin' too");
   }
   if (root["metrics"]) {
     for (const YAML::Node& m : need_list(c, root["metrics"], "metrics")) {

@@ -34,6 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include "replay/settings.h"
+
 namespace heaplab::experiments {
 
 class SpecError : public std::runtime_error {
@@ -55,16 +57,9 @@ struct AllocatorSpec {
   std::vector<std::pair<std::string, std::string>> env;
 };
 
-struct ReplaySettings {
-  uint32_t threads = 0;
-  std::string touch = "pages";
-  std::string timing = "fast";
-  double speed = 1.0;
-  std::string pin = "none";
-  std::string membind = "none";
-  uint32_t latency = 0;
-  uint32_t sample_ms = 10;
-};
+// The replay settings of every run (replay/settings.h: one type and one
+// table for the CLI, experiment files and the replayer).
+using ReplaySettings = replay::ReplaySettings;
 
 struct ExperimentSpec {
   std::string path;  // the file

@@ -48,8 +48,8 @@ TEST(Spec, AValidExperiment) {
             (std::vector<std::pair<std::string, std::string>>{{"MALLOC_CONF", "narenas:1"}, {"JEMALLOC_X", "3"}}));
   EXPECT_EQ(s.allocators[2].label, "je-default");
   EXPECT_EQ(s.replay.threads, 2u);
-  EXPECT_EQ(s.replay.touch, "all");
-  EXPECT_EQ(s.replay.timing, "recorded");
+  EXPECT_EQ(s.replay.touch, replay::Touch::all);
+  EXPECT_EQ(s.replay.timing, replay::Timing::recorded);
   EXPECT_DOUBLE_EQ(s.replay.speed, 2.5);
   EXPECT_EQ(s.replay.latency, 16u);
   EXPECT_EQ(s.replay.sample_ms, 5u);
@@ -58,18 +58,18 @@ TEST(Spec, AValidExperiment) {
   EXPECT_EQ(s.warmup, 0u);
   EXPECT_EQ(s.baseline, "je-default");
   // Defaults: the name from the file, the first allocator as baseline.
-  const ExperimentSpec d = parse_experiment("traces: [{name: t, file: x.hlt}]\nallocators: [glibc, mimalloc]\n",
-                                            "dir/quick-start.yaml");
-  EXPECT_EQ(parse_experiment("traces: [{name: t, file: '{experiment_dir}/x.hlt'}]\nallocators: [glibc]\n",
-                             "/exp/dir/e.yaml")
-                .traces[0]
-                .file,
-            "/exp/dir/x.hlt");
+  const ExperimentSpec d =
+      parse_experiment("traces: [{name: t, file: x.hlt}]\nallocators: [glibc, mimalloc]\n", "dir/quick-start.yaml");
+  EXPECT_EQ(
+      parse_experiment("traces: [{name: t, file: '{experiment_dir}/x.hlt'}]\nallocators: [glibc]\n", "/exp/dir/e.yaml")
+          .traces[0]
+          .file,
+      "/exp/dir/x.hlt");
   EXPECT_EQ(d.name, "quick-start");
   EXPECT_EQ(d.baseline, "glibc");
   EXPECT_EQ(d.repetitions, 5u);
   EXPECT_EQ(d.warmup, 1u);
-  EXPECT_EQ(d.replay.touch, "pages");
+  EXPECT_EQ(d.replay.touch, replay::Touch::pages);
 }
 
 TEST(Spec, MistakesNameTheLineAndKey) {
@@ -88,11 +88,11 @@ TEST(Spec, MistakesNameTheLineAndKey) {
             "exp.yaml:4: unknown key 'threds' in replay (known: threads, touch, timing, speed, pin, membind, "
             "latency, sample_ms)");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {pin: fast}\n"),
-            "exp.yaml:3: 'pin': expected none, compact, scatter or CPU numbers such as 0,2, not 'fast'");
+            "exp.yaml:3: 'pin': expected none, compact, scatter or a list of CPU numbers such as 0,2, not 'fast'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {membind: local}\n"),
             "exp.yaml:3: 'membind': local binds memory to the pinned CPUs' nodes; give 'pin' too");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {membind: '0,,1'}\n"),
-            "exp.yaml:3: 'membind': expected none, local, interleave or NUMA node numbers such as 0,1, not '0,,1'");
+            "exp.yaml:3: 'membind': expected none, local, interleave or a list of NUMA nodes such as 0,1, not '0,,1'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: fast\n"),
             "exp.yaml:3: 'replay': expected a map of keys and values, not 'fast'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "metrics: [wall_s, speed]\n"),

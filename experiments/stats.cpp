@@ -56,7 +56,8 @@ MannWhitney mann_whitney(const std::vector<double>& a, const std::vector<double>
   bool ties = false;
   for (double x : a)
     for (double y : b) {
-      if (x > y) r.u += 1;
+      if (x > y)
+        r.u += 1;
       else if (x == y) {
         r.u += 0.5;
         ties = true;

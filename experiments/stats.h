@@ -14,8 +14,8 @@ double quantile(std::vector<double> v, double q);
 inline double median(const std::vector<double>& v) { return quantile(v, 0.5); }
 
 struct MannWhitney {
-  double u = 0;       // U of the first sample: pairs (a, b) with a > b, ties counting 1/2
-  double p = 1;       // two-sided p-value
+  double u = 0;        // U of the first sample: pairs (a, b) with a > b, ties counting 1/2
+  double p = 1;        // two-sided p-value
   bool exact = false;  // from the exact distribution (no ties, both samples at most 30)
 };
 

@@ -123,14 +123,16 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
     exec("PRAGMA synchronous=NORMAL");
     std::string metric_cols;
     for (const Metric& m : all_metrics()) metric_cols += ", " + m.name + " REAL";
-    exec("CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, spec_hash TEXT, "
-         "spec TEXT, baseline TEXT, started TEXT, finished TEXT, cells INTEGER, shard TEXT, host TEXT, "
-         "heaplab_version TEXT, git_commit TEXT, owner TEXT)");
-    exec("CREATE TABLE IF NOT EXISTS runs (session TEXT NOT NULL, cell TEXT NOT NULL, seq INTEGER, trace TEXT, "
-         "trace_file TEXT, trace_id TEXT, allocator TEXT, allocator_name TEXT, load TEXT, rep INTEGER, warmup INTEGER, "
-         "started TEXT, exit TEXT, faithful INTEGER, host TEXT, cpu TEXT, kernel TEXT, allocator_version TEXT, "
-         "allocator_build_id TEXT" +
-         metric_cols + ", result TEXT, PRIMARY KEY (session, cell))");
+    exec(
+        "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, spec_hash TEXT, "
+        "spec TEXT, baseline TEXT, started TEXT, finished TEXT, cells INTEGER, shard TEXT, host TEXT, "
+        "heaplab_version TEXT, git_commit TEXT, owner TEXT)");
+    exec(
+        "CREATE TABLE IF NOT EXISTS runs (session TEXT NOT NULL, cell TEXT NOT NULL, seq INTEGER, trace TEXT, "
+        "trace_file TEXT, trace_id TEXT, allocator TEXT, allocator_name TEXT, load TEXT, rep INTEGER, warmup INTEGER, "
+        "started TEXT, exit TEXT, faithful INTEGER, host TEXT, cpu TEXT, kernel TEXT, allocator_version TEXT, "
+        "allocator_build_id TEXT" +
+        metric_cols + ", result TEXT, PRIMARY KEY (session, cell))");
     exec("CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT)");
     exec("INSERT OR IGNORE INTO store_info VALUES ('format', 'heaplab-results'), ('format_version', '1')");
     Stmt f(db_, "SELECT value FROM store_info WHERE key = 'format'", path);
@@ -173,9 +175,10 @@ void Store::exec(const std::string& sql) {
 std::vector<SessionInfo> Store::unfinished(const std::string& experiment, const std::string& spec_hash,
                                            const std::string& shard) {
   std::vector<SessionInfo> v;
-  Stmt q(db_, std::string("SELECT ") + kSessionColumns +
-                  " FROM sessions WHERE experiment = ? AND spec_hash = ? AND shard = ? AND finished = '' "
-                  "ORDER BY started DESC, id DESC",
+  Stmt q(db_,
+         std::string("SELECT ") + kSessionColumns +
+             " FROM sessions WHERE experiment = ? AND spec_hash = ? AND shard = ? AND finished = '' "
+             "ORDER BY started DESC, id DESC",
          path_);
   q.bind(1, experiment).bind(2, spec_hash).bind(3, shard);
   while (q.step()) v.push_back(read_session(q));
@@ -200,8 +203,8 @@ std::optional<SessionInfo> Store::session(const std::string& id) {
 }
 
 void Store::add_session(const SessionInfo& s) {
-  Stmt q(db_, std::string("INSERT INTO sessions (") + kSessionColumns +
-                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+  Stmt q(db_,
+         std::string("INSERT INTO sessions (") + kSessionColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
          path_ + ": session '" + s.id + "'");
   q.bind(1, s.id).bind(2, s.experiment).bind(3, s.spec_hash).bind(4, s.spec).bind(5, s.baseline);
   q.bind(6, s.started).bind(7, s.finished).bind(8, s.cells).bind(9, s.shard).bind(10, s.host);
@@ -226,10 +229,14 @@ std::set<std::string> Store::done_cells(const std::string& session) {
 void Store::add_run(const std::string& session, const RunRow& r) {
   std::string marks;
   for (size_t i = 0; i < all_metrics().size(); ++i) marks += ", ?";
-  Stmt q(db_, "INSERT OR REPLACE INTO runs (session, cell, seq, trace, trace_file, trace_id, allocator, "
-              "allocator_name, load, rep, warmup, started, exit, faithful, host, cpu, kernel, allocator_version, "
-              "allocator_build_id" + metric_columns() + ", result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-              "?, ?, ?, ?, ?" + marks + ", ?)",
+  Stmt q(db_,
+         "INSERT OR REPLACE INTO runs (session, cell, seq, trace, trace_file, trace_id, allocator, "
+         "allocator_name, load, rep, warmup, started, exit, faithful, host, cpu, kernel, allocator_version, "
+         "allocator_build_id" +
+             metric_columns() +
+             ", result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+             "?, ?, ?, ?, ?" +
+             marks + ", ?)",
          path_);
   const nlohmann::json& j = r.result;
   const auto str = [&](std::initializer_list<const char*> path) {
@@ -243,18 +250,21 @@ void Store::add_run(const std::string& session, const RunRow& r) {
   int i = 0;
   for (const std::string& v : {session, r.cell}) q.bind(++i, v);
   q.bind(++i, r.seq);
-  for (const std::string& v : {r.trace, r.trace_file, r.trace_id, r.allocator, r.allocator_name, r.load}) q.bind(++i, v);
+  for (const std::string& v : {r.trace, r.trace_file, r.trace_id, r.allocator, r.allocator_name, r.load})
+    q.bind(++i, v);
   for (const int64_t v : {int64_t(r.rep), int64_t(r.warmup)}) q.bind(++i, v);
   for (const std::string& v : {r.started, r.exit}) q.bind(++i, v);
   q.bind(++i, int64_t(r.faithful));
-  for (const std::string& v : {str({"replay", "environment", "host"}), str({"replay", "environment", "cpu_model"}),
-                               str({"replay", "environment", "kernel"}), str({"allocator", "version"}),
-                               str({"allocator", "build_id"})})
+  for (const std::string& v :
+       {str({"replay", "environment", "host"}), str({"replay", "environment", "cpu_model"}),
+        str({"replay", "environment", "kernel"}), str({"allocator", "version"}), str({"allocator", "build_id"})})
     q.bind(++i, v);
   for (const Metric& m : all_metrics()) {
     ++i;
-    if (auto it = r.metrics.find(m.name); it != r.metrics.end()) q.bind_double(i, it->second);
-    else q.bind_null(i);
+    if (auto it = r.metrics.find(m.name); it != r.metrics.end())
+      q.bind_double(i, it->second);
+    else
+      q.bind_null(i);
   }
   q.bind(++i, j.dump());
   q.step();
@@ -274,8 +284,9 @@ std::vector<SessionInfo> Store::sessions() {
 
 std::vector<RunRecord> Store::records(const std::string& session) {
   std::vector<RunRecord> v;
-  Stmt q(db_, "SELECT trace, allocator, rep, warmup, exit, faithful" + metric_columns() +
-                  " FROM runs WHERE session = ? ORDER BY seq",
+  Stmt q(db_,
+         "SELECT trace, allocator, rep, warmup, exit, faithful" + metric_columns() +
+             " FROM runs WHERE session = ? ORDER BY seq",
          path_);
   q.bind(1, session);
   while (q.step()) {
@@ -297,8 +308,9 @@ std::vector<RunRecord> Store::records(const std::string& session) {
 
 std::vector<RunRow> Store::runs(const std::string& session) {
   std::vector<RunRow> v;
-  Stmt q(db_, "SELECT cell, seq, trace, trace_file, trace_id, allocator, allocator_name, load, rep, warmup, started, "
-              "exit, faithful, result FROM runs WHERE session = ? ORDER BY seq",
+  Stmt q(db_,
+         "SELECT cell, seq, trace, trace_file, trace_id, allocator, allocator_name, load, rep, warmup, started, "
+         "exit, faithful, result FROM runs WHERE session = ? ORDER BY seq",
          path_);
   q.bind(1, session);
   while (q.step()) {
@@ -359,8 +371,9 @@ std::pair<int64_t, int64_t> Store::merge_from(const std::string& other) {
       }
     }
     // A session is finished when every cell is in (shards merged).
-    exec("UPDATE sessions SET finished = COALESCE(NULLIF(finished, ''), strftime('%Y-%m-%dT%H:%M:%SZ', 'now')) "
-         "WHERE cells <= (SELECT count(*) FROM runs WHERE runs.session = sessions.id)");
+    exec(
+        "UPDATE sessions SET finished = COALESCE(NULLIF(finished, ''), strftime('%Y-%m-%dT%H:%M:%SZ', 'now')) "
+        "WHERE cells <= (SELECT count(*) FROM runs WHERE runs.session = sessions.id)");
     exec("COMMIT");
   } catch (const StoreError& e) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);

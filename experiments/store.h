@@ -35,15 +35,15 @@ struct SessionInfo {
   std::string id;
   std::string experiment;
   std::string spec_hash;
-  std::string spec;      // the experiment file's text
+  std::string spec;  // the experiment file's text
   std::string baseline;
   std::string started;   // UTC ISO-8601
   std::string finished;  // "" while runs are missing
   int64_t cells = 0;     // runs the session has in all (every shard)
   std::string shard;     // "K/N" or ""
   std::string host, heaplab_version, git_commit;
-  std::string owner;     // "host:pid" of the heaplab running it (or that last ran it)
-  int64_t stored = 0;    // runs stored (filled by sessions())
+  std::string owner;   // "host:pid" of the heaplab running it (or that last ran it)
+  int64_t stored = 0;  // runs stored (filled by sessions())
 };
 
 struct RunRow {

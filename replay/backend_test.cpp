@@ -94,38 +94,41 @@ class HEAPLAB_BACKEND_SUITE : public ::testing::Test {
 // deletes with the alignment), as a correct program would.
 TEST_F(HEAPLAB_BACKEND_SUITE, EveryCallSucceedsOnTheRealAllocator) {
   std::vector<Event> evs = {
-      alloc(Op::malloc, 11),                                 // 1
-      alloc(Op::calloc, 12, 0, 3),                           // 2
+      alloc(Op::malloc, 11),        // 1
+      alloc(Op::calloc, 12, 0, 3),  // 2
       consume(Op::free, 1),
-      consume(Op::realloc, 2, 100),                          // 3
-      consume(Op::reallocarray, 3, 1000, 0),                 // 4 (count below)
+      consume(Op::realloc, 2, 100),           // 3
+      consume(Op::reallocarray, 3, 1000, 0),  // 4 (count below)
       consume(Op::free, 4),
-      alloc(Op::memalign, 15, 64),                           // 5
-      alloc(Op::posix_memalign, 16, 128),                    // 6
-      alloc(Op::aligned_alloc, 512, 256),                    // 7
-      alloc(Op::valloc, 18),                                 // 8
-      alloc(Op::pvalloc, 19),                                // 9
-      consume(Op::free, 5), consume(Op::free, 6), consume(Op::free, 7),
-      consume(Op::free, 8), consume(Op::free, 9),
-      alloc(Op::op_new, 20),                                 // 10
-      alloc(Op::op_new, 20),                                 // 11
-      alloc(Op::op_new_array, 21),                           // 12
-      alloc(Op::op_new_array, 21),                           // 13
-      alloc(Op::op_new_nothrow, 22),                         // 14
-      alloc(Op::op_new_array_nothrow, 23),                   // 15
+      alloc(Op::memalign, 15, 64),         // 5
+      alloc(Op::posix_memalign, 16, 128),  // 6
+      alloc(Op::aligned_alloc, 512, 256),  // 7
+      alloc(Op::valloc, 18),               // 8
+      alloc(Op::pvalloc, 19),              // 9
+      consume(Op::free, 5),
+      consume(Op::free, 6),
+      consume(Op::free, 7),
+      consume(Op::free, 8),
+      consume(Op::free, 9),
+      alloc(Op::op_new, 20),                // 10
+      alloc(Op::op_new, 20),                // 11
+      alloc(Op::op_new_array, 21),          // 12
+      alloc(Op::op_new_array, 21),          // 13
+      alloc(Op::op_new_nothrow, 22),        // 14
+      alloc(Op::op_new_array_nothrow, 23),  // 15
       consume(Op::op_delete, 10),
       consume(Op::op_delete_sized, 11, 20),
       consume(Op::op_delete_array, 12),
       consume(Op::op_delete_array_sized, 13, 21),
       consume(Op::op_delete_nothrow, 14),
       consume(Op::op_delete_array_nothrow, 15),
-      alloc(Op::op_new_aligned, 24, 32),                     // 16
-      alloc(Op::op_new_aligned, 40, 64),                     // 17
-      alloc(Op::op_new_array_aligned, 25, 64),               // 18
-      alloc(Op::op_new_array_aligned, 25, 64),               // 19
-      alloc(Op::op_new_aligned_nothrow, 26, 128),            // 20
-      alloc(Op::op_new_array_aligned_nothrow, 27, 256),      // 21
-      alloc(Op::op_new_aligned, 5000, 4096),                 // 22
+      alloc(Op::op_new_aligned, 24, 32),                 // 16
+      alloc(Op::op_new_aligned, 40, 64),                 // 17
+      alloc(Op::op_new_array_aligned, 25, 64),           // 18
+      alloc(Op::op_new_array_aligned, 25, 64),           // 19
+      alloc(Op::op_new_aligned_nothrow, 26, 128),        // 20
+      alloc(Op::op_new_array_aligned_nothrow, 27, 256),  // 21
+      alloc(Op::op_new_aligned, 5000, 4096),             // 22
       consume(Op::op_delete_aligned, 16, 0, 32),
       consume(Op::op_delete_sized_aligned, 17, 40, 64),
       consume(Op::op_delete_array_aligned, 18, 0, 64),
@@ -133,10 +136,10 @@ TEST_F(HEAPLAB_BACKEND_SUITE, EveryCallSucceedsOnTheRealAllocator) {
       consume(Op::op_delete_aligned_nothrow, 20, 0, 128),
       consume(Op::op_delete_array_aligned_nothrow, 21, 0, 256),
       consume(Op::op_delete_sized_aligned, 22, 5000, 4096),
-      alloc(Op::malloc, 3 << 20),                            // 23: a large block
-      consume(Op::realloc, 23, 9 << 20),                     // 24
+      alloc(Op::malloc, 3 << 20),         // 23: a large block
+      consume(Op::realloc, 23, 9 << 20),  // 24
       consume(Op::free, 24),
-      consume(Op::free, 0),                                  // free(NULL)
+      consume(Op::free, 0),  // free(NULL)
   };
   evs[4].count = 2;  // reallocarray(p, 2, 1000)
   Plan plan(evs);
@@ -148,14 +151,36 @@ TEST_F(HEAPLAB_BACKEND_SUITE, EveryCallSucceedsOnTheRealAllocator) {
   std::array<uint64_t, trace::kOpCount> calls{};
   for (const Event& e : evs) ++calls[idx(e.op)];
   // Every call of the format was made.
-  for (Op op : {Op::malloc, Op::calloc, Op::realloc, Op::reallocarray, Op::free, Op::memalign,
-                Op::posix_memalign, Op::aligned_alloc, Op::valloc, Op::pvalloc, Op::op_new,
-                Op::op_new_array, Op::op_new_nothrow, Op::op_new_array_nothrow, Op::op_new_aligned,
-                Op::op_new_array_aligned, Op::op_new_aligned_nothrow, Op::op_new_array_aligned_nothrow,
-                Op::op_delete, Op::op_delete_array, Op::op_delete_sized, Op::op_delete_array_sized,
-                Op::op_delete_aligned, Op::op_delete_array_aligned, Op::op_delete_sized_aligned,
-                Op::op_delete_array_sized_aligned, Op::op_delete_nothrow, Op::op_delete_array_nothrow,
-                Op::op_delete_aligned_nothrow, Op::op_delete_array_aligned_nothrow})
+  for (Op op : {Op::malloc,
+                Op::calloc,
+                Op::realloc,
+                Op::reallocarray,
+                Op::free,
+                Op::memalign,
+                Op::posix_memalign,
+                Op::aligned_alloc,
+                Op::valloc,
+                Op::pvalloc,
+                Op::op_new,
+                Op::op_new_array,
+                Op::op_new_nothrow,
+                Op::op_new_array_nothrow,
+                Op::op_new_aligned,
+                Op::op_new_array_aligned,
+                Op::op_new_aligned_nothrow,
+                Op::op_new_array_aligned_nothrow,
+                Op::op_delete,
+                Op::op_delete_array,
+                Op::op_delete_sized,
+                Op::op_delete_array_sized,
+                Op::op_delete_aligned,
+                Op::op_delete_array_aligned,
+                Op::op_delete_sized_aligned,
+                Op::op_delete_array_sized_aligned,
+                Op::op_delete_nothrow,
+                Op::op_delete_array_nothrow,
+                Op::op_delete_aligned_nothrow,
+                Op::op_delete_array_aligned_nothrow})
     EXPECT_GT(calls[idx(op)], 0u) << trace::op_name(op);
   EXPECT_EQ(r.calls, calls);
   EXPECT_EQ(r.nulls, (std::array<uint64_t, trace::kOpCount>{}));
@@ -167,25 +192,27 @@ TEST_F(HEAPLAB_BACKEND_SUITE, EveryCallSucceedsOnTheRealAllocator) {
   // fixed in 2.0.10): blocks of 256 to 1024 bytes asked with an alignment of
   // 256 or more come back aligned to 128 only. The engine passes the
   // alignment; the allocator ignores it. Counted and shown, not failed.
-  const bool mimalloc_209 = std::string(B::kName) == "mimalloc" && B::describe().value("version", "") == "mimalloc 2.0.9";
+  const bool mimalloc_209 =
+      std::string(B::kName) == "mimalloc" && B::describe().value("version", "") == "mimalloc 2.0.9";
   struct Aligned {
     uint64_t id, size, align;
   };
-  const std::vector<Aligned> aligned = {{5, 15, 64},    {6, 16, 128},   {7, 512, 256},  {8, 18, 4096},
-                                        {9, 19, 4096},  {16, 24, 32},   {17, 40, 64},   {18, 25, 64},
-                                        {19, 25, 64},   {20, 26, 128},  {21, 27, 256},  {22, 5000, 4096}};
+  const std::vector<Aligned> aligned = {{5, 15, 64},   {6, 16, 128},  {7, 512, 256}, {8, 18, 4096},
+                                        {9, 19, 4096}, {16, 24, 32},  {17, 40, 64},  {18, 25, 64},
+                                        {19, 25, 64},  {20, 26, 128}, {21, 27, 256}, {22, 5000, 4096}};
   int known_bug = 0;
   for (const Aligned& a : aligned) {
     ASSERT_NE(plan.slot(a.id), 0u) << "object " << a.id;
     ASSERT_NE(plan.slot(a.id), kNullObject) << "object " << a.id;
-    if (plan.slot(a.id) % a.align != 0 && mimalloc_209 && a.align >= 256 && a.align <= 1024 &&
-        a.size >= 256 && a.size <= 1024 && plan.slot(a.id) % 128 == 0) {
+    if (plan.slot(a.id) % a.align != 0 && mimalloc_209 && a.align >= 256 && a.align <= 1024 && a.size >= 256 &&
+        a.size <= 1024 && plan.slot(a.id) % 128 == 0) {
       ++known_bug;
       continue;
     }
     EXPECT_EQ(plan.slot(a.id) % a.align, 0u) << "object " << a.id << " (" << a.size << " bytes) aligned to " << a.align;
   }
-  if (known_bug) std::printf("note: %d block(s) misaligned by mimalloc 2.0.9's known bug (upstream issue 700)\n", known_bug);
+  if (known_bug)
+    std::printf("note: %d block(s) misaligned by mimalloc 2.0.9's known bug (upstream issue 700)\n", known_bug);
 }
 
 // Two threads, the second freeing (and reallocating) what the first made:

@@ -40,10 +40,9 @@ std::string comparison_table(const std::vector<json>& results) {
     const char* head;
     bool left;
   };
-  std::vector<Column> cols = {{"allocator", true},   {"wall s", false},     {"Mcalls/s", false},
-                              {"heap peak", false},  {"at live pk", false}, {"frag pk", false},
-                              {"frag avg", false},   {"heap end", false},   {"max RSS", false},
-                              {"faults", false}};
+  std::vector<Column> cols = {{"allocator", true},   {"wall s", false},  {"Mcalls/s", false}, {"heap peak", false},
+                              {"at live pk", false}, {"frag pk", false}, {"frag avg", false}, {"heap end", false},
+                              {"max RSS", false},    {"faults", false}};
   if (latency)
     for (const char* h : {"malloc p50", "malloc p99", "free p50", "free p99"}) cols.push_back({h, false});
   cols.push_back({"faithful", true});
@@ -67,17 +66,16 @@ std::string comparison_table(const std::vector<json>& results) {
     }
     const json& m = p->contains("memory") ? (*p)["memory"] : json::object();
     const bool frag_ok = num(m, {"live_peak_sampled_fraction"}, 0) >= 0.5;
-    std::vector<std::string> row = {
-        name,
-        fixed(num(*p, {"wall_s"}), 3),
-        fixed(num(*p, {"calls_per_s"}) < 0 ? -1 : num(*p, {"calls_per_s"}) / 1e6, 2),
-        mib(num(m, {"heap_peak_kib"})),
-        frag_ok ? mib(num(m, {"heap_kib_at_live_peak"})) : "-",
-        frag_ok ? fixed(num(m, {"fragmentation", "at_live_peak"}), 2) : "-",
-        frag_ok ? fixed(num(m, {"fragmentation", "time_weighted"}), 2) : "-",
-        mib(num(m, {"heap_final_kib"})),
-        mib(num(m, {"peak_rss_kib"}, num(*p, {"max_rss_kib"}))),
-        fixed(num(*p, {"page_faults", "minor"}), 0)};
+    std::vector<std::string> row = {name,
+                                    fixed(num(*p, {"wall_s"}), 3),
+                                    fixed(num(*p, {"calls_per_s"}) < 0 ? -1 : num(*p, {"calls_per_s"}) / 1e6, 2),
+                                    mib(num(m, {"heap_peak_kib"})),
+                                    frag_ok ? mib(num(m, {"heap_kib_at_live_peak"})) : "-",
+                                    frag_ok ? fixed(num(m, {"fragmentation", "at_live_peak"}), 2) : "-",
+                                    frag_ok ? fixed(num(m, {"fragmentation", "time_weighted"}), 2) : "-",
+                                    mib(num(m, {"heap_final_kib"})),
+                                    mib(num(m, {"peak_rss_kib"}, num(*p, {"max_rss_kib"}))),
+                                    fixed(num(*p, {"page_faults", "minor"}), 0)};
     if (latency)
       for (const char* op : {"malloc", "free"})
         for (const char* q : {"p50_ns", "p99_ns"}) {
@@ -105,6 +103,7 @@ std::string comparison_table(const std::vector<json>& results) {
     s += l + "\n";
   };
   std::vector<std::string> heads;
+  heads.reserve(cols.size());
   for (const Column& c : cols) heads.push_back(c.head);
   line(heads);
   for (const auto& row : rows) line(row);
@@ -144,8 +143,7 @@ std::vector<std::string> allocator_list(const std::string& spec) {
 }
 
 std::vector<std::string> load_list(const std::string& spec) {
-  const std::vector<std::string> loads =
-      spec == "both" ? std::vector<std::string>{"preload", "direct"} : split_commas(spec);
+  std::vector<std::string> loads = spec == "both" ? std::vector<std::string>{"preload", "direct"} : split_commas(spec);
   for (const std::string& l : loads)
     if (l != "preload" && l != "direct") throw ReplayError("--load: expected preload, direct or both, not '" + l + "'");
   return loads;

@@ -23,6 +23,7 @@
 #include "capture/format/event.h"
 #include "replay/histogram.h"
 #include "replay/plan.h"
+#include "replay/settings.h"
 
 namespace heaplab::replay {
 
@@ -31,19 +32,12 @@ using Slot = std::atomic<uintptr_t>;
 // trace): consumers then pass NULL.
 inline constexpr uintptr_t kNullObject = 1;
 
-enum class Touch : uint8_t {
-  none,   // do not write allocated memory
-  first,  // write its first byte
-  pages,  // write one byte in every page it spans (default: RSS as if used)
-  all,    // write every byte
-};
-
 struct ThreadResult {
   std::array<uint64_t, trace::kOpCount> calls{};
   std::array<uint64_t, trace::kOpCount> nulls{};       // NULL where the trace had a result
   std::array<uint64_t, trace::kOpCount> unexpected{};  // a result where the trace had NULL
-  uint64_t moved_failed_reallocs = 0;  // realloc failed in the trace, succeeded here
-  uint64_t waits = 0;                  // consumes that waited for another thread
+  uint64_t moved_failed_reallocs = 0;                  // realloc failed in the trace, succeeded here
+  uint64_t waits = 0;                                  // consumes that waited for another thread
   uint64_t wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
   int cpu = -1;                       // the CPU the thread finished on
@@ -147,8 +141,7 @@ namespace detail {
 
 // The end of a producing call. The common case (the trace had a result and
 // so does the replay) is one predictable test; the rest is out of line.
-[[gnu::noinline, gnu::cold]] inline void made_unusual(Slot* table, uint64_t id, void* p,
-                                                      unsigned op, ThreadResult& r) {
+[[gnu::noinline, gnu::cold]] inline void made_unusual(Slot* table, uint64_t id, void* p, unsigned op, ThreadResult& r) {
   if (id == 0) {
     if (p) ++r.unexpected[op];  // kept: the trace never frees it
     return;
@@ -157,8 +150,7 @@ namespace detail {
   table[id].store(kNullObject, std::memory_order_release);
 }
 
-inline void made(Slot* table, uint64_t id, void* p, uint64_t bytes, unsigned op, Touch mode,
-                 ThreadResult& r) {
+inline void made(Slot* table, uint64_t id, void* p, uint64_t bytes, unsigned op, Touch mode, ThreadResult& r) {
   if (__builtin_expect(id != 0 && p != nullptr, 1)) {
     touch(p, bytes, mode);
     table[id].store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
@@ -201,8 +193,8 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
   const Step* const last = s == end ? end : end - 1;
   for (; s != end; ++s) {
     if constexpr (kPaced) detail::pace(prm.start_ns, prm.times[s - origin], prm.speed);
-    // The steps are known in advance: fetch the table slot a later step will
-    // consume now, so that its cache miss overlaps this step's work.
+      // The steps are known in advance: fetch the table slot a later step will
+      // consume now, so that its cache miss overlaps this step's work.
 #ifndef HEAPLAB_NO_PREFETCH
     __builtin_prefetch(&table[(s + 16 < last ? s + 16 : last)->old], 0, 3);
 #endif
@@ -219,25 +211,27 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     }
     // Producing calls end in made(); consuming ones get their object from
     // obtain(), which waits if another thread has yet to produce it.
-#define HEAPLAB_TIMED(...)                                         \
-  do {                                                             \
-    if constexpr (kTimed) {                                        \
-      if (sample) t0 = detail::tick_begin(tsc);                    \
-    }                                                              \
-    __VA_ARGS__;                                                   \
-    if constexpr (kTimed) {                                        \
-      if (sample) t1 = detail::tick_end(tsc);                      \
-    }                                                              \
+#define HEAPLAB_TIMED(...)                      \
+  do {                                          \
+    if constexpr (kTimed) {                     \
+      if (sample) t0 = detail::tick_begin(tsc); \
+    }                                           \
+    __VA_ARGS__;                                \
+    if constexpr (kTimed) {                     \
+      if (sample) t1 = detail::tick_end(tsc);   \
+    }                                           \
   } while (0)
-#define HEAPLAB_MADE(expr)                                \
-  do {                                                    \
-    void* made_;                                          \
-    HEAPLAB_TIMED(made_ = (expr));                        \
-    detail::made(table, id, made_, n, op, mode, r);       \
+#define HEAPLAB_MADE(expr)                          \
+  do {                                              \
+    void* made_;                                    \
+    HEAPLAB_TIMED(made_ = (expr));                  \
+    detail::made(table, id, made_, n, op, mode, r); \
   } while (0)
 #define HEAPLAB_OLD detail::obtain(table, s->old, r)
     switch (static_cast<Op>(op)) {
-      case Op::malloc: HEAPLAB_MADE(B::malloc(n)); break;
+      case Op::malloc:
+        HEAPLAB_MADE(B::malloc(n));
+        break;
       case Op::calloc: {
         void* p;
         HEAPLAB_TIMED(p = B::calloc(a, n));
@@ -255,8 +249,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
           // if the call succeeded here, else where it was).
           if (id != 0) {
             const void* now = p ? p : q;
-            table[id].store(now ? reinterpret_cast<uintptr_t>(now) : kNullObject,
-                            std::memory_order_release);
+            table[id].store(now ? reinterpret_cast<uintptr_t>(now) : kNullObject, std::memory_order_release);
             if (p) ++r.moved_failed_reallocs;
           } else if (p) {
             ++r.unexpected[op];  // realloc(NULL, n) failed in the trace only
@@ -271,7 +264,9 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         HEAPLAB_TIMED(B::free(q_));
         break;
       }
-      case Op::memalign: HEAPLAB_MADE(B::memalign(a, n)); break;
+      case Op::memalign:
+        HEAPLAB_MADE(B::memalign(a, n));
+        break;
       case Op::posix_memalign: {
         void* p = nullptr;
         int rc;
@@ -280,40 +275,82 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         detail::made(table, id, p, n, op, mode, r);
         break;
       }
-      case Op::aligned_alloc: HEAPLAB_MADE(B::aligned_alloc(a, n)); break;
-      case Op::valloc: HEAPLAB_MADE(B::valloc(n)); break;
-      case Op::pvalloc: HEAPLAB_MADE(B::pvalloc(n)); break;
+      case Op::aligned_alloc:
+        HEAPLAB_MADE(B::aligned_alloc(a, n));
+        break;
+      case Op::valloc:
+        HEAPLAB_MADE(B::valloc(n));
+        break;
+      case Op::pvalloc:
+        HEAPLAB_MADE(B::pvalloc(n));
+        break;
       // A throwing new that failed in the trace is replayed in its nothrow
       // form: some allocators abort instead of throwing (mimalloc built as
       // C), and the replay must go on to record the failure.
       case Op::op_new: {
         void* p = nullptr;
-        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_nothrow(n); } else { try { p = B::op_new(n); } catch (const std::bad_alloc&) { p = nullptr; } });
+        HEAPLAB_TIMED(
+            if (flags & trace::kFailed) { p = B::op_new_nothrow(n); } else {
+              try {
+                p = B::op_new(n);
+              } catch (const std::bad_alloc&) {
+                p = nullptr;
+              }
+            });
         detail::made(table, id, p, n, op, mode, r);
         break;
       }
       case Op::op_new_array: {
         void* p = nullptr;
-        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_array_nothrow(n); } else { try { p = B::op_new_array(n); } catch (const std::bad_alloc&) { p = nullptr; } });
+        HEAPLAB_TIMED(
+            if (flags & trace::kFailed) { p = B::op_new_array_nothrow(n); } else {
+              try {
+                p = B::op_new_array(n);
+              } catch (const std::bad_alloc&) {
+                p = nullptr;
+              }
+            });
         detail::made(table, id, p, n, op, mode, r);
         break;
       }
-      case Op::op_new_nothrow: HEAPLAB_MADE(B::op_new_nothrow(n)); break;
-      case Op::op_new_array_nothrow: HEAPLAB_MADE(B::op_new_array_nothrow(n)); break;
+      case Op::op_new_nothrow:
+        HEAPLAB_MADE(B::op_new_nothrow(n));
+        break;
+      case Op::op_new_array_nothrow:
+        HEAPLAB_MADE(B::op_new_array_nothrow(n));
+        break;
       case Op::op_new_aligned: {
         void* p = nullptr;
-        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_aligned_nothrow(n, a); } else { try { p = B::op_new_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; } });
+        HEAPLAB_TIMED(
+            if (flags & trace::kFailed) { p = B::op_new_aligned_nothrow(n, a); } else {
+              try {
+                p = B::op_new_aligned(n, a);
+              } catch (const std::bad_alloc&) {
+                p = nullptr;
+              }
+            });
         detail::made(table, id, p, n, op, mode, r);
         break;
       }
       case Op::op_new_array_aligned: {
         void* p = nullptr;
-        HEAPLAB_TIMED(if (flags & trace::kFailed) { p = B::op_new_array_aligned_nothrow(n, a); } else { try { p = B::op_new_array_aligned(n, a); } catch (const std::bad_alloc&) { p = nullptr; } });
+        HEAPLAB_TIMED(
+            if (flags & trace::kFailed) { p = B::op_new_array_aligned_nothrow(n, a); } else {
+              try {
+                p = B::op_new_array_aligned(n, a);
+              } catch (const std::bad_alloc&) {
+                p = nullptr;
+              }
+            });
         detail::made(table, id, p, n, op, mode, r);
         break;
       }
-      case Op::op_new_aligned_nothrow: HEAPLAB_MADE(B::op_new_aligned_nothrow(n, a)); break;
-      case Op::op_new_array_aligned_nothrow: HEAPLAB_MADE(B::op_new_array_aligned_nothrow(n, a)); break;
+      case Op::op_new_aligned_nothrow:
+        HEAPLAB_MADE(B::op_new_aligned_nothrow(n, a));
+        break;
+      case Op::op_new_array_aligned_nothrow:
+        HEAPLAB_MADE(B::op_new_array_aligned_nothrow(n, a));
+        break;
       case Op::op_delete: {
         void* q_ = HEAPLAB_OLD;
         HEAPLAB_TIMED(B::op_delete(q_));
@@ -374,7 +411,8 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         HEAPLAB_TIMED(B::op_delete_array_aligned_nothrow(q_, a));
         break;
       }
-      default: break;  // not a call (the plan has none of these)
+      default:
+        break;  // not a call (the plan has none of these)
     }
 #undef HEAPLAB_MADE
 #undef HEAPLAB_OLD

@@ -47,8 +47,7 @@ struct Bump : heaplab::allocators::LibcApi {
   static inline thread_local char* base = nullptr;
   static void* alloc(size_t n) {
     if (!base) {
-      base = static_cast<char*>(
-          mmap(nullptr, kRegion, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      base = static_cast<char*>(mmap(nullptr, kRegion, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
       cur = base;
     }
     n = (n + 15) & ~size_t{15};
@@ -98,8 +97,7 @@ std::vector<Step> make_steps(size_t n, uint64_t first_id, uint64_t seed) {
       live.push_back(next++);
     } else {
       // Mostly one of the youngest objects, sometimes any.
-      const size_t k = rng() % 4 ? live.size() - 1 - rng() % std::min<size_t>(live.size(), 16)
-                                 : rng() % live.size();
+      const size_t k = rng() % 4 ? live.size() - 1 - rng() % std::min<size_t>(live.size(), 16) : rng() % live.size();
       Step s{};
       const unsigned r = unsigned(rng() % 3);
       s.head = uint64_t(r == 0 ? Op::free : r == 1 ? Op::op_delete : Op::op_delete_sized);
@@ -166,14 +164,29 @@ void BM_HandLoopGlibc(benchmark::State& state) {
     for (const Step& s : steps) {
       const uint64_t id = s.head >> 16;
       switch (static_cast<Op>(s.head & 0xff)) {
-        case Op::malloc: obj[id] = std::malloc(s.size); break;
-        case Op::calloc: obj[id] = std::calloc(s.arg, s.size); break;
-        case Op::realloc: obj[id] = std::realloc(obj[s.old], s.size); break;
-        case Op::op_new: obj[id] = ::operator new(s.size); break;
-        case Op::free: std::free(obj[s.old]); break;
-        case Op::op_delete: ::operator delete(obj[s.old]); break;
-        case Op::op_delete_sized: ::operator delete(obj[s.old], s.size); break;
-        default: break;
+        case Op::malloc:
+          obj[id] = std::malloc(s.size);
+          break;
+        case Op::calloc:
+          obj[id] = std::calloc(s.arg, s.size);
+          break;
+        case Op::realloc:
+          obj[id] = std::realloc(obj[s.old], s.size);
+          break;
+        case Op::op_new:
+          obj[id] = ::operator new(s.size);
+          break;
+        case Op::free:
+          std::free(obj[s.old]);
+          break;
+        case Op::op_delete:
+          ::operator delete(obj[s.old]);
+          break;
+        case Op::op_delete_sized:
+          ::operator delete(obj[s.old], s.size);
+          break;
+        default:
+          break;
       }
     }
     benchmark::DoNotOptimize(obj.data());
@@ -200,8 +213,7 @@ RealTrace& real_trace() {
       path = env;
       t.name = path;
     } else {
-      path = (std::filesystem::temp_directory_path() /
-              ("engine_bench." + std::to_string(getpid()) + ".hlt")).string();
+      path = (std::filesystem::temp_directory_path() / ("engine_bench." + std::to_string(getpid()) + ".hlt")).string();
       auto in = heaplab::import::InputStream::open(std::string(HEAPLAB_SOURCE_DIR) +
                                                    "/capture/testdata/cmt/456.hmmer.test.txt.bz2");
       heaplab::trace::TraceWriter w(path, heaplab::trace::WriterOptions{});
@@ -215,8 +227,8 @@ RealTrace& real_trace() {
     t.plan = std::make_unique<heaplab::replay::MappedPlan>(fd);
     close(fd);
     if (!env || !*env) std::filesystem::remove(path);
-    t.table = static_cast<Slot*>(mmap(nullptr, (t.plan->max_id() + 1) * sizeof(Slot),
-                                      PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+    t.table = static_cast<Slot*>(mmap(nullptr, (t.plan->max_id() + 1) * sizeof(Slot), PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
     t.table[0].store(heaplab::replay::kNullObject);
     return t;
   }();
@@ -245,8 +257,8 @@ void BM_EngineBumpRealTrace(benchmark::State& state) {
   const double calls = double(t.plan->total_steps());
   state.SetLabel(t.name);
   state.SetItemsProcessed(int64_t(double(state.iterations()) * calls));
-  state.counters["ns_per_call"] = benchmark::Counter(
-      calls, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_call"] =
+      benchmark::Counter(calls, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 struct Glibc : heaplab::allocators::LibcApi {

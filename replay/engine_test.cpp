@@ -131,24 +131,16 @@ struct Recording {
     log(Op::posix_memalign, nullptr, a, n, *p);
     return *p ? 0 : ENOMEM;
   }
-  static void* aligned_alloc(size_t a, size_t n) {
-    return log(Op::aligned_alloc, nullptr, a, n, raw(n, a));
-  }
+  static void* aligned_alloc(size_t a, size_t n) { return log(Op::aligned_alloc, nullptr, a, n, raw(n, a)); }
   static void* valloc(size_t n) { return log(Op::valloc, nullptr, n, 0, raw(n, 4096)); }
   static void* pvalloc(size_t n) { return log(Op::pvalloc, nullptr, n, 0, raw(n, 4096)); }
 
   static void* op_new(size_t n) { return raw_or_throw(Op::op_new, n, 0, n, 0); }
   static void* op_new_array(size_t n) { return raw_or_throw(Op::op_new_array, n, 0, n, 0); }
   static void* op_new_nothrow(size_t n) { return log(Op::op_new_nothrow, nullptr, n, 0, raw(n)); }
-  static void* op_new_array_nothrow(size_t n) {
-    return log(Op::op_new_array_nothrow, nullptr, n, 0, raw(n));
-  }
-  static void* op_new_aligned(size_t n, size_t a) {
-    return raw_or_throw(Op::op_new_aligned, n, a, n, a);
-  }
-  static void* op_new_array_aligned(size_t n, size_t a) {
-    return raw_or_throw(Op::op_new_array_aligned, n, a, n, a);
-  }
+  static void* op_new_array_nothrow(size_t n) { return log(Op::op_new_array_nothrow, nullptr, n, 0, raw(n)); }
+  static void* op_new_aligned(size_t n, size_t a) { return raw_or_throw(Op::op_new_aligned, n, a, n, a); }
+  static void* op_new_array_aligned(size_t n, size_t a) { return raw_or_throw(Op::op_new_array_aligned, n, a, n, a); }
   static void* op_new_aligned_nothrow(size_t n, size_t a) {
     return log(Op::op_new_aligned_nothrow, nullptr, n, a, raw(n, a));
   }
@@ -159,27 +151,17 @@ struct Recording {
   static void op_delete(void* p) { release(Op::op_delete, p); }
   static void op_delete_array(void* p) { release(Op::op_delete_array, p); }
   static void op_delete_sized(void* p, size_t n) { release(Op::op_delete_sized, p, n); }
-  static void op_delete_array_sized(void* p, size_t n) {
-    release(Op::op_delete_array_sized, p, n);
-  }
+  static void op_delete_array_sized(void* p, size_t n) { release(Op::op_delete_array_sized, p, n); }
   static void op_delete_aligned(void* p, size_t a) { release(Op::op_delete_aligned, p, a); }
-  static void op_delete_array_aligned(void* p, size_t a) {
-    release(Op::op_delete_array_aligned, p, a);
-  }
-  static void op_delete_sized_aligned(void* p, size_t n, size_t a) {
-    release(Op::op_delete_sized_aligned, p, n, a);
-  }
+  static void op_delete_array_aligned(void* p, size_t a) { release(Op::op_delete_array_aligned, p, a); }
+  static void op_delete_sized_aligned(void* p, size_t n, size_t a) { release(Op::op_delete_sized_aligned, p, n, a); }
   static void op_delete_array_sized_aligned(void* p, size_t n, size_t a) {
     release(Op::op_delete_array_sized_aligned, p, n, a);
   }
   static void op_delete_nothrow(void* p) { release(Op::op_delete_nothrow, p); }
   static void op_delete_array_nothrow(void* p) { release(Op::op_delete_array_nothrow, p); }
-  static void op_delete_aligned_nothrow(void* p, size_t a) {
-    release(Op::op_delete_aligned_nothrow, p, a);
-  }
-  static void op_delete_array_aligned_nothrow(void* p, size_t a) {
-    release(Op::op_delete_array_aligned_nothrow, p, a);
-  }
+  static void op_delete_aligned_nothrow(void* p, size_t a) { release(Op::op_delete_aligned_nothrow, p, a); }
+  static void op_delete_array_aligned_nothrow(void* p, size_t a) { release(Op::op_delete_array_aligned_nothrow, p, a); }
 };
 
 // A backend that hands out blocks of a zeroed arena owned by the test (one
@@ -213,8 +195,7 @@ void free_leftovers() {
   for (const auto& l : Recording::logs)
     for (const Call& c : l) {
       if (c.ret) ++live[c.ret];
-      const bool releases = !trace::op_produces(c.op) ||
-                            ((c.op == Op::realloc || c.op == Op::reallocarray) && c.ret);
+      const bool releases = !trace::op_produces(c.op) || ((c.op == Op::realloc || c.op == Op::reallocarray) && c.ret);
       if (c.ptr && releases) --live[c.ptr];
     }
   for (auto& [p, n] : live) {
@@ -307,31 +288,31 @@ TEST_F(Engine, EveryOpCallsItsBackendFunctionWithItsArguments) {
     uint64_t a, b;    // the other arguments, in parameter order
   };
   const std::vector<Want> want = {
-      {Op::malloc, 0, 11, 0},                                  // id 1
-      {Op::calloc, 0, 3, 12},                                  // id 2: calloc(count, size)
-      {Op::realloc, 1, 13, 0},                                 // id 3
-      {Op::reallocarray, 2, 4, 14},                            // id 4: (p, count, size)
-      {Op::memalign, 0, 64, 15},                               // id 5: (align, size)
-      {Op::posix_memalign, 0, 128, 16},                        // id 6: (&p, align, size)
-      {Op::aligned_alloc, 0, 256, 17},                         // id 7: (align, size)
-      {Op::valloc, 0, 18, 0},                                  // id 8
-      {Op::pvalloc, 0, 19, 0},                                 // id 9
-      {Op::op_new, 0, 20, 0},                                  // id 10
-      {Op::op_new_array, 0, 21, 0},                            // id 11
-      {Op::op_new_nothrow, 0, 22, 0},                          // id 12
-      {Op::op_new_array_nothrow, 0, 23, 0},                    // id 13
-      {Op::op_new_aligned, 0, 24, 32},                         // id 14: (size, align)
-      {Op::op_new_array_aligned, 0, 25, 64},                   // id 15
-      {Op::op_new_aligned_nothrow, 0, 26, 128},                // id 16
-      {Op::op_new_array_aligned_nothrow, 0, 27, 256},          // id 17
+      {Op::malloc, 0, 11, 0},                          // id 1
+      {Op::calloc, 0, 3, 12},                          // id 2: calloc(count, size)
+      {Op::realloc, 1, 13, 0},                         // id 3
+      {Op::reallocarray, 2, 4, 14},                    // id 4: (p, count, size)
+      {Op::memalign, 0, 64, 15},                       // id 5: (align, size)
+      {Op::posix_memalign, 0, 128, 16},                // id 6: (&p, align, size)
+      {Op::aligned_alloc, 0, 256, 17},                 // id 7: (align, size)
+      {Op::valloc, 0, 18, 0},                          // id 8
+      {Op::pvalloc, 0, 19, 0},                         // id 9
+      {Op::op_new, 0, 20, 0},                          // id 10
+      {Op::op_new_array, 0, 21, 0},                    // id 11
+      {Op::op_new_nothrow, 0, 22, 0},                  // id 12
+      {Op::op_new_array_nothrow, 0, 23, 0},            // id 13
+      {Op::op_new_aligned, 0, 24, 32},                 // id 14: (size, align)
+      {Op::op_new_array_aligned, 0, 25, 64},           // id 15
+      {Op::op_new_aligned_nothrow, 0, 26, 128},        // id 16
+      {Op::op_new_array_aligned_nothrow, 0, 27, 256},  // id 17
       {Op::free, 3, 0, 0},
       {Op::op_delete, 4, 0, 0},
       {Op::op_delete_array, 5, 0, 0},
-      {Op::op_delete_sized, 6, 16, 0},                         // (p, size)
+      {Op::op_delete_sized, 6, 16, 0},  // (p, size)
       {Op::op_delete_array_sized, 7, 17, 0},
-      {Op::op_delete_aligned, 8, 4096, 0},                     // (p, align)
+      {Op::op_delete_aligned, 8, 4096, 0},  // (p, align)
       {Op::op_delete_array_aligned, 9, 4096, 0},
-      {Op::op_delete_sized_aligned, 10, 20, 16},               // (p, size, align)
+      {Op::op_delete_sized_aligned, 10, 20, 16},  // (p, size, align)
       {Op::op_delete_array_sized_aligned, 11, 21, 16},
       {Op::op_delete_nothrow, 12, 0, 0},
       {Op::op_delete_array_nothrow, 13, 0, 0},
@@ -339,7 +320,7 @@ TEST_F(Engine, EveryOpCallsItsBackendFunctionWithItsArguments) {
       {Op::op_delete_array_aligned_nothrow, 15, 64, 0},
       {Op::free, 16, 0, 0},
       {Op::free, 17, 0, 0},
-      {Op::free, 0, 0, 0},                                     // free(NULL)
+      {Op::free, 0, 0, 0},  // free(NULL)
   };
   std::vector<Event> evs = {
       with(ev(Op::malloc), 11),
@@ -418,10 +399,10 @@ TEST_F(Engine, EveryOpCallsItsBackendFunctionWithItsArguments) {
 TEST_F(Engine, NullFromBackendIsCountedAndFreedAsNull) {
   Recording::null_size = 777;
   std::vector<Event> evs = {
-      alloc(777),                                 // id 1: NULL in the replay
-      alloc(8),                                   // id 2
-      with(ev(Op::calloc), 777, 0, 1),            // id 3: calloc(1, 777), NULL too
-      with(consume(Op::realloc, 1), 16),          // id 4: realloc(NULL, 16)
+      alloc(777),                         // id 1: NULL in the replay
+      alloc(8),                           // id 2
+      with(ev(Op::calloc), 777, 0, 1),    // id 3: calloc(1, 777), NULL too
+      with(consume(Op::realloc, 1), 16),  // id 4: realloc(NULL, 16)
       release(2),
       release(3),
       release(4),
@@ -455,11 +436,11 @@ TEST_F(Engine, NullFromBackendIsCountedAndFreedAsNull) {
 TEST_F(Engine, ThrowingOperatorNewIsANullResult) {
   Recording::null_size = 999;
   std::vector<Event> evs = {
-      with(ev(Op::op_new), 999),                        // id 1
-      with(ev(Op::op_new_array), 999),                  // id 2
-      with(ev(Op::op_new_aligned), 999, 64),            // id 3
-      with(ev(Op::op_new_array_aligned), 999, 64),      // id 4
-      with(ev(Op::op_new), 10),                         // id 5
+      with(ev(Op::op_new), 999),                    // id 1
+      with(ev(Op::op_new_array), 999),              // id 2
+      with(ev(Op::op_new_aligned), 999, 64),        // id 3
+      with(ev(Op::op_new_array_aligned), 999, 64),  // id 4
+      with(ev(Op::op_new), 10),                     // id 5
       consume(Op::op_delete, 1),
       consume(Op::op_delete_array, 2),
       consume(Op::op_delete_aligned, 3, 0, 64),
@@ -493,14 +474,14 @@ TEST_F(Engine, ThrowingOperatorNewIsANullResult) {
 TEST_F(Engine, FailedReallocThatSucceedsMovesTheObject) {
   Recording::null_size = 5000;
   std::vector<Event> evs = {
-      alloc(8),                                   // trace 1 -> replay 1
-      failed(with(consume(Op::realloc, 1), 64)),  // replay 2 (old 1): moves here
-      alloc(9),                                   // trace 2 -> replay 3
+      alloc(8),                                                // trace 1 -> replay 1
+      failed(with(consume(Op::realloc, 1), 64)),               // replay 2 (old 1): moves here
+      alloc(9),                                                // trace 2 -> replay 3
       failed(with(consume(Op::reallocarray, 2), 100, 0, 50)),  // replay 4 (old 3):
-                                                                // 5000 bytes, fails here too
-      failed(with(consume(Op::realloc, 0), 32)),  // realloc(NULL, 32): no id
-      release(1),                                 // frees replay 2
-      release(2),                                 // frees replay 4
+                                                               // 5000 bytes, fails here too
+      failed(with(consume(Op::realloc, 0), 32)),               // realloc(NULL, 32): no id
+      release(1),                                              // frees replay 2
+      release(2),                                              // frees replay 4
   };
   Plan plan(evs);
   EXPECT_EQ(plan.summary.objects, 2u);
@@ -534,8 +515,8 @@ TEST_F(Engine, FailedReallocThatSucceedsMovesTheObject) {
   EXPECT_EQ(log()[3].ptr, log()[2].ret);
   EXPECT_EQ(log()[4].ptr, nullptr);
   EXPECT_NE(log()[4].ret, nullptr);
-  EXPECT_EQ(log()[5].ptr, moved);         // the free of object 1 gets the new pointer
-  EXPECT_EQ(log()[6].ptr, log()[2].ret);  // object 2 did not move
+  EXPECT_EQ(log()[5].ptr, moved);                               // the free of object 1 gets the new pointer
+  EXPECT_EQ(log()[6].ptr, log()[2].ret);                        // object 2 did not move
   EXPECT_EQ(plan.slot(1), reinterpret_cast<uintptr_t>(first));  // the old id: untouched
   EXPECT_EQ(plan.slot(2), reinterpret_cast<uintptr_t>(moved));  // the new id: moved
   EXPECT_EQ(plan.slot(3), reinterpret_cast<uintptr_t>(log()[2].ret));
@@ -638,8 +619,7 @@ TEST_F(Engine, CrossThreadFreeWaitsForAFailedReallocThatMoves) {
       });
       std::thread b([&] {
         Recording::lane = 1;
-        while (Recording::reallocs_entered.load(std::memory_order_acquire) == 0)
-          std::this_thread::yield();
+        while (Recording::reallocs_entered.load(std::memory_order_acquire) == 0) std::this_thread::yield();
         run_steps<Recording>(plan.begin(1), plan.end(1), prm, r[1]);
       });
       a.join();
@@ -690,9 +670,9 @@ std::map<size_t, unsigned> written() {
 TEST_F(Engine, TouchModes) {
   const uint64_t big = 3 * 4096 + 100;  // 12388 bytes: 4 pages' worth of offsets
   std::vector<Event> evs = {
-      alloc(big),                          // block 0
-      with(ev(Op::calloc), 1000, 0, 3),    // block 1: 3000 bytes
-      alloc(1),                            // block 2
+      alloc(big),                        // block 0
+      with(ev(Op::calloc), 1000, 0, 3),  // block 1: 3000 bytes
+      alloc(1),                          // block 2
   };
   Plan plan(evs);
   constexpr size_t B = Arena::kBlock;
@@ -714,8 +694,7 @@ TEST_F(Engine, TouchModes) {
         want = {{0, 1}, {B, 1}, {2 * B, 1}};
         break;
       case Touch::pages:
-        want = {{0, 1}, {4096, 1}, {8192, 1}, {12288, 1}, {big - 1, 1},
-                {B, 1}, {B + 2999, 1}, {2 * B, 1}};
+        want = {{0, 1}, {4096, 1}, {8192, 1}, {12288, 1}, {big - 1, 1}, {B, 1}, {B + 2999, 1}, {2 * B, 1}};
         break;
       case Touch::all:
         for (size_t i = 0; i < big; ++i) want[i] = 0x5a;

@@ -21,9 +21,12 @@ uint64_t hex(const char*& p) {
   uint64_t v = 0;
   for (;; ++p) {
     const char c = *p;
-    if (c >= '0' && c <= '9') v = v * 16 + uint64_t(c - '0');
-    else if (c >= 'a' && c <= 'f') v = v * 16 + uint64_t(c - 'a' + 10);
-    else return v;
+    if (c >= '0' && c <= '9')
+      v = v * 16 + uint64_t(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v = v * 16 + uint64_t(c - 'a' + 10);
+    else
+      return v;
   }
 }
 
@@ -69,8 +72,8 @@ bool FootprintCounter::enable_soft_dirty(std::string& why) {
   }
   // A page of our own: written after the bits are cleared, it must read
   // soft-dirty (bit 55).
-  auto* probe = static_cast<volatile char*>(
-      mmap(nullptr, page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* probe =
+      static_cast<volatile char*>(mmap(nullptr, page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (probe == MAP_FAILED) {
     close(fd);
     why = "cannot map a probe page";
@@ -103,8 +106,10 @@ bool FootprintCounter::enable_soft_dirty(std::string& why) {
       exclude(entries_, kChunkPages * sizeof(uint64_t));
     }
   }
-  if (ok) pagemap_fd_ = fd;
-  else close(fd);
+  if (ok)
+    pagemap_fd_ = fd;
+  else
+    close(fd);
   return ok;
 }
 

@@ -42,11 +42,11 @@ class FootprintCounter {
   int64_t count(bool soft_dirty);
   void count_range(uintptr_t begin, uintptr_t end, bool soft_dirty, uint64_t& pages);
   int pagemap_fd_ = -1;
-  uint64_t* entries_ = nullptr;     // pagemap entries, kChunkPages at a time
+  uint64_t* entries_ = nullptr;  // pagemap entries, kChunkPages at a time
   uintptr_t ex_begin_[kMaxExcluded] = {}, ex_end_[kMaxExcluded] = {};
   size_t excluded_ = 0;
-  char* text_ = nullptr;            // /proc/self/maps, read in pieces
-  unsigned char* vec_ = nullptr;    // mincore's vector, kChunkPages at a time
+  char* text_ = nullptr;          // /proc/self/maps, read in pieces
+  unsigned char* vec_ = nullptr;  // mincore's vector, kChunkPages at a time
   uint64_t page_ = 4096;
 };
 

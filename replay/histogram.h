@@ -23,9 +23,9 @@ class LogLinearHistogram {
 
   static unsigned bucket_of(uint64_t v) {
     if (v < kSub) return unsigned(v);
-    const unsigned msb = 63u - unsigned(__builtin_clzll(v));       // >= kSubBits
-    const unsigned group = msb - kSubBits;                           // 0 for [32, 64)
-    const uint64_t sub = (v >> (msb - kSubBits)) & (kSub - 1);       // the next kSubBits bits
+    const unsigned msb = 63u - unsigned(__builtin_clzll(v));    // >= kSubBits
+    const unsigned group = msb - kSubBits;                      // 0 for [32, 64)
+    const uint64_t sub = (v >> (msb - kSubBits)) & (kSub - 1);  // the next kSubBits bits
     return unsigned(kSub + group * kSub + sub);
   }
   // The smallest and largest values of bucket b.

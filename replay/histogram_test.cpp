@@ -55,8 +55,8 @@ TEST(Histogram, QuantilesOfAKnownSet) {
   };
   // rank 500 -> bucket [496, 503]; 900 -> [896, 911]; 990 -> [976, 991];
   // 999 -> [992, 1007] clamped to the maximum 1000; 1000 -> same.
-  for (const Want& w : {Want{0.5, 496, 503}, Want{0.9, 896, 911}, Want{0.99, 976, 991},
-                        Want{0.999, 992, 1000}, Want{0.9999, 992, 1000}, Want{1.0, 992, 1000}}) {
+  for (const Want& w : {Want{0.5, 496, 503}, Want{0.9, 896, 911}, Want{0.99, 976, 991}, Want{0.999, 992, 1000},
+                        Want{0.9999, 992, 1000}, Want{1.0, 992, 1000}}) {
     const auto r = h.quantile(w.q);
     EXPECT_EQ(r.low, w.low) << w.q;
     EXPECT_EQ(r.high, w.high) << w.q;
@@ -64,7 +64,7 @@ TEST(Histogram, QuantilesOfAKnownSet) {
   // Small values are exact.
   H s;
   for (uint64_t v : {3, 1, 4, 1, 5, 9, 2, 6, 5, 3}) s.add(v);  // sorted: 1 1 2 3 3 4 5 5 6 9
-  EXPECT_EQ(s.quantile(0.5).low, 3u);   // rank 5
+  EXPECT_EQ(s.quantile(0.5).low, 3u);                          // rank 5
   EXPECT_EQ(s.quantile(0.5).high, 3u);
   EXPECT_EQ(s.quantile(0.9).low, 6u);   // rank 9
   EXPECT_EQ(s.quantile(0.95).low, 9u);  // rank 10

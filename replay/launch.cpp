@@ -135,22 +135,14 @@ std::string file_id(const std::string& path) {
 }
 
 ReplayOutcome run_replay(const ReplayOptions& opt) {
-  if (opt.touch != "none" && opt.touch != "first" && opt.touch != "pages" && opt.touch != "all")
-    throw ReplayError("--touch: expected none, first, pages or all, not '" + opt.touch + "'");
-  if (opt.timing != "fast" && opt.timing != "recorded")
-    throw ReplayError("--timing: expected fast or recorded, not '" + opt.timing + "'");
-  if (!(opt.speed > 0) || opt.speed > 1e9)
-    throw ReplayError("--speed: expected a positive factor");
-  if (opt.pin != "none" && opt.pin != "compact" && opt.pin != "scatter" &&
-      (opt.pin.empty() || opt.pin.find_first_not_of("0123456789,") != std::string::npos))
-    throw ReplayError("--pin: expected none, compact, scatter or a list of CPU numbers such as 0,2, not '" +
-                      opt.pin + "'");
-  if (opt.membind != "none" && opt.membind != "local" && opt.membind != "interleave" &&
-      (opt.membind.empty() || opt.membind.find_first_not_of("0123456789,") != std::string::npos))
-    throw ReplayError("--membind: expected none, local, interleave or a list of NUMA nodes such as 0,1, not '" +
-                      opt.membind + "'");
-  if (opt.membind == "local" && opt.pin == "none")
-    throw ReplayError("--membind local: binds memory to the nodes of the pinned CPUs; give --pin too");
+  // Settings made by hand (not through the table's parser) are checked too.
+  for (const char* key : {"speed", "pin", "membind"}) {
+    const SettingInfo& info = *find_setting(key);
+    ReplaySettings copy = opt.settings;
+    if (std::string why = set_setting(copy, info, setting_text(opt.settings, info)); !why.empty())
+      throw ReplayError(std::string(info.option) + ": " + why);
+  }
+  if (std::string why = check_settings(opt.settings); !why.empty()) throw ReplayError(why);
   const Launch l = resolve(opt);
   // Sizing the plan beyond the file-size limit must fail with EFBIG (and a
   // message), not kill heaplab.
@@ -162,21 +154,21 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   } catch (const std::exception& e) {
     throw ReplayError(e.what());
   }
-  if (opt.timing == "recorded" && !reader->has_time())
+  if (opt.settings.timing == Timing::recorded && !reader->has_time())
     throw ReplayError(opt.trace + ": --timing recorded: the trace has no timestamps");
   PlanSummary plan;
   int plan_fd = -1;
   const auto plan_start = std::chrono::steady_clock::now();
   try {
-    plan_fd = build_plan(*reader, PlanOptions{opt.threads, opt.timing == "recorded", opt.memory}, plan);
+    plan_fd = build_plan(
+        *reader, PlanOptions{opt.settings.threads, opt.settings.timing == Timing::recorded, opt.settings.memory}, plan);
   } catch (const trace::TraceError& e) {
     throw ReplayError(e.what());
   } catch (const PlanError& e) {
     throw ReplayError(opt.trace + ": " + e.what());
   }
 
-  const double plan_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
+  const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
   nlohmann::json trace_j = {{"path", opt.trace},
                             {"id", file_id(opt.trace)},
                             {"events", plan.events},
@@ -194,22 +186,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (!reader->complete()) trace_j["warning"] = reader->warning();
   reader.reset();
 
-  std::vector<std::string> argv = {l.exe, "--plan-fd", "3", "--result-fd", "4", "--touch", opt.touch,
-                                   "--timing", opt.timing, "--load", opt.load};
-  if (opt.timing == "recorded") {
-    argv.push_back("--speed");
-    argv.push_back(fmt::format("{}", opt.speed));
-  }
-  argv.push_back("--pin");
-  argv.push_back(opt.pin);
-  argv.push_back("--membind");
-  argv.push_back(opt.membind);
-  argv.push_back("--sample-ms");
-  argv.push_back(std::to_string(opt.sample_ms));
-  if (opt.latency) {
-    argv.push_back("--latency");
-    argv.push_back(std::to_string(opt.latency));
-  }
+  std::vector<std::string> argv = {l.exe, "--plan-fd", "3", "--result-fd", "4", "--load", opt.load};
+  for (std::string& a : to_args(opt.settings)) argv.push_back(std::move(a));
   argv.insert(argv.end(), l.args.begin(), l.args.end());
 
   // The replayer: fds 3 and 4 are the plan and the result pipe; it dies with
@@ -241,10 +219,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["format"] = "heaplab-replay-result";
   r["format_version"] = 1;
   r["trace"] = trace_j;
-  r["allocator"] = {{"name", opt.allocator},
-                    {"load", opt.load},
-                    {"library", l.library},
-                    {"settings", allocator_settings(opt.env)}};
+  r["allocator"] = {
+      {"name", opt.allocator}, {"load", opt.load}, {"library", l.library}, {"settings", allocator_settings(opt.env)}};
   r["plan_build_s"] = plan_s;
   r["replay_threads"] = plan.replay_threads;
   nlohmann::json fold = nlohmann::json::array();
@@ -273,10 +249,10 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     replay.erase("allocator");
     const int cpus = replay["environment"].value("cpus_allowed", 0);
     if (cpus > 0 && plan.replay_threads > uint32_t(cpus))
-      r["warnings"].push_back(fmt::format(
-          "{} replay threads on {} CPUs: threads share cores, so waits and times include scheduling "
-          "(--threads {} folds them)",
-          plan.replay_threads, cpus, cpus));
+      r["warnings"].push_back(
+          fmt::format("{} replay threads on {} CPUs: threads share cores, so waits and times include scheduling "
+                      "(--threads {} folds them)",
+                      plan.replay_threads, cpus, cpus));
     // How much of the trace's live peak the sampler saw: a replay shorter
     // than a few sampling intervals can miss it, and fragmentation at a
     // small live value says little.
@@ -289,15 +265,19 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (WIFEXITED(status)) {
     const int code = WEXITSTATUS(status);
     exit_j = {{"status", code == 0 ? "ok" : code == 3 ? "unfaithful" : "error"}, {"code", code}};
-    if (code == 127) o.error = "cannot run the replayer '" + l.exe + "'";
-    else if (code == 3) o.error = "the replay's call counts differ from the trace's";
-    else if (code != 0) o.error = "the replayer failed (exit status " + std::to_string(code) + ")";
-    else if (!replay.is_object()) o.error = "the replayer wrote no result";
+    if (code == 127)
+      o.error = "cannot run the replayer '" + l.exe + "'";
+    else if (code == 3)
+      o.error = "the replay's call counts differ from the trace's";
+    else if (code != 0)
+      o.error = "the replayer failed (exit status " + std::to_string(code) + ")";
+    else if (!replay.is_object())
+      o.error = "the replayer wrote no result";
   } else if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     exit_j = {{"status", "crashed"}, {"signal", sig}, {"signal_name", signal_name(sig)}};
-    o.error = "the replayer was killed by " + signal_name(sig) + " (on allocator '" +
-              opt.allocator + "', " + opt.load + ")";
+    o.error =
+        "the replayer was killed by " + signal_name(sig) + " (on allocator '" + opt.allocator + "', " + opt.load + ")";
   }
   r["exit"] = exit_j;
   o.exit_code = o.error.empty() ? 0 : 1;
@@ -308,10 +288,9 @@ std::string result_summary(const nlohmann::json& r) {
   std::string s;
   const auto& t = r["trace"];
   const auto& a = r["allocator"];
-  s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n",
-                   t.value("path", ""), group_digits(t.value("calls", uint64_t{0})),
-                   t.value("recorded_threads", 0u), r.value("replay_threads", 0u),
-                   a.value("name", ""), a.value("load", ""),
+  s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n", t.value("path", ""),
+                   group_digits(t.value("calls", uint64_t{0})), t.value("recorded_threads", 0u),
+                   r.value("replay_threads", 0u), a.value("name", ""), a.value("load", ""),
                    a.contains("version") ? ", " + a["version"].get<std::string>() : "",
                    a.value("library", "").empty() ? "" : ", " + a["library"].get<std::string>());
   if (r.contains("warnings"))
@@ -319,11 +298,9 @@ std::string result_summary(const nlohmann::json& r) {
   if (!r.contains("replay")) return s;
   const auto& p = r["replay"];
   const auto& book = p["bookkeeping_bytes"];
-  const double book_mib =
-      double(book.value("plan", uint64_t{0}) + book.value("object_table", uint64_t{0})) / 1048576.0;
-  s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s\n",
-                   p.value("wall_s", 0.0), p.value("calls_per_s", 0.0) / 1e6,
-                   p["cpu"].value("user_s", 0.0), p["cpu"].value("system_s", 0.0));
+  const double book_mib = double(book.value("plan", uint64_t{0}) + book.value("object_table", uint64_t{0})) / 1048576.0;
+  s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s\n", p.value("wall_s", 0.0),
+                   p.value("calls_per_s", 0.0) / 1e6, p["cpu"].value("user_s", 0.0), p["cpu"].value("system_s", 0.0));
   s += fmt::format("  max RSS {:.1f} MiB, of which {:.1f} MiB the replayer's plan and object table\n",
                    double(p.value("max_rss_kib", 0)) / 1024.0, book_mib);
   std::string ops;
@@ -333,16 +310,19 @@ std::string result_summary(const nlohmann::json& r) {
     nulls += o.value("null_results", uint64_t{0});
     unexpected += o.value("unexpected_results", uint64_t{0});
   }
-  s += fmt::format("  calls {}: {}\n", p.value("calls_match", false) ? "exactly as recorded" : "DIFFER from the trace", ops);
+  s += fmt::format("  calls {}: {}\n", p.value("calls_match", false) ? "exactly as recorded" : "DIFFER from the trace",
+                   ops);
   if (!p.value("results_match", true))
-    s += fmt::format("  results differ from the trace: {} NULL where it had a result, {} results where it had NULL, "
-                     "{} failed reallocs that moved here\n",
-                     group_digits(nulls), group_digits(unexpected), group_digits(p.value("moved_failed_reallocs", uint64_t{0})));
+    s += fmt::format(
+        "  results differ from the trace: {} NULL where it had a result, {} results where it had NULL, "
+        "{} failed reallocs that moved here\n",
+        group_digits(nulls), group_digits(unexpected), group_digits(p.value("moved_failed_reallocs", uint64_t{0})));
   const auto& w = p["cross_thread_waits"];
   if (w.value("count", uint64_t{0}) != 0)
-    s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", group_digits(w.value("count", uint64_t{0})),
-                     double(w.value("total_ns", uint64_t{0})) / 1e6);
-  s += fmt::format("  live requested bytes peak (trace order): {}\n", group_digits(t.value("live_bytes_peak", uint64_t{0})));
+    s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n",
+                     group_digits(w.value("count", uint64_t{0})), double(w.value("total_ns", uint64_t{0})) / 1e6);
+  s += fmt::format("  live requested bytes peak (trace order): {}\n",
+                   group_digits(t.value("live_bytes_peak", uint64_t{0})));
   if (p.contains("memory") && p["memory"].contains("fragmentation")) {
     const auto& m = p["memory"];
     const auto mib = [](uint64_t kib) { return double(kib) / 1024.0; };
@@ -356,16 +336,18 @@ std::string result_summary(const nlohmann::json& r) {
     if (!tl.empty() && 4 * tl.back().get<int64_t>() >= m.value("live_bytes_peak_sampled", int64_t{0}))
       final_frag = fmt::format(", at the end {:.2f}", m["fragmentation"].value("final", 0.0));
     if (m.value("live_peak_sampled_fraction", 0.0) >= 0.5)
-      s += fmt::format("  at the live peak ({:.1f} MiB live, {}) heap RSS {:.1f} MiB: fragmentation {:.2f} "
-                       "(time-weighted {:.2f}{})\n",
-                       double(m.value("live_bytes_peak_sampled", int64_t{0})) / 1048576.0,
-                       m.value("at_live_peak_source", "") == "periodic sample" ? "sampled" : "snapshot",
-                       mib(m.value("heap_kib_at_live_peak", uint64_t{0})), m["fragmentation"].value("at_live_peak", 0.0),
-                       m["fragmentation"].value("time_weighted", 0.0), final_frag);
+      s += fmt::format(
+          "  at the live peak ({:.1f} MiB live, {}) heap RSS {:.1f} MiB: fragmentation {:.2f} "
+          "(time-weighted {:.2f}{})\n",
+          double(m.value("live_bytes_peak_sampled", int64_t{0})) / 1048576.0,
+          m.value("at_live_peak_source", "") == "periodic sample" ? "sampled" : "snapshot",
+          mib(m.value("heap_kib_at_live_peak", uint64_t{0})), m["fragmentation"].value("at_live_peak", 0.0),
+          m["fragmentation"].value("time_weighted", 0.0), final_frag);
     else
-      s += fmt::format("  fragmentation: not measured: the samples saw {:.0f}% of the live peak (the replay is short "
-                       "against --sample-ms; try --sample-ms 1 or --timing recorded)\n",
-                       100.0 * m.value("live_peak_sampled_fraction", 0.0));
+      s += fmt::format(
+          "  fragmentation: not measured: the samples saw {:.0f}% of the live peak (the replay is short "
+          "against --sample-ms; try --sample-ms 1 or --timing recorded)\n",
+          100.0 * m.value("live_peak_sampled_fraction", 0.0));
   }
   if (p.contains("memory") && p["memory"].contains("footprint")) {
     const auto& f = p["memory"]["footprint"];
@@ -389,9 +371,10 @@ std::string result_summary(const nlohmann::json& r) {
     s += fmt::format("  latency (ns; every {} call(s) timed; timer cost {:.1f} ns subtracted):\n",
                      l.value("sample_every", 0u), l.value("timer_overhead_ns", 0.0));
     for (const auto& [name, o] : l["ops"].items())
-      s += fmt::format("    {:<24} p50 {:>8.0f}  p90 {:>8.0f}  p99 {:>8.0f}  p99.9 {:>9.0f}  max {:>10.0f}  ({} samples)\n",
-                       name, o.value("p50_ns", 0.0), o.value("p90_ns", 0.0), o.value("p99_ns", 0.0),
-                       o.value("p99.9_ns", 0.0), o.value("max_ns", 0.0), group_digits(o.value("samples", uint64_t{0})));
+      s += fmt::format(
+          "    {:<24} p50 {:>8.0f}  p90 {:>8.0f}  p99 {:>8.0f}  p99.9 {:>9.0f}  max {:>10.0f}  ({} samples)\n", name,
+          o.value("p50_ns", 0.0), o.value("p90_ns", 0.0), o.value("p99_ns", 0.0), o.value("p99.9_ns", 0.0),
+          o.value("max_ns", 0.0), group_digits(o.value("samples", uint64_t{0})));
   }
   return s;
 }
@@ -402,8 +385,9 @@ std::string list_allocators(const std::string& dir_given) {
   for (const auto& k : allocators::known_allocators()) {
     std::string err;
     auto lib = allocators::resolve_allocator(k.name, err);
-    std::string pre = lib ? "yes" + (lib->path.empty() ? std::string(" (the system allocator)") : " (" + lib->path + ")")
-                          : "no: " + err;
+    std::string pre =
+        lib ? "yes" + (lib->path.empty() ? std::string(" (the system allocator)") : " (" + lib->path + ")")
+            : "no: " + err;
     const std::string exe = dir + "/" + k.replayer;
     std::string direct;
     if (!is_executable(exe))

@@ -9,21 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "replay/settings.h"
+
 namespace heaplab::replay {
 
 struct ReplayOptions {
   std::string trace;
   std::string allocator = "glibc";  // known name or path of a .so
   std::string load = "preload";     // preload | direct
-  uint32_t threads = 0;             // 0 = one per recorded thread
-  std::string touch = "pages";
-  std::string timing = "fast";      // fast | recorded
-  double speed = 1.0;
-  uint32_t latency = 0;             // time every Nth call (0: none)
-  uint32_t sample_ms = 10;          // memory sampling interval (0: start and end only)
-  bool memory = true;               // false: no memory measurement at all (no live-bytes arrays, no sampler)
-  std::string pin = "none";         // none | compact | scatter | CPU list
-  std::string membind = "none";     // none | local | interleave | NUMA node list
+  ReplaySettings settings;          // replay/settings.h
   std::string replayer_dir;         // where the heaplab-replay* executables are ("" = next to heaplab)
   // Environment set for the replayer only (an allocator's settings, e.g.
   // MALLOC_CONF), on top of heaplab's own.

@@ -125,8 +125,7 @@ void Pinning::set_membind_nodes() {
 void Pinning::bind_memory() {
   if (!nodes_) return;
   const hwloc_membind_policy_t how = membind_ == "interleave" ? HWLOC_MEMBIND_INTERLEAVE : HWLOC_MEMBIND_BIND;
-  if (hwloc_set_membind(topo(topo_), bits(nodes_), how, HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) == 0)
-    return;
+  if (hwloc_set_membind(topo(topo_), bits(nodes_), how, HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) == 0) return;
   // A kernel without NUMA support has one node, all the memory: binding to
   // it is what happens anyway.
   if (errno == ENOSYS && hwloc_bitmap_isequal(bits(nodes_), hwloc_topology_get_topology_nodeset(topo(topo_)))) {
@@ -134,7 +133,7 @@ void Pinning::bind_memory() {
     return;
   }
   throw std::runtime_error("--membind " + membind_ + ": the kernel refused to bind memory to NUMA node(s) " +
-                             list_of(bits(nodes_)) + ": " + std::strerror(errno));
+                           list_of(bits(nodes_)) + ": " + std::strerror(errno));
 }
 
 Pinning::~Pinning() {

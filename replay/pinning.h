@@ -47,11 +47,11 @@ class Pinning {
   void set_membind_nodes();
   std::string policy_;
   std::string membind_;
-  void* nodes_ = nullptr;           // hwloc_bitmap_t nodeset for membind (or null)
-  bool moot_ = false;               // no NUMA in the kernel, one node: nothing to bind
-  void* topo_ = nullptr;            // hwloc_topology_t
-  std::vector<void*> sets_;         // hwloc_bitmap_t per replay thread
-  void* sampler_set_ = nullptr;     // hwloc_bitmap_t, or null (unbound)
+  void* nodes_ = nullptr;        // hwloc_bitmap_t nodeset for membind (or null)
+  bool moot_ = false;            // no NUMA in the kernel, one node: nothing to bind
+  void* topo_ = nullptr;         // hwloc_topology_t
+  std::vector<void*> sets_;      // hwloc_bitmap_t per replay thread
+  void* sampler_set_ = nullptr;  // hwloc_bitmap_t, or null (unbound)
   std::string error_;
 };
 

@@ -107,9 +107,8 @@ struct Live {
 };
 
 [[noreturn]] void inconsistent(const Event& e, const std::string& what) {
-  throw PlanError("inconsistent trace: event " + std::to_string(e.seq) + " (thread " +
-                  std::to_string(e.thread) + ", " + std::string(trace::op_name(e.op)) +
-                  "): " + what);
+  throw PlanError("inconsistent trace: event " + std::to_string(e.seq) + " (thread " + std::to_string(e.thread) + ", " +
+                  std::string(trace::op_name(e.op)) + "): " + what);
 }
 
 }  // namespace
@@ -122,9 +121,8 @@ std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uin
     return fold;
   }
   std::vector<uint32_t> order(active);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return r.thread_event_count(a) > r.thread_event_count(b);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return r.thread_event_count(a) > r.thread_event_count(b); });
   fold.resize(threads);
   std::vector<uint64_t> load(threads, 0);
   for (uint32_t t : order) {
@@ -194,17 +192,15 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       const Event& e = buf[i];
       ++s.events;
       if (r.has_time()) s.duration_ns = std::max(s.duration_ns, e.time);
-      if (!trace::op_valid(static_cast<unsigned>(e.op)) || e.op == Op::thread_start ||
-          e.op == Op::thread_end || e.op == Op::lost)
+      if (!trace::op_valid(static_cast<unsigned>(e.op)) || e.op == Op::thread_start || e.op == Op::thread_end ||
+          e.op == Op::lost)
         continue;
       const uint32_t k = replay_of[e.thread];
       // Flags the engine relies on: only calls with a result carry them,
       // and a failure never has a result. (A free marked failed would make
       // the plan wait for an object no step produces.)
-      if (e.flags != 0 && !trace::op_produces(e.op))
-        inconsistent(e, "flags on a call that returns nothing");
-      if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult))
-        inconsistent(e, "a failed call with a result");
+      if (e.flags != 0 && !trace::op_produces(e.op)) inconsistent(e, "flags on a call that returns nothing");
+      if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult)) inconsistent(e, "a failed call with a result");
       Step st{};
       st.size = e.size;
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
@@ -223,8 +219,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         if (!was_live) {
           if (complete)
             inconsistent(e, "object " + std::to_string(e.old) +
-                                (e.old > trace_max_id ? " does not exist yet"
-                                                      : " was already freed"));
+                                (e.old > trace_max_id ? " does not exist yet" : " was already freed"));
           // A truncated trace lost the chunk that produced it.
           if (e.op != Op::realloc && e.op != Op::reallocarray) {
             ++s.skipped_lost;
@@ -251,8 +246,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         }
       }
       if (trace::op_produces(e.op) && !(e.flags & trace::kNullResult)) {
-        if (e.id == 0 || e.id > kMaxObjectId)
-          inconsistent(e, "object id " + std::to_string(e.id) + " is out of range");
+        if (e.id == 0 || e.id > kMaxObjectId) inconsistent(e, "object id " + std::to_string(e.id) + " is out of range");
         if (e.id <= trace_max_id || (complete && e.id != trace_max_id + 1))
           inconsistent(e, "object " + std::to_string(e.id) + " is out of order (expected " +
                               std::to_string(trace_max_id + 1) + ")");
@@ -345,8 +339,7 @@ void MappedPlan::load() {
     throw PlanError("plan: not a heaplab replay plan of version " + std::to_string(kPlanVersion));
   if (h.threads == 0 && h.total_steps != 0) throw PlanError("plan: steps without threads");
   if (h.max_id > kMaxObjectId) throw PlanError("plan: object ids beyond 2^48");
-  if (sizeof h + uint64_t{h.threads} * sizeof(PlanThread) > len_)
-    throw PlanError("plan: thread table past the end");
+  if (sizeof h + uint64_t{h.threads} * sizeof(PlanThread) > len_) throw PlanError("plan: thread table past the end");
   threads_ = h.threads;
   max_id_ = h.max_id;
   total_steps_ = h.total_steps;
@@ -360,8 +353,7 @@ void MappedPlan::load() {
     const auto fits = [&](uint64_t off, uint64_t n, uint64_t width) {
       return off % 8 == 0 && off <= len_ && n <= (len_ - off) / width;
     };
-    if (!fits(t.steps_offset, t.steps, sizeof(Step)) ||
-        (times_ && !fits(t.times_offset, t.steps, sizeof(uint64_t))) ||
+    if (!fits(t.steps_offset, t.steps, sizeof(Step)) || (times_ && !fits(t.times_offset, t.steps, sizeof(uint64_t))) ||
         (live_ && !fits(t.live_offset, t.steps, sizeof(int64_t))))
       throw PlanError("plan: thread " + std::to_string(k) + "'s arrays lie past the end");
     steps_.push_back(reinterpret_cast<const Step*>(base + t.steps_offset));

@@ -57,14 +57,14 @@ struct PlanOptions {
 
 // What the plan builder learned about the trace, in trace order.
 struct PlanSummary {
-  uint64_t events = 0;                        // all events of the trace
-  uint64_t steps = 0;                         // calls in the plan
+  uint64_t events = 0;                          // all events of the trace
+  uint64_t steps = 0;                           // calls in the plan
   std::array<uint64_t, trace::kOpCount> ops{};  // calls per op in the plan
-  uint64_t skipped_lost = 0;     // consumes of objects a truncated trace lost, dropped
-  uint64_t realloc_of_lost = 0;  // reallocs of such objects, replayed with NULL
-  uint64_t objects = 0;         // objects the trace creates
-  uint64_t max_id = 0;          // the replay's largest object id
-  uint64_t live_bytes_peak = 0;  // peak of the live requested bytes, trace order
+  uint64_t skipped_lost = 0;                    // consumes of objects a truncated trace lost, dropped
+  uint64_t realloc_of_lost = 0;                 // reallocs of such objects, replayed with NULL
+  uint64_t objects = 0;                         // objects the trace creates
+  uint64_t max_id = 0;                          // the replay's largest object id
+  uint64_t live_bytes_peak = 0;                 // peak of the live requested bytes, trace order
   uint64_t live_bytes_end = 0;
   // Where the live bytes first reach their peak (trace order): the replay
   // thread and its step index; kNoPeak if nothing is ever live.
@@ -77,7 +77,7 @@ struct PlanSummary {
   std::vector<std::vector<uint32_t>> fold;  // per replay thread: its recorded threads
   bool has_times = false;
   bool has_live = false;
-  uint64_t duration_ns = 0;      // latest recorded time (0 without timestamps)
+  uint64_t duration_ns = 0;  // latest recorded time (0 without timestamps)
 };
 
 // Builds the plan of `r` into a new memfd and returns its descriptor (the

@@ -107,8 +107,7 @@ std::unique_ptr<Built> build_from(const TraceReader& r, const PlanOptions& opt) 
 
 // Writes `events` (the writer fills in seq and ids), reads the trace back and
 // builds its plan.
-std::unique_ptr<Built> build(std::vector<Event>& events, const PlanOptions& opt = {},
-                             bool timestamps = false) {
+std::unique_ptr<Built> build(std::vector<Event>& events, const PlanOptions& opt = {}, bool timestamps = false) {
   TempDir dir;
   WriterOptions wo;
   wo.timestamps = timestamps;
@@ -137,9 +136,7 @@ std::vector<Step> steps_of(const MappedPlan& p, uint32_t t) {
   return std::vector<Step>(p.steps(t), p.steps(t) + p.step_count(t));
 }
 
-bool is_call(const Event& e) {
-  return e.op != Op::thread_start && e.op != Op::thread_end && e.op != Op::lost;
-}
+bool is_call(const Event& e) { return e.op != Op::thread_start && e.op != Op::thread_end && e.op != Op::lost; }
 
 // The step a call becomes when replay ids and trace ids coincide (a complete
 // trace without failed reallocs of live objects); see Model for the rest.
@@ -152,8 +149,8 @@ Step step_of(const Event& e) {
   return s;
 }
 
-void expect_step(const Step& s, Op op, uint8_t flags, uint64_t id, uint64_t old, uint64_t size,
-                 uint64_t arg, size_t i) {
+void expect_step(const Step& s, Op op, uint8_t flags, uint64_t id, uint64_t old, uint64_t size, uint64_t arg,
+                 size_t i) {
   SCOPED_TRACE("step " + std::to_string(i));
   EXPECT_EQ(s.op(), op);
   EXPECT_EQ(s.flags(), flags);
@@ -167,10 +164,9 @@ void expect_steps_eq(const std::vector<Step>& got, const std::vector<Step>& want
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(Step)) == 0) continue;
-    ADD_FAILURE() << "step " << i << ": head " << got[i].head << " old " << got[i].old << " size "
-                  << got[i].size << " arg " << got[i].arg << ", want head " << want[i].head
-                  << " old " << want[i].old << " size " << want[i].size << " arg "
-                  << want[i].arg;
+    ADD_FAILURE() << "step " << i << ": head " << got[i].head << " old " << got[i].old << " size " << got[i].size
+                  << " arg " << got[i].arg << ", want head " << want[i].head << " old " << want[i].old << " size "
+                  << want[i].size << " arg " << want[i].arg;
     return;
   }
 }
@@ -240,8 +236,8 @@ struct Model {
 // summary numbers, from the Model.
 struct Expected {
   std::vector<std::vector<Step>> steps;  // per replay thread
-  uint64_t total_steps = 0, max_id = 0, objects = 0, failed_reallocs = 0, peak = 0, end = 0,
-           requested = 0, cross = 0, skipped_lost = 0, realloc_of_lost = 0;
+  uint64_t total_steps = 0, max_id = 0, objects = 0, failed_reallocs = 0, peak = 0, end = 0, requested = 0, cross = 0,
+           skipped_lost = 0, realloc_of_lost = 0;
   std::array<uint64_t, trace::kOpCount> ops{};
 };
 Expected expected_of(const std::vector<Event>& events, const std::vector<uint32_t>& replay_of) {
@@ -289,21 +285,21 @@ uint64_t trace_max_id(const std::vector<Event>& events) {
 // consumes), and thread_start/thread_end/lost are not steps.
 TEST(planBuild, HandWrittenSingleThread) {
   std::vector<Event> evs = {
-      ev(Op::thread_start),                              // 0
-      alloc(100),                                        // 1  id 1        live 100
-      calloc_ev(3, 40),                                  // 2  id 2        live 220
-      realloc_ev(1, 300),                                // 3  id 3 (1)    live 420 (peak)
-      reallocarray_ev(2, 5, 10),                         // 4  id 4 (2)    live 350
-      release(3),                                        // 5  free        live 50
-      aligned_ev(Op::posix_memalign, 64, 256),           // 6  id 5        live 306
-      aligned_ev(Op::op_new_aligned, 32, 48),            // 7  id 6        live 354
-      release(6, 0, 0, Op::op_delete_sized),             // 8  sized del   live 306
-      release(0),                                        // 9  free(NULL)
-      failed(alloc(uint64_t{1} << 40)),                  // 10 no object
-      failed(realloc_ev(5, uint64_t{1} << 41)),          // 11 5 stays live, replay id 7
-      release(5),                                        // 12 free of 7   live 50
-      lost_ev(7),                                        // 13
-      ev(Op::thread_end),                                // 14
+      ev(Op::thread_start),                      // 0
+      alloc(100),                                // 1  id 1        live 100
+      calloc_ev(3, 40),                          // 2  id 2        live 220
+      realloc_ev(1, 300),                        // 3  id 3 (1)    live 420 (peak)
+      reallocarray_ev(2, 5, 10),                 // 4  id 4 (2)    live 350
+      release(3),                                // 5  free        live 50
+      aligned_ev(Op::posix_memalign, 64, 256),   // 6  id 5        live 306
+      aligned_ev(Op::op_new_aligned, 32, 48),    // 7  id 6        live 354
+      release(6, 0, 0, Op::op_delete_sized),     // 8  sized del   live 306
+      release(0),                                // 9  free(NULL)
+      failed(alloc(uint64_t{1} << 40)),          // 10 no object
+      failed(realloc_ev(5, uint64_t{1} << 41)),  // 11 5 stays live, replay id 7
+      release(5),                                // 12 free of 7   live 50
+      lost_ev(7),                                // 13
+      ev(Op::thread_end),                        // 14
   };
   evs[8].size = 48;
   auto b = build(evs);
@@ -355,7 +351,7 @@ TEST(planBuild, HandWrittenSingleThread) {
   expect_step(st[5], Op::posix_memalign, 0, 5, 0, 256, 64, 5);  // arg = alignment
   expect_step(st[6], Op::op_new_aligned, 0, 6, 0, 48, 32, 6);
   expect_step(st[7], Op::op_delete_sized, 0, 0, 6, 48, 0, 7);  // size of a sized delete
-  expect_step(st[8], Op::free, 0, 0, 0, 0, 0, 8);               // free(NULL)
+  expect_step(st[8], Op::free, 0, 0, 0, 0, 0, 8);              // free(NULL)
   expect_step(st[9], Op::malloc, kFailedFlags, 0, 0, uint64_t{1} << 40, 0, 9);
   expect_step(st[10], Op::realloc, kFailedFlags, 7, 5, uint64_t{1} << 41, 0, 10);
   expect_step(st[11], Op::free, 0, 0, 7, 0, 0, 11);  // the kept object's new id
@@ -405,15 +401,15 @@ TEST(planBuild, ReallocOfNullAndReallocToZero) {
 TEST(planBuild, FailedReallocGivesTheKeptObjectANewId) {
   const uint64_t huge = uint64_t{1} << 40;
   std::vector<Event> evs = {
-      alloc(8, 0),                               // 0 trace 1 -> replay 1              live 8
-      failed(realloc_ev(1, huge, 1)),            // 1 keeps 1 -> replay 2 (old 1), cross
-      alloc(16, 1),                              // 2 trace 2 -> replay 3              live 24
+      alloc(8, 0),                                   // 0 trace 1 -> replay 1              live 8
+      failed(realloc_ev(1, huge, 1)),                // 1 keeps 1 -> replay 2 (old 1), cross
+      alloc(16, 1),                                  // 2 trace 2 -> replay 3              live 24
       failed(reallocarray_ev(1, 1 << 20, huge, 1)),  // 3 keeps 1 -> replay 4 (old 2)
-      release(1, 0),                             // 4 free of 4, cross                 live 16
-      failed(realloc_ev(0, huge, 0)),            // 5 realloc(NULL): no ids
-      failed(realloc_ev(2, huge, 1)),            // 6 keeps 2 -> replay 5 (old 3)
-      realloc_ev(2, 32, 0),                      // 7 trace 3 -> replay 6 (old 5), cross live 32
-      release(3, 0),                             // 8 free of 6                        live 0
+      release(1, 0),                                 // 4 free of 4, cross                 live 16
+      failed(realloc_ev(0, huge, 0)),                // 5 realloc(NULL): no ids
+      failed(realloc_ev(2, huge, 1)),                // 6 keeps 2 -> replay 5 (old 3)
+      realloc_ev(2, 32, 0),                          // 7 trace 3 -> replay 6 (old 5), cross live 32
+      release(3, 0),                                 // 8 free of 6                        live 0
   };
   auto b = build(evs);
   const PlanSummary& s = b->summary;
@@ -467,8 +463,7 @@ TEST(planBuild, FailedReallocGivesTheKeptObjectANewId) {
   EXPECT_EQ(f->summary.objects, 3u);
   EXPECT_EQ(f->summary.cross_thread_consumes, 0u);
   std::vector<Step> all;
-  for (size_t i = 0, i0 = 0, i1 = 0; i < evs.size(); ++i)
-    all.push_back(f->events[i].thread == 0 ? t0[i0++] : t1[i1++]);
+  for (size_t i = 0, i0 = 0, i1 = 0; i < evs.size(); ++i) all.push_back(f->events[i].thread == 0 ? t0[i0++] : t1[i1++]);
   expect_steps_eq(steps_of(*f->plan, 0), all);
 }
 
@@ -496,8 +491,7 @@ TEST(planBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
 
       std::vector<uint32_t> active;
       for (const Event& e : b->events)
-        if (std::find(active.begin(), active.end(), e.thread) == active.end())
-          active.push_back(e.thread);
+        if (std::find(active.begin(), active.end(), e.thread) == active.end()) active.push_back(e.thread);
       std::sort(active.begin(), active.end());
       ASSERT_EQ(active.size(), 4u);
       std::vector<std::vector<uint32_t>> identity;
@@ -585,12 +579,10 @@ std::vector<Event> five_threads() {
 
 // Greedy fold recomputed here: threads by descending event count (ties by
 // index), each onto the least loaded replay thread (ties: the lowest).
-std::vector<std::vector<uint32_t>> greedy_fold(const std::vector<uint64_t>& counts,
-                                               uint32_t threads) {
+std::vector<std::vector<uint32_t>> greedy_fold(const std::vector<uint64_t>& counts, uint32_t threads) {
   std::vector<uint32_t> order(counts.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return counts[a] > counts[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return counts[a] > counts[b]; });
   std::vector<std::vector<uint32_t>> fold(threads);
   std::vector<uint64_t> load(threads, 0);
   for (uint32_t t : order) {
@@ -740,9 +732,8 @@ TEST(planFold, ZeroOrEnoughThreadsIsIdentity) {
 // plan has no times.
 TEST(planTimes, StoredOnlyWhenAskedAndRecorded) {
   std::vector<Event> evs = {
-      at(ev(Op::thread_start, 0), 5),  at(alloc(10, 0), 100),  at(alloc(20, 1), 250),
-      at(release(1, 1), 400),          at(lost_ev(3, 0), 450), at(release(2, 0), 1000),
-      at(ev(Op::thread_end, 1), 1200),
+      at(ev(Op::thread_start, 0), 5), at(alloc(10, 0), 100),   at(alloc(20, 1), 250),           at(release(1, 1), 400),
+      at(lost_ev(3, 0), 450),         at(release(2, 0), 1000), at(ev(Op::thread_end, 1), 1200),
   };
   {
     std::vector<Event> copy = evs;
@@ -800,21 +791,17 @@ TEST(planTimes, StoredOnlyWhenAskedAndRecorded) {
 // A double free (the writer accepts it: the object exists) names the event,
 // its thread, the op and the object.
 TEST(planErrors, DoubleFree) {
-  std::vector<Event> evs = {alloc(8, 0), alloc(8, 3), release(2, 3),
-                            release(1, 0), release(2, 3, 0, Op::op_delete)};
-  EXPECT_EQ(plan_error(evs),
-            "inconsistent trace: event 4 (thread 3, delete): object 2 was already freed");
+  std::vector<Event> evs = {alloc(8, 0), alloc(8, 3), release(2, 3), release(1, 0), release(2, 3, 0, Op::op_delete)};
+  EXPECT_EQ(plan_error(evs), "inconsistent trace: event 4 (thread 3, delete): object 2 was already freed");
   std::vector<Event> evs2 = {alloc(8), release(1), release(1)};
-  EXPECT_EQ(plan_error(evs2),
-            "inconsistent trace: event 2 (thread 0, free): object 1 was already freed");
+  EXPECT_EQ(plan_error(evs2), "inconsistent trace: event 2 (thread 0, free): object 1 was already freed");
 }
 
 // A realloc of an object that a successful realloc already consumed is also
 // a use of a dead object; a failed realloc does not consume.
 TEST(planErrors, UseAfterRealloc) {
   std::vector<Event> evs = {alloc(8), realloc_ev(1, 16), realloc_ev(1, 32)};
-  EXPECT_EQ(plan_error(evs),
-            "inconsistent trace: event 2 (thread 0, realloc): object 1 was already freed");
+  EXPECT_EQ(plan_error(evs), "inconsistent trace: event 2 (thread 0, realloc): object 1 was already freed");
   std::vector<Event> ok = {alloc(8), failed(realloc_ev(1, 16)), realloc_ev(1, 32)};
   EXPECT_EQ(plan_error(ok), "");
 }
@@ -867,8 +854,7 @@ TEST(planErrors, FreeOfObjectThatDoesNotExistYet) {
     close(build_plan(*r, PlanOptions{}, s));
     FAIL() << "no PlanError";
   } catch (const PlanError& e) {
-    EXPECT_STREQ(e.what(),
-                 "inconsistent trace: event 2 (thread 0, free): object 3 does not exist yet");
+    EXPECT_STREQ(e.what(), "inconsistent trace: event 2 (thread 0, free): object 3 does not exist yet");
   }
 }
 
@@ -999,8 +985,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(planMapped, RejectsWhatIsNotAPlan) {
-  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')),
-            "plan: not a heaplab replay plan of version 3");
+  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 3");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }

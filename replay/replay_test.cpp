@@ -54,8 +54,9 @@ std::string slurp(const std::string& path) {
 // Runs `env ARGS...` through the shell, stdout and stderr apart.
 Outcome run(const std::vector<std::string>& args, const std::string& env = "") {
   static int n = 0;
-  const std::string err = (fs::temp_directory_path() / ("replay_test." + std::to_string(getpid()) + "." +
-                                                       std::to_string(n++) + ".err")).string();
+  const std::string err =
+      (fs::temp_directory_path() / ("replay_test." + std::to_string(getpid()) + "." + std::to_string(n++) + ".err"))
+          .string();
   std::string cmd = env.empty() ? "" : env + " ";
   for (const auto& a : args) cmd += quote(a) + " ";
   cmd += "2>" + quote(err);
@@ -87,8 +88,7 @@ class ReplayTest : public ::testing::Test {
     static std::map<std::string, std::string> cache;
     if (auto it = cache.find(name); it != cache.end()) return it->second;
     const std::string out = (dir() / (name + ".hlt")).string();
-    std::vector<std::string> cmd = {kHeaplab, "capture", "-q", "-o", out, "--",
-                                    kBin + "/capture/testprogs/victim_cpp"};
+    std::vector<std::string> cmd = {kHeaplab, "capture", "-q", "-o", out, "--", kBin + "/capture/testprogs/victim_cpp"};
     cmd.insert(cmd.end(), victim_args.begin(), victim_args.end());
     const Outcome r = run(cmd);
     EXPECT_EQ(r.code, 0) << r.err;
@@ -176,9 +176,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& i) {
          (i.param.threads ? "fold" + std::to_string(i.param.threads) : "unfolded");
 }
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.allocator << "/" << c.load << "/threads=" << c.threads;
-}
+void PrintTo(const Case& c, std::ostream* os) { *os << c.allocator << "/" << c.load << "/threads=" << c.threads; }
 
 class Faithful : public ReplayTest, public ::testing::WithParamInterface<Case> {};
 
@@ -290,8 +288,7 @@ TEST_F(ReplayTest, NullResultsAreRecordedNotACrash) {
   const std::string t = write_trace("big_and_small", big_and_small());
   for (const char* load : {"preload", "direct"}) {
     SCOPED_TRACE(load);
-    const json r = replay(t, {"--allocator", TEST_ALLOC_NULL, "--load", load}, 0,
-                          "HEAPLAB_TEST_NULL_ABOVE=500000");
+    const json r = replay(t, {"--allocator", TEST_ALLOC_NULL, "--load", load}, 0, "HEAPLAB_TEST_NULL_ABOVE=500000");
     ASSERT_TRUE(r.is_object());
     EXPECT_EQ(r["replay"]["ops"]["malloc"]["calls"], 100);
     EXPECT_EQ(r["replay"]["ops"]["malloc"]["null_results"], 50);
@@ -316,7 +313,7 @@ TEST_F(ReplayTest, CustomLibraryDirectNamesEmulatedFunctions) {
 TEST_F(ReplayTest, CrashingAllocatorIsReportedWithTheSignal) {
   const std::string out = (dir() / "crash.json").string();
   const Outcome r = run({kHeaplab, "replay", producer_consumer(), "-q", "--allocator", TEST_ALLOC_NULL, "-o", out},
-                    "HEAPLAB_TEST_ABORT_AT=2000");
+                        "HEAPLAB_TEST_ABORT_AT=2000");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, std::string("heaplab: error: replay: the replayer was killed by SIGABRT (on allocator '") +
                        TEST_ALLOC_NULL + "', preload)\n");
@@ -373,13 +370,13 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
       {{t, "--membind", "local"},
        "heaplab: error: replay: --membind local: binds memory to the nodes of the pinned CPUs; give --pin too"},
       {{t, "--membind", "999"}, "heaplab: error: replay: --membind: NUMA node 999 is not one this process may use"},
-      {{t, "--allocator", "glibc,,jemalloc"}, "heaplab: error: replay: --allocator: an empty name in 'glibc,,jemalloc'"},
+      {{t, "--allocator", "glibc,,jemalloc"},
+       "heaplab: error: replay: --allocator: an empty name in 'glibc,,jemalloc'"},
       {{t, "--allocator", "glibc,nosuch"}, "heaplab: error: replay: allocator 'nosuch': unknown name"},
       {{t, "--pin", "sometimes"},
        "heaplab: error: replay: --pin: expected none, compact, scatter or a list of CPU numbers such as 0,2, "
        "not 'sometimes'"},
-      {{t, "--pin", "4096"},
-       "heaplab: error: replay: --pin: CPU 4096 is not one this process may use (allowed: "},
+      {{t, "--pin", "4096"}, "heaplab: error: replay: --pin: CPU 4096 is not one this process may use (allowed: "},
       {{testdata("free_marked_failed.hlt")},
        "heaplab: error: replay: " + testdata("free_marked_failed.hlt") +
            ": inconsistent trace: event 1 (thread 0, free): flags on a call that returns nothing"},
@@ -402,8 +399,7 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
     EXPECT_EQ(r.err.rfind(b.prefix, 0), 0u) << r.err;
     const size_t lines = size_t(std::count(r.err.begin(), r.err.end(), '\n'));
     // CLI11's parse errors add a usage hint line.
-    EXPECT_EQ(lines, b.prefix.find("not expected") != std::string::npos ? 2u : 1u)
-        << r.err;
+    EXPECT_EQ(lines, b.prefix.find("not expected") != std::string::npos ? 2u : 1u) << r.err;
   }
 }
 
@@ -421,7 +417,7 @@ TEST_F(ReplayTest, DirectModeWithoutItsReplayerSaysWhatToInstall) {
   const std::string empty = (dir() / "no_replayers").string();
   fs::create_directories(empty);
   const Outcome r = run({kHeaplab, "replay", producer_consumer(), "--allocator", "jemalloc", "--load", "direct"},
-                    "HEAPLAB_REPLAYER_DIR=" + quote(empty));
+                        "HEAPLAB_REPLAYER_DIR=" + quote(empty));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "heaplab: error: replay: allocator 'jemalloc': direct load is not available: heaplab-replay-jemalloc "
@@ -436,9 +432,8 @@ TEST_F(ReplayTest, DirectModeWithoutItsReplayerSaysWhatToInstall) {
 TEST_F(ReplayTest, ListAllocatorsShowsBothModes) {
   const Outcome r = run({kHeaplab, "replay", "--list-allocators"});
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* line : {"glibc      yes (the system allocator)", "jemalloc   yes (",
-                           "yes (heaplab-replay-jemalloc)", "yes (heaplab-replay-mimalloc)",
-                           "yes (heaplab-replay-tcmalloc)", "PATH.so"})
+  for (const char* line : {"glibc      yes (the system allocator)", "jemalloc   yes (", "yes (heaplab-replay-jemalloc)",
+                           "yes (heaplab-replay-mimalloc)", "yes (heaplab-replay-tcmalloc)", "PATH.so"})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
 }
 
@@ -666,8 +661,9 @@ TEST_F(ReplayTest, PinningBindsTheThreads) {
 // error (BadInputGivesOneLine).
 TEST_F(ReplayTest, MembindBindsTheReplaysMemory) {
   const std::string t = producer_consumer();
-  for (const std::vector<std::string>& opts :
-       {std::vector<std::string>{"--membind", "0"}, {"--membind", "interleave"}, {"--membind", "local", "--pin", "compact"}}) {
+  for (const std::vector<std::string>& opts : {std::vector<std::string>{"--membind", "0"},
+                                               {"--membind", "interleave"},
+                                               {"--membind", "local", "--pin", "compact"}}) {
     SCOPED_TRACE(opts[1]);
     const json r = replay(t, opts);
     ASSERT_TRUE(r.is_object());
@@ -692,8 +688,8 @@ TEST_F(ReplayTest, MembindBindsTheReplaysMemory) {
 // The replayer also runs alone on a trace, e.g. under a hand-written
 // LD_PRELOAD, and prints its JSON.
 TEST_F(ReplayTest, ReplayerRunsStandaloneOnATrace) {
-  const Outcome r = run({kBin + "/cli/heaplab-replay", producer_consumer()},
-                    "LD_PRELOAD=" + quote(std::string(TEST_ALLOC_NULL)));
+  const Outcome r =
+      run({kBin + "/cli/heaplab-replay", producer_consumer()}, "LD_PRELOAD=" + quote(std::string(TEST_ALLOC_NULL)));
   ASSERT_EQ(r.code, 0) << r.err;
   const json j = json::parse(r.out);
   EXPECT_TRUE(j["faithful"].get<bool>());

@@ -20,16 +20,6 @@
 
 namespace heaplab::replay {
 
-const char* touch_name(Touch t) {
-  switch (t) {
-    case Touch::none: return "none";
-    case Touch::first: return "first";
-    case Touch::pages: return "pages";
-    case Touch::all: return "all";
-  }
-  return "?";
-}
-
 namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
@@ -76,8 +66,8 @@ void* worker_main(void* arg) {
   if (go < 0) return nullptr;  // another thread could not start: no replay
   w->result->start_ns = monotonic_ns();
   const BackendHooks& b = *w->backend;
-  const StepsFn fn = w->params.latency ? (w->params.times ? b.paced_timed : b.fast_timed)
-                                       : (w->params.times ? b.paced : b.fast);
+  const StepsFn fn =
+      w->params.latency ? (w->params.times ? b.paced_timed : b.fast_timed) : (w->params.times ? b.paced : b.fast);
   if (w->pause) {
     RunParams prm = w->params;
     prm.origin = w->steps;
@@ -143,8 +133,7 @@ Timer calibrate_timer() {
   return t;
 }
 
-nlohmann::json latency_json(const LogLinearHistogram* hists, uint32_t nthreads, const Timer& timer,
-                            uint32_t every) {
+nlohmann::json latency_json(const LogLinearHistogram* hists, uint32_t nthreads, const Timer& timer, uint32_t every) {
   const double per_ns = timer.ticks_per_ns;
   const auto ns = [&](uint64_t ticks) { return double(ticks) / per_ns; };
   nlohmann::json j;
@@ -160,8 +149,8 @@ nlohmann::json latency_json(const LogLinearHistogram* hists, uint32_t nthreads, 
     for (uint32_t t = 0; t < nthreads; ++t) h.merge(hists[size_t(t) * trace::kOpCount + op]);
     if (h.count() == 0) continue;
     nlohmann::json o = {{"samples", h.count()}, {"mean_ns", ns(uint64_t(h.mean()))}};
-    for (const auto& [name, q] : {std::pair{"p50_ns", 0.5}, {"p90_ns", 0.9}, {"p99_ns", 0.99},
-                                  {"p99.9_ns", 0.999}, {"p99.99_ns", 0.9999}})
+    for (const auto& [name, q] :
+         {std::pair{"p50_ns", 0.5}, {"p90_ns", 0.9}, {"p99_ns", 0.99}, {"p99.9_ns", 0.999}, {"p99.99_ns", 0.9999}})
       o[name] = ns(h.quantile(q).high);
     o["max_ns"] = ns(h.max());
     ops[std::string(trace::op_name(static_cast<trace::Op>(op)))] = o;
@@ -176,10 +165,9 @@ void check_steps(const MappedPlan& plan) {
     const Step* s = plan.steps(t);
     for (uint64_t i = 0; i < plan.step_count(t); ++i) {
       const unsigned op = s[i].head & 0xff;
-      if (op > static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow) ||
-          s[i].id() > plan.max_id() || s[i].old > plan.max_id())
-        throw PlanError("plan: thread " + std::to_string(t) + " step " + std::to_string(i) +
-                        " is not a valid call");
+      if (op > static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow) || s[i].id() > plan.max_id() ||
+          s[i].old > plan.max_id())
+        throw PlanError("plan: thread " + std::to_string(t) + " step " + std::to_string(i) + " is not a valid call");
     }
   }
 }
@@ -196,44 +184,13 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
     };
     if (opt == "--plan-fd") {
       a.plan_fd = int(parse_u64(opt, value()));
-    } else if (opt == "--threads") {
-      a.threads = uint32_t(parse_u64(opt, value()));
-    } else if (opt == "--touch") {
-      const std::string v = value();
-      if (v == "none") a.touch = Touch::none;
-      else if (v == "first") a.touch = Touch::first;
-      else if (v == "pages") a.touch = Touch::pages;
-      else if (v == "all") a.touch = Touch::all;
-      else bad("--touch: expected none, first, pages or all, not '" + v + "'");
-    } else if (opt == "--timing") {
-      const std::string v = value();
-      if (v == "fast") a.paced = false;
-      else if (v == "recorded") a.paced = true;
-      else bad("--timing: expected fast or recorded, not '" + v + "'");
-    } else if (opt == "--speed") {
-      const char* v = value();
-      char* end = nullptr;
-      a.speed = std::strtod(v, &end);
-      if (end == v || *end || !(a.speed > 0) || a.speed > 1e9)
-        bad(std::string("--speed: expected a positive factor, not '") + v + "'");
-    } else if (opt == "--latency") {
-      const uint64_t v = parse_u64(opt, value());
-      if (v > UINT32_MAX) bad("--latency: at most " + std::to_string(UINT32_MAX));
-      a.latency_every = uint32_t(v);
-    } else if (opt == "--sample-ms") {
-      const uint64_t v = parse_u64(opt, value());
-      if (v > 3600000) bad("--sample-ms: at most 3600000");
-      a.sample_ms = uint32_t(v);
-    } else if (opt == "--pin") {
-      a.pin = value();
-    } else if (opt == "--membind") {
-      a.membind = value();
+    } else if (const SettingInfo* setting = find_setting(opt); setting && setting->kind != SettingKind::flag) {
+      if (std::string why = set_setting(a.settings, *setting, value()); !why.empty()) bad(opt + ": " + why);
     } else if (opt == "--result-fd") {
       a.result_fd = int(parse_u64(opt, value()));
     } else if (opt == "--load") {
       a.load = value();
-      if (a.load != "preload" && a.load != "direct")
-        bad("--load: expected preload or direct, not '" + a.load + "'");
+      if (a.load != "preload" && a.load != "direct") bad("--load: expected preload or direct, not '" + a.load + "'");
     } else if (opt == "--direct-library") {
       a.direct_library = value();
     } else if (!opt.empty() && opt[0] == '-') {
@@ -249,23 +206,24 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
 }
 
 int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
+  const bool paced = args.settings.timing == Timing::recorded;
   int plan_fd = args.plan_fd;
   nlohmann::json plan_info;
   if (!args.trace.empty()) {
     auto reader = trace::TraceReader::open(args.trace);
     PlanSummary summary;
-    plan_fd = build_plan(*reader, PlanOptions{args.threads, args.paced, true}, summary);
+    plan_fd = build_plan(*reader, PlanOptions{args.settings.threads, paced, true}, summary);
     plan_info = {{"trace", args.trace}, {"live_bytes_peak", summary.live_bytes_peak}};
   }
   MappedPlan plan(plan_fd);
   if (!args.trace.empty()) close(plan_fd);
-  if (args.paced && !plan.has_times())
+  if (paced && !plan.has_times())
     throw PlanError("--timing recorded: the plan has no timestamps (the trace has no clock)");
   check_steps(plan);
 
   // Threads and memory placed (hwloc); memory bound before the allocator
   // under test allocates.
-  Pinning pin(args.pin, plan.threads(), args.membind);
+  Pinning pin(args.settings.pin, plan.threads(), args.settings.membind);
   pin.bind_memory();
   backend.init();
   const size_t table_bytes = size_t(plan.max_id() + 1) * sizeof(Slot);  // max_id < 2^48
@@ -275,17 +233,17 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   const size_t results_bytes = std::max<size_t>(1, nthreads) * sizeof(ThreadResult);
   auto* results = static_cast<ThreadResult*>(map_anon(results_bytes, true, "the thread results"));
   for (uint32_t t = 0; t < nthreads; ++t) new (&results[t]) ThreadResult();
-  auto* workers = static_cast<Worker*>(
-      map_anon(std::max<size_t>(1, nthreads) * sizeof(Worker), true, "the thread table"));
-  auto* tids = static_cast<pthread_t*>(
-      map_anon(std::max<size_t>(1, nthreads) * sizeof(pthread_t), true, "the thread table"));
+  auto* workers =
+      static_cast<Worker*>(map_anon(std::max<size_t>(1, nthreads) * sizeof(Worker), true, "the thread table"));
+  auto* tids =
+      static_cast<pthread_t*>(map_anon(std::max<size_t>(1, nthreads) * sizeof(pthread_t), true, "the thread table"));
 
   // Latency: one histogram per op per thread, from mmap; the timer's own
   // cost measured now and subtracted from each sample.
-  const Timer timer = args.latency_every ? calibrate_timer() : Timer{};
+  const Timer timer = args.settings.latency ? calibrate_timer() : Timer{};
   LogLinearHistogram* hists = nullptr;
   const size_t hist_bytes = size_t(nthreads) * trace::kOpCount * sizeof(LogLinearHistogram);
-  if (args.latency_every) {
+  if (args.settings.latency) {
     hists = static_cast<LogLinearHistogram*>(map_anon(std::max<size_t>(1, hist_bytes), true, "the latency histograms"));
     for (size_t i = 0; i < size_t(nthreads) * trace::kOpCount; ++i) new (&hists[i]) LogLinearHistogram();
   }
@@ -297,7 +255,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
       pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0);
   std::unique_ptr<MemorySampler> sampler;
   if (plan.has_live()) {
-    sampler = std::make_unique<MemorySampler>(args.sample_ms, plan, results, bookkeeping, &pin);
+    sampler = std::make_unique<MemorySampler>(args.settings.sample_ms, plan, results, bookkeeping, &pin);
     sampler->exclude(table, table_bytes);
     sampler->exclude(results, results_bytes);
     sampler->exclude(workers, std::max<size_t>(1, nthreads) * sizeof(Worker));
@@ -309,17 +267,24 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     RunParams prm;
     if (hists) {
       prm.latency = hists + size_t(t) * trace::kOpCount;
-      prm.sample_every = args.latency_every;
+      prm.sample_every = args.settings.latency;
       prm.tsc = timer.tsc;
       prm.timer_overhead = timer.overhead_ticks;
     }
     prm.table = table;
-    prm.touch = args.touch;
-    prm.times = args.paced ? plan.times(t) : nullptr;
-    prm.speed = args.speed;
+    prm.touch = args.settings.touch;
+    prm.times = paced ? plan.times(t) : nullptr;
+    prm.speed = args.settings.speed;
     const bool peak = sampler && plan.peak_step() != kNoPeak && plan.peak_thread() == t;
-    workers[t] = Worker{&pin,        int(t), &backend, plan.steps(t), plan.steps(t) + plan.step_count(t), prm,
-                        &results[t], &go,    peak ? plan.steps(t) + plan.peak_step() + 1 : nullptr,
+    workers[t] = Worker{&pin,
+                        int(t),
+                        &backend,
+                        plan.steps(t),
+                        plan.steps(t) + plan.step_count(t),
+                        prm,
+                        &results[t],
+                        &go,
+                        peak ? plan.steps(t) + plan.peak_step() + 1 : nullptr,
                         sampler.get()};
   }
   rusage ru0{}, ru1{};
@@ -393,9 +358,9 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["load"] = args.load;
   j["allocator"] = backend.describe();
   j["replay_threads"] = nthreads;
-  j["touch"] = touch_name(args.touch);
-  j["timing"] = args.paced ? "recorded" : "fast";
-  if (args.paced) j["speed"] = args.speed;
+  j["touch"] = touch_name(args.settings.touch);
+  j["timing"] = paced ? "recorded" : "fast";
+  if (paced) j["speed"] = args.settings.speed;
   j["wall_s"] = wall_s;
   j["cpu"] = {{"user_s", seconds(ru1.ru_utime) - seconds(ru0.ru_utime)},
               {"system_s", seconds(ru1.ru_stime) - seconds(ru0.ru_stime)}};
@@ -416,7 +381,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["moved_failed_reallocs"] = total.moved_failed_reallocs;
   j["threads"] = per_thread;
   j["bookkeeping_bytes"] = {{"plan", plan.mapped_bytes()}, {"object_table", table_bytes}};
-  if (hists) j["latency"] = latency_json(hists, nthreads, timer, args.latency_every);
+  if (hists) j["latency"] = latency_json(hists, nthreads, timer, args.settings.latency);
   if (sampler) j["memory"] = sampler->to_json();
   j["allocator_stats"] = backend.stats();
   j["environment"] = environment_json();
@@ -446,8 +411,8 @@ int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn s
   } catch (const std::exception& e) {
     // Bad input (arguments, the plan or trace, a library that cannot be
     // loaded) exits 2; a failure while running (memory, threads) exits 1.
-    const bool input = dynamic_cast<const std::invalid_argument*>(&e) ||
-                       dynamic_cast<const PlanError*>(&e) || dynamic_cast<const trace::TraceError*>(&e);
+    const bool input = dynamic_cast<const std::invalid_argument*>(&e) || dynamic_cast<const PlanError*>(&e) ||
+                       dynamic_cast<const trace::TraceError*>(&e);
     const int code = input ? 2 : 1;
     if (result_fd != 1) {
       const std::string out = nlohmann::json{{"error", e.what()}}.dump() + "\n";

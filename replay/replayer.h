@@ -19,6 +19,7 @@
 #include <string>
 
 #include "replay/engine.h"
+#include "replay/settings.h"
 
 namespace heaplab::replay {
 
@@ -28,7 +29,7 @@ struct BackendHooks {
   const char* name;
   StepsFn fast;
   StepsFn paced;
-  StepsFn fast_timed;   // with latency sampling
+  StepsFn fast_timed;  // with latency sampling
   StepsFn paced_timed;
   nlohmann::json (*describe)();
   nlohmann::json (*stats)();
@@ -37,22 +38,20 @@ struct BackendHooks {
 
 template <allocators::Backend B>
 BackendHooks hooks_of() {
-  return {B::kName,           &run_steps<B, false, false>, &run_steps<B, true, false>,
-          &run_steps<B, false, true>, &run_steps<B, true, true>, &B::describe,
-          &B::stats,          &B::init};
+  return {B::kName,
+          &run_steps<B, false, false>,
+          &run_steps<B, true, false>,
+          &run_steps<B, false, true>,
+          &run_steps<B, true, true>,
+          &B::describe,
+          &B::stats,
+          &B::init};
 }
 
 struct ReplayerArgs {
   std::string trace;  // or
   int plan_fd = -1;
-  uint32_t threads = 0;
-  Touch touch = Touch::pages;
-  bool paced = false;
-  double speed = 1.0;
-  uint32_t latency_every = 0;  // time every Nth call (0: none)
-  uint32_t sample_ms = 10;     // memory sampling interval (0: only at start and end)
-  std::string pin = "none";    // none | compact | scatter | CPU list (replay/pinning.h)
-  std::string membind = "none";  // none | local | interleave | node list (replay/pinning.h)
+  ReplaySettings settings;  // memory: from the plan
   int result_fd = 1;
   std::string load = "preload";
   std::string direct_library;  // heaplab-replay only: a custom .so loaded directly
@@ -72,8 +71,6 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend);
 // the exit status is then 2.
 using SelectFn = BackendHooks (*)(const ReplayerArgs&);
 int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn select = nullptr);
-
-const char* touch_name(Touch t);
 
 // main() of the replayer of backend B. A backend that can load a custom
 // library (allocators::LoadsDirectLibrary: System) runs that library's

@@ -58,8 +58,8 @@ MemorySampler::MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const
   exclude(buf_, cap_ * sizeof(MemorySample));
   soft_dirty_ = footprint_.enable_soft_dirty(soft_dirty_why_);
   // The sampler's own anonymous memory is bookkeeping too.
-  bookkeeping_ += (cap_ * sizeof(MemorySample) + page_ - 1) / page_ * page_ + footprint_.mapped_bytes() +
-                  snap_fp_.mapped_bytes();
+  bookkeeping_ +=
+      (cap_ * sizeof(MemorySample) + page_ - 1) / page_ * page_ + footprint_.mapped_bytes() + snap_fp_.mapped_bytes();
 }
 
 MemorySampler::~MemorySampler() {
@@ -84,8 +84,8 @@ bool MemorySampler::read(MemorySample& m) {
     const uint64_t done = results_[t].progress.load(std::memory_order_relaxed);
     if (done) live += uint64_t(plan_.live(t)[done - 1]);
   }
-  m = MemorySample{monotonic_ns() - start_ns_, resident * page_,
-                   (resident > shared ? resident - shared : 0) * page_, int64_t(live)};
+  m = MemorySample{monotonic_ns() - start_ns_, resident * page_, (resident > shared ? resident - shared : 0) * page_,
+                   int64_t(live)};
   return true;
 }
 
@@ -171,9 +171,8 @@ nlohmann::json MemorySampler::to_json() const {
     snap_at = size_t(it - all.begin());
     all.insert(it, snap_);
   }
-  nlohmann::json t = nlohmann::json::array(), rss = nlohmann::json::array(),
-                 anon = nlohmann::json::array(), h = nlohmann::json::array(),
-                 live = nlohmann::json::array();
+  nlohmann::json t = nlohmann::json::array(), rss = nlohmann::json::array(), anon = nlohmann::json::array(),
+                 h = nlohmann::json::array(), live = nlohmann::json::array();
   size_t at_live_peak = 0;
   uint64_t heap_peak = 0;
   double heap_area = 0, live_area = 0;
@@ -204,11 +203,10 @@ nlohmann::json MemorySampler::to_json() const {
   j["heap_peak_kib"] = heap_peak / 1024;
   j["heap_final_kib"] = all.empty() ? 0 : heap(all.back()) / 1024;
   j["bookkeeping_anon_kib"] = bookkeeping_ / 1024;
-  nlohmann::json fp = {
-      {"method", "mincore over anonymous private mappings, less the replayer's own"},
-      {"page_size", page_},
-      {"at_live_high", {{"live_bytes", fp_live_}, {"pages", fp_peak_pages_}}},
-      {"at_end", {{"pages", fp_end_pages_}}}};
+  nlohmann::json fp = {{"method", "mincore over anonymous private mappings, less the replayer's own"},
+                       {"page_size", page_},
+                       {"at_live_high", {{"live_bytes", fp_live_}, {"pages", fp_peak_pages_}}},
+                       {"at_end", {{"pages", fp_end_pages_}}}};
   if (snapped) fp["at_live_peak"] = {{"live_bytes", snap_.live_bytes}, {"pages", snap_pages_}};
   if (soft_dirty_)
     fp["touched"] = {{"method", "soft-dirty bits (/proc/self/pagemap), cleared at the start"},
@@ -222,8 +220,8 @@ nlohmann::json MemorySampler::to_json() const {
     j["live_bytes_peak_sampled"] = p.live_bytes;
     j["heap_kib_at_live_peak"] = heap(p) / 1024;
     j["rss_kib_at_live_peak"] = p.rss_bytes / 1024;
-    j["at_live_peak_source"] = at_live_peak == snap_at ? "snapshot right after the trace's live-peak call"
-                                                       : "periodic sample";
+    j["at_live_peak_source"] =
+        at_live_peak == snap_at ? "snapshot right after the trace's live-peak call" : "periodic sample";
     j["fragmentation"] = {
         {"at_live_peak", p.live_bytes > 0 ? double(heap(p)) / double(p.live_bytes) : 0.0},
         {"time_weighted", live_area > 0 ? heap_area / live_area : 0.0},

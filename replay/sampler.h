@@ -32,8 +32,8 @@ class MemorySampler {
   // `plan` must have live arrays; `results` are the replay threads' (for
   // their progress); `bookkeeping` is the anonymous bytes the replayer
   // itself holds (the sampler adds its own).
-  MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const ThreadResult* results,
-                uint64_t bookkeeping, class Pinning* pin = nullptr);
+  MemorySampler(uint32_t interval_ms, const MappedPlan& plan, const ThreadResult* results, uint64_t bookkeeping,
+                class Pinning* pin = nullptr);
   ~MemorySampler();
   MemorySampler(const MemorySampler&) = delete;
   MemorySampler& operator=(const MemorySampler&) = delete;

@@ -2,7 +2,8 @@
 # Build and run all heaplab tests.
 #
 # Usage: scripts/test.sh [--quick]
-#   1. normal build in build/ (-DHEAPLAB_WERROR=ON), ctest
+#   1. normal build in build/ (-DHEAPLAB_WERROR=ON), ctest (which includes
+#      the layering, format and golden tests), then clang-tidy
 #   2. sanitizer build in build-asan/ (address,undefined; no benchmarks),
 #      ctest without the `smoke`-labelled tests        (skipped with --quick)
 #   3. thread sanitizer build in build-tsan/ of the threaded code's unit
@@ -56,6 +57,12 @@ if HEAPLAB_BUILD_DIR="$REPO/build" bash "$BOOTSTRAP" -DHEAPLAB_WERROR=ON; then
   run_ctest build "$REPO/build"
 else
   problems+=("build/: build failed")
+fi
+
+# --- clang-tidy over the sources (.clang-tidy; unchanged files cached) ---------
+if [[ -f "$REPO/build/compile_commands.json" ]]; then
+  echo "test: == clang-tidy (scripts/check-tidy.sh) =="
+  bash "$REPO/scripts/check-tidy.sh" "$REPO/build" || problems+=("clang-tidy: findings (scripts/check-tidy.sh)")
 fi
 
 # --- sanitizer build ----------------------------------------------------------

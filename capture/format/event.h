@@ -22,29 +22,29 @@ enum class Op : uint8_t {
   aligned_alloc = 7,
   valloc = 8,
   pvalloc = 9,
-  op_new = 10,                      // operator new(size_t)
-  op_new_array = 11,                // operator new[](size_t)
-  op_new_nothrow = 12,              // operator new(size_t, nothrow_t)
-  op_new_array_nothrow = 13,        // operator new[](size_t, nothrow_t)
-  op_new_aligned = 14,              // operator new(size_t, align_val_t)
-  op_new_array_aligned = 15,        // operator new[](size_t, align_val_t)
-  op_new_aligned_nothrow = 16,      // operator new(size_t, align_val_t, nothrow_t)
+  op_new = 10,                  // operator new(size_t)
+  op_new_array = 11,            // operator new[](size_t)
+  op_new_nothrow = 12,          // operator new(size_t, nothrow_t)
+  op_new_array_nothrow = 13,    // operator new[](size_t, nothrow_t)
+  op_new_aligned = 14,          // operator new(size_t, align_val_t)
+  op_new_array_aligned = 15,    // operator new[](size_t, align_val_t)
+  op_new_aligned_nothrow = 16,  // operator new(size_t, align_val_t, nothrow_t)
   op_new_array_aligned_nothrow = 17,
-  op_delete = 18,                   // operator delete(void*)
-  op_delete_array = 19,             // operator delete[](void*)
-  op_delete_sized = 20,             // operator delete(void*, size_t)
+  op_delete = 18,        // operator delete(void*)
+  op_delete_array = 19,  // operator delete[](void*)
+  op_delete_sized = 20,  // operator delete(void*, size_t)
   op_delete_array_sized = 21,
-  op_delete_aligned = 22,           // operator delete(void*, align_val_t)
+  op_delete_aligned = 22,  // operator delete(void*, align_val_t)
   op_delete_array_aligned = 23,
-  op_delete_sized_aligned = 24,     // operator delete(void*, size_t, align_val_t)
+  op_delete_sized_aligned = 24,  // operator delete(void*, size_t, align_val_t)
   op_delete_array_sized_aligned = 25,
-  op_delete_nothrow = 26,           // operator delete(void*, nothrow_t)
+  op_delete_nothrow = 26,  // operator delete(void*, nothrow_t)
   op_delete_array_nothrow = 27,
-  op_delete_aligned_nothrow = 28,   // operator delete(void*, align_val_t, nothrow_t)
+  op_delete_aligned_nothrow = 28,  // operator delete(void*, align_val_t, nothrow_t)
   op_delete_array_aligned_nothrow = 29,
   thread_start = 30,
   thread_end = 31,
-  lost = 32,                        // `count` events were lost here (capture overflow)
+  lost = 32,  // `count` events were lost here (capture overflow)
 };
 
 inline constexpr unsigned kOpCount = 33;
@@ -121,14 +121,14 @@ enum EventFlag : uint8_t {
 // One decoded event. Object ids are dense (1, 2, 3, ... in global order of
 // creation) and never reused; 0 means "none" / NULL.
 struct Event {
-  uint64_t seq = 0;    // position in the global order, 0-based, unique
-  uint64_t time = 0;   // nanoseconds since capture start; 0 when the trace has no clock
-  uint64_t id = 0;     // object produced (producing ops), 0 = none
-  uint64_t old = 0;    // object consumed (consuming ops), 0 = NULL pointer
-  uint64_t size = 0;   // requested size (element size for calloc/reallocarray)
-  uint64_t align = 0;  // requested alignment
-  uint64_t count = 0;  // element count (calloc, reallocarray) or lost events (lost)
-  uint32_t thread = 0; // dense thread index, see the trace's thread table
+  uint64_t seq = 0;     // position in the global order, 0-based, unique
+  uint64_t time = 0;    // nanoseconds since capture start; 0 when the trace has no clock
+  uint64_t id = 0;      // object produced (producing ops), 0 = none
+  uint64_t old = 0;     // object consumed (consuming ops), 0 = NULL pointer
+  uint64_t size = 0;    // requested size (element size for calloc/reallocarray)
+  uint64_t align = 0;   // requested alignment
+  uint64_t count = 0;   // element count (calloc, reallocarray) or lost events (lost)
+  uint32_t thread = 0;  // dense thread index, see the trace's thread table
   Op op = Op::malloc;
   uint8_t flags = 0;
 

@@ -50,8 +50,8 @@ WriterOptions options(int codec) {
 }
 
 std::string trace_file(uint32_t threads, int level) {
-  std::string path = "/tmp/heaplab_bench_" + std::to_string(getpid()) + "_" +
-                     std::to_string(threads) + "_" + std::to_string(level) + ".hlt";
+  std::string path = "/tmp/heaplab_bench_" + std::to_string(getpid()) + "_" + std::to_string(threads) + "_" +
+                     std::to_string(level) + ".hlt";
   static std::vector<std::string> made;
   for (const auto& m : made)
     if (m == path) return path;
@@ -91,7 +91,9 @@ void BM_DecodeThreads(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(n));
   state.counters["bytes_per_event"] = double(r->file_size()) / double(r->event_count());
 }
-BENCHMARK(BM_DecodeThreads)->ArgsProduct({{1, 4}, {0, 1, 2, 4}})->ArgNames({"threads", "codec"})
+BENCHMARK(BM_DecodeThreads)
+    ->ArgsProduct({{1, 4}, {0, 1, 2, 4}})
+    ->ArgNames({"threads", "codec"})
     ->Unit(benchmark::kMillisecond);
 
 // Decoding a given trace file (HEAPLAB_BENCH_TRACE), e.g. a real import.
@@ -153,8 +155,7 @@ void BM_Write(benchmark::State& state) {
   std::remove(path.c_str());
   state.SetItemsProcessed(static_cast<int64_t>(n));
 }
-BENCHMARK(BM_Write)->ArgsProduct({{1, 4}, {0, 1, 2, 4}})->ArgNames({"threads", "codec"})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Write)->ArgsProduct({{1, 4}, {0, 1, 2, 4}})->ArgNames({"threads", "codec"})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -27,8 +27,7 @@ inline constexpr uint32_t kMaxBlockPayload = 1u << 30;
 inline constexpr uint32_t kMaxChunkRawSize = 64u << 20;
 
 constexpr uint32_t fourcc(char a, char b, char c, char d) {
-  return uint32_t(uint8_t(a)) | uint32_t(uint8_t(b)) << 8 | uint32_t(uint8_t(c)) << 16 |
-         uint32_t(uint8_t(d)) << 24;
+  return uint32_t(uint8_t(a)) | uint32_t(uint8_t(b)) << 8 | uint32_t(uint8_t(c)) << 16 | uint32_t(uint8_t(d)) << 24;
 }
 enum BlockType : uint32_t {
   kBlockMeta = fourcc('M', 'E', 'T', 'A'),

@@ -16,12 +16,11 @@ namespace heaplab::trace {
 namespace {
 
 using testutil::generate;
-using testutil::TempDir;
 using testutil::read_all;
 using testutil::read_file;
+using testutil::TempDir;
 using testutil::write_file;
 using testutil::write_trace;
-
 
 // ------------------------------------------------------------ zigzag
 
@@ -84,21 +83,21 @@ TEST_P(RoundTrip, EveryEventComesBackExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Format, RoundTrip,
-    ::testing::Values(RoundTripCase{1, 65536, kCodecZstd, false},
-                      RoundTripCase{1, 1, kCodecNone, true},
-                      RoundTripCase{4, 7, kCodecLz4, true},
-                      RoundTripCase{4, 100, kCodecZstd, true},
-                      RoundTripCase{17, 33, kCodecNone, false},
-                      RoundTripCase{64, 5, kCodecZstd, true},
-                      RoundTripCase{3, 1000, kCodecLz4, false}),
-    [](const auto& param_info) {
-      const RoundTripCase& c = param_info.param;
-      return "t" + std::to_string(c.threads) + "_chunk" + std::to_string(c.chunk) + "_" +
-             (c.codec == kCodecNone ? "none" : c.codec == kCodecLz4 ? "lz4" : "zstd") +
-             (c.timestamps ? "_time" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Format, RoundTrip,
+                         ::testing::Values(RoundTripCase{1, 65536, kCodecZstd, false},
+                                           RoundTripCase{1, 1, kCodecNone, true}, RoundTripCase{4, 7, kCodecLz4, true},
+                                           RoundTripCase{4, 100, kCodecZstd, true},
+                                           RoundTripCase{17, 33, kCodecNone, false},
+                                           RoundTripCase{64, 5, kCodecZstd, true},
+                                           RoundTripCase{3, 1000, kCodecLz4, false}),
+                         [](const auto& param_info) {
+                           const RoundTripCase& c = param_info.param;
+                           return "t" + std::to_string(c.threads) + "_chunk" + std::to_string(c.chunk) + "_" +
+                                  (c.codec == kCodecNone  ? "none"
+                                   : c.codec == kCodecLz4 ? "lz4"
+                                                          : "zstd") +
+                                  (c.timestamps ? "_time" : "");
+                         });
 
 TEST(RoundTripValues, ExtremeValuesSurvive) {
   TempDir dir;
@@ -290,8 +289,7 @@ TEST(BadInput, UnknownMajorVersionIsRejectedMinorIsRead) {
   std::string v2 = img;
   v2[8] = 2;
   testutil::repair_checksums(v2);
-  EXPECT_EQ(open_error(v2),
-            "mem.hlt: offset 8: unsupported trace format version 2.0 (this heaplab reads version 1.x)");
+  EXPECT_EQ(open_error(v2), "mem.hlt: offset 8: unsupported trace format version 2.0 (this heaplab reads version 1.x)");
   std::string minor = img;
   minor[10] = 7;
   testutil::repair_checksums(minor);
@@ -343,12 +341,11 @@ TEST(BadInput, TruncationWarningSaysWhatIsLost) {
   auto r = TraceReader::from_memory(part, "cut.hlt");
   EXPECT_EQ(r->chunks().size(), 2u);
   const uint64_t two = full->chunks()[0].events + full->chunks()[1].events;
-  EXPECT_EQ(r->warning(), "trace is truncated: the block at offset " + std::to_string(third.offset) +
-                              " needs " + std::to_string(kBlockHeaderSize +
-                                                          (full->chunks()[3].offset - third.offset - kBlockHeaderSize)) +
-                              " bytes but only 40 bytes remain; read 2 complete chunks with " +
-                              std::to_string(two) + " events; events after offset " +
-                              std::to_string(third.offset) + " are lost");
+  EXPECT_EQ(r->warning(),
+            "trace is truncated: the block at offset " + std::to_string(third.offset) + " needs " +
+                std::to_string(kBlockHeaderSize + (full->chunks()[3].offset - third.offset - kBlockHeaderSize)) +
+                " bytes but only 40 bytes remain; read 2 complete chunks with " + std::to_string(two) +
+                " events; events after offset " + std::to_string(third.offset) + " are lost");
 }
 
 TEST(BadInput, EveryFlippedByteIsDetected) {
@@ -372,8 +369,7 @@ TEST(BadInput, CorruptChunkErrorNamesItsOffset) {
   auto r = TraceReader::from_memory(img, "x");
   const uint64_t off = r->chunks()[1].offset;
   img[off + kBlockHeaderSize + kChunkHeaderSize + 2] ^= 0x55;
-  EXPECT_EQ(open_error(img), "mem.hlt: offset " + std::to_string(off) +
-                                 ": chunk: checksum mismatch (corrupt data)");
+  EXPECT_EQ(open_error(img), "mem.hlt: offset " + std::to_string(off) + ": chunk: checksum mismatch (corrupt data)");
 }
 
 TEST(BadInput, CorruptPayloadWithValidChecksumsIsCaughtByTheDecoder) {

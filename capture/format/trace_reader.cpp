@@ -15,7 +15,6 @@
 
 #include "capture/format/bytes.h"
 
-
 namespace heaplab::trace {
 namespace {
 
@@ -92,14 +91,14 @@ const std::vector<uint32_t>& TraceReader::thread_chunks(uint32_t t) const {
 
 const ThreadInfo& TraceReader::thread_info(uint32_t t) const {
   static const ThreadInfo kNone;
-  auto it = std::lower_bound(threads_.begin(), threads_.end(), t,
-                             [](const auto& e, uint32_t x) { return e.first < x; });
+  auto it =
+      std::lower_bound(threads_.begin(), threads_.end(), t, [](const auto& e, uint32_t x) { return e.first < x; });
   return it != threads_.end() && it->first == t ? it->second : kNone;
 }
 
 void TraceReader::add_chunk(const ChunkRef& c) {
-  if (c.thread >= kMaxThreads) fail(c.offset, "chunk names thread " + std::to_string(c.thread) +
-                                                   ", beyond the limit of 2^24 threads");
+  if (c.thread >= kMaxThreads)
+    fail(c.offset, "chunk names thread " + std::to_string(c.thread) + ", beyond the limit of 2^24 threads");
   if (c.events == 0 || c.last_seq < c.first_seq || c.last_seq - c.first_seq < c.events - 1)
     fail(c.offset, "chunk header is inconsistent (events/seq range)");
   if (c.events > kMaxChunkRawSize)  // every event takes at least its op byte
@@ -111,8 +110,7 @@ void TraceReader::add_chunk(const ChunkRef& c) {
   }
   auto& list = lists_[it->second];
   if (!list.empty() && chunks_[list.back()].last_seq >= c.first_seq)
-    fail(c.offset, "chunk of thread " + std::to_string(c.thread) +
-                       " overlaps the previous chunk of that thread");
+    fail(c.offset, "chunk of thread " + std::to_string(c.thread) + " overlaps the previous chunk of that thread");
   list.push_back(static_cast<uint32_t>(chunks_.size()));
   chunks_.push_back(c);
   events_ += c.events;
@@ -138,15 +136,13 @@ void TraceReader::load() {
   const auto* d = reinterpret_cast<const uint8_t*>(data_.data());
   const size_t size = data_.size();
   if (size == 0) throw TraceError(name_ + ": empty file, not a heaplab trace");
-  if (size < 8 || std::memcmp(d, kFileMagic, 8) != 0)
-    fail(0, "not a heaplab trace (bad magic)");
+  if (size < 8 || std::memcmp(d, kFileMagic, 8) != 0) fail(0, "not a heaplab trace (bad magic)");
   if (size < kFileHeaderSize) fail(size, "file ends inside the 32-byte header");
   major_ = load_u16(d + 8);
   minor_ = load_u16(d + 10);
   if (major_ != kFormatMajor)
-    fail(8, "unsupported trace format version " + std::to_string(major_) + "." +
-                std::to_string(minor_) + " (this heaplab reads version " +
-                std::to_string(kFormatMajor) + ".x)");
+    fail(8, "unsupported trace format version " + std::to_string(major_) + "." + std::to_string(minor_) +
+                " (this heaplab reads version " + std::to_string(kFormatMajor) + ".x)");
   if (load_u64(d + 24) != plain_checksum(d, 24)) fail(0, "header checksum mismatch (corrupt header)");
   const uint32_t flags = load_u32(d + 12);
   has_time_ = flags & kFileHasTime;
@@ -177,8 +173,7 @@ static ChunkRef parse_chunk_header(const uint8_t* payload, uint64_t off) {
 
 // THRD payload: u32 count, then per entry {u32 thread, u64 os_tid, u32
 // name length, name}, by strictly ascending thread index.
-static void parse_threads(const uint8_t* p, uint32_t len,
-                          std::vector<std::pair<uint32_t, ThreadInfo>>& out,
+static void parse_threads(const uint8_t* p, uint32_t len, std::vector<std::pair<uint32_t, ThreadInfo>>& out,
                           const std::function<void(const std::string&)>& bad) {
   if (len < 4) bad("thread table too short");
   const uint32_t n = load_u32(p);
@@ -232,8 +227,8 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
   std::string_view meta = block(meta_off, kBlockMeta, "metadata");
   metadata_.assign(meta);
   std::string_view thr = block(threads_off, kBlockThreads, "thread table");
-  parse_threads(reinterpret_cast<const uint8_t*>(thr.data()), static_cast<uint32_t>(thr.size()),
-                threads_, [&](const std::string& w) { fail(threads_off, w); });
+  parse_threads(reinterpret_cast<const uint8_t*>(thr.data()), static_cast<uint32_t>(thr.size()), threads_,
+                [&](const std::string& w) { fail(threads_off, w); });
   chunks_.reserve(n);
   for (uint64_t i = 0; i < n; ++i) {
     const uint8_t* e = ip + 24 + i * kIndexEntrySize;
@@ -250,8 +245,7 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
     add_chunk(c);
   }
   if (events_ != total)
-    fail(size - kFooterSize, "footer says " + std::to_string(total) + " events, index has " +
-                                 std::to_string(events_));
+    fail(size - kFooterSize, "footer says " + std::to_string(total) + " events, index has " + std::to_string(events_));
   finish_threads();
 }
 
@@ -265,8 +259,8 @@ void TraceReader::scan() {
     const uint64_t left = size - off;
     if (saw_index && left == kFooterSize) fail(off, "footer corrupt (bad magic or checksum)");
     if (saw_index && left < kFooterSize) {
-      warning_ = "trace is truncated: the footer at offset " + std::to_string(off) + " has " +
-                 fmt_bytes(left) + " of 32";
+      warning_ =
+          "trace is truncated: the footer at offset " + std::to_string(off) + " has " + fmt_bytes(left) + " of 32";
       break;
     }
     if (left < kBlockHeaderSize) {
@@ -279,13 +273,11 @@ void TraceReader::scan() {
     if (len > kMaxBlockPayload) fail(off, "block length " + std::to_string(len) + " is impossible (corrupt data)");
     if (left - kBlockHeaderSize < len) {
       warning_ = "trace is truncated: the block at offset " + std::to_string(off) + " needs " +
-                 fmt_bytes(kBlockHeaderSize + uint64_t{len}) + " but only " + fmt_bytes(left) +
-                 " remain";
+                 fmt_bytes(kBlockHeaderSize + uint64_t{len}) + " but only " + fmt_bytes(left) + " remain";
       break;
     }
     const uint8_t* p = d + off + kBlockHeaderSize;
-    if (load_u64(d + off + 8) != block_checksum(type, p, len))
-      fail(off, "block checksum mismatch (corrupt data)");
+    if (load_u64(d + off + 8) != block_checksum(type, p, len)) fail(off, "block checksum mismatch (corrupt data)");
     // A block type this version does not know, with a valid checksum, comes
     // from a later minor version: skipped.
     switch (type) {
@@ -307,11 +299,9 @@ void TraceReader::scan() {
     off += kBlockHeaderSize + len;
   }
   if (!have_meta) fail(kFileHeaderSize, "no metadata block (file too short or corrupt)");
-  if (warning_.empty())
-    warning_ = "trace is truncated: the footer is missing after offset " + std::to_string(off);
-  warning_ += "; read " + std::to_string(chunks_.size()) + " complete chunks with " +
-              std::to_string(events_) + " events; events after offset " + std::to_string(off) +
-              " are lost";
+  if (warning_.empty()) warning_ = "trace is truncated: the footer is missing after offset " + std::to_string(off);
+  warning_ += "; read " + std::to_string(chunks_.size()) + " complete chunks with " + std::to_string(events_) +
+              " events; events after offset " + std::to_string(off) + " are lost";
   finish_threads();
 }
 
@@ -351,8 +341,8 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   const uint8_t* p = h + kBlockHeaderSize;
   if (load_u64(h + 8) != block_checksum(kBlockChunk, p, len)) corrupt("checksum mismatch");
   const ChunkRef hc = parse_chunk_header(p, c.offset);
-  if (hc.thread != c.thread || hc.events != c.events || hc.first_seq != c.first_seq ||
-      hc.last_seq != c.last_seq || hc.first_time != c.first_time || hc.last_time != c.last_time)
+  if (hc.thread != c.thread || hc.events != c.events || hc.first_seq != c.first_seq || hc.last_seq != c.last_seq ||
+      hc.first_time != c.first_time || hc.last_time != c.last_time)
     corrupt("header does not match the index");
   const uint64_t id_start = load_u64(p + 40);
   const uint64_t ref_start = load_u64(p + 48);
@@ -368,8 +358,7 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   if (uint64_t{c.events} * per_event != raw_size) corrupt("column widths do not add up to the data size");
   for (unsigned i = 64 + kColumnCount; i < kChunkHeaderSize; ++i)
     if (p[i] != 0) corrupt("reserved header bytes are set");
-  if (p[58] != 0 || p[59] != 0 || (flags & ~kChunkHasTime) != 0)
-    corrupt("reserved header bits are set");
+  if (p[58] != 0 || p[59] != 0 || (flags & ~kChunkHasTime) != 0) corrupt("reserved header bits are set");
   const uint8_t* z = p + kChunkHeaderSize;
   const size_t zlen = len - kChunkHeaderSize;
   if (raw_size > kMaxChunkRawSize) corrupt("decoded size too large");
@@ -384,9 +373,8 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
     if (got != raw_size) corrupt("decompressed size differs from the header");
   } else if (codec == kCodecLz4) {
     if (zlen > INT32_MAX) corrupt("compressed size too large");
-    int got = LZ4_decompress_safe(reinterpret_cast<const char*>(z),
-                                  reinterpret_cast<char*>(buf_.data()), static_cast<int>(zlen),
-                                  static_cast<int>(raw_size));
+    int got = LZ4_decompress_safe(reinterpret_cast<const char*>(z), reinterpret_cast<char*>(buf_.data()),
+                                  static_cast<int>(zlen), static_cast<int>(raw_size));
     if (got < 0) corrupt("lz4 data is invalid");
     if (static_cast<uint32_t>(got) != raw_size) corrupt("decompressed size differs from the header");
   } else if (codec == kCodecNone) {
@@ -412,10 +400,10 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   // stores zeros instead of loading.
   const unsigned shape = (width_[kColSeq] != 0 ? 4u : 0u) | (has_time_ ? 2u : 0u) |
                          (width_[kColAlign] != 0 || width_[kColCount] != 0 ? 1u : 0u);
-  static constexpr DecodeFn kByShape[8] = {
-      &decode<false, false, false>, &decode<false, false, true>, &decode<false, true, false>,
-      &decode<false, true, true>,   &decode<true, false, false>, &decode<true, false, true>,
-      &decode<true, true, false>,   &decode<true, true, true>};
+  static constexpr DecodeFn kByShape[8] = {&decode<false, false, false>, &decode<false, false, true>,
+                                           &decode<false, true, false>,  &decode<false, true, true>,
+                                           &decode<true, false, false>,  &decode<true, false, true>,
+                                           &decode<true, true, false>,   &decode<true, true, true>};
   decode_ = kByShape[shape];
   seq_next_ = c.first_seq;
   time_prev_ = c.first_time;
@@ -459,9 +447,8 @@ constexpr ByteInfoTable kByteInfo;
 }  // namespace
 
 namespace {
-constexpr uint64_t kWidthMask[9] = {0,          0xff,           0xffff,           0xffffff,
-                                    0xffffffff, 0xffffffffff,   0xffffffffffff,   0xffffffffffffff,
-                                    ~uint64_t{0}};
+constexpr uint64_t kWidthMask[9] = {
+    0, 0xff, 0xffff, 0xffffff, 0xffffffff, 0xffffffffff, 0xffffffffffff, 0xffffffffffffff, ~uint64_t{0}};
 }  // namespace
 
 // The decode loop, specialised on the chunk's shape (seq gaps, time, align/count
@@ -476,17 +463,13 @@ size_t ChunkDecoder::decode(ChunkDecoder* d, Event* out, size_t n) {
   using bytes::unzigzag;
   const uint8_t* ops = d->ops_;
   const uint8_t* const ops_end = ops + n;
-  uint64_t seq_next = d->seq_next_, time_prev = d->time_prev_, id_next = d->id_next_,
-           ref = d->ref_;
-  const uint8_t *ps = d->p_[kColSeq], *pt = d->p_[kColTime], *po = d->p_[kColOld],
-                *pi = d->p_[kColId], *pz = d->p_[kColSize], *pa = d->p_[kColAlign],
-                *pc = d->p_[kColCount];
-  const size_t ws = d->width_[kColSeq], wt = d->width_[kColTime], wo = d->width_[kColOld],
-               wi = d->width_[kColId], wz = d->width_[kColSize], wa = d->width_[kColAlign],
-               wc = d->width_[kColCount];
-  const uint64_t ms = kWidthMask[ws], mt = kWidthMask[wt], mo = kWidthMask[wo],
-                 mi = kWidthMask[wi], mz = kWidthMask[wz], ma = kWidthMask[wa],
-                 mc = kWidthMask[wc];
+  uint64_t seq_next = d->seq_next_, time_prev = d->time_prev_, id_next = d->id_next_, ref = d->ref_;
+  const uint8_t *ps = d->p_[kColSeq], *pt = d->p_[kColTime], *po = d->p_[kColOld], *pi = d->p_[kColId],
+                *pz = d->p_[kColSize], *pa = d->p_[kColAlign], *pc = d->p_[kColCount];
+  const size_t ws = d->width_[kColSeq], wt = d->width_[kColTime], wo = d->width_[kColOld], wi = d->width_[kColId],
+               wz = d->width_[kColSize], wa = d->width_[kColAlign], wc = d->width_[kColCount];
+  const uint64_t ms = kWidthMask[ws], mt = kWidthMask[wt], mo = kWidthMask[wo], mi = kWidthMask[wi],
+                 mz = kWidthMask[wz], ma = kWidthMask[wa], mc = kWidthMask[wc];
   const uint32_t thread = d->thread_;
   for (; ops != ops_end; ++ops, ++out) {
     const uint8_t b = *ops;
@@ -558,8 +541,7 @@ size_t ChunkDecoder::next(Event* out, size_t max) {
 
 // ---------------------------------------------------------------- cursors
 
-ThreadCursor::ThreadCursor(const TraceReader& r, uint32_t thread)
-    : r_(r), chunks_(r.thread_chunks(thread)) {}
+ThreadCursor::ThreadCursor(const TraceReader& r, uint32_t thread) : r_(r), chunks_(r.thread_chunks(thread)) {}
 
 size_t ThreadCursor::next(Event* out, size_t max) {
   while (dec_.remaining() == 0) {

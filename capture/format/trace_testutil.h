@@ -13,10 +13,10 @@ namespace heaplab::trace::testutil {
 
 struct GenOptions {
   uint32_t threads = 4;
-  bool all_ops = true;         // every op kind, failures, NULL frees, huge values
+  bool all_ops = true;  // every op kind, failures, NULL frees, huge values
   bool timestamps = true;
-  double cross_thread = 0.2;   // fraction of frees done by another thread
-  uint64_t max_live = 4096;    // bound on live objects
+  double cross_thread = 0.2;  // fraction of frees done by another thread
+  uint64_t max_live = 4096;   // bound on live objects
 };
 
 // Events as the writer will number them: seq = index, dense ids in order of
@@ -31,22 +31,41 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
   uint64_t now = 1000;
   auto pick_size = [&]() -> uint64_t {
     const unsigned r = static_cast<unsigned>(rng() % 100);
-    if (o.all_ops && r == 0) return rng() >> (rng() % 64);           // anything up to 2^64-1
+    if (o.all_ops && r == 0) return rng() >> (rng() % 64);  // anything up to 2^64-1
     if (o.all_ops && r == 1) return (uint64_t{1} << 63) + (rng() & 0xffff);
     if (r < 80) return 8 + (rng() % 256);
     if (r < 98) return 256 + (rng() % 8192);
     return 8192 + (rng() % (1u << 22));
   };
-  const Op producers[] = {Op::malloc, Op::calloc, Op::realloc, Op::reallocarray, Op::memalign,
-                          Op::posix_memalign, Op::aligned_alloc, Op::valloc, Op::pvalloc,
-                          Op::op_new, Op::op_new_array, Op::op_new_nothrow,
-                          Op::op_new_array_nothrow, Op::op_new_aligned, Op::op_new_array_aligned,
-                          Op::op_new_aligned_nothrow, Op::op_new_array_aligned_nothrow};
-  const Op consumers[] = {Op::free, Op::op_delete, Op::op_delete_array, Op::op_delete_sized,
-                          Op::op_delete_array_sized, Op::op_delete_aligned,
-                          Op::op_delete_array_aligned, Op::op_delete_sized_aligned,
-                          Op::op_delete_array_sized_aligned, Op::op_delete_nothrow,
-                          Op::op_delete_array_nothrow, Op::op_delete_aligned_nothrow,
+  const Op producers[] = {Op::malloc,
+                          Op::calloc,
+                          Op::realloc,
+                          Op::reallocarray,
+                          Op::memalign,
+                          Op::posix_memalign,
+                          Op::aligned_alloc,
+                          Op::valloc,
+                          Op::pvalloc,
+                          Op::op_new,
+                          Op::op_new_array,
+                          Op::op_new_nothrow,
+                          Op::op_new_array_nothrow,
+                          Op::op_new_aligned,
+                          Op::op_new_array_aligned,
+                          Op::op_new_aligned_nothrow,
+                          Op::op_new_array_aligned_nothrow};
+  const Op consumers[] = {Op::free,
+                          Op::op_delete,
+                          Op::op_delete_array,
+                          Op::op_delete_sized,
+                          Op::op_delete_array_sized,
+                          Op::op_delete_aligned,
+                          Op::op_delete_array_aligned,
+                          Op::op_delete_sized_aligned,
+                          Op::op_delete_array_sized_aligned,
+                          Op::op_delete_nothrow,
+                          Op::op_delete_array_nothrow,
+                          Op::op_delete_aligned_nothrow,
                           Op::op_delete_array_aligned_nothrow};
   std::vector<uint32_t> owner;  // owner[id] = allocating thread
   owner.push_back(0);
@@ -231,8 +250,7 @@ inline Event release(uint64_t old, uint32_t thread = 0, uint64_t time = 0, Op op
 }
 
 // Writes `events` (seq/id filled in by the writer) to `path`.
-inline void write_trace(const std::string& path, std::vector<Event>& events,
-                        const WriterOptions& opt) {
+inline void write_trace(const std::string& path, std::vector<Event>& events, const WriterOptions& opt) {
   TraceWriter w(path, opt);
   for (Event& e : events) w.append(e);
   w.close();

@@ -65,21 +65,28 @@ uint8_t* pack(uint8_t* out, const uint64_t* v, uint32_t n) {
 
 uint8_t* pack_width(unsigned w, uint8_t* out, const uint64_t* v, uint32_t n) {
   switch (w) {
-    case 1: return pack<1>(out, v, n);
-    case 2: return pack<2>(out, v, n);
-    case 3: return pack<3>(out, v, n);
-    case 4: return pack<4>(out, v, n);
-    case 5: return pack<5>(out, v, n);
-    case 6: return pack<6>(out, v, n);
-    case 7: return pack<7>(out, v, n);
-    case 8: return pack<8>(out, v, n);
-    default: return out;
+    case 1:
+      return pack<1>(out, v, n);
+    case 2:
+      return pack<2>(out, v, n);
+    case 3:
+      return pack<3>(out, v, n);
+    case 4:
+      return pack<4>(out, v, n);
+    case 5:
+      return pack<5>(out, v, n);
+    case 6:
+      return pack<6>(out, v, n);
+    case 7:
+      return pack<7>(out, v, n);
+    case 8:
+      return pack<8>(out, v, n);
+    default:
+      return out;
   }
 }
 
-unsigned width_of(uint64_t max) {
-  return max == 0 ? 0 : (64 - static_cast<unsigned>(__builtin_clzll(max)) + 7) / 8;
-}
+unsigned width_of(uint64_t max) { return max == 0 ? 0 : (64 - static_cast<unsigned>(__builtin_clzll(max)) + 7) / 8; }
 
 }  // namespace
 
@@ -98,7 +105,7 @@ struct TraceWriter::Impl {
   using Page = std::array<std::unique_ptr<ThreadEncoder>, 1u << kPageBits>;
   std::vector<std::unique_ptr<Page>> pages;
   std::vector<uint32_t> active;
-  uint32_t cached_thread = UINT32_MAX;  // the last thread appended to,
+  uint32_t cached_thread = UINT32_MAX;      // the last thread appended to,
   ThreadEncoder* cached_encoder = nullptr;  // and its encoder
   size_t staged_events = 0;
   std::map<uint32_t, ThreadInfo> infos;
@@ -110,9 +117,7 @@ struct TraceWriter::Impl {
   std::string block;
   std::string zbuf;
 
-  [[noreturn]] void io_fail(const char* what) {
-    throw TraceError(path + ": " + what + ": " + std::strerror(errno));
-  }
+  [[noreturn]] void io_fail(const char* what) { throw TraceError(path + ": " + what + ": " + std::strerror(errno)); }
 
   void write_all(const void* data, size_t len) {
     const char* p = static_cast<const char*>(data);
@@ -199,9 +204,8 @@ struct TraceWriter::Impl {
       }
       case kCodecLz4: {
         zbuf.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(raw_size))));
-        int z = LZ4_compress_fast(reinterpret_cast<const char*>(raw.data()), zbuf.data(),
-                                  static_cast<int>(raw_size), static_cast<int>(zbuf.size()),
-                                  opt.level);
+        int z = LZ4_compress_fast(reinterpret_cast<const char*>(raw.data()), zbuf.data(), static_cast<int>(raw_size),
+                                  static_cast<int>(zbuf.size()), opt.level);
         if (z <= 0) throw TraceError(path + ": lz4 compression failed");
         block.append(zbuf.data(), static_cast<size_t>(z));
         break;
@@ -287,8 +291,7 @@ struct TraceWriter::Impl {
   }
 };
 
-TraceWriter::TraceWriter(const std::string& path, WriterOptions options)
-    : impl_(std::make_unique<Impl>()) {
+TraceWriter::TraceWriter(const std::string& path, WriterOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
   m.opt = std::move(options);
@@ -297,8 +300,7 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options)
   if (m.opt.codec != kCodecNone && m.opt.codec != kCodecZstd && m.opt.codec != kCodecLz4)
     throw TraceError(path + ": unknown codec " + std::to_string(m.opt.codec));
   if (m.opt.codec == kCodecZstd && (m.opt.level < 1 || m.opt.level > ZSTD_maxCLevel()))
-    throw TraceError(path + ": zstd level must be between 1 and " +
-                     std::to_string(ZSTD_maxCLevel()));
+    throw TraceError(path + ": zstd level must be between 1 and " + std::to_string(ZSTD_maxCLevel()));
   if (m.opt.codec == kCodecLz4 && (m.opt.level < 1 || m.opt.level > 65537))
     throw TraceError(path + ": lz4 acceleration must be between 1 and 65537");
   m.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -329,17 +331,16 @@ uint64_t TraceWriter::append(Event& e) {
   if (m.closed) throw TraceError(m.path + ": append after close");
   const unsigned op = static_cast<unsigned>(e.op);
   if (!op_valid(op))
-    throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": invalid op code " +
-                     std::to_string(op));
+    throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": invalid op code " + std::to_string(op));
   if (e.thread >= kMaxThreads)
-    throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": thread index " +
-                     std::to_string(e.thread) + " exceeds the limit of 2^24 threads");
+    throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": thread index " + std::to_string(e.thread) +
+                     " exceeds the limit of 2^24 threads");
   const uint8_t fields = kOpInfo[op].fields;
   if (fields & kConsumes) {
     if (e.old > m.last_id)
-      throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": " +
-                       std::string(op_name(e.op)) + " of object " + std::to_string(e.old) +
-                       ", which does not exist yet (last id " + std::to_string(m.last_id) + ")");
+      throw TraceError(m.path + ": event " + std::to_string(m.next_seq) + ": " + std::string(op_name(e.op)) +
+                       " of object " + std::to_string(e.old) + ", which does not exist yet (last id " +
+                       std::to_string(m.last_id) + ")");
   } else {
     e.old = 0;
   }

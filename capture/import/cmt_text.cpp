@@ -113,8 +113,8 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
       std::string shown(line.substr(0, 80));
       for (char& c : shown)
         if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-      throw InputError(in.name() + ":" + std::to_string(lines.line_number()) + ": " + why +
-                       ": \"" + shown + (line.size() > 80 ? "..." : "") + "\"");
+      throw InputError(in.name() + ":" + std::to_string(lines.line_number()) + ": " + why + ": \"" + shown +
+                       (line.size() > 80 ? "..." : "") + "\"");
     };
     Parser p{line};
     p.ws();
@@ -136,10 +136,18 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
       if (k > 0 && !p.eat(',')) fail("expected ',' between arguments");
       bool ok = false;
       switch (syn->args[k]) {
-        case 'a': ok = p.address(addr_in); break;
-        case 's': ok = p.number(e.size); break;
-        case 'n': ok = p.number(e.count); break;
-        case 'l': ok = p.number(e.align); break;
+        case 'a':
+          ok = p.address(addr_in);
+          break;
+        case 's':
+          ok = p.number(e.size);
+          break;
+        case 'n':
+          ok = p.number(e.count);
+          break;
+        case 'l':
+          ok = p.number(e.align);
+          break;
       }
       if (!ok) fail("bad argument " + std::to_string(k + 1) + " of " + std::string(name));
     }
@@ -168,13 +176,11 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
       // realloc(p, 0) returning NULL freed p, as did reallocarray(p, n, s)
       // with n * s == 0; any other NULL is a failure.
       const bool zero_bytes = e.size == 0 || (e.op == Op::reallocarray && e.count == 0);
-      const bool freeing_realloc =
-          (e.op == Op::realloc || e.op == Op::reallocarray) && e.old != 0 && zero_bytes;
+      const bool freeing_realloc = (e.op == Op::realloc || e.op == Op::reallocarray) && e.old != 0 && zero_bytes;
       if (!freeing_realloc) e.flags |= trace::kFailed;
       ++rep.null_results;
     }
-    const bool releases_old =
-        e.old != 0 && (e.op == Op::free || !(e.flags & trace::kFailed));
+    const bool releases_old = e.old != 0 && (e.op == Op::free || !(e.flags & trace::kFailed));
     if (releases_old) live.erase(addr_in);
     const uint64_t id = w.append(e);
     ++rep.events;

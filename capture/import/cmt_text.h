@@ -41,9 +41,9 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w);
 // counts in it.
 struct CmtFileImport {
   CmtImportReport report;
-  uint64_t bytes = 0;        // the trace's size
-  std::string source;        // the input's name
-  std::string compression;   // "none", "gzip", ...
+  uint64_t bytes = 0;       // the trace's size
+  std::string source;       // the input's name
+  std::string compression;  // "none", "gzip", ...
 };
 CmtFileImport import_cmt_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                               const std::vector<std::string>& command_line);

@@ -26,33 +26,25 @@
 #include "capture/import/compress_testutil.h"
 #include "capture/import/input_stream.h"
 
-
 namespace heaplab::import {
 namespace {
 
 namespace fs = std::filesystem;
+using trace::Event;
+using trace::Op;
 using trace::testutil::source_dir;
 using trace::testutil::TempDir;
 using trace::testutil::write_file;
-using trace::Event;
-using trace::Op;
 
 // ---------------------------------------------------------------------------
 // Helpers
 
-
-std::string cmt_fixture(const std::string& name) {
-  return source_dir() + "/capture/testdata/cmt/" + name;
-}
-
-
+std::string cmt_fixture(const std::string& name) { return source_dir() + "/capture/testdata/cmt/" + name; }
 
 // An in-memory input with a chosen name.
 class StringInput final : public InputStream {
  public:
-  StringInput(std::string data, std::string name) : data_(std::move(data)) {
-    name_ = std::move(name);
-  }
+  StringInput(std::string data, std::string name) : data_(std::move(data)) { name_ = std::move(name); }
   size_t read(char* buf, size_t n) override {
     const size_t k = std::min(n, data_.size() - pos_);
     std::copy_n(data_.data() + pos_, k, buf);
@@ -130,8 +122,7 @@ std::string import_error(const std::string& text) {
   return {};
 }
 
-Event ev(Op op, uint64_t id, uint64_t old, uint64_t size, uint64_t count = 0,
-         uint64_t align = 0, uint8_t flags = 0) {
+Event ev(Op op, uint64_t id, uint64_t old, uint64_t size, uint64_t count = 0, uint64_t align = 0, uint8_t flags = 0) {
   Event e{};
   e.op = op;
   e.id = id;
@@ -179,8 +170,8 @@ std::vector<TextCall> parse_sample(const std::string& path) {
     TextCall c;
     if (std::sscanf(s.c_str(), "malloc(%" SCNu64 ") = 0x%" SCNx64, &c.size, &c.result) == 2) {
       c.op = "malloc";
-    } else if (std::sscanf(s.c_str(), "realloc(0x%" SCNx64 ", %" SCNu64 ") = 0x%" SCNx64,
-                           &c.addr, &c.size, &c.result) == 3) {
+    } else if (std::sscanf(s.c_str(), "realloc(0x%" SCNx64 ", %" SCNu64 ") = 0x%" SCNx64, &c.addr, &c.size,
+                           &c.result) == 3) {
       c.op = "realloc";
     } else if (std::sscanf(s.c_str(), "free(0x%" SCNx64 ")", &c.addr) == 1) {
       c.op = "free";
@@ -304,13 +295,11 @@ TEST(cmt_import, SizesUseAll64Bits) {
       "calloc(18446744073709551615, 4294967296) = 0x0\n"
       "memalign(9223372036854775808, 1) = 0x0\n"
       "realloc(0x10, 9223372036854775808) = 0x40\n");
-  expect_events(got.events,
-                {ev(Op::malloc, 1, 0, 9223372036854775807u),
-                 ev(Op::malloc, 2, 0, UINT64_MAX),
-                 ev(Op::malloc, 3, 0, 0x7fffffffffffffffu),
-                 ev(Op::calloc, 0, 0, 4294967296u, UINT64_MAX, 0, kFailedNull),
-                 ev(Op::memalign, 0, 0, 1, 0, 9223372036854775808u, kFailedNull),
-                 ev(Op::realloc, 4, 1, 9223372036854775808u)});
+  expect_events(
+      got.events,
+      {ev(Op::malloc, 1, 0, 9223372036854775807u), ev(Op::malloc, 2, 0, UINT64_MAX),
+       ev(Op::malloc, 3, 0, 0x7fffffffffffffffu), ev(Op::calloc, 0, 0, 4294967296u, UINT64_MAX, 0, kFailedNull),
+       ev(Op::memalign, 0, 0, 1, 0, 9223372036854775808u, kFailedNull), ev(Op::realloc, 4, 1, 9223372036854775808u)});
   EXPECT_EQ(got.events[3].requested_bytes(), UINT64_MAX);  // saturates
 }
 
@@ -327,8 +316,7 @@ TEST(cmt_errors, NumbersOverflowing64BitsAreErrors) {
             "t.cmt:1: bad argument 1 of free: \"free(0x10000000000000000)\"");
   EXPECT_EQ(import_error("malloc(1) = 0x10000000000000000\n"),
             "t.cmt:1: expected '= ADDRESS' after the call: \"malloc(1) = 0x10000000000000000\"");
-  EXPECT_EQ(import_error("malloc(-1) = 0x10\n"),
-            "t.cmt:1: bad argument 1 of malloc: \"malloc(-1) = 0x10\"");
+  EXPECT_EQ(import_error("malloc(-1) = 0x10\n"), "t.cmt:1: bad argument 1 of malloc: \"malloc(-1) = 0x10\"");
 }
 
 // ---------------------------------------------------------------------------
@@ -344,10 +332,9 @@ TEST(cmt_import, AddressReusedAfterFreeIsANewObject) {
       "free(0x2000)\n"
       "malloc(64) = 0x1000\n"
       "free(0x1000)\n");
-  expect_events(got.events, {ev(Op::malloc, 1, 0, 16), ev(Op::free, 0, 1, 0),
-                             ev(Op::malloc, 2, 0, 32), ev(Op::malloc, 3, 0, 8),
-                             ev(Op::free, 0, 2, 0), ev(Op::free, 0, 3, 0),
-                             ev(Op::malloc, 4, 0, 64), ev(Op::free, 0, 4, 0)});
+  expect_events(got.events,
+                {ev(Op::malloc, 1, 0, 16), ev(Op::free, 0, 1, 0), ev(Op::malloc, 2, 0, 32), ev(Op::malloc, 3, 0, 8),
+                 ev(Op::free, 0, 2, 0), ev(Op::free, 0, 3, 0), ev(Op::malloc, 4, 0, 64), ev(Op::free, 0, 4, 0)});
   EXPECT_EQ(got.rep.reused_live, 0u);
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
@@ -359,8 +346,7 @@ TEST(cmt_import, AllocationAtALiveAddressReplacesTheOldObject) {
       "malloc(24) = 0x1000\n"
       "free(0x1000)\n"
       "free(0x1000)\n");
-  expect_events(got.events,
-                {ev(Op::malloc, 1, 0, 16), ev(Op::malloc, 2, 0, 24), ev(Op::free, 0, 2, 0)});
+  expect_events(got.events, {ev(Op::malloc, 1, 0, 16), ev(Op::malloc, 2, 0, 24), ev(Op::free, 0, 2, 0)});
   EXPECT_EQ(got.rep.reused_live, 1u);
   EXPECT_EQ(got.rep.unknown_frees, 1u);
   EXPECT_EQ(got.rep.first_unknown_free_line, 4u);
@@ -372,8 +358,7 @@ TEST(cmt_import, AddressSpellingsMatch) {
       "malloc(1) = 0xABCdef\n"
       "realloc(abcdef, 2) = 0X10\n"
       "free(0x0010)\n");
-  expect_events(got.events, {ev(Op::malloc, 1, 0, 1), ev(Op::realloc, 2, 1, 2),
-                             ev(Op::free, 0, 2, 0)});
+  expect_events(got.events, {ev(Op::malloc, 1, 0, 1), ev(Op::realloc, 2, 1, 2), ev(Op::free, 0, 2, 0)});
 }
 
 // ---------------------------------------------------------------------------
@@ -397,8 +382,8 @@ TEST(cmt_import, FreeOfAnUnknownAddressIsCountedNotWritten) {
 
 TEST(cmt_import, FreeOfNullIsWritten) {
   const Imported got = import_text("free(0x0)\nfree(0)\nfree(NULL)\nfree((nil))\n");
-  expect_events(got.events, {ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0),
-                             ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0)});
+  expect_events(got.events,
+                {ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0)});
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
 
@@ -413,9 +398,8 @@ TEST(cmt_import, ReallocOfNullIsAnAllocation) {
       "realloc((nil), 32) = 0x5000\n"
       "free(0x2000)\n"
       "free(0x5000)\n");
-  expect_events(got.events,
-                {ev(Op::realloc, 1, 0, 64), ev(Op::realloc, 2, 0, 8), ev(Op::realloc, 3, 0, 16),
-                 ev(Op::realloc, 4, 0, 32), ev(Op::free, 0, 1, 0), ev(Op::free, 0, 4, 0)});
+  expect_events(got.events, {ev(Op::realloc, 1, 0, 64), ev(Op::realloc, 2, 0, 8), ev(Op::realloc, 3, 0, 16),
+                             ev(Op::realloc, 4, 0, 32), ev(Op::free, 0, 1, 0), ev(Op::free, 0, 4, 0)});
   EXPECT_EQ(got.rep.unknown_reallocs, 0u);
   EXPECT_EQ(got.rep.null_results, 0u);
 }
@@ -428,9 +412,8 @@ TEST(cmt_import, ReallocInPlaceAndMoving) {
       "malloc(16) = 0x1000\n"  // the old address is free again
       "free(0x8000)\n"
       "free(0x1000)\n");
-  expect_events(got.events,
-                {ev(Op::malloc, 1, 0, 16), ev(Op::realloc, 2, 1, 32), ev(Op::realloc, 3, 2, 4096),
-                 ev(Op::malloc, 4, 0, 16), ev(Op::free, 0, 3, 0), ev(Op::free, 0, 4, 0)});
+  expect_events(got.events, {ev(Op::malloc, 1, 0, 16), ev(Op::realloc, 2, 1, 32), ev(Op::realloc, 3, 2, 4096),
+                             ev(Op::malloc, 4, 0, 16), ev(Op::free, 0, 3, 0), ev(Op::free, 0, 4, 0)});
   EXPECT_EQ(got.rep.reused_live, 0u);
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
@@ -439,11 +422,10 @@ TEST(cmt_import, ReallocToZeroReturningNullFreesTheObject) {
   const Imported got = import_text(
       "malloc(16) = 0x1000\n"
       "realloc(0x1000, 0) = 0x0\n"
-      "free(0x1000)\n"       // already gone: unknown
+      "free(0x1000)\n"        // already gone: unknown
       "malloc(8) = 0x1000\n"  // not a reuse of a live address
       "free(0x1000)\n");
-  expect_events(got.events, {ev(Op::malloc, 1, 0, 16),
-                             ev(Op::realloc, 0, 1, 0, 0, 0, trace::kNullResult),
+  expect_events(got.events, {ev(Op::malloc, 1, 0, 16), ev(Op::realloc, 0, 1, 0, 0, 0, trace::kNullResult),
                              ev(Op::malloc, 2, 0, 8), ev(Op::free, 0, 2, 0)});
   EXPECT_EQ(got.rep.null_results, 1u);
   EXPECT_EQ(got.rep.unknown_frees, 1u);
@@ -457,8 +439,7 @@ TEST(cmt_import, FailedReallocKeepsTheOldObject) {
       "realloc(0x1000, 999999999999) = 0x0\n"
       "realloc(0x1000, 32) = (nil)\n"
       "free(0x1000)\n");
-  expect_events(got.events, {ev(Op::malloc, 1, 0, 16),
-                             ev(Op::realloc, 0, 1, 999999999999u, 0, 0, kFailedNull),
+  expect_events(got.events, {ev(Op::malloc, 1, 0, 16), ev(Op::realloc, 0, 1, 999999999999u, 0, 0, kFailedNull),
                              ev(Op::realloc, 0, 1, 32, 0, 0, kFailedNull), ev(Op::free, 0, 1, 0)});
   EXPECT_EQ(got.rep.null_results, 2u);
   EXPECT_EQ(got.rep.unknown_frees, 0u);
@@ -475,8 +456,8 @@ TEST(cmt_import, ReallocOfAnUnknownAddressIsWrittenAsReallocOfNull) {
       "realloc(0xbeef, 10) = 0x3000\n"
       "realloc(0xbeef, 0) = 0x0\n"
       "free(0x3000)\n");
-  expect_events(got.events, {ev(Op::realloc, 1, 0, 10),
-                             ev(Op::realloc, 0, 0, 0, 0, 0, kFailedNull), ev(Op::free, 0, 1, 0)});
+  expect_events(got.events,
+                {ev(Op::realloc, 1, 0, 10), ev(Op::realloc, 0, 0, 0, 0, 0, kFailedNull), ev(Op::free, 0, 1, 0)});
   EXPECT_EQ(got.rep.unknown_reallocs, 2u);
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
@@ -495,13 +476,9 @@ TEST(cmt_import, ReallocarrayToZeroBytesReturningNullFreesTheObject) {
       "free(0x2000)\n"
       "free(0x3000)\n");
   expect_events(got.events,
-                {ev(Op::malloc, 1, 0, 16),
-                 ev(Op::reallocarray, 0, 1, 0, 4, 0, trace::kNullResult),
-                 ev(Op::malloc, 2, 0, 16),
-                 ev(Op::reallocarray, 0, 2, 8, 0, 0, trace::kNullResult),
-                 ev(Op::malloc, 3, 0, 16),
-                 ev(Op::reallocarray, 0, 3, 8, 2, 0, kFailedNull),
-                 ev(Op::free, 0, 3, 0)});
+                {ev(Op::malloc, 1, 0, 16), ev(Op::reallocarray, 0, 1, 0, 4, 0, trace::kNullResult),
+                 ev(Op::malloc, 2, 0, 16), ev(Op::reallocarray, 0, 2, 8, 0, 0, trace::kNullResult),
+                 ev(Op::malloc, 3, 0, 16), ev(Op::reallocarray, 0, 3, 8, 2, 0, kFailedNull), ev(Op::free, 0, 3, 0)});
   EXPECT_EQ(got.rep.unknown_frees, 2u);
   EXPECT_EQ(got.rep.first_unknown_free_line, 7u);
 }
@@ -524,19 +501,14 @@ TEST(cmt_import, FailedAllocationsHaveNoObject) {
       "valloc(4) = 0x0\n"
       "pvalloc(5) = 0x0\n"
       "malloc(1) = 0x10\n");
-  expect_events(got.events, {ev(Op::malloc, 0, 0, 100, 0, 0, kFailedNull),
-                             ev(Op::malloc, 0, 0, 101, 0, 0, kFailedNull),
-                             ev(Op::malloc, 0, 0, 102, 0, 0, kFailedNull),
-                             ev(Op::malloc, 0, 0, 103, 0, 0, kFailedNull),
-                             ev(Op::malloc, 0, 0, 104, 0, 0, kFailedNull),
-                             ev(Op::malloc, 0, 0, 105, 0, 0, kFailedNull),
-                             ev(Op::calloc, 0, 0, 3, 2, 0, kFailedNull),
-                             ev(Op::memalign, 0, 0, 1, 0, 64, kFailedNull),
-                             ev(Op::posix_memalign, 0, 0, 2, 0, 64, kFailedNull),
-                             ev(Op::aligned_alloc, 0, 0, 3, 0, 64, kFailedNull),
-                             ev(Op::valloc, 0, 0, 4, 0, 0, kFailedNull),
-                             ev(Op::pvalloc, 0, 0, 5, 0, 0, kFailedNull),
-                             ev(Op::malloc, 1, 0, 1)});  // ids stay dense
+  expect_events(got.events,
+                {ev(Op::malloc, 0, 0, 100, 0, 0, kFailedNull), ev(Op::malloc, 0, 0, 101, 0, 0, kFailedNull),
+                 ev(Op::malloc, 0, 0, 102, 0, 0, kFailedNull), ev(Op::malloc, 0, 0, 103, 0, 0, kFailedNull),
+                 ev(Op::malloc, 0, 0, 104, 0, 0, kFailedNull), ev(Op::malloc, 0, 0, 105, 0, 0, kFailedNull),
+                 ev(Op::calloc, 0, 0, 3, 2, 0, kFailedNull), ev(Op::memalign, 0, 0, 1, 0, 64, kFailedNull),
+                 ev(Op::posix_memalign, 0, 0, 2, 0, 64, kFailedNull),
+                 ev(Op::aligned_alloc, 0, 0, 3, 0, 64, kFailedNull), ev(Op::valloc, 0, 0, 4, 0, 0, kFailedNull),
+                 ev(Op::pvalloc, 0, 0, 5, 0, 0, kFailedNull), ev(Op::malloc, 1, 0, 1)});  // ids stay dense
   EXPECT_EQ(got.rep.null_results, 12u);
   EXPECT_EQ(got.rep.events, 13u);
 }
@@ -562,20 +534,18 @@ TEST(cmt_import, EveryCallKindAndItsFields) {
       "free(0x800e01000)\n"
       "free(0x800e04000)\n"
       "free(0x800e06000)\n");
-  expect_events(got.events,
-                {ev(Op::malloc, 1, 0, 56), ev(Op::calloc, 2, 0, 16, 4),
-                 ev(Op::realloc, 3, 1, 64), ev(Op::reallocarray, 4, 2, 24, 3),
-                 ev(Op::memalign, 5, 0, 100, 0, 64), ev(Op::posix_memalign, 6, 0, 48, 0, 32),
-                 ev(Op::aligned_alloc, 7, 0, 8192, 0, 4096), ev(Op::valloc, 8, 0, 100),
-                 ev(Op::pvalloc, 9, 0, 5000), ev(Op::free, 0, 3, 0), ev(Op::free, 0, 4, 0),
-                 ev(Op::free, 0, 5, 0), ev(Op::free, 0, 6, 0), ev(Op::free, 0, 7, 0),
-                 ev(Op::free, 0, 8, 0), ev(Op::free, 0, 9, 0)});
+  expect_events(got.events, {ev(Op::malloc, 1, 0, 56), ev(Op::calloc, 2, 0, 16, 4), ev(Op::realloc, 3, 1, 64),
+                             ev(Op::reallocarray, 4, 2, 24, 3), ev(Op::memalign, 5, 0, 100, 0, 64),
+                             ev(Op::posix_memalign, 6, 0, 48, 0, 32), ev(Op::aligned_alloc, 7, 0, 8192, 0, 4096),
+                             ev(Op::valloc, 8, 0, 100), ev(Op::pvalloc, 9, 0, 5000), ev(Op::free, 0, 3, 0),
+                             ev(Op::free, 0, 4, 0), ev(Op::free, 0, 5, 0), ev(Op::free, 0, 6, 0), ev(Op::free, 0, 7, 0),
+                             ev(Op::free, 0, 8, 0), ev(Op::free, 0, 9, 0)});
   EXPECT_EQ(got.events[1].requested_bytes(), 64u);
   EXPECT_EQ(got.events[3].requested_bytes(), 72u);
   EXPECT_EQ(got.rep.lines, 16u);
   EXPECT_EQ(got.rep.events, 16u);
-  EXPECT_EQ(got.rep.unknown_frees + got.rep.unknown_reallocs + got.rep.reused_live +
-                got.rep.null_results + got.rep.skipped_lines,
+  EXPECT_EQ(got.rep.unknown_frees + got.rep.unknown_reallocs + got.rep.reused_live + got.rep.null_results +
+                got.rep.skipped_lines,
             0u);
 }
 
@@ -591,9 +561,8 @@ TEST(cmt_import, TaggedForm) {
       "free(81d300000<9>)\n"
       "free(0x81d400000)\n"
       "malloc(1) = 0<0>\n");
-  expect_events(got.events, {ev(Op::malloc, 1, 0, 96), ev(Op::malloc, 2, 0, 32),
-                             ev(Op::realloc, 3, 1, 200), ev(Op::free, 0, 2, 0),
-                             ev(Op::calloc, 4, 0, 8, 2), ev(Op::free, 0, 3, 0),
+  expect_events(got.events, {ev(Op::malloc, 1, 0, 96), ev(Op::malloc, 2, 0, 32), ev(Op::realloc, 3, 1, 200),
+                             ev(Op::free, 0, 2, 0), ev(Op::calloc, 4, 0, 8, 2), ev(Op::free, 0, 3, 0),
                              ev(Op::free, 0, 4, 0), ev(Op::malloc, 0, 0, 1, 0, 0, kFailedNull)});
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
@@ -610,8 +579,8 @@ TEST(cmt_import, WhitespaceCommentsAndBlankLines) {
       "free( 0x10 )\t\n"
       "#free(0x20)\n"
       "free(0x20)");  // no newline at the end
-  expect_events(got.events, {ev(Op::malloc, 1, 0, 56), ev(Op::calloc, 2, 0, 16, 4),
-                             ev(Op::free, 0, 1, 0), ev(Op::free, 0, 2, 0)});
+  expect_events(got.events,
+                {ev(Op::malloc, 1, 0, 56), ev(Op::calloc, 2, 0, 16, 4), ev(Op::free, 0, 1, 0), ev(Op::free, 0, 2, 0)});
   EXPECT_EQ(got.rep.lines, 10u);
   EXPECT_EQ(got.rep.skipped_lines, 6u);
   EXPECT_EQ(got.rep.events, 4u);
@@ -655,8 +624,7 @@ TEST(cmt_import, DoesNotCloseTheWriter) {
   e.old = 2;
   w.append(e);
   w.close();
-  expect_events(read_events(path),
-                {ev(Op::malloc, 1, 0, 8), ev(Op::malloc, 2, 0, 4), ev(Op::free, 0, 2, 0)});
+  expect_events(read_events(path), {ev(Op::malloc, 1, 0, 8), ev(Op::malloc, 2, 0, 4), ev(Op::free, 0, 2, 0)});
 }
 
 // ---------------------------------------------------------------------------
@@ -718,8 +686,7 @@ TEST(cmt_errors, ErrorShowsAtMost80PrintableCharacters) {
             "t.cmt:1: unexpected text after the call: \"" + long_line.substr(0, 80) + "...\"");
   const std::string exactly80 = "malloc(1) = 0x10 " + std::string(63, 'z');
   ASSERT_EQ(exactly80.size(), 80u);
-  EXPECT_EQ(import_error(exactly80),
-            "t.cmt:1: unexpected text after the call: \"" + exactly80 + "\"");
+  EXPECT_EQ(import_error(exactly80), "t.cmt:1: unexpected text after the call: \"" + exactly80 + "\"");
   EXPECT_EQ(import_error(std::string("malloc(\x01") + "\x7f\xc3\xa9) = 0x10\n"),
             "t.cmt:1: bad argument 1 of malloc: \"malloc(" + std::string(4, '?') + ") = 0x10\"");
   // The CR of a CRLF line is not part of the shown text.
@@ -741,8 +708,7 @@ TEST(cmt_errors, ErrorNamesTheFileAndLine) {
     import_cmt_text(*in, w);
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              path + ":4: unexpected text after the call: \"malloc(16) = 0x1000 extra\"");
+    EXPECT_EQ(std::string(e.what()), path + ":4: unexpected text after the call: \"malloc(16) = 0x1000 extra\"");
   }
   EXPECT_EQ(w.events(), 1u);
 }

@@ -19,11 +19,16 @@ enum class Codec { none, gzip, bzip2, xz, zstd };
 
 inline const char* codec_name(Codec c) {
   switch (c) {
-    case Codec::none: return "none";
-    case Codec::gzip: return "gzip";
-    case Codec::bzip2: return "bzip2";
-    case Codec::xz: return "xz";
-    case Codec::zstd: return "zstd";
+    case Codec::none:
+      return "none";
+    case Codec::gzip:
+      return "gzip";
+    case Codec::bzip2:
+      return "bzip2";
+    case Codec::xz:
+      return "xz";
+    case Codec::zstd:
+      return "zstd";
   }
   return "?";
 }
@@ -32,11 +37,16 @@ inline void PrintTo(Codec c, std::ostream* os) { *os << codec_name(c); }
 
 inline const char* codec_ext(Codec c) {
   switch (c) {
-    case Codec::none: return ".txt";
-    case Codec::gzip: return ".txt.gz";
-    case Codec::bzip2: return ".txt.bz2";
-    case Codec::xz: return ".txt.xz";
-    case Codec::zstd: return ".txt.zst";
+    case Codec::none:
+      return ".txt";
+    case Codec::gzip:
+      return ".txt.gz";
+    case Codec::bzip2:
+      return ".txt.bz2";
+    case Codec::xz:
+      return ".txt.xz";
+    case Codec::zstd:
+      return ".txt.zst";
   }
   return "";
 }
@@ -66,8 +76,8 @@ inline std::string compress(Codec c, std::string_view data) {
     case Codec::bzip2: {
       unsigned len = static_cast<unsigned>(data.size() + data.size() / 100 + 1024);
       out.resize(len);
-      if (BZ2_bzBuffToBuffCompress(out.data(), &len, const_cast<char*>(data.data()),
-                                   static_cast<unsigned>(data.size()), 9, 0, 0) != BZ_OK)
+      if (BZ2_bzBuffToBuffCompress(out.data(), &len, const_cast<char*>(data.data()), static_cast<unsigned>(data.size()),
+                                   9, 0, 0) != BZ_OK)
         throw std::runtime_error("BZ2_bzBuffToBuffCompress");
       out.resize(len);
       return out;
@@ -75,10 +85,8 @@ inline std::string compress(Codec c, std::string_view data) {
     case Codec::xz: {
       out.resize(lzma_stream_buffer_bound(data.size()));
       size_t pos = 0;
-      if (lzma_easy_buffer_encode(1, LZMA_CHECK_CRC64, nullptr,
-                                  reinterpret_cast<const uint8_t*>(data.data()), data.size(),
-                                  reinterpret_cast<uint8_t*>(out.data()), &pos,
-                                  out.size()) != LZMA_OK)
+      if (lzma_easy_buffer_encode(1, LZMA_CHECK_CRC64, nullptr, reinterpret_cast<const uint8_t*>(data.data()),
+                                  data.size(), reinterpret_cast<uint8_t*>(out.data()), &pos, out.size()) != LZMA_OK)
         throw std::runtime_error("lzma_easy_buffer_encode");
       out.resize(pos);
       return out;

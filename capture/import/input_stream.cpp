@@ -267,7 +267,9 @@ std::unique_ptr<InputStream> InputStream::open(const std::string& path) {
   };
   if (starts("\x1f\x8b")) return std::make_unique<GzipStream>(std::move(fd), name, prefix);
   if (starts("BZh")) return std::make_unique<Bzip2Stream>(std::move(fd), name, prefix);
-  if (starts(std::string_view("\xfd" "7zXZ\0", 6)))
+  if (starts(std::string_view("\xfd"
+                              "7zXZ\0",
+                              6)))
     return std::make_unique<XzStream>(std::move(fd), name, prefix);
   if (starts("\x28\xb5\x2f\xfd")) return std::make_unique<ZstdStream>(std::move(fd), name, prefix);
   return std::make_unique<PlainStream>(std::move(fd), name, prefix);
@@ -302,8 +304,7 @@ bool LineReader::next(std::string_view& line) {
     }
     if (end_ == buf_.size()) {
       if (buf_.size() >= (64u << 20))
-        throw InputError(in_.name() + ":" + std::to_string(line_no_ + 1) +
-                         ": line longer than 64 MiB");
+        throw InputError(in_.name() + ":" + std::to_string(line_no_ + 1) + ": line longer than 64 MiB");
       buf_.resize(buf_.size() * 2);
     }
     scanned = end_ - begin_;

@@ -21,7 +21,6 @@
 #include <string_view>
 #include <vector>
 
-
 namespace heaplab::import {
 namespace {
 
@@ -32,9 +31,6 @@ using trace::testutil::write_file;
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-
-
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -110,18 +106,15 @@ std::string sample_text(size_t lines, uint64_t seed = 0x9e3779b97f4a7c15ULL) {
     switch (r % 4) {
       case 0:
       case 1:
-        std::snprintf(buf, sizeof buf, "malloc(%llu) = 0x%llx\n",
-                      static_cast<unsigned long long>(rng() % 100000),
+        std::snprintf(buf, sizeof buf, "malloc(%llu) = 0x%llx\n", static_cast<unsigned long long>(rng() % 100000),
                       static_cast<unsigned long long>(rng() >> 16));
         break;
       case 2:
         std::snprintf(buf, sizeof buf, "free(0x%llx)\n", static_cast<unsigned long long>(rng() >> 16));
         break;
       default:
-        std::snprintf(buf, sizeof buf, "realloc(0x%llx, %llu) = 0x%llx\n",
-                      static_cast<unsigned long long>(rng() >> 16),
-                      static_cast<unsigned long long>(rng() % 5000),
-                      static_cast<unsigned long long>(rng() >> 16));
+        std::snprintf(buf, sizeof buf, "realloc(0x%llx, %llu) = 0x%llx\n", static_cast<unsigned long long>(rng() >> 16),
+                      static_cast<unsigned long long>(rng() % 5000), static_cast<unsigned long long>(rng() >> 16));
         break;
     }
     text += buf;
@@ -149,9 +142,7 @@ std::string input_error(F&& fn) {
   return {};
 }
 
-bool contains(std::string_view hay, std::string_view needle) {
-  return hay.find(needle) != std::string_view::npos;
-}
+bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
 
 // ---------------------------------------------------------------------------
 // Every codec
@@ -221,8 +212,7 @@ TEST_P(CodecTest, LastLineWithoutNewline) {
 TEST_P(CodecTest, CrLfAndEmptyLines) {
   const std::string text = "a\r\n\r\nb\r\n\nc\rd\r\ne\r\r\n  \r\nlast\r";
   const std::string path = write("crlf", text);
-  EXPECT_EQ(read_lines(path),
-            (std::vector<std::string>{"a", "", "b", "", "c\rd", "e\r", "  ", "last"}));
+  EXPECT_EQ(read_lines(path), (std::vector<std::string>{"a", "", "b", "", "c\rd", "e\r", "  ", "last"}));
 }
 
 TEST_P(CodecTest, LinesLongerThanTheBuffer) {
@@ -231,8 +221,8 @@ TEST_P(CodecTest, LinesLongerThanTheBuffer) {
   std::vector<std::string> want;
   std::string text;
   size_t k = 0;
-  for (size_t len : {size_t{10}, size_t{(1 << 16) - 1}, size_t{1 << 16}, size_t{(1 << 16) + 1},
-                     size_t{5}, size_t{300000}, size_t{0}, size_t{1 << 17}, size_t{3}}) {
+  for (size_t len : {size_t{10}, size_t{(1 << 16) - 1}, size_t{1 << 16}, size_t{(1 << 16) + 1}, size_t{5},
+                     size_t{300000}, size_t{0}, size_t{1 << 17}, size_t{3}}) {
     std::string line(len, static_cast<char>('a' + k++ % 26));
     for (size_t i = 0; i < len; i += 997) line[i] = 'X';  // not all one byte
     want.push_back(line);
@@ -250,8 +240,7 @@ TEST_P(CodecTest, ConcatenatedStreams) {
   const std::string a = sample_text(3000, 1) + "partial line con";
   const std::string b = "tinues here\n" + sample_text(2000, 2);
   const std::string path = dir_.file(std::string("concat") + codec_ext(codec()));
-  write_file(path, compress(codec(), a) + compress(codec(), "") + compress(codec(), b) +
-                       compress(codec(), "tail\n"));
+  write_file(path, compress(codec(), a) + compress(codec(), "") + compress(codec(), b) + compress(codec(), "tail\n"));
   auto in = InputStream::open(path);
   EXPECT_STREQ(in->compression(), codec_name(codec()));
   const std::string all = a + b + "tail\n";
@@ -268,11 +257,20 @@ TEST_P(CompressedTest, ToolMadeFile) {
   // Files as the real command-line tools write them.
   const char* tool = nullptr;
   switch (codec()) {
-    case Codec::none: FAIL() << "not a compressed format";
-    case Codec::gzip: tool = "gzip -c -n"; break;
-    case Codec::bzip2: tool = "bzip2 -c"; break;
-    case Codec::xz: tool = "xz -c"; break;
-    case Codec::zstd: tool = "zstd -q -c"; break;
+    case Codec::none:
+      FAIL() << "not a compressed format";
+    case Codec::gzip:
+      tool = "gzip -c -n";
+      break;
+    case Codec::bzip2:
+      tool = "bzip2 -c";
+      break;
+    case Codec::xz:
+      tool = "xz -c";
+      break;
+    case Codec::zstd:
+      tool = "zstd -q -c";
+      break;
   }
   const std::string prog(tool, std::string_view(tool).find(' '));
   if (!tool_available(prog.c_str())) GTEST_SKIP() << prog << " is not installed";
@@ -327,11 +325,20 @@ TEST_P(CompressedTest, CorruptDataIsAnError) {
   // Damage the integrity check that covers the decompressed data (or, for
   // bzip2, the block header), so that every decoder must notice.
   switch (codec()) {
-    case Codec::gzip: data[data.size() - 8] ^= 0x55; break;   // CRC-32 in the trailer
-    case Codec::bzip2: data[4] ^= 0x55; break;                // block magic 0x314159265359
-    case Codec::xz: data[data.size() / 2] ^= 0x55; break;     // LZMA2 data, CRC-64 checked
-    case Codec::zstd: data[data.size() - 2] ^= 0x55; break;   // content checksum
-    case Codec::none: break;
+    case Codec::gzip:
+      data[data.size() - 8] ^= 0x55;
+      break;  // CRC-32 in the trailer
+    case Codec::bzip2:
+      data[4] ^= 0x55;
+      break;  // block magic 0x314159265359
+    case Codec::xz:
+      data[data.size() / 2] ^= 0x55;
+      break;  // LZMA2 data, CRC-64 checked
+    case Codec::zstd:
+      data[data.size() - 2] ^= 0x55;
+      break;  // content checksum
+    case Codec::none:
+      break;
   }
   const std::string path = dir_.file(std::string("bad") + codec_ext(codec()));
   write_file(path, data);
@@ -344,10 +351,11 @@ TEST_P(CompressedTest, CorruptDataIsAnError) {
 }
 
 TEST_P(CompressedTest, GarbageAfterTheSignatureIsAnError) {
-  const std::string magic = compress(codec(), "x").substr(0, codec() == Codec::gzip ? 2
-                                                              : codec() == Codec::bzip2 ? 3
-                                                              : codec() == Codec::xz ? 6
-                                                                                      : 4);
+  const std::string magic = compress(codec(), "x")
+                                .substr(0, codec() == Codec::gzip    ? 2
+                                           : codec() == Codec::bzip2 ? 3
+                                           : codec() == Codec::xz    ? 6
+                                                                     : 4);
   const std::string path = dir_.file(std::string("garbage") + codec_ext(codec()));
   std::string junk = magic;
   for (int i = 0; i < 200; ++i) junk += "\xff\x00 not compressed at all \x13\x37";
@@ -372,17 +380,13 @@ TEST_P(CompressedTest, TrailingGarbageAfterAValidStreamIsAnError) {
   EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
 }
 
-std::string codec_test_name(const ::testing::TestParamInfo<Codec>& p) {
-  return codec_name(p.param);
-}
+std::string codec_test_name(const ::testing::TestParamInfo<Codec>& p) { return codec_name(p.param); }
 
 INSTANTIATE_TEST_SUITE_P(input_stream, CodecTest,
-                         ::testing::Values(Codec::none, Codec::gzip, Codec::bzip2, Codec::xz,
-                                           Codec::zstd),
+                         ::testing::Values(Codec::none, Codec::gzip, Codec::bzip2, Codec::xz, Codec::zstd),
                          codec_test_name);
 INSTANTIATE_TEST_SUITE_P(input_stream, CompressedTest,
-                         ::testing::Values(Codec::gzip, Codec::bzip2, Codec::xz, Codec::zstd),
-                         codec_test_name);
+                         ::testing::Values(Codec::gzip, Codec::bzip2, Codec::xz, Codec::zstd), codec_test_name);
 
 // ---------------------------------------------------------------------------
 // Plain files and sniffing
@@ -401,9 +405,19 @@ TEST(input_stream, EmptyFile) {
 TEST(input_stream, FilesShorterThanTheSniffedPrefix) {
   // Fewer bytes than a signature: plain data, returned unchanged.
   TempDir dir;
-  const std::vector<std::string> cases = {
-      "a", "\n", "ab\n", "\x1f", "BZ", "BZ\n", std::string("\xfd" "7zXZ", 5),
-      "\x28\xb5\x2f", "12345", "123456", "1234567\n"};
+  const std::vector<std::string> cases = {"a",
+                                          "\n",
+                                          "ab\n",
+                                          "\x1f",
+                                          "BZ",
+                                          "BZ\n",
+                                          std::string("\xfd"
+                                                      "7zXZ",
+                                                      5),
+                                          "\x28\xb5\x2f",
+                                          "12345",
+                                          "123456",
+                                          "1234567\n"};
   int k = 0;
   for (const std::string& c : cases) {
     const std::string path = dir.file("short" + std::to_string(k++));
@@ -474,9 +488,7 @@ TEST(input_stream, InputErrorIsARuntimeError) {
 // An in-memory stream handing out data in pieces of a fixed size.
 class PiecewiseInput final : public InputStream {
  public:
-  PiecewiseInput(std::string data, size_t piece) : data_(std::move(data)), piece_(piece) {
-    name_ = "<pieces>";
-  }
+  PiecewiseInput(std::string data, size_t piece) : data_(std::move(data)), piece_(piece) { name_ = "<pieces>"; }
   size_t read(char* buf, size_t n) override {
     const size_t k = std::min({n, piece_, data_.size() - pos_});
     std::copy_n(data_.data() + pos_, k, buf);
@@ -505,8 +517,7 @@ TEST(input_stream_line_reader, LineNumbersCountEveryLine) {
   std::string_view line;
   std::vector<std::pair<uint64_t, std::string>> got;
   while (lr.next(line)) got.emplace_back(lr.line_number(), line);
-  const std::vector<std::pair<uint64_t, std::string>> want = {
-      {1, "a"}, {2, ""}, {3, "# c"}, {4, ""}, {5, "b"}};
+  const std::vector<std::pair<uint64_t, std::string>> want = {{1, "a"}, {2, ""}, {3, "# c"}, {4, ""}, {5, "b"}};
   EXPECT_EQ(got, want);
 }
 

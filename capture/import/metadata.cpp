@@ -15,8 +15,7 @@ nlohmann::json base_metadata(const std::string& method, const std::string& clock
                              const std::vector<std::string>& command_line) {
   nlohmann::json m;
   m["format"] = "heaplab-trace";
-  m["format_version"] =
-      std::to_string(trace::kFormatMajor) + "." + std::to_string(trace::kFormatMinor);
+  m["format_version"] = std::to_string(trace::kFormatMajor) + "." + std::to_string(trace::kFormatMinor);
   m["tool"] = "heaplab";
   m["tool_version"] = tool_version();
   char when[32];
@@ -27,9 +26,7 @@ nlohmann::json base_metadata(const std::string& method, const std::string& clock
   m["created"] = when;
   struct utsname u {};
   if (uname(&u) == 0) {
-    m["host"] = {{"name", u.nodename},
-                 {"kernel", std::string(u.sysname) + " " + u.release},
-                 {"arch", u.machine}};
+    m["host"] = {{"name", u.nodename}, {"kernel", std::string(u.sysname) + " " + u.release}, {"arch", u.machine}};
   }
   m["capture"] = {{"method", method}};
   m["clock"] = clock;

@@ -213,7 +213,8 @@ void expect_trace_ok(const std::string& path) {
   auto r = TraceReader::open(path);
   heaplab::analysis::CheckReport rep = heaplab::analysis::check_trace(*r);
   std::string problems;
-  for (const auto& p : rep.listed) problems += "  #" + std::to_string(p.seq) + " t" + std::to_string(p.thread) + ": " + p.message + "\n";
+  for (const auto& p : rep.listed)
+    problems += "  #" + std::to_string(p.seq) + " t" + std::to_string(p.thread) + ": " + p.message + "\n";
   EXPECT_TRUE(rep.ok()) << path << ": " << rep.problems << " problems:\n" << problems;
   EXPECT_TRUE(r->complete()) << r->warning();
 }
@@ -411,8 +412,8 @@ std::vector<Want> api_sequence() {
 std::vector<Event> strip_exception(const std::vector<Event>& mid, std::vector<Event>* tail) {
   std::vector<Event> calls = mid;
   size_t n = calls.size();
-  if (n >= 2 && calls[n - 2].op == Op::malloc && calls[n - 1].op == Op::free &&
-      calls[n - 1].old == calls[n - 2].id && calls[n - 2].size != kHuge) {
+  if (n >= 2 && calls[n - 2].op == Op::malloc && calls[n - 1].op == Op::free && calls[n - 1].old == calls[n - 2].id &&
+      calls[n - 2].size != kHuge) {
     if (tail) tail->assign(calls.end() - 2, calls.end());
     calls.resize(n - 2);
   }
@@ -761,7 +762,8 @@ TEST_P(CaptureCrash, TraceHoldsEveryEventBeforeDeath) {
   for (const Event& e : *mid)
     if (!is_thread_marker(e)) calls.push_back(e);
   ASSERT_EQ(calls.size(), 5000u) << describe(calls, 20) << "...\n"
-                                 << describe(std::vector<Event>(calls.end() - std::min<size_t>(calls.size(), 10), calls.end()));
+                                 << describe(std::vector<Event>(calls.end() - std::min<size_t>(calls.size(), 10),
+                                                                calls.end()));
   std::set<uint64_t> ids;
   for (size_t i = 0; i < calls.size(); ++i) {
     const Event& e = calls[i];
@@ -823,7 +825,7 @@ TEST(Capture, SignalHandlerAllocations) {
   auto mid = between_markers(read_events(t.path), false);
   ASSERT_TRUE(mid);
   std::unordered_map<uint64_t, uint64_t> size_of;  // live id -> size
-  std::map<uint64_t, uint64_t> mallocs, frees;       // by size
+  std::map<uint64_t, uint64_t> mallocs, frees;     // by size
   for (const Event& e : *mid) {
     if (e.op == Op::malloc) {
       ASSERT_NE(e.id, 0u) << describe(e);
@@ -1066,8 +1068,8 @@ TEST(CaptureRaw, ExistingRawDirKeepsItsOtherFiles) {
 TEST(Capture, FileSizeLimitStopsCaptureNotTheProgram) {
   TempDir dir;
   // 16384 blocks of 512 bytes (POSIX sh units): 8 MiB.
-  CaptureOptions opt = options(dir, {"/bin/sh", "-c", "ulimit -f 16384 && exec " + victim("victim_c") +
-                                                          " signal 600000 > /dev/null"});
+  CaptureOptions opt =
+      options(dir, {"/bin/sh", "-c", "ulimit -f 16384 && exec " + victim("victim_c") + " signal 600000 > /dev/null"});
   opt.follow_exec = true;
   CaptureResult r = heaplab::launch::run_capture(opt);
   EXPECT_EQ(r.signal, 0);
@@ -1118,7 +1120,6 @@ TEST(Capture, ManyThreadsAcrossMappingSegments) {
   EXPECT_EQ(freed, 30000u);
   expect_trace_ok(r.traces[0].path);
 }
-
 
 // ---------------------------------------------------------------- --method pt
 // These machines have no Intel PT. The route around the hardware is tested
@@ -1181,8 +1182,9 @@ TEST(CapturePt, SingleThreadExactSequenceThroughEveryDecoder) {
     std::vector<std::string> args;
     for (std::string l; std::getline(a, l);) args.push_back(l);
     ASSERT_EQ(args.size(), 13u);
-    EXPECT_EQ(std::vector<std::string>(args.begin() + 1, args.begin() + 6),
-              (std::vector<std::string>{"record", "-o", r.perf_data, "-e", "intel_pt/ptw=1,branch=0,fup_on_ptw=0,mtc=0/u"}));
+    EXPECT_EQ(
+        std::vector<std::string>(args.begin() + 1, args.begin() + 6),
+        (std::vector<std::string>{"record", "-o", r.perf_data, "-e", "intel_pt/ptw=1,branch=0,fup_on_ptw=0,mtc=0/u"}));
     EXPECT_EQ(args[6], "--");
     EXPECT_EQ(args[7], "/bin/sh");
     EXPECT_EQ(args[10], shim_path());  // LD_PRELOAD for the program only
@@ -1226,7 +1228,8 @@ TEST(CapturePt, ThreadsCrossThreadFrees) {
 TEST(CapturePt, ExitStatusAndCrash) {
   FakePt fake;
   TempDir dir;
-  CaptureResult r = heaplab::launch::run_capture(pt_options(dir, {victim("victim_c"), "crash", "abort", "100"}, "direct", "pt.hlt"));
+  CaptureResult r =
+      heaplab::launch::run_capture(pt_options(dir, {victim("victim_c"), "crash", "abort", "100"}, "direct", "pt.hlt"));
   EXPECT_EQ(r.signal, SIGABRT);
   EXPECT_EQ(r.exit_code, 128 + SIGABRT);
   ASSERT_EQ(r.traces.size(), 1u);
@@ -1255,8 +1258,9 @@ TEST(CapturePt, RefusesWithoutPtNamingWhatIsMissing) {
       heaplab::launch::run_capture(opt);
       ADD_FAILURE() << "no error";
     } catch (const LaunchError& e) {
-      EXPECT_NE(std::string(e.what()).find("Intel PT has no ptwrite (" + no_ptwrite.sys.path() + "/caps/ptwrite is not 1"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find("Intel PT has no ptwrite (" + no_ptwrite.sys.path() + "/caps/ptwrite is not 1"),
+          std::string::npos)
           << e.what();
     }
     opt.pt.perf = dir.file("no-perf");
@@ -1302,7 +1306,8 @@ TEST(CapturePt, BadOptions) {
   EXPECT_EQ(error(o), "--pt-snapshot: 'on' or a size such as 64M, not 'lots'");
   o = opt;
   o.follow_exec = true;
-  EXPECT_EQ(error(o), "--method pt cannot follow exec yet (the images of a process share its trace); use --method software");
+  EXPECT_EQ(error(o),
+            "--method pt cannot follow exec yet (the images of a process share its trace); use --method software");
   o = opt;
   o.pt_decoder = "magic";
   EXPECT_EQ(error(o), "--pt-decoder: direct, dlfilter or text, not 'magic'");
@@ -1317,11 +1322,10 @@ TEST(CapturePt, PerfRecordArguments) {
   o.control = "fifo:ctl,ack";
   o.psb_period = 3;
   EXPECT_EQ(heaplab::pt::perf_record_argv(o, "out.data", "shim.so:je.so", {"prog", "arg"}),
-            (std::vector<std::string>{"perf", "record", "-o", "out.data", "-e",
-                                      "intel_pt/ptw=1,branch=0,fup_on_ptw=0,mtc=0,psb_period=3/u", "--per-thread",
-                                      "-m,1024", "--snapshot=64M", "--control=fifo:ctl,ack", "--", "/bin/sh", "-c",
-                                      "export LD_PRELOAD=\"$0\" HEAPLAB_CAPTURE_ROOT=$$; exec \"$@\"", "shim.so:je.so",
-                                      "prog", "arg"}));
+            (std::vector<std::string>{
+                "perf", "record", "-o", "out.data", "-e", "intel_pt/ptw=1,branch=0,fup_on_ptw=0,mtc=0,psb_period=3/u",
+                "--per-thread", "-m,1024", "--snapshot=64M", "--control=fifo:ctl,ack", "--", "/bin/sh", "-c",
+                "export LD_PRELOAD=\"$0\" HEAPLAB_CAPTURE_ROOT=$$; exec \"$@\"", "shim.so:je.so", "prog", "arg"}));
 }
 
 }  // namespace

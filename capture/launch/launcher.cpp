@@ -1,6 +1,5 @@
 #include "capture/launch/launcher.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,21 +11,17 @@
 #include <x86intrin.h>
 #endif
 
-#include <algorithm>
-#include <atomic>
-#include <optional>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <elf.h>
 #include <filesystem>
-#include <fstream>
-#include <thread>
-
 #include <fmt/format.h>
+#include <fstream>
 
 #include "allocators/library.h"
+#include "capture/launch/method.h"
 #include "capture/pt/pt_import.h"
 #include "common/files.h"
 #include "common/process.h"
@@ -36,11 +31,78 @@ namespace heaplab::launch {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 [[noreturn]] void fail(const std::string& what) { throw LaunchError(what); }
 
 std::string errstr(int e) { return std::strerror(e); }
+
+ClockPair clock_pair() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ClockPair p;
+  p.mono = uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+#if defined(__x86_64__)
+  p.ticks = __rdtsc();
+#endif
+  return p;
+}
+
+std::vector<RawName> list_raw(const std::string& dir, const char* ext) {
+  std::vector<RawName> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    unsigned pid = 0, gen = 0;
+    char tail[16] = {0};
+    if (std::sscanf(name.c_str(), "%u.%u.%15s", &pid, &gen, tail) == 3 && std::string(tail) == ext)
+      out.push_back({e.path().string(), pid, gen});
+  }
+  return out;
+}
+
+// Removes the raw files of this capture (and the directory, if heaplab made
+// it); never anything else a user's --raw-dir holds.
+void remove_raw(const CaptureOptions& opt) {
+  std::error_code ec;
+  for (const RawName& r : list_raw(opt.raw_dir)) {
+    fs::remove(r.path, ec);
+    fs::remove(r.path + ".blocks", ec);
+  }
+  if (opt.method == "pt") {  // the recording, the shim's markers, perf script's messages, decoded blocks
+    fs::remove(opt.raw_dir + "/perf.data", ec);
+    fs::remove(opt.raw_dir + "/perf.data.old", ec);
+    fs::remove(opt.raw_dir + "/perf-script.stderr", ec);
+    for (const RawName& m : list_raw(opt.raw_dir, "ptw")) {
+      fs::remove(m.path, ec);
+      fs::remove(opt.raw_dir + "/" + std::to_string(m.pid) + ".0.hlraw.blocks", ec);  // a failed decode's
+    }
+  }
+  if (opt.raw_dir_created) fs::remove(opt.raw_dir, ec);  // only if now empty
+}
+
+std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root) {
+  if (root) return output;
+  fs::path p(output);
+  std::string stem = p.extension() == ".hlt" ? p.stem().string() : p.filename().string();
+  std::string name = stem + "." + std::to_string(pid) + (gen ? "-" + std::to_string(gen) : "") + ".hlt";
+  return (p.parent_path() / name).string();
+}
+
+TraceResult normalise_to(const normalise::RawFile& raw, const std::string& part, const std::string& out,
+                         const CaptureOptions& opt, const CaptureResult& res, bool root, const nlohmann::json& meta) {
+  normalise::NormaliseOptions nopt = opt.normalise;
+  nopt.capture_metadata["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
+  if (root) {
+    nopt.capture_metadata["exit_code"] = res.exit_code;
+    if (res.signal) nopt.capture_metadata["signal"] = res.signal;
+  }
+  nopt.capture_metadata.update(meta);
+  TraceResult tr;
+  tr.report = normalise::normalise(raw, part, nopt);
+  if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
+  tr.path = out;
+  return tr;
+}
+
+namespace {
 
 // execvp's search, done up front so that a missing program is reported
 // before anything runs.
@@ -97,21 +159,6 @@ void check_writable_output(const std::string& out) {
   ::unlink(probe.c_str());
 }
 
-struct ClockPair {
-  uint64_t ticks = 0, mono = 0;
-};
-
-ClockPair clock_pair() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ClockPair p;
-  p.mono = uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-#if defined(__x86_64__)
-  p.ticks = __rdtsc();
-#endif
-  return p;
-}
-
 pid_t g_child = 0;
 volatile sig_atomic_t g_interrupted = 0;
 void forward_signal(int sig) {
@@ -124,14 +171,15 @@ void note_interrupt(int) { g_interrupted = 1; }
 // written) until they have all exited, or Ctrl-C, SIGTERM or SIGHUP. Returns
 // true if some were still running when the wait was cut short.
 bool wait_descendants() {
-  struct sigaction stop {}, old_int {}, old_term {}, old_hup {};
+  struct sigaction stop {
+  }, old_int{}, old_term{}, old_hup{};
   stop.sa_handler = note_interrupt;  // no SA_RESTART: waitpid returns EINTR
   sigaction(SIGINT, &stop, &old_int);
   sigaction(SIGTERM, &stop, &old_term);
   sigaction(SIGHUP, &stop, &old_hup);
   while (!g_interrupted) {
     if (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) continue;  // EINTR: see whether interrupted
-    break;  // ECHILD: none left
+    break;                                                          // ECHILD: none left
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
@@ -139,149 +187,34 @@ bool wait_descendants() {
   return waitpid(-1, nullptr, WNOHANG) == 0;  // 0: children exist, none exited
 }
 
-struct RawName {
-  std::string path;
-  uint32_t pid = 0, gen = 0;
-};
-
-// DIR/PID.GEN.hlraw files (or, with ext "ptw", the ptwrite sink's markers).
-std::vector<RawName> list_raw(const std::string& dir, const char* ext = "hlraw") {
-  std::vector<RawName> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::string name = e.path().filename().string();
-    unsigned pid = 0, gen = 0;
-    char tail[16] = {0};
-    if (std::sscanf(name.c_str(), "%u.%u.%15s", &pid, &gen, tail) == 3 && std::string(tail) == ext)
-      out.push_back({e.path().string(), pid, gen});
-  }
-  return out;
-}
-
-// Removes the raw files of this capture (and the directory, if heaplab made
-// it); never anything else a user's --raw-dir holds.
-void remove_raw(const CaptureOptions& opt) {
-  std::error_code ec;
-  for (const RawName& r : list_raw(opt.raw_dir)) {
-    fs::remove(r.path, ec);
-    fs::remove(r.path + ".blocks", ec);
-  }
-  if (opt.method == "pt") {  // the recording, the shim's markers, perf script's messages, decoded blocks
-    fs::remove(opt.raw_dir + "/perf.data", ec);
-    fs::remove(opt.raw_dir + "/perf.data.old", ec);
-    fs::remove(opt.raw_dir + "/perf-script.stderr", ec);
-    for (const RawName& m : list_raw(opt.raw_dir, "ptw")) {
-      fs::remove(m.path, ec);
-      fs::remove(opt.raw_dir + "/" + std::to_string(m.pid) + ".0.hlraw.blocks", ec);  // a failed decode's
-    }
-  }
-  if (opt.raw_dir_created) fs::remove(opt.raw_dir, ec);  // only if now empty
-}
-
-std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root) {
-  if (root) return output;
-  fs::path p(output);
-  std::string stem = p.extension() == ".hlt" ? p.stem().string() : p.filename().string();
-  std::string name = stem + "." + std::to_string(pid) + (gen ? "-" + std::to_string(gen) : "") + ".hlt";
-  return (p.parent_path() / name).string();
-}
-
 }  // namespace
 
-namespace {
-
-// Normalises `raw` into `part`, renamed to `out` when done; the capture's
-// metadata (allocator; for the program's own trace its exit status) plus `meta`.
-TraceResult normalise_to(const normalise::RawFile& raw, const std::string& part, const std::string& out,
-                         const CaptureOptions& opt, const CaptureResult& res, bool root, const nlohmann::json& meta) {
-  normalise::NormaliseOptions nopt = opt.normalise;
-  nopt.capture_metadata["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
-  if (root) {
-    nopt.capture_metadata["exit_code"] = res.exit_code;
-    if (res.signal) nopt.capture_metadata["signal"] = res.signal;
-  }
-  nopt.capture_metadata.update(meta);
-  TraceResult tr;
-  tr.report = normalise::normalise(raw, part, nopt);
-  if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
-  tr.path = out;
-  return tr;
-}
-
-// --method pt, after perf exited: one trace per process the shim marked
-// (DIR/PID.0.ptw), decoded from perf.data and normalised.
-void decode_pt(const CaptureOptions& opt, CaptureResult& res, pid_t perf_pid) {
-  auto t1 = std::chrono::steady_clock::now();
-  struct Marker {
-    uint32_t pid;
-    bool root;  // the process perf started (the shim wrote its parent's pid into the marker)
-  };
-  std::vector<Marker> markers;
-  for (const RawName& m : list_raw(opt.raw_dir, "ptw")) {
-    if (m.gen != 0) continue;
-    long ppid = -1;
-    std::ifstream(m.path) >> ppid;
-    markers.push_back({m.pid, ppid == long(perf_pid)});
-  }
-  // The program's own first, then its fork children.
-  std::sort(markers.begin(), markers.end(),
-            [](const Marker& a, const Marker& b) { return std::tie(b.root, a.pid) < std::tie(a.root, b.pid); });
-  // No marker: the program never started under the shim, so perf itself
-  // failed (its own messages are above), unless the program just exited.
-  if (markers.empty() && (res.exit_code != 0 || access(res.perf_data.c_str(), R_OK) != 0)) {
-    res.failed.push_back(fmt::format("perf record failed ({}); see its messages above",
-                                     res.signal ? fmt::format("signal {}", res.signal)
-                                                : fmt::format("exit {}", res.exit_code)));
-  }
-  if (!markers.empty() && access(res.perf_data.c_str(), R_OK) != 0) {
-    res.failed.push_back(res.perf_data + ": perf wrote no recording (see its messages above)");
-    markers.clear();
-  }
-  pt::PtImportOptions po;
-  pt::parse_decoder(opt.pt_decoder, &po.decoder);
-  po.perf = opt.pt.perf;
-  po.dlfilter = (fs::path(opt.shim).parent_path() / "libheaplab_ptw_dlfilter.so").string();  // built beside the shim
-  for (size_t i = 0; i < markers.size(); ++i) {
-    const bool root = markers[i].root;
-    const std::string out = trace_name(opt.output, markers[i].pid, 0, root);
-    const std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
-    try {
-      po.pid = markers[i].pid;
-      std::string raw_path;
-      pt::PtImportReport pr;
-      try {
-        pr = pt::decode_perf_pt(res.perf_data, opt.raw_dir, po, &raw_path);
-      } catch (const pt::PtNoEvents&) {
-        continue;  // the process never allocated
-      }
-      normalise::RawFile raw(raw_path);
-      nlohmann::json meta = {{"method", "intel-pt"}, {"pt", pt::report_to_json(pr)}};
-      TraceResult tr = normalise_to(raw, part, out, opt, res, root, meta);
-      tr.pid = markers[i].pid;
-      tr.command_line = {pr.comm};
-      res.traces.push_back(std::move(tr));
-      ::unlink(raw_path.c_str());
-      ::unlink((raw_path + ".blocks").c_str());
-      if (pr.cut || pr.stream.overflows || pr.aux_truncated || pr.aux_gaps)
-        res.notes.push_back(fmt::format("{}: Intel PT lost data: {} overflow packets, {} truncated AUX records, "
-                                        "{} AUX gaps; {} events lost (lost markers in the trace)",
-                                        out, pr.stream.overflows, pr.aux_truncated, pr.aux_gaps, pr.lost));
-    } catch (const std::exception& e) {
-      ::unlink(part.c_str());
-      res.failed.push_back(e.what());
+std::unique_ptr<CaptureMethod> choose_method(CaptureOptions& opt, CaptureResult& res) {
+  if (opt.method != "software" && opt.method != "pt") fail("--method: software or pt, not '" + opt.method + "'");
+  if (opt.method == "pt") {
+    // Before anything runs: what the machine lacks, in one line.
+    if (std::string bad = pt::check_record_options(opt.pt); !bad.empty()) fail(bad);
+    pt::Decoder dec;
+    if (!pt::parse_decoder(opt.pt_decoder, &dec))
+      fail("--pt-decoder: direct, dlfilter or text, not '" + opt.pt_decoder + "'");
+    if (opt.pt_fallback != "refuse" && opt.pt_fallback != "software")
+      fail("--pt-fallback: refuse or software, not '" + opt.pt_fallback + "'");
+    if (opt.follow_exec)
+      fail("--method pt cannot follow exec yet (the images of a process share its trace); use --method software");
+    if (std::string missing = pt::pt_missing(opt.pt.perf); !missing.empty()) {
+      if (opt.pt_fallback != "software")
+        fail("--method pt: " + missing + "; use --method software (or --pt-fallback software)");
+      res.notes.push_back("--method pt: " + missing + "; recorded with --method software instead");
+      opt.method = "software";
     }
   }
-  res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  res.raw_kept = opt.keep_raw || !res.failed.empty();
-  if (!res.raw_kept) remove_raw(opt);
+  return opt.method == "pt" ? pt_method() : software_method();
 }
-
-}  // namespace
 
 void validate(CaptureOptions& opt) {
   if (opt.argv.empty()) fail("no program given (heaplab capture [options] -- PROGRAM [ARGS...])");
   std::string prog = resolve_program(opt.argv[0]);
-  if (statically_linked(prog))
-    fail("'" + prog + "' is statically linked: LD_PRELOAD cannot capture it");
+  if (statically_linked(prog)) fail("'" + prog + "' is statically linked: LD_PRELOAD cannot capture it");
   if (opt.clock != "auto" && opt.clock != "tsc" && opt.clock != "monotonic")
     fail("unknown clock '" + opt.clock + "' (auto, tsc or monotonic)");
   if (opt.shim.empty()) {
@@ -314,28 +247,10 @@ void validate(CaptureOptions& opt) {
 CaptureResult run_capture(CaptureOptions opt) {
   std::string given = opt.argv.empty() ? "" : opt.argv[0];
   CaptureResult res;
-  if (opt.method != "software" && opt.method != "pt") fail("--method: software or pt, not '" + opt.method + "'");
-  if (opt.method == "pt") {
-    // Before anything runs: what the machine lacks, in one line.
-    if (std::string bad = pt::check_record_options(opt.pt); !bad.empty()) fail(bad);
-    pt::Decoder dec;
-    if (!pt::parse_decoder(opt.pt_decoder, &dec))
-      fail("--pt-decoder: direct, dlfilter or text, not '" + opt.pt_decoder + "'");
-    if (opt.pt_fallback != "refuse" && opt.pt_fallback != "software")
-      fail("--pt-fallback: refuse or software, not '" + opt.pt_fallback + "'");
-    if (opt.follow_exec)
-      fail("--method pt cannot follow exec yet (the images of a process share its trace); use --method software");
-    if (std::string missing = pt::pt_missing(opt.pt.perf); !missing.empty()) {
-      if (opt.pt_fallback != "software")
-        fail("--method pt: " + missing + "; use --method software (or --pt-fallback software)");
-      res.notes.push_back("--method pt: " + missing + "; recorded with --method software instead");
-      opt.method = "software";
-    }
-  }
-  res.method = opt.method;
+  const std::unique_ptr<CaptureMethod> method = choose_method(opt, res);
+  opt.method = res.method = method->name();
   validate(opt);
   res.raw_dir = opt.raw_dir;
-  if (opt.method == "pt") res.perf_data = opt.raw_dir + "/perf.data";
 
   std::string preload = opt.shim;
   if (!opt.allocator.empty()) preload += ":" + opt.allocator;
@@ -344,24 +259,16 @@ CaptureResult run_capture(CaptureOptions opt) {
   spec.env = {{"HEAPLAB_CAPTURE_DIR", opt.raw_dir},
               {"HEAPLAB_CAPTURE_FOLLOW", std::string(opt.follow_fork ? "fork," : "") + (opt.follow_exec ? "exec" : "")},
               {"HEAPLAB_CAPTURE_CLOCK", opt.clock}};
-  if (opt.method == "pt") {
-    // perf runs the program; the shim is preloaded into the program only.
-    spec.env.emplace_back("HEAPLAB_CAPTURE_SINK", "ptwrite");
-    spec.env.emplace_back("HEAPLAB_CAPTURE_NO_PTWRITE", "refuse");  // never SIGILL
-    spec.argv = pt::perf_record_argv(opt.pt, res.perf_data, preload, opt.argv);
-    spec.search_path = true;
-  } else {
-    spec.env.emplace_back("LD_PRELOAD", preload);
-    spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";  // the shim knows the program's own process by it
-    spec.argv = opt.argv;
-  }
+  method->command(opt, res, preload, spec);
   bool following = opt.follow_fork || opt.follow_exec;
   if (following) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-  ClockPair c0 = clock_pair();
-  auto t0 = std::chrono::steady_clock::now();
+  RunInfo run;
+  run.start = clock_pair();
+  run.t0 = std::chrono::steady_clock::now();
   // Ctrl-C reaches the program (the terminal sends it to both); heaplab
   // ignores it and keeps the trace. SIGTERM and SIGHUP are passed on.
-  struct sigaction ign {}, fwd {}, old_int {}, old_quit {}, old_term {}, old_hup {};
+  struct sigaction ign {
+  }, fwd{}, old_int{}, old_quit{}, old_term{}, old_hup{};
   ign.sa_handler = SIG_IGN;
   fwd.sa_handler = forward_signal;
   sigaction(SIGINT, &ign, &old_int);
@@ -379,11 +286,10 @@ CaptureResult run_capture(CaptureOptions opt) {
     sigaction(SIGHUP, &old_hup, nullptr);
   };
   int status = 0;
-  pid_t pid = 0;
   try {
     process::Child child = process::spawn(spec);
-    pid = child.pid();
-    g_child = pid;
+    run.pid = child.pid();
+    g_child = run.pid;
     status = child.wait();
     g_child = 0;
   } catch (const process::SpawnError& e) {
@@ -392,9 +298,9 @@ CaptureResult run_capture(CaptureOptions opt) {
     if (following) prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
     remove_raw(opt);
     if (!e.exec_failed()) fail(e.what());
-    fail("cannot run '" + (opt.method == "pt" ? opt.pt.perf : given) + "': " + errstr(e.err()));
+    fail("cannot run '" + method->starts(opt, given) + "': " + errstr(e.err()));
   }
-  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.t0).count();
   if (following) {
     g_interrupted = 0;
     res.descendants_running = wait_descendants();
@@ -407,62 +313,7 @@ CaptureResult run_capture(CaptureOptions opt) {
   } else {
     res.exit_code = WEXITSTATUS(status);
   }
-  if (opt.method == "pt") {
-    // perf exits with the program's status, or dies of its signal.
-    decode_pt(opt, res, pid);
-    return res;
-  }
-
-  // A TSC rate for processes too short-lived to calibrate on their own.
-  auto elapsed = std::chrono::steady_clock::now() - t0;
-  if (elapsed < std::chrono::milliseconds(20)) std::this_thread::sleep_for(std::chrono::milliseconds(20) - elapsed);
-  ClockPair c1 = clock_pair();
-  if (c1.ticks > c0.ticks) opt.normalise.fallback_ns_per_tick = double(c1.mono - c0.mono) / double(c1.ticks - c0.ticks);
-
-  auto t1 = std::chrono::steady_clock::now();
-  std::vector<RawName> raws = list_raw(opt.raw_dir);
-  std::sort(raws.begin(), raws.end(), [&](const RawName& a, const RawName& b) {
-    bool ra = a.pid == uint32_t(pid) && a.gen == 0, rb = b.pid == uint32_t(pid) && b.gen == 0;
-    if (ra != rb) return ra;
-    return std::tie(a.pid, a.gen) < std::tie(b.pid, b.gen);
-  });
-  // One trace per raw file, normalised in parallel (a `make -j` capture has
-  // many), results kept in the sorted order.
-  std::vector<std::optional<TraceResult>> done(raws.size());
-  std::vector<std::string> errors(raws.size());
-  auto normalise_one = [&](size_t i) {
-    const RawName& r = raws[i];
-    bool root = r.pid == uint32_t(pid) && r.gen == 0;
-    std::string out = trace_name(opt.output, r.pid, r.gen, root);
-    std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
-    try {
-      normalise::RawFile raw(r.path);
-      TraceResult tr = normalise_to(raw, part, out, opt, res, root, nlohmann::json::object());
-      tr.pid = r.pid;
-      tr.exec_generation = r.gen;
-      tr.command_line = raw.command_line();
-      done[i] = std::move(tr);
-    } catch (const std::exception& e) {
-      ::unlink(part.c_str());
-      errors[i] = e.what();
-    }
-  };
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < raws.size();) normalise_one(i);
-  };
-  size_t nthreads = std::min<size_t>(raws.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  for (size_t i = 0; i < raws.size(); ++i) {
-    if (done[i]) res.traces.push_back(std::move(*done[i]));
-    if (!errors[i].empty()) res.failed.push_back(errors[i]);
-  }
-  res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  res.raw_kept = opt.keep_raw || !res.failed.empty();
-  if (!res.raw_kept) remove_raw(opt);
+  method->collect(opt, res, run);
   return res;
 }
 
@@ -471,8 +322,8 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
   auto line = [&](const std::string& l) { s += "heaplab capture: " + l + "\n"; };
   std::string prog = opt.argv.empty() ? "program" : fs::path(opt.argv[0]).filename().string();
   if (r.signal)
-    line(fmt::format("{} was killed by signal {} ({}) after {:.3f} s; the trace holds every event up to then",
-                     prog, r.signal, sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?", r.wall_seconds));
+    line(fmt::format("{} was killed by signal {} ({}) after {:.3f} s; the trace holds every event up to then", prog,
+                     r.signal, sigabbrev_np(r.signal) ? sigabbrev_np(r.signal) : "?", r.wall_seconds));
   else
     line(fmt::format("{} exited with status {} after {:.3f} s", prog, r.exit_code, r.wall_seconds));
   for (const std::string& n : r.notes) line(n);
@@ -485,8 +336,10 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
                      t.path, common::group_digits(rep.calls), rep.threads, rep.threads == 1 ? "" : "s",
                      common::group_digits(rep.objects), common::group_digits(rep.live_at_end),
                      common::group_digits(rep.bytes), bpe,
-                     &t == &r.traces.front() && t.exec_generation == 0 ? "" : fmt::format(" (pid {}{})", t.pid,
-                                                    t.exec_generation ? fmt::format(", exec #{}", t.exec_generation) : "")));
+                     &t == &r.traces.front() && t.exec_generation == 0
+                         ? ""
+                         : fmt::format(" (pid {}{})", t.pid,
+                                       t.exec_generation ? fmt::format(", exec #{}", t.exec_generation) : "")));
     std::string notes;
     auto note = [&](uint64_t n, const std::string& what) {
       if (n) notes += (notes.empty() ? "" : "; ") + common::group_digits(n) + " " + what;
@@ -501,8 +354,9 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     if (!notes.empty()) line("  " + notes);
   }
   if (r.descendants_running)
-    line("some child processes were still running when the wait for them was interrupted; "
-         "their traces hold what they had recorded by then");
+    line(
+        "some child processes were still running when the wait for them was interrupted; "
+        "their traces hold what they had recorded by then");
   for (const std::string& f : r.failed) line(r.method == "pt" ? f : "could not normalise " + f);
   if (r.method == "pt")
     line(fmt::format("decoded and normalised in {:.3f} s{}", r.normalise_seconds,

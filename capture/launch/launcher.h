@@ -48,9 +48,9 @@ struct TraceResult {
 };
 
 struct CaptureResult {
-  int exit_code = 0;       // the program's exit code, or 128 + signal
-  int signal = 0;          // the signal that killed it, 0 if it exited
-  double wall_seconds = 0; // the program's run, start to exit
+  int exit_code = 0;                 // the program's exit code, or 128 + signal
+  int signal = 0;                    // the signal that killed it, 0 if it exited
+  double wall_seconds = 0;           // the program's run, start to exit
   bool descendants_running = false;  // followed children still ran when the wait was cut short
   double normalise_seconds = 0;
   std::string raw_dir;

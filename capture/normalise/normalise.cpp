@@ -30,11 +30,11 @@ struct Stream {
   explicit Stream(RawThreadCursor c) : cursor(std::move(c)) {}
   RawThreadCursor cursor;
   const Record* rec = nullptr;
-  uint64_t ticks = 0;      // of rec, unwrapped and never decreasing
-  uint64_t gen = 0;        // records advanced past: tells stale heap entries
-  uint32_t index = 0;      // output thread index
+  uint64_t ticks = 0;  // of rec, unwrapped and never decreasing
+  uint64_t gen = 0;    // records advanced past: tells stale heap entries
+  uint32_t index = 0;  // output thread index
   bool started = false;
-  bool busy = false;       // its record is being processed
+  bool busy = false;  // its record is being processed
   uint64_t holes_reported = 0;
   uint64_t ticks_of_current = 0;  // of the record being processed
   std::vector<Pending> pending;
@@ -45,9 +45,7 @@ struct Key {
   uint32_t rank;
   uint32_t stream;
   uint64_t gen;
-  bool operator>(const Key& o) const {
-    return std::tie(ticks, rank, stream) > std::tie(o.ticks, o.rank, o.stream);
-  }
+  bool operator>(const Key& o) const { return std::tie(ticks, rank, stream) > std::tie(o.ticks, o.rank, o.stream); }
 };
 
 // Releases sort before allocations stamped at the same tick.
@@ -65,9 +63,7 @@ class WriterPipe {
   explicit WriterPipe(trace::TraceWriter& w) : w_(w), thread_([this] { run(); }) {}
   ~WriterPipe() { finish_nothrow(); }
 
-  void set_thread_info(uint32_t thread, trace::ThreadInfo info) {
-    cur_.infos.emplace_back(thread, std::move(info));
-  }
+  void set_thread_info(uint32_t thread, trace::ThreadInfo info) { cur_.infos.emplace_back(thread, std::move(info)); }
   void push(const Event& e) {
     cur_.events.push_back(e);
     if (cur_.events.size() == kBatch) send();
@@ -189,8 +185,8 @@ class Normaliser {
   uint64_t first_time_ = 0, last_time_ = 0;
   bool any_ = false;
   uint64_t written_time_ = 0;
-  uint64_t now_ticks_ = 0;      // ticks of the record being processed
-  uint64_t window_ticks_ = 0;   // how far ahead resolve() may look
+  uint64_t now_ticks_ = 0;     // ticks of the record being processed
+  uint64_t window_ticks_ = 0;  // how far ahead resolve() may look
   uint32_t next_thread_ = 0;
 };
 

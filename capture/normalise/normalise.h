@@ -28,26 +28,26 @@ struct NormaliseOptions {
 };
 
 struct NormaliseReport {
-  uint64_t records = 0;           // complete records read
-  uint64_t events = 0;            // events written (with thread_start/thread_end)
-  uint64_t calls = 0;             // allocation and release calls written
+  uint64_t records = 0;  // complete records read
+  uint64_t events = 0;   // events written (with thread_start/thread_end)
+  uint64_t calls = 0;    // allocation and release calls written
   uint64_t threads = 0;
   uint64_t objects = 0;
-  uint64_t live_at_end = 0;       // objects never freed
-  uint64_t unknown_frees = 0;     // frees of memory allocated before capture: skipped
-  uint64_t unknown_reallocs = 0;  // reallocs of such memory: written as realloc(NULL, n)
-  uint64_t reused_live = 0;       // an allocation returned a still-live address
-  uint64_t holes = 0;             // events lost (records the program died while writing, or the
-                                  // PT route's sequence gaps): written as `lost`
+  uint64_t live_at_end = 0;          // objects never freed
+  uint64_t unknown_frees = 0;        // frees of memory allocated before capture: skipped
+  uint64_t unknown_reallocs = 0;     // reallocs of such memory: written as realloc(NULL, n)
+  uint64_t reused_live = 0;          // an allocation returned a still-live address
+  uint64_t holes = 0;                // events lost (records the program died while writing, or the
+                                     // PT route's sequence gaps): written as `lost`
   uint64_t unfinished_reallocs = 0;  // a realloc the program never returned from
-  uint64_t bad_records = 0;       // records with an unknown op: skipped
-  uint64_t reordered = 0;         // records taken ahead of their timestamp to keep
-                                  // an address's alloc/free order (unfenced TSC)
-  uint64_t blocks_missing = 0;    // blocks claimed but not written
-  uint64_t duration_ns = 0;       // first to last event
-  uint64_t bytes = 0;             // size of the trace written
+  uint64_t bad_records = 0;          // records with an unknown op: skipped
+  uint64_t reordered = 0;            // records taken ahead of their timestamp to keep
+                                     // an address's alloc/free order (unfenced TSC)
+  uint64_t blocks_missing = 0;       // blocks claimed but not written
+  uint64_t duration_ns = 0;          // first to last event
+  uint64_t bytes = 0;                // size of the trace written
   bool clean_exit = false;
-  std::string clock;              // "tsc", "monotonic" or "none"
+  std::string clock;  // "tsc", "monotonic" or "none"
 };
 
 // Writes `out_path`. Throws RawError / trace::TraceError naming the file.

@@ -41,8 +41,8 @@ std::string seed() {
   };
   block(0 | 4, {rec(uint32_t(Op::malloc), 1010, 0x1000, 16), rec(uint32_t(Op::calloc), 1011, 0x2000, 8, 4),
                 rec(raw::kRawReallocBegin, 1012, 0x1000, 64), rec(uint32_t(Op::realloc), 1013, 0x3000, 0x1000, 64)});
-  block(0 | (1 << 3), {rec(uint32_t(Op::free), 1020, 0x3000), std::string(32, '\0'),
-                       rec(uint32_t(Op::op_new), 1022, 0x4000, 24)});
+  block(0 | (1 << 3),
+        {rec(uint32_t(Op::free), 1020, 0x3000), std::string(32, '\0'), rec(uint32_t(Op::op_new), 1022, 0x4000, 24)});
   block(1, {rec(uint32_t(Op::free), 1015, 0x2000), rec(uint32_t(Op::op_delete_sized), 1030, 0x4000, 24),
             rec(uint32_t(Op::malloc), 1031, 0x1000, 8)});
   return s;
@@ -58,9 +58,14 @@ TEST(NormaliseFuzz, SeedsAndMutationsNeverCrash) {
     for (int e = 0; e < edits; ++e) {
       size_t at = rng() % m.size();
       switch (rng() % 3) {
-        case 0: m[at] = char(rng()); break;
-        case 1: m.erase(at, 1 + rng() % 40); break;
-        default: m.insert(at, std::string(1 + rng() % 40, char(rng())));
+        case 0:
+          m[at] = char(rng());
+          break;
+        case 1:
+          m.erase(at, 1 + rng() % 40);
+          break;
+        default:
+          m.insert(at, std::string(1 + rng() % 40, char(rng())));
       }
       if (m.empty()) m = base;
     }

@@ -205,12 +205,30 @@ struct X {
     e.time = time;
     e.thread = thread;
   }
-  X& id(uint64_t v) { e.id = v; return *this; }
-  X& old(uint64_t v) { e.old = v; return *this; }
-  X& size(uint64_t v) { e.size = v; return *this; }
-  X& align(uint64_t v) { e.align = v; return *this; }
-  X& count(uint64_t v) { e.count = v; return *this; }
-  X& flags(uint8_t v) { e.flags = v; return *this; }
+  X& id(uint64_t v) {
+    e.id = v;
+    return *this;
+  }
+  X& old(uint64_t v) {
+    e.old = v;
+    return *this;
+  }
+  X& size(uint64_t v) {
+    e.size = v;
+    return *this;
+  }
+  X& align(uint64_t v) {
+    e.align = v;
+    return *this;
+  }
+  X& count(uint64_t v) {
+    e.count = v;
+    return *this;
+  }
+  X& flags(uint8_t v) {
+    e.flags = v;
+    return *this;
+  }
   operator Event() const { return e; }
 };
 
@@ -224,8 +242,7 @@ std::string dump(const std::vector<Event>& events) {
 void expect_events(const std::vector<Event>& got, std::vector<Event> want) {
   for (size_t i = 0; i < want.size(); ++i) want[i].seq = i;
   ASSERT_EQ(got.size(), want.size()) << "got:" << dump(got) << "\nwant:" << dump(want);
-  for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_EQ(got[i], want[i]) << "event " << i << "; got:" << dump(got);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "event " << i << "; got:" << dump(got);
 }
 
 void expect_times_never_decrease(const std::vector<Event>& events) {
@@ -235,8 +252,8 @@ void expect_times_never_decrease(const std::vector<Event>& events) {
 
 // The report's anomaly counters, all expected zero unless named.
 struct Anomalies {
-  uint64_t unknown_frees = 0, unknown_reallocs = 0, reused_live = 0, holes = 0,
-           unfinished_reallocs = 0, bad_records = 0, reordered = 0, blocks_missing = 0;
+  uint64_t unknown_frees = 0, unknown_reallocs = 0, reused_live = 0, holes = 0, unfinished_reallocs = 0,
+           bad_records = 0, reordered = 0, blocks_missing = 0;
 };
 void expect_anomalies(const NormaliseReport& r, const Anomalies& a) {
   EXPECT_EQ(r.unknown_frees, a.unknown_frees);
@@ -281,7 +298,7 @@ TEST(Normalise, OneThreadExactTrace) {
                   rec(Op::op_new, 1040, 0x3000, 24),
                   rec(Op::op_delete_sized, 1050, 0x3000, 24),
                   rec(Op::posix_memalign, 1060, 0x4000, 100, 64),
-                  rec(Op::free, 1070, 0),                   // free(NULL)
+                  rec(Op::free, 1070, 0),                       // free(NULL)
                   rec(Op::malloc, 1080, 0, uint64_t{1} << 50),  // failed
                   rec(Op::op_delete_aligned, 1090, 0x4000, 0, 64),
                   rec(Op::free, 1100, 0x2000),
@@ -331,16 +348,36 @@ TEST(Normalise, EveryProducingAndReleasingOpKeepsItsFields) {
   std::vector<Event> want;
   uint64_t t = 1010, id = 0;
   want.push_back(X(Op::thread_start, 10));
-  const Op producers[] = {Op::malloc, Op::calloc, Op::memalign, Op::posix_memalign, Op::aligned_alloc,
-                          Op::valloc, Op::pvalloc, Op::op_new, Op::op_new_array, Op::op_new_nothrow,
-                          Op::op_new_array_nothrow, Op::op_new_aligned, Op::op_new_array_aligned,
-                          Op::op_new_aligned_nothrow, Op::op_new_array_aligned_nothrow};
-  const Op releasers[] = {Op::free, Op::op_delete, Op::op_delete_array, Op::op_delete_sized,
-                          Op::op_delete_array_sized, Op::op_delete_aligned, Op::op_delete_array_aligned,
-                          Op::op_delete_sized_aligned, Op::op_delete_array_sized_aligned,
-                          Op::op_delete_nothrow, Op::op_delete_array_nothrow,
-                          Op::op_delete_aligned_nothrow, Op::op_delete_array_aligned_nothrow,
-                          Op::free, Op::free};
+  const Op producers[] = {Op::malloc,
+                          Op::calloc,
+                          Op::memalign,
+                          Op::posix_memalign,
+                          Op::aligned_alloc,
+                          Op::valloc,
+                          Op::pvalloc,
+                          Op::op_new,
+                          Op::op_new_array,
+                          Op::op_new_nothrow,
+                          Op::op_new_array_nothrow,
+                          Op::op_new_aligned,
+                          Op::op_new_array_aligned,
+                          Op::op_new_aligned_nothrow,
+                          Op::op_new_array_aligned_nothrow};
+  const Op releasers[] = {Op::free,
+                          Op::op_delete,
+                          Op::op_delete_array,
+                          Op::op_delete_sized,
+                          Op::op_delete_array_sized,
+                          Op::op_delete_aligned,
+                          Op::op_delete_array_aligned,
+                          Op::op_delete_sized_aligned,
+                          Op::op_delete_array_sized_aligned,
+                          Op::op_delete_nothrow,
+                          Op::op_delete_array_nothrow,
+                          Op::op_delete_aligned_nothrow,
+                          Op::op_delete_array_aligned_nothrow,
+                          Op::free,
+                          Op::free};
   for (size_t i = 0; i < std::size(producers); ++i) {
     Op p = producers[i], q = releasers[i];
     uint64_t addr = 0x10000 + i * 0x100, size = 10 + i, extra = 16u << i;
@@ -421,20 +458,16 @@ TEST(Normalise, ReallocPairing) {
   const uint64_t unknown = 0x9000, huge = uint64_t{1} << 40;
   Capture c;
   c.thread(0, {
-                  rec(Op::malloc, 1010, A, 16),
-                  rec(raw::kRawReallocBegin, 1020, A, 32),
+                  rec(Op::malloc, 1010, A, 16), rec(raw::kRawReallocBegin, 1020, A, 32),
                   rec(Op::realloc, 1021, B, A, 32),  // moved: A's object consumed
-                  rec(Op::malloc, 1030, C, 8),
-                  rec(raw::kRawReallocBegin, 1040, C, 0),
+                  rec(Op::malloc, 1030, C, 8), rec(raw::kRawReallocBegin, 1040, C, 0),
                   rec(Op::realloc, 1041, 0, C, 0),  // realloc(C, 0) == NULL: C released
-                  rec(Op::malloc, 1050, D, 64),
-                  rec(raw::kRawReallocBegin, 1060, D, huge),
+                  rec(Op::malloc, 1050, D, 64), rec(raw::kRawReallocBegin, 1060, D, huge),
                   rec(Op::realloc, 1061, 0, D, huge),  // failed: D stays live
                   rec(Op::free, 1070, D),              // D's original object
                   rec(raw::kRawReallocBegin, 1080, unknown, 24),
                   rec(Op::realloc, 1081, E, unknown, 24),  // allocated before capture
-                  rec(raw::kRawReallocarrayBegin, 1090, E, 8, 10),
-                  rec(Op::reallocarray, 1091, F, E, 10),
+                  rec(raw::kRawReallocarrayBegin, 1090, E, 8, 10), rec(Op::reallocarray, 1091, F, E, 10),
                   rec(raw::kRawReallocBegin, 1100, 0, 16),
                   rec(Op::realloc, 1101, G, 0, 16),  // realloc(NULL, 16): not unknown
                   rec(Op::free, 1110, C),            // released by realloc(C, 0): unknown now
@@ -478,8 +511,7 @@ TEST(Normalise, ReallocInPlaceAndFailedReallocarray) {
                               X(Op::thread_start, 10),
                               X(Op::malloc, 10).id(1).size(16),
                               X(Op::realloc, 21).id(2).old(1).size(20),
-                              X(Op::reallocarray, 31).old(2).size(8).count(uint64_t{1} << 62)
-                                  .flags(kNullFailed),
+                              X(Op::reallocarray, 31).old(2).size(8).count(uint64_t{1} << 62).flags(kNullFailed),
                               X(Op::free, 40).old(2),
                               X(Op::thread_end, 40),
                           });
@@ -511,8 +543,7 @@ TEST(Normalise, ReallocEndWithoutBeginAfterHole) {
   TempDir dir;
   const uint64_t A = 0x1000, B = 0x2000;
   Capture c;
-  c.thread(0, {rec(Op::malloc, 1010, A, 16), hole(), rec(Op::realloc, 1021, B, A, 48),
-               rec(Op::free, 1030, B)});
+  c.thread(0, {rec(Op::malloc, 1010, A, 16), hole(), rec(Op::realloc, 1021, B, A, 48), rec(Op::free, 1030, B)});
   Result r = run(c, dir);
   expect_events(r.events, {
                               X(Op::thread_start, 10),
@@ -693,8 +724,7 @@ TEST(Normalise, UnknownFreeIsNotPairedWithAnAllocationFarInTheFuture) {
 TEST(Normalise, FreeOfUnknownAddressIsSkipped) {
   TempDir dir;
   Capture c;
-  c.thread(0, {rec(Op::free, 1010, 0xDEAD0), rec(Op::malloc, 1020, 0x1000, 8),
-               rec(Op::op_delete, 1030, 0xBEEF0),
+  c.thread(0, {rec(Op::free, 1010, 0xDEAD0), rec(Op::malloc, 1020, 0x1000, 8), rec(Op::op_delete, 1030, 0xBEEF0),
                rec(Op::free, 1040, 0x1000)});
   Result r = run(c, dir);
   expect_events(r.events, {
@@ -742,8 +772,7 @@ TEST(Normalise, HoleInsideBlockIsALostEvent) {
   TempDir dir;
   const uint64_t A = 0x1000, B = 0x2000;
   Capture c;
-  c.thread(0, {rec(Op::malloc, 1010, A, 8), hole(), hole(), rec(Op::malloc, 1020, B, 16),
-               rec(Op::free, 1030, A)});
+  c.thread(0, {rec(Op::malloc, 1010, A, 8), hole(), hole(), rec(Op::malloc, 1020, B, 16), rec(Op::free, 1030, A)});
   Result r = run(c, dir);
   expect_events(r.events, {
                               X(Op::thread_start, 10),
@@ -926,7 +955,7 @@ TEST(RawFile, MappedBlockInAnotherSlotBelongsToItsThreadBeyondNextThreadIgnored)
   Capture c;
   c.thread(0, {rec(Op::malloc, 1010, 0x1000, 1)});
   c.map(1, block(0, 1, {rec(Op::malloc, 1020, 0x2000, 2)}));  // header says thread 0 in slot 1
-  c.thread(2, {rec(Op::malloc, 1030, 0x3000, 3)});             // slot not handed out
+  c.thread(2, {rec(Op::malloc, 1030, 0x3000, 3)});            // slot not handed out
   c.next_thread = 2;
   Result r = run(c, dir);
   EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{1, 2}));
@@ -1116,10 +1145,8 @@ TEST(Normalise, SignalHandlerRecordStampedEarlierNeverGoesBackInTime) {
 TEST(Normalise, OutOfOrderTicksWithTwoThreadsNeverDecrease) {
   TempDir dir;
   Capture c;
-  c.thread(0, {rec(Op::malloc, 1100, 0x1000, 1), rec(Op::malloc, 1090, 0x2000, 2),
-               rec(Op::free, 1130, 0x1000)});
-  c.thread(1, {rec(Op::malloc, 1095, 0x3000, 3), rec(Op::malloc, 1092, 0x4000, 4),
-               rec(Op::free, 1120, 0x2000)});
+  c.thread(0, {rec(Op::malloc, 1100, 0x1000, 1), rec(Op::malloc, 1090, 0x2000, 2), rec(Op::free, 1130, 0x1000)});
+  c.thread(1, {rec(Op::malloc, 1095, 0x3000, 3), rec(Op::malloc, 1092, 0x4000, 4), rec(Op::free, 1120, 0x2000)});
   Result r = run(c, dir);
   expect_times_never_decrease(r.events);
   EXPECT_EQ(malloc_sizes(r.events), (std::vector<uint64_t>{3, 4, 1, 2}));

@@ -14,9 +14,7 @@ namespace heaplab::normalise {
 using namespace heaplab::raw;
 
 namespace {
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw RawError(path + ": " + what);
-}
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw RawError(path + ": " + what); }
 }  // namespace
 
 RawFile::Mapping RawFile::map_file(const std::string& path) {
@@ -47,8 +45,7 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     fail(path, "not a heaplab raw capture (file too short: " + std::to_string(ring_.size) + " bytes)");
   header_ = reinterpret_cast<const FileHeader*>(ring_.data);
   const FileHeader& h = *header_;
-  if (std::memcmp(h.magic, kFileMagic, sizeof h.magic) != 0)
-    fail(path, "not a heaplab raw capture (bad magic)");
+  if (std::memcmp(h.magic, kFileMagic, sizeof h.magic) != 0) fail(path, "not a heaplab raw capture (bad magic)");
   if (h.version != kVersion)
     fail(path, "unsupported raw capture version " + std::to_string(h.version) + " (this heaplab reads " +
                    std::to_string(kVersion) + ")");

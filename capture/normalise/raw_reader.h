@@ -28,9 +28,9 @@ struct BlockRef {
 };
 
 struct RawThread {
-  uint32_t slot = 0;       // the shim's thread slot
+  uint32_t slot = 0;  // the shim's thread slot
   uint64_t tid = 0;
-  std::string name;        // from its last block
+  std::string name;              // from its last block
   std::vector<BlockRef> blocks;  // in thread_block_seq order
 };
 
@@ -46,8 +46,8 @@ class RawFile {
   const std::string& path() const { return path_; }
   const raw::FileHeader& header() const { return *header_; }
   const std::vector<RawThread>& threads() const { return threads_; }
-  std::vector<std::string> command_line() const;  // argv from the header
-  uint64_t blocks() const { return blocks_; }          // blocks read
+  std::vector<std::string> command_line() const;        // argv from the header
+  uint64_t blocks() const { return blocks_; }           // blocks read
   uint64_t blocks_missing() const { return missing_; }  // gaps in a thread's block sequence
   bool clean_exit() const { return header_->flags & raw::kFlagCleanExit; }
 
@@ -76,9 +76,7 @@ class RawFile {
 // that are followed by complete ones are holes: counted, skipped.
 class RawThreadCursor {
  public:
-  RawThreadCursor(const RawFile& f, const RawThread& t) : f_(&f), t_(&t), buf_(raw::kBlockSize) {
-    load_block();
-  }
+  RawThreadCursor(const RawFile& f, const RawThread& t) : f_(&f), t_(&t), buf_(raw::kBlockSize) { load_block(); }
   // The next complete record, or nullptr at the end.
   const raw::Record* next();
   uint64_t holes() const { return holes_; }

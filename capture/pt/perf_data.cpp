@@ -229,10 +229,13 @@ void PerfDataFile::record(uint64_t at, const perf_event_header& h, uint64_t* pay
       d_.chunks.push_back(c);
       return;
     }
-    case kRecordAuxtraceError: ++d_.auxtrace_errors; return;
+    case kRecordAuxtraceError:
+      ++d_.auxtrace_errors;
+      return;
     case kRecordCompressed:
-      fail(at, "compressed records (perf record -z): not supported; record without -z, or "
-               "`perf inject -i IN -o OUT` to decompress");
+      fail(at,
+           "compressed records (perf record -z): not supported; record without -z, or "
+           "`perf inject -i IN -o OUT` to decompress");
     case PERF_RECORD_COMM: {
       need(9, "COMM");
       CommRecord c;
@@ -288,7 +291,8 @@ void PerfDataFile::record(uint64_t at, const perf_event_header& h, uint64_t* pay
       need(16, "LOST");
       d_.lost_records += load<uint64_t>(body + 8);
       return;
-    default: return;
+    default:
+      return;
   }
 }
 

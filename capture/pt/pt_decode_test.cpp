@@ -37,7 +37,8 @@ struct Decoded {
 Decoded decode(const std::vector<uint8_t>& bytes) {
   Decoded d;
   PtwAssembler a;
-  decode_stream(bytes.data(), bytes.size(), a, [&](const PtwEvent& e) { d.events.push_back(e); }, d.stats);
+  decode_stream(
+      bytes.data(), bytes.size(), a, [&](const PtwEvent& e) { d.events.push_back(e); }, d.stats);
   d.losses = a.losses();
   return d;
 }
@@ -72,7 +73,7 @@ TEST(PtwAssembler, CutMissingAndStrayWords) {
   put(3, 5, 13, 23, 33);     // seq 3 and 4 missing whole
   a.word(99, sink);          // a word outside any event
   put(4, 6, 14, 24, 34, 3);
-  a.lost();                  // an OVF: the check byte decides (the next header comes early)
+  a.lost();  // an OVF: the check byte decides (the next header comes early)
   put(5, 7, 15, 25, 35);
   // A corrupted field: the check byte catches it.
   a.word(header_word(6, 8, 108, 16, 26, 36), sink);
@@ -136,30 +137,30 @@ TEST(PtStream, LostBytesResynchroniseAtTheNextPsb) {
   const std::vector<PtwEvent> ev = make_events(2000, 7);
   const std::vector<uint8_t> whole = encode_ptw_stream(ev, {100, {}, false});
   for (size_t shift = 0; shift < 40; ++shift) {  // gaps starting and ending anywhere in a packet
-  SCOPED_TRACE(shift);
-  std::vector<uint8_t> bytes = whole;
-  const size_t from = bytes.size() / 3 + shift * 7, to = from + 3000 + shift;
-  bytes.erase(bytes.begin() + long(from), bytes.begin() + long(to));
-  const Decoded d = decode(bytes);
-  EXPECT_GT(d.losses.total(), 0u);
-  EXPECT_LT(d.events.size(), ev.size());
-  // Every event decoded is one of the originals, in order, exact, time
-  // included (it travels in the payload).
-  size_t j = 0;
-  size_t flagged = 0;
-  for (const PtwEvent& e : d.events) {
-    while (j < ev.size() && ev[j].seq != e.seq) ++j;
-    ASSERT_LT(j, ev.size()) << "an event that was never encoded: seq " << e.seq;
-    const PtwEvent& want = ev[j];
-    flagged += e.after_gap;
-    EXPECT_TRUE(same(e, want)) << e.seq << ": op " << e.op << "/" << ev[j].op << " a " << e.a << "/" << ev[j].a
-                                << " b " << e.b << "/" << ev[j].b << " c " << e.c << "/" << ev[j].c << " tsc " << e.tsc
-                                << "/" << ev[j].tsc;
-  }
-  // Decoded and lost add up exactly: nothing is both, nothing neither.
-  EXPECT_EQ(d.events.size() + d.losses.total(), ev.size());
-  EXPECT_TRUE(same(d.events.back(), ev.back()));
-  EXPECT_EQ(flagged, 1u);
+    SCOPED_TRACE(shift);
+    std::vector<uint8_t> bytes = whole;
+    const size_t from = bytes.size() / 3 + shift * 7, to = from + 3000 + shift;
+    bytes.erase(bytes.begin() + long(from), bytes.begin() + long(to));
+    const Decoded d = decode(bytes);
+    EXPECT_GT(d.losses.total(), 0u);
+    EXPECT_LT(d.events.size(), ev.size());
+    // Every event decoded is one of the originals, in order, exact, time
+    // included (it travels in the payload).
+    size_t j = 0;
+    size_t flagged = 0;
+    for (const PtwEvent& e : d.events) {
+      while (j < ev.size() && ev[j].seq != e.seq) ++j;
+      ASSERT_LT(j, ev.size()) << "an event that was never encoded: seq " << e.seq;
+      const PtwEvent& want = ev[j];
+      flagged += e.after_gap;
+      EXPECT_TRUE(same(e, want)) << e.seq << ": op " << e.op << "/" << ev[j].op << " a " << e.a << "/" << ev[j].a
+                                 << " b " << e.b << "/" << ev[j].b << " c " << e.c << "/" << ev[j].c << " tsc " << e.tsc
+                                 << "/" << ev[j].tsc;
+    }
+    // Decoded and lost add up exactly: nothing is both, nothing neither.
+    EXPECT_EQ(d.events.size() + d.losses.total(), ev.size());
+    EXPECT_TRUE(same(d.events.back(), ev.back()));
+    EXPECT_EQ(flagged, 1u);
   }
 }
 

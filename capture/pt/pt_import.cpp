@@ -26,9 +26,12 @@ namespace heaplab::pt {
 
 const char* decoder_name(Decoder d) {
   switch (d) {
-    case Decoder::direct: return "direct";
-    case Decoder::dlfilter: return "dlfilter";
-    case Decoder::text: return "text";
+    case Decoder::direct:
+      return "direct";
+    case Decoder::dlfilter:
+      return "dlfilter";
+    case Decoder::text:
+      return "text";
   }
   return "?";
 }
@@ -56,7 +59,8 @@ class CpuThreads {
   explicit CpuThreads(const PerfData& d) {
     for (const SwitchRecord& s : d.switches) by_cpu_[s.cpu].push_back(s);
     for (auto& [cpu, v] : by_cpu_)
-      std::stable_sort(v.begin(), v.end(), [](const SwitchRecord& x, const SwitchRecord& y) { return x.time < y.time; });
+      std::stable_sort(v.begin(), v.end(),
+                       [](const SwitchRecord& x, const SwitchRecord& y) { return x.time < y.time; });
   }
   // False if no thread of the recording ran there then.
   bool at(uint32_t cpu, uint64_t time, uint32_t* pid, uint32_t* tid) const {
@@ -180,8 +184,10 @@ class Collector {
   // says ran on that CPU at the event's own TSC.
   void event_on_cpu(uint32_t cpu, const PtwEvent& e) {
     uint32_t pid, tid;
-    if (cpus_->at(cpu, time_.to_perf(e.tsc), &pid, &tid)) event(pid, tid, e);
-    else ++unattributed_;
+    if (cpus_->at(cpu, time_.to_perf(e.tsc), &pid, &tid))
+      event(pid, tid, e);
+    else
+      ++unattributed_;
   }
   // Writes what is held (in time order) and every thread's last block.
   void finish() {
@@ -201,8 +207,10 @@ class Collector {
 
  private:
   void put(Thread& t, const Ev& e) {
-    if (hold_) t.held.push_back(e);
-    else write_event(t, e);
+    if (hold_)
+      t.held.push_back(e);
+    else
+      write_event(t, e);
   }
   // A thread's events go through a small window ordered by sequence
   // number before they are written, so that
@@ -245,8 +253,7 @@ class Collector {
     // Out: what continues the numbering, and the oldest beyond the window
     // (the events between were lost).
     size_t out = 0;
-    while (out < t.window.size() &&
-           (t.window[out].e.seq == t.next_seq || t.window.size() - out > kWindow)) {
+    while (out < t.window.size() && (t.window[out].e.seq == t.next_seq || t.window.size() - out > kWindow)) {
       emit(t, t.window[out].e);
       ++out;
     }
@@ -280,7 +287,8 @@ class Collector {
       bh.ticks = bh.mono_ns = time;
       auto n = names_.find(t.tid);
       if (n == names_.end()) n = names_.find(t.pid);
-      if (n != names_.end()) std::memcpy(bh.name, n->second.data(), std::min<size_t>(n->second.size(), sizeof bh.name - 1));
+      if (n != names_.end())
+        std::memcpy(bh.name, n->second.data(), std::min<size_t>(n->second.size(), sizeof bh.name - 1));
       std::memcpy(t.block.data(), &bh, sizeof bh);
     }
     const Record r{record_head(op, time), a, b, c};
@@ -355,8 +363,10 @@ void decode_direct(const PerfData& d, Collector& col, const std::unordered_map<u
     const int32_t qcpu = first.cpu;
     const uint32_t qpid = pids.count(qtid) ? pids.at(qtid) : qtid;
     const auto sink = [&](const PtwEvent& e) {
-      if (d.per_cpu && qcpu >= 0) col.event_on_cpu(uint32_t(qcpu), e);
-      else col.event(qpid, qtid, e);
+      if (d.per_cpu && qcpu >= 0)
+        col.event_on_cpu(uint32_t(qcpu), e);
+      else
+        col.event(qpid, qtid, e);
     };
     const uint64_t owner_key = d.per_cpu ? uint64_t(uint32_t(qcpu)) : qtid;
     const auto stop_at = [&](uint64_t from, uint64_t to) {  // a truncation inside [from, to)?
@@ -557,12 +567,14 @@ PerfRun perf_script(const PerfData& d, const PtImportOptions& opt, const std::st
 void decode_dlfilter(const PerfData& d, const PtImportOptions& opt, const std::string& dir, Collector& col,
                      const std::unordered_map<uint32_t, uint32_t>& pids) {
   if (opt.dlfilter.empty() || access(opt.dlfilter.c_str(), R_OK) != 0)
-    throw std::runtime_error("the dlfilter library " + (opt.dlfilter.empty() ? std::string("(none given)") : opt.dlfilter) +
+    throw std::runtime_error("the dlfilter library " +
+                             (opt.dlfilter.empty() ? std::string("(none given)") : opt.dlfilter) +
                              " is missing (it is built next to heaplab as libheaplab_ptw_dlfilter.so)");
   PerfRun r = perf_script(d, opt, dir);
   const std::string out = dir + "/ptwrite.bin";
   r.args.insert(r.args.end(), {"--dlfilter", opt.dlfilter, "--dlarg", out});
-  run_perf(r, [](const char*, size_t) {}, false);
+  run_perf(
+      r, [](const char*, size_t) {}, false);
   {  // the filter cannot make perf fail: its own complaints are in perf's stderr
     std::ifstream e(r.stderr_path);
     for (std::string line; std::getline(e, line);)
@@ -638,9 +650,12 @@ class TextParser {
     for (; k < e; ++k) {
       const char c = *k;
       unsigned v;
-      if (c >= '0' && c <= '9') v = unsigned(c - '0');
-      else if (c >= 'a' && c <= 'f') v = unsigned(c - 'a' + 10);
-      else break;
+      if (c >= '0' && c <= '9')
+        v = unsigned(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v = unsigned(c - 'a' + 10);
+      else
+        break;
       w = w << 4 | v;
     }
     if (k == h) return bad();
@@ -659,7 +674,8 @@ uint64_t decode_text(const PerfData& d, const PtImportOptions& opt, const std::s
   // to print it).
   r.args.insert(r.args.end(), {"-F", d.per_cpu ? "pid,tid,cpu,synth" : "pid,tid,synth"});
   TextParser p(col);
-  run_perf(r, [&](const char* s, size_t n) { p.feed(s, n); }, true);
+  run_perf(
+      r, [&](const char* s, size_t n) { p.feed(s, n); }, true);
   return p.unparsed();
 }
 
@@ -696,9 +712,15 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
   const CpuThreads cpus(d);
   Collector col(dir, d.time, names, d.per_cpu ? &cpus : nullptr);
   switch (opt.decoder) {
-    case Decoder::direct: decode_direct(d, col, pids, rep); break;
-    case Decoder::dlfilter: decode_dlfilter(d, opt, dir, col, pids); break;
-    case Decoder::text: rep.unparsed_lines = decode_text(d, opt, dir, col); break;
+    case Decoder::direct:
+      decode_direct(d, col, pids, rep);
+      break;
+    case Decoder::dlfilter:
+      decode_dlfilter(d, opt, dir, col, pids);
+      break;
+    case Decoder::text:
+      rep.unparsed_lines = decode_text(d, opt, dir, col);
+      break;
   }
   if (opt.decoder != Decoder::direct) {
     rep.ptw_words = col.words();
@@ -766,7 +788,8 @@ PtImportReport decode_perf_pt(const std::string& perf_data, const std::string& d
 
 nlohmann::json report_to_json(const PtImportReport& r) {
   nlohmann::json others = nlohmann::json::array();
-  for (const PtProcess& p : r.other_processes) others.push_back({{"pid", p.pid}, {"events", p.events}, {"comm", p.comm}});
+  for (const PtProcess& p : r.other_processes)
+    others.push_back({{"pid", p.pid}, {"events", p.events}, {"comm", p.comm}});
   return {{"decoder", decoder_name(r.decoder)},
           {"pid", r.pid},
           {"comm", r.comm},
@@ -800,7 +823,8 @@ nlohmann::json report_to_json(const PtImportReport& r) {
 PtFileImport import_perf_pt_file(const std::string& perf_data, const std::string& output, const PtImportOptions& opt,
                                  normalise::NormaliseOptions nopt) {
   std::string dir = (std::filesystem::temp_directory_path() / "heaplab-import-XXXXXX").string();
-  if (!mkdtemp(dir.data())) throw std::runtime_error("cannot create a temporary directory: " + std::string(std::strerror(errno)));
+  if (!mkdtemp(dir.data()))
+    throw std::runtime_error("cannot create a temporary directory: " + std::string(std::strerror(errno)));
   struct Cleanup {
     std::string d;
     ~Cleanup() {

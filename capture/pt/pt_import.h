@@ -51,29 +51,29 @@ struct PtImportReport {
   Decoder decoder = Decoder::direct;
   uint32_t pid = 0;
   std::string comm;
-  uint64_t ptw_words = 0;    // 64-bit ptwrite payloads seen
-  uint64_t events = 0;       // heap events decoded (the kept process)
-  uint64_t lost = 0;         // events lost: sequence gaps (the kept process)
-  uint64_t cut = 0;          // events begun but cut off by lost data (all processes)
-  uint64_t stray_words = 0;  // payload words outside any event
-  uint64_t short_words = 0;  // 32-bit payloads (not heaplab's)
-  uint64_t unattributed = 0; // per-cpu events at a time no thread of ours ran: dropped
-  StreamStats stream;        // direct route: packets, overflows, resynchronisations
-  uint64_t aux_truncated = 0;  // AUX records flagged truncated or partial (data lost)
-  uint64_t aux_gaps = 0;       // jumps in a buffer's AUXTRACE offsets (data lost)
-  uint64_t aux_overlaps = 0;   // AUXTRACE records overlapping data already decoded (snapshot mode)
-  uint64_t duplicates = 0;     // events decoded twice (overlapping data): kept once
+  uint64_t ptw_words = 0;       // 64-bit ptwrite payloads seen
+  uint64_t events = 0;          // heap events decoded (the kept process)
+  uint64_t lost = 0;            // events lost: sequence gaps (the kept process)
+  uint64_t cut = 0;             // events begun but cut off by lost data (all processes)
+  uint64_t stray_words = 0;     // payload words outside any event
+  uint64_t short_words = 0;     // 32-bit payloads (not heaplab's)
+  uint64_t unattributed = 0;    // per-cpu events at a time no thread of ours ran: dropped
+  StreamStats stream;           // direct route: packets, overflows, resynchronisations
+  uint64_t aux_truncated = 0;   // AUX records flagged truncated or partial (data lost)
+  uint64_t aux_gaps = 0;        // jumps in a buffer's AUXTRACE offsets (data lost)
+  uint64_t aux_overlaps = 0;    // AUXTRACE records overlapping data already decoded (snapshot mode)
+  uint64_t duplicates = 0;      // events decoded twice (overlapping data): kept once
   uint64_t unparsed_lines = 0;  // text route: lines of perf script's output that were no ptwrite sample
-  uint64_t misattributed = 0;  // per-cpu: events given to a thread whose numbering they do not fit: dropped
+  uint64_t misattributed = 0;   // per-cpu: events given to a thread whose numbering they do not fit: dropped
   uint64_t pt_bytes = 0;
   uint64_t threads = 0;
   bool per_cpu = false;
   bool pipe_mode = false;
   uint64_t file_truncated_at = 0;
-  uint64_t sideband_lost = 0;    // perf's LOST records: sideband lost (thread names, context switches)
-  uint64_t auxtrace_errors = 0;  // perf's AUXTRACE_ERROR records
+  uint64_t sideband_lost = 0;              // perf's LOST records: sideband lost (thread names, context switches)
+  uint64_t auxtrace_errors = 0;            // perf's AUXTRACE_ERROR records
   std::vector<PtProcess> other_processes;  // not kept: their pids and event counts
-  double decode_seconds = 0;  // perf.data read and decoded, events written to the raw capture's blocks
+  double decode_seconds = 0;               // perf.data read and decoded, events written to the raw capture's blocks
 };
 
 // The recording holds no heaplab event (of the process asked for).

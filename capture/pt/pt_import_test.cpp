@@ -123,7 +123,7 @@ std::vector<SynthThread> three_threads(size_t n) {
 PerfSynthOptions options(bool pipe) {
   PerfSynthOptions o;
   o.pipe_mode = pipe;
-  o.chunk_bytes = 4096;  // many AUXTRACE records per thread, cut anywhere in packets
+  o.chunk_bytes = 4096;   // many AUXTRACE records per thread, cut anywhere in packets
   o.time.enabled = true;  // a 2.5 GHz TSC: 0.4 ns per tick
   o.time.shift = 10;
   o.time.mult = 410;
@@ -332,8 +332,9 @@ TEST(PtImport, BadInputGetsOneLine) {
   z.resize(z.size() + 8);
   write(nopt, z);
   EXPECT_EQ(error_of(nopt, Decoder::direct, dir.path),
-            nopt + ": at byte 16: compressed records (perf record -z): not supported; record without -z, or "
-                   "`perf inject -i IN -o OUT` to decompress");
+            nopt +
+                ": at byte 16: compressed records (perf record -z): not supported; record without -z, or "
+                "`perf inject -i IN -o OUT` to decompress");
   // No perf for the perf script routes.
   const std::string good = dir.path + "/perf.data";
   write(good, synth_perf_data(three_threads(10), options(true)));

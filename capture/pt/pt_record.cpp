@@ -64,7 +64,8 @@ std::string check_record_options(const PtRecordOptions& o) {
     return "--pt-buffers: per-cpu or per-thread, not '" + o.buffers + "'";
   if (!o.snapshot.empty() && o.snapshot != "on" && !valid_size(o.snapshot))
     return "--pt-snapshot: 'on' or a size such as 64M, not '" + o.snapshot + "'";
-  if (o.psb_period > 15) return "--pt-psb-period: 0 to 15 (2^(N+11) bytes between PSBs), not " + std::to_string(o.psb_period);
+  if (o.psb_period > 15)
+    return "--pt-psb-period: 0 to 15 (2^(N+11) bytes between PSBs), not " + std::to_string(o.psb_period);
   if (!o.control.empty() && o.control.rfind("fifo:", 0) != 0 && o.control.rfind("fd:", 0) != 0)
     return "--pt-control: fifo:CTL[,ACK] or fd:CTL[,ACK] (as perf record --control), not '" + o.control + "'";
   return "";
@@ -83,10 +84,12 @@ std::vector<std::string> perf_record_argv(const PtRecordOptions& o, const std::s
   if (o.aux_kib) {
     uint64_t pages = (o.aux_kib + 3) / 4, p2 = 1;
     while (p2 < pages) p2 <<= 1;
-    a.push_back("-m,"+ std::to_string(p2));
+    a.push_back("-m," + std::to_string(p2));
   }
-  if (o.snapshot == "on") a.push_back("--snapshot");
-  else if (!o.snapshot.empty()) a.push_back("--snapshot=" + o.snapshot);
+  if (o.snapshot == "on")
+    a.push_back("--snapshot");
+  else if (!o.snapshot.empty())
+    a.push_back("--snapshot=" + o.snapshot);
   if (!o.control.empty()) a.push_back("--control=" + o.control);
   a.insert(a.end(), {"--", "/bin/sh", "-c", "export LD_PRELOAD=\"$0\" HEAPLAB_CAPTURE_ROOT=$$; exec \"$@\"", preload});
   a.insert(a.end(), program.begin(), program.end());

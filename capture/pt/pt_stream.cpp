@@ -75,9 +75,9 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
     // A packet that may continue in the next piece: left for the caller.
     if (continues && len - pos < 16 && (b0 != 0x00)) {
       const uint64_t need = b0 == 0x02 && pos + 1 < len && (data[pos + 1] == 0x32 || data[pos + 1] == 0xB2) ? 10
-                            : b0 == 0x19                                                                 ? 8
-                            : b0 == 0x02 && pos + 1 < len && data[pos + 1] == 0xF3                      ? 2
-                                                                                                        : 16;
+                            : b0 == 0x19                                                                    ? 8
+                            : b0 == 0x02 && pos + 1 < len && data[pos + 1] == 0xF3                          ? 2
+                                                                                                            : 16;
       if (pos + need > len) {
         end.stopped = pos;
         break;
@@ -104,8 +104,10 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
     int st = pt_pkt_sync_set(dec, pos);
     if (st >= 0) st = pt_pkt_next(dec, &pkt, sizeof pkt);
     if (st == -pte_eos) {
-      if (continues) end.stopped = pos;
-      else stats.skipped_bytes += len - pos;
+      if (continues)
+        end.stopped = pos;
+      else
+        stats.skipped_bytes += len - pos;
       pos = len;
       break;
     }
@@ -120,17 +122,22 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
     pos += uint64_t(st);
     ++stats.packets;
     switch (pkt.type) {
-      case ppt_psb: ++stats.psb; break;
+      case ppt_psb:
+        ++stats.psb;
+        break;
       case ppt_ovf:
         ++stats.overflows;
         assembler.lost();
         break;
       case ppt_ptw:
         ++stats.ptw;
-        if (pkt.payload.ptw.plc == 1) assembler.word(pkt.payload.ptw.payload, sink);
-        else assembler.short_word();
+        if (pkt.payload.ptw.plc == 1)
+          assembler.word(pkt.payload.ptw.payload, sink);
+        else
+          assembler.short_word();
         break;
-      default: break;
+      default:
+        break;
     }
   }
   pt_pkt_free_decoder(dec);

@@ -44,7 +44,8 @@ void BM_DecodeStream(benchmark::State& state) {
   for (auto _ : state) {
     PtwAssembler a;
     StreamStats st;
-    decode_stream(bytes.data(), bytes.size(), a, [&](const PtwEvent& e) { sum += e.a; }, st);
+    decode_stream(
+        bytes.data(), bytes.size(), a, [&](const PtwEvent& e) { sum += e.a; }, st);
     events += a.events();
     if (a.events() != n) state.SkipWithError("events lost");
   }

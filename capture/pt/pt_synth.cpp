@@ -13,7 +13,8 @@ std::vector<uint8_t> encode_ptw_stream(const std::vector<PtwEvent>& events, cons
   // Upper bound: per event five PTW (10, + FUP 7); per PSB+
   // 16 + 8 + 2; per OVF 2.
   const size_t groups = events.size() / (opt.psb_every ? opt.psb_every : 1) + 2;
-  std::vector<uint8_t> buf(events.size() * (8 + kWordsPerEvent * 17) + groups * 26 + opt.ovf_before_word.size() * 2 + 64);
+  std::vector<uint8_t> buf(events.size() * (8 + kWordsPerEvent * 17) + groups * 26 + opt.ovf_before_word.size() * 2 +
+                           64);
   pt_config cfg;
   pt_config_init(&cfg);
   cfg.begin = buf.data();
@@ -95,8 +96,8 @@ struct Out {
     b.insert(b.end(), q, q + n);
   }
   // A record: header, body, then the sample_id trailer (TID, TIME, CPU, IDENTIFIER).
-  void record(uint32_t type, uint16_t misc, const std::vector<uint8_t>& body, bool with_id, uint32_t pid,
-              uint32_t tid, uint64_t time, uint32_t cpu = ~0u) {
+  void record(uint32_t type, uint16_t misc, const std::vector<uint8_t>& body, bool with_id, uint32_t pid, uint32_t tid,
+              uint64_t time, uint32_t cpu = ~0u) {
     perf_event_header h{type, misc, uint16_t(sizeof h + body.size() + (with_id ? 32 : 0))};
     put(h);
     bytes(body.data(), body.size());
@@ -176,9 +177,9 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
   const auto finish = [&]() {
     if (!opt.pipe_mode) {
       uint8_t* h = o.b.data();
-      std::memcpy(h, "PERFILE2", 8);
-      const uint64_t fields[] = {kHeaderSize, sizeof attr + 16,  kHeaderSize, sizeof attr + 16,
-                                 data_start,  o.b.size() - data_start, 0, 0};
+      std::memcpy(h, "PERFILE2", 8);  // NOLINT(bugprone-not-null-terminated-result): an 8-byte magic, no NUL
+      const uint64_t fields[] = {kHeaderSize, sizeof attr + 16,        kHeaderSize, sizeof attr + 16,
+                                 data_start,  o.b.size() - data_start, 0,           0};
       std::memcpy(h + 8, fields, sizeof fields);
     }
     return o.b;
@@ -193,7 +194,8 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     append(body, t.pid);
     append(body, t.tid);
     char name[16] = {};
-    std::memcpy(name, t.comm.data(), std::min<size_t>(t.comm.size(), 15));
+    std::memcpy(name, t.comm.data(),
+                std::min<size_t>(t.comm.size(), 15));  // NOLINT(bugprone-not-null-terminated-result): name[15] stays 0
     body.insert(body.end(), name, name + 16);
     o.record(PERF_RECORD_COMM, 0, body, true, t.pid, t.tid, t0);
   }
@@ -212,12 +214,12 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     priv[kPrivSnapshotMode] = 0;
     priv[kPrivPerCpuMmaps] = opt.cpus ? 1 : 0;
     priv[kPrivHaveSchedSwitch] = opt.cpus ? 2 : 0;  // 2: switches from the attr's context_switch flag
-    priv[10] = 1u << 9;  // mtc bit
-    priv[11] = 0;   // mtc freq bits
-    priv[12] = 2;   // TSC:CTC ratio
+    priv[10] = 1u << 9;                             // mtc bit
+    priv[11] = 0;                                   // mtc freq bits
+    priv[12] = 2;                                   // TSC:CTC ratio
     priv[13] = 1;
     priv[14] = 1u << 1;  // cyc bit
-    priv[15] = 0;   // max non-turbo ratio
+    priv[15] = 0;        // max non-turbo ratio
     body.insert(body.end(), reinterpret_cast<uint8_t*>(priv), reinterpret_cast<uint8_t*>(priv) + sizeof priv);
     o.record(kRecordAuxtraceInfo, 0, body, false, 0, 0, 0);
   }
@@ -263,7 +265,7 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
         append(body, padded);
         append(body, p);
         append(body, reference++);
-        append(body, cpu);          // idx
+        append(body, cpu);            // idx
         append(body, uint32_t(~0u));  // tid: per-cpu
         append(body, int32_t(cpu));
         append(body, uint32_t{0});
@@ -332,9 +334,9 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
       append(body, padded);
       append(body, p.offset);
       append(body, reference++);
-      append(body, uint32_t(i));          // idx
+      append(body, uint32_t(i));  // idx
       append(body, threads[i].tid);
-      append(body, int32_t{-1});          // cpu
+      append(body, int32_t{-1});  // cpu
       append(body, uint32_t{0});
       o.record(kRecordAuxtrace, 0, body, false, 0, 0, 0);
       o.bytes(p.data, p.size);

@@ -26,8 +26,8 @@ struct PtwLosses {
   // Events lost: gaps in the sequence numbers between accepted events. This
   // is the count: an event that was cut shows here too, as the gap it left.
   uint64_t missing = 0;
-  uint64_t cut = 0;      // of those, events begun but not completed (or failing their check)
-  uint64_t stray = 0;    // 64-bit words outside any event (right after a loss, or not ours)
+  uint64_t cut = 0;          // of those, events begun but not completed (or failing their check)
+  uint64_t stray = 0;        // 64-bit words outside any event (right after a loss, or not ours)
   uint64_t short_words = 0;  // 32-bit ptwrite payloads (not ours)
   uint64_t total() const { return missing; }
 };

@@ -107,7 +107,8 @@ int filter_event_early(void* data, const struct perf_dlfilter_sample* sample, vo
 }
 
 const char* filter_description(const char** long_description) {
-  if (long_description) *long_description = "Writes ptwrite payloads as {i32 cpu, u32 tid, u64 payload} to --dlarg FILE";
+  if (long_description)
+    *long_description = "Writes ptwrite payloads as {i32 cpu, u32 tid, u64 payload} to --dlarg FILE";
   return "heaplab: ptwrite payloads to a file";
 }
 

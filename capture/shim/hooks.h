@@ -42,9 +42,7 @@ extern const size_t g_boot_size;
 void init();
 // During initialisation (dlsym allocates), memory comes from a static arena.
 void* boot_alloc(size_t n, size_t align);
-inline bool boot_owns(const void* p) {
-  return uintptr_t(p) - uintptr_t(g_boot) < g_boot_size;
-}
+inline bool boot_owns(const void* p) { return uintptr_t(p) - uintptr_t(g_boot) < g_boot_size; }
 
 // Returns true and sets *out if the call must be served from the boot arena.
 inline bool not_ready(size_t n, size_t align, void** out) {

@@ -31,22 +31,54 @@ using std::size_t;
 
 HEAPLAB_OPERATOR void* operator new(size_t n) { return s::hook_new(Op::op_new, n, 0, nullptr); }
 HEAPLAB_OPERATOR void* operator new[](size_t n) { return s::hook_new(Op::op_new_array, n, 0, nullptr); }
-HEAPLAB_OPERATOR void* operator new(size_t n, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_nothrow, n, 0, &nt); }
-HEAPLAB_OPERATOR void* operator new[](size_t n, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_array_nothrow, n, 0, &nt); }
-HEAPLAB_OPERATOR void* operator new(size_t n, align_val_t a) { return s::hook_new(Op::op_new_aligned, n, A(a), nullptr); }
-HEAPLAB_OPERATOR void* operator new[](size_t n, align_val_t a) { return s::hook_new(Op::op_new_array_aligned, n, A(a), nullptr); }
-HEAPLAB_OPERATOR void* operator new(size_t n, align_val_t a, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_aligned_nothrow, n, A(a), &nt); }
-HEAPLAB_OPERATOR void* operator new[](size_t n, align_val_t a, const nothrow_t& nt) noexcept { return s::hook_new(Op::op_new_array_aligned_nothrow, n, A(a), &nt); }
+HEAPLAB_OPERATOR void* operator new(size_t n, const nothrow_t& nt) noexcept {
+  return s::hook_new(Op::op_new_nothrow, n, 0, &nt);
+}
+HEAPLAB_OPERATOR void* operator new[](size_t n, const nothrow_t& nt) noexcept {
+  return s::hook_new(Op::op_new_array_nothrow, n, 0, &nt);
+}
+HEAPLAB_OPERATOR void* operator new(size_t n, align_val_t a) {
+  return s::hook_new(Op::op_new_aligned, n, A(a), nullptr);
+}
+HEAPLAB_OPERATOR void* operator new[](size_t n, align_val_t a) {
+  return s::hook_new(Op::op_new_array_aligned, n, A(a), nullptr);
+}
+HEAPLAB_OPERATOR void* operator new(size_t n, align_val_t a, const nothrow_t& nt) noexcept {
+  return s::hook_new(Op::op_new_aligned_nothrow, n, A(a), &nt);
+}
+HEAPLAB_OPERATOR void* operator new[](size_t n, align_val_t a, const nothrow_t& nt) noexcept {
+  return s::hook_new(Op::op_new_array_aligned_nothrow, n, A(a), &nt);
+}
 
 HEAPLAB_OPERATOR void operator delete(void* p) noexcept { s::hook_delete(Op::op_delete, p, 0, 0, nullptr); }
 HEAPLAB_OPERATOR void operator delete[](void* p) noexcept { s::hook_delete(Op::op_delete_array, p, 0, 0, nullptr); }
-HEAPLAB_OPERATOR void operator delete(void* p, size_t n) noexcept { s::hook_delete(Op::op_delete_sized, p, n, 0, nullptr); }
-HEAPLAB_OPERATOR void operator delete[](void* p, size_t n) noexcept { s::hook_delete(Op::op_delete_array_sized, p, n, 0, nullptr); }
-HEAPLAB_OPERATOR void operator delete(void* p, align_val_t a) noexcept { s::hook_delete(Op::op_delete_aligned, p, 0, A(a), nullptr); }
-HEAPLAB_OPERATOR void operator delete[](void* p, align_val_t a) noexcept { s::hook_delete(Op::op_delete_array_aligned, p, 0, A(a), nullptr); }
-HEAPLAB_OPERATOR void operator delete(void* p, size_t n, align_val_t a) noexcept { s::hook_delete(Op::op_delete_sized_aligned, p, n, A(a), nullptr); }
-HEAPLAB_OPERATOR void operator delete[](void* p, size_t n, align_val_t a) noexcept { s::hook_delete(Op::op_delete_array_sized_aligned, p, n, A(a), nullptr); }
-HEAPLAB_OPERATOR void operator delete(void* p, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_nothrow, p, 0, 0, &nt); }
-HEAPLAB_OPERATOR void operator delete[](void* p, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_array_nothrow, p, 0, 0, &nt); }
-HEAPLAB_OPERATOR void operator delete(void* p, align_val_t a, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_aligned_nothrow, p, 0, A(a), &nt); }
-HEAPLAB_OPERATOR void operator delete[](void* p, align_val_t a, const nothrow_t& nt) noexcept { s::hook_delete(Op::op_delete_array_aligned_nothrow, p, 0, A(a), &nt); }
+HEAPLAB_OPERATOR void operator delete(void* p, size_t n) noexcept {
+  s::hook_delete(Op::op_delete_sized, p, n, 0, nullptr);
+}
+HEAPLAB_OPERATOR void operator delete[](void* p, size_t n) noexcept {
+  s::hook_delete(Op::op_delete_array_sized, p, n, 0, nullptr);
+}
+HEAPLAB_OPERATOR void operator delete(void* p, align_val_t a) noexcept {
+  s::hook_delete(Op::op_delete_aligned, p, 0, A(a), nullptr);
+}
+HEAPLAB_OPERATOR void operator delete[](void* p, align_val_t a) noexcept {
+  s::hook_delete(Op::op_delete_array_aligned, p, 0, A(a), nullptr);
+}
+HEAPLAB_OPERATOR void operator delete(void* p, size_t n, align_val_t a) noexcept {
+  s::hook_delete(Op::op_delete_sized_aligned, p, n, A(a), nullptr);
+}
+HEAPLAB_OPERATOR void operator delete[](void* p, size_t n, align_val_t a) noexcept {
+  s::hook_delete(Op::op_delete_array_sized_aligned, p, n, A(a), nullptr);
+}
+HEAPLAB_OPERATOR void operator delete(void* p, const nothrow_t& nt) noexcept {
+  s::hook_delete(Op::op_delete_nothrow, p, 0, 0, &nt);
+}
+HEAPLAB_OPERATOR void operator delete[](void* p, const nothrow_t& nt) noexcept {
+  s::hook_delete(Op::op_delete_array_nothrow, p, 0, 0, &nt);
+}
+HEAPLAB_OPERATOR void operator delete(void* p, align_val_t a, const nothrow_t& nt) noexcept {
+  s::hook_delete(Op::op_delete_aligned_nothrow, p, 0, A(a), &nt);
+}
+HEAPLAB_OPERATOR void operator delete[](void* p, align_val_t a, const nothrow_t& nt) noexcept {
+  s::hook_delete(Op::op_delete_array_aligned_nothrow, p, 0, A(a), &nt);
+}

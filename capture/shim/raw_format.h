@@ -32,11 +32,11 @@ namespace heaplab::raw {
 
 inline constexpr char kFileMagic[8] = {'H', 'L', 'R', 'A', 'W', 'C', 'A', 'P'};
 inline constexpr uint32_t kVersion = 1;
-inline constexpr uint64_t kBlockSize = 65536;       // blocks are this aligned in memory too
-inline constexpr uint64_t kBlockHeaderSize = 128;   // also the overflow margin (see shim)
+inline constexpr uint64_t kBlockSize = 65536;      // blocks are this aligned in memory too
+inline constexpr uint64_t kBlockHeaderSize = 128;  // also the overflow margin (see shim)
 inline constexpr uint64_t kRecordSize = 32;
 inline constexpr uint64_t kRecordsPerBlock = (kBlockSize - kBlockHeaderSize) / kRecordSize;
-inline constexpr uint64_t kBlocksPerSegment = 64;  // the shim maps 64 thread slots at a time
+inline constexpr uint64_t kBlocksPerSegment = 64;    // the shim maps 64 thread slots at a time
 inline constexpr uint32_t kBlockMagic = 0x4B4C4248;  // "HBLK"
 inline constexpr uint64_t kTicksMask = (uint64_t{1} << 56) - 1;
 
@@ -77,9 +77,7 @@ struct Record {
 };
 static_assert(sizeof(Record) == kRecordSize);
 
-inline constexpr uint64_t record_head(uint32_t op, uint64_t ticks) {
-  return (ticks & kTicksMask) << 8 | (op + 1u);
-}
+inline constexpr uint64_t record_head(uint32_t op, uint64_t ticks) { return (ticks & kTicksMask) << 8 | (op + 1u); }
 inline constexpr uint32_t record_op(uint64_t head) { return uint32_t(head & 0xff) - 1u; }
 inline constexpr uint64_t record_ticks(uint64_t head) { return head >> 8; }
 
@@ -109,17 +107,17 @@ struct FileHeader {
   uint32_t clock;            // Clock
   uint64_t start_ticks;      // clock pair at start of capture
   uint64_t start_mono_ns;
-  uint64_t start_real_ns;    // CLOCK_REALTIME at start
-  uint64_t end_ticks;        // clock pair at clean exit (0 if none)
+  uint64_t start_real_ns;  // CLOCK_REALTIME at start
+  uint64_t end_ticks;      // clock pair at clean exit (0 if none)
   uint64_t end_mono_ns;
-  uint64_t data_blocks;      // blocks appended to .blocks (atomic)
-  uint32_t next_thread;      // thread slots handed out (atomic)
-  uint32_t flags;            // FileFlag (atomic)
-  uint32_t cmdline_len;      // bytes of cmdline used: NUL-separated argv
+  uint64_t data_blocks;  // blocks appended to .blocks (atomic)
+  uint32_t next_thread;  // thread slots handed out (atomic)
+  uint32_t flags;        // FileFlag (atomic)
+  uint32_t cmdline_len;  // bytes of cmdline used: NUL-separated argv
   uint32_t exe_len;
   uint64_t reserved[8];
-  char exe[4096];            // /proc/self/exe at start
-  char cmdline[kCmdlineMax]; // /proc/self/cmdline at start (truncated to fit)
+  char exe[4096];             // /proc/self/exe at start
+  char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };
 static_assert(sizeof(FileHeader) <= kBlockSize);
 

@@ -86,23 +86,33 @@ void* emu_reallocarray(void* old, size_t count, size_t n) {
 }
 
 template <typename F>
-void resolve_optional(F*& slot, const char* name, F* emulation, const void* alloc_object,
-                      bool alloc_is_libc) {
+void resolve_optional(F*& slot, const char* name, F* emulation, const void* alloc_object, bool alloc_is_libc) {
   auto* fn = reinterpret_cast<F*>(next_symbol(name));
   bool mixes_heaps = !alloc_is_libc && fn && object_of(reinterpret_cast<void*>(fn)) != alloc_object &&
                      in_library(reinterpret_cast<void*>(fn), "libc.so");
   slot = (fn && !mixes_heaps) ? fn : emulation;
 }
 
-const char* const kNewNames[8] = {
-    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
-    "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t",
-    "_ZnamSt11align_val_tRKSt9nothrow_t"};
-const char* const kDeleteNames[12] = {
-    "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t",
-    "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t", "_ZdlPvRKSt9nothrow_t",
-    "_ZdaPvRKSt9nothrow_t", "_ZdlPvSt11align_val_tRKSt9nothrow_t",
-    "_ZdaPvSt11align_val_tRKSt9nothrow_t"};
+const char* const kNewNames[8] = {"_Znwm",
+                                  "_Znam",
+                                  "_ZnwmRKSt9nothrow_t",
+                                  "_ZnamRKSt9nothrow_t",
+                                  "_ZnwmSt11align_val_t",
+                                  "_ZnamSt11align_val_t",
+                                  "_ZnwmSt11align_val_tRKSt9nothrow_t",
+                                  "_ZnamSt11align_val_tRKSt9nothrow_t"};
+const char* const kDeleteNames[12] = {"_ZdlPv",
+                                      "_ZdaPv",
+                                      "_ZdlPvm",
+                                      "_ZdaPvm",
+                                      "_ZdlPvSt11align_val_t",
+                                      "_ZdaPvSt11align_val_t",
+                                      "_ZdlPvmSt11align_val_t",
+                                      "_ZdaPvmSt11align_val_t",
+                                      "_ZdlPvRKSt9nothrow_t",
+                                      "_ZdaPvRKSt9nothrow_t",
+                                      "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+                                      "_ZdaPvSt11align_val_tRKSt9nothrow_t"};
 
 // The next operator, unless it is libstdc++'s (which only calls malloc/free
 // and is emulated, so that one `new` is one event).
@@ -124,12 +134,10 @@ void resolve() {
   // memalign first: the other emulations build on it; its own emulation on posix_memalign.
   g_real.posix_memalign = reinterpret_cast<int (*)(void**, size_t, size_t)>(next_symbol("posix_memalign"));
   resolve_optional(g_real.memalign, "memalign", emu_memalign, alloc_object, alloc_is_libc);
-  resolve_optional(g_real.posix_memalign, "posix_memalign", emu_posix_memalign, alloc_object,
-                   alloc_is_libc);
+  resolve_optional(g_real.posix_memalign, "posix_memalign", emu_posix_memalign, alloc_object, alloc_is_libc);
   if (g_real.memalign == emu_memalign && g_real.posix_memalign == emu_posix_memalign)
     fatal("the allocator after the shim defines neither memalign nor posix_memalign");
-  resolve_optional(g_real.aligned_alloc, "aligned_alloc", emu_aligned_alloc, alloc_object,
-                   alloc_is_libc);
+  resolve_optional(g_real.aligned_alloc, "aligned_alloc", emu_aligned_alloc, alloc_object, alloc_is_libc);
   resolve_optional(g_real.valloc, "valloc", emu_valloc, alloc_object, alloc_is_libc);
   resolve_optional(g_real.pvalloc, "pvalloc", emu_pvalloc, alloc_object, alloc_is_libc);
   // Always ours: glibc's reallocarray calls realloc through the PLT, which
@@ -187,8 +195,10 @@ void start_capture() {
     // Executing ptwrite here would raise SIGILL: fall back or refuse.
     const char* missing = getenv("HEAPLAB_CAPTURE_NO_PTWRITE");
     if (!missing || strcmp(missing, "fallback") != 0) {
-      shim_error("this CPU has no ptwrite (CPUID.(EAX=14H,ECX=0):EBX[4] is 0); refusing to run the program "
-                 "(HEAPLAB_CAPTURE_NO_PTWRITE=fallback records into files instead)", 0);
+      shim_error(
+          "this CPU has no ptwrite (CPUID.(EAX=14H,ECX=0):EBX[4] is 0); refusing to run the program "
+          "(HEAPLAB_CAPTURE_NO_PTWRITE=fallback records into files instead)",
+          0);
       _exit(127);
     }
     shim_error("this CPU has no ptwrite (CPUID.(EAX=14H,ECX=0):EBX[4] is 0); recording into files instead", 0);
@@ -216,8 +226,7 @@ void* boot_realloc(void* old, size_t n) {
 
 void init() {
   int expected = 0;
-  if (__atomic_compare_exchange_n(&g_state, &expected, 1, false, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE)) {
+  if (__atomic_compare_exchange_n(&g_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     g_init_thread = pthread_self();
     resolve();
     pthread_atfork(nullptr, nullptr, after_fork_child);

@@ -58,19 +58,32 @@ inline int create_image_file(const char* dir, const char* ext, int flags, char* 
 // through gettext and so re-enter the shim).
 inline const char* errno_text(int err) {
   switch (err) {
-    case ENOSPC: return "No space left on device";
-    case EFBIG: return "File too large";
-    case ENOMEM: return "Cannot allocate memory";
-    case EACCES: return "Permission denied";
-    case ENOENT: return "No such file or directory";
-    case EROFS: return "Read-only file system";
-    case EDQUOT: return "Disk quota exceeded";
-    case EIO: return "Input/output error";
-    case EEXIST: return "File exists";
-    case ENOTDIR: return "Not a directory";
-    case EMFILE: return "Too many open files";
-    case EBADF: return "Bad file descriptor (the program closed it)";
-    default: return nullptr;
+    case ENOSPC:
+      return "No space left on device";
+    case EFBIG:
+      return "File too large";
+    case ENOMEM:
+      return "Cannot allocate memory";
+    case EACCES:
+      return "Permission denied";
+    case ENOENT:
+      return "No such file or directory";
+    case EROFS:
+      return "Read-only file system";
+    case EDQUOT:
+      return "Disk quota exceeded";
+    case EIO:
+      return "Input/output error";
+    case EEXIST:
+      return "File exists";
+    case ENOTDIR:
+      return "Not a directory";
+    case EMFILE:
+      return "Too many open files";
+    case EBADF:
+      return "Bad file descriptor (the program closed it)";
+    default:
+      return nullptr;
   }
 }
 

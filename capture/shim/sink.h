@@ -27,12 +27,12 @@ namespace heaplab::shim {
 // a signal handler that allocates between reservation and write gets its own
 // slot and never tears the interrupted record.
 struct ThreadSink {
-  uint64_t cur;         // 0 = no block yet
-  uint32_t slot;        // thread slot + 1, 0 = not assigned
+  uint64_t cur;   // 0 = no block yet
+  uint32_t slot;  // thread slot + 1, 0 = not assigned
   uint32_t tid;
-  uint64_t block_seq;   // blocks this thread has started
-  char* block;          // the thread's block in the mapping
-  char name[16];        // the thread's name when last read
+  uint64_t block_seq;  // blocks this thread has started
+  char* block;         // the thread's block in the mapping
+  char name[16];       // the thread's name when last read
 };
 
 extern __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
@@ -122,9 +122,9 @@ inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
 
 // Process lifecycle of the sink (shim.cpp calls these).
 struct SinkConfig {
-  const char* dir;        // where raw files go
-  bool tsc;               // use the TSC (else CLOCK_MONOTONIC)
-  bool fork_child;        // this image is a fork child
+  const char* dir;  // where raw files go
+  bool tsc;         // use the TSC (else CLOCK_MONOTONIC)
+  bool fork_child;  // this image is a fork child
 };
 // Opens DIR/PID.GEN.hlraw. Returns false (capture off) with a message on stderr.
 bool sink_open(const SinkConfig& cfg);

@@ -53,9 +53,9 @@ int high_fd(int fd) {
   return moved;
 }
 FileHeader* g_header = nullptr;
-char* g_segments[kMaxSegments];  // atomic pointers; (char*)1 = being mapped
+char* g_segments[kMaxSegments];         // atomic pointers; (char*)1 = being mapped
 uint64_t g_fsize_limit = ~uint64_t{0};  // RLIMIT_FSIZE: never write past it (SIGXFSZ)
-pid_t g_pid = 0;                         // the process the sink was opened in
+pid_t g_pid = 0;                        // the process the sink was opened in
 
 // Capture off first, then the message: nothing the report does may record.
 void stop_capture(const char* what, int err) {
@@ -72,12 +72,11 @@ uint64_t real_ns() {
 
 void* map_aligned_segment(uint64_t file_offset) {
   // Reserve an over-sized range, then map the file at its kBlockSize-aligned start.
-  void* res = mmap(nullptr, kSegmentBytes + kBlockSize, PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* res = mmap(nullptr, kSegmentBytes + kBlockSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (res == MAP_FAILED) return nullptr;
   uintptr_t base = (reinterpret_cast<uintptr_t>(res) + kBlockSize - 1) & ~(kBlockSize - 1);
-  void* seg = mmap(reinterpret_cast<void*>(base), kSegmentBytes, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_FIXED, g_fd, off_t(file_offset));
+  void* seg = mmap(reinterpret_cast<void*>(base), kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, g_fd,
+                   off_t(file_offset));
   if (seg == MAP_FAILED) {
     munmap(res, kSegmentBytes + kBlockSize);
     return nullptr;
@@ -99,8 +98,8 @@ char* segment(uint64_t s) {
     if (p == nullptr) {
       if (!__atomic_load_n(&g_capturing, __ATOMIC_RELAXED)) return nullptr;  // a mapping failed
       char* expect = nullptr;
-      if (__atomic_compare_exchange_n(&g_segments[s], &expect, reinterpret_cast<char*>(1), false,
-                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      if (__atomic_compare_exchange_n(&g_segments[s], &expect, reinterpret_cast<char*>(1), false, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
         uint64_t off = kBlockSize * (1 + s * kBlocksPerSegment);
         uint64_t need = off + kSegmentBytes;
         while (__atomic_exchange_n(&g_grow_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
@@ -148,8 +147,7 @@ void start_block(char* block) {
   h->mono_ns = mono_ns();
   // The thread's name: at its first block and then every 16th (a syscall;
   // programs name their threads soon after starting them).
-  if ((t.block_seq - 1) % 16 == 0 || t.block_seq <= 2)
-    prctl(PR_GET_NAME, t.name, 0, 0, 0);
+  if ((t.block_seq - 1) % 16 == 0 || t.block_seq <= 2) prctl(PR_GET_NAME, t.name, 0, 0, 0);
   memcpy(h->name, t.name, sizeof h->name);
   __atomic_store_n(&h->magic, kBlockMagic, __ATOMIC_RELEASE);
   t.cur = reinterpret_cast<uint64_t>(block) + kBlockHeaderSize;
@@ -285,8 +283,8 @@ bool sink_first_image(const char* dir) {
 bool sink_open(const SinkConfig& cfg) {
   g_clock = cfg.tsc ? kClockTsc : kClockMonotonic;
   struct rlimit lim;
-  g_fsize_limit = getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? uint64_t(lim.rlim_cur)
-                                                                                       : ~uint64_t{0};
+  g_fsize_limit =
+      getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? uint64_t(lim.rlim_cur) : ~uint64_t{0};
   if (g_fsize_limit < kBlockSize * (1 + kBlocksPerSegment)) {
     shim_error("file size limit (ulimit -f) too small for a capture; not capturing", 0);
     return false;

@@ -36,9 +36,9 @@ static int single(void) {
   void* c = realloc(NULL, 5);
   free(NULL);
   free(b);
-  c = realloc(c, 0);     /* glibc frees and returns NULL */
+  c = realloc(c, 0); /* glibc frees and returns NULL */
   volatile size_t huge = SIZE_MAX;
-  void* d = malloc(huge);   /* fails */
+  void* d = malloc(huge); /* fails */
   sink = d;
   free(a);
   END();
@@ -51,7 +51,7 @@ static int do_fork(void) {
   pid_t pid = fork();
   if (pid == 0) {
     void* q = malloc(222);
-    free(p);   /* allocated before the fork: unknown to the child's trace */
+    free(p); /* allocated before the fork: unknown to the child's trace */
     free(q);
     END();
     _exit(0);
@@ -100,7 +100,7 @@ static int closefds(const char* file) {
   for (int fd = 3; fd < 4096; ++fd) close(fd);
   FILE* f = fopen(file, "w");
   if (!f) return 4;
-  for (int i = 0; i < 20000; ++i) free(malloc(24));  /* fills blocks: appends are attempted */
+  for (int i = 0; i < 20000; ++i) free(malloc(24)); /* fills blocks: appends are attempted */
   fputs("mine", f);
   fclose(f);
   END();
@@ -110,7 +110,7 @@ static int closefds(const char* file) {
 static volatile long handler_calls;
 static void on_alarm(int sig) {
   (void)sig;
-  free(malloc(48));   /* not async-signal-safe, but programs do it */
+  free(malloc(48)); /* not async-signal-safe, but programs do it */
   ++handler_calls;
 }
 
