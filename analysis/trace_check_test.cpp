@@ -115,7 +115,7 @@ size_t column_offset(const std::string& img, size_t payload, int col) {
 
 // ------------------------------------------------------------ valid traces
 
-TEST(checkValid, HandBuiltTrace) {
+TEST(CheckValid, HandBuiltTrace) {
   std::vector<Event> evs = {ev(Op::thread_start, 0), alloc(10), alloc(20, 1), release(1, 1), release(0), lost(42, 1),
                             ev(Op::thread_end, 0)};
   const CheckReport rep = check_events(evs);
@@ -127,7 +127,7 @@ TEST(checkValid, HandBuiltTrace) {
   EXPECT_EQ(rep.lost_events, 42u);
 }
 
-TEST(checkValid, EmptyTrace) {
+TEST(CheckValid, EmptyTrace) {
   std::vector<Event> evs;
   const CheckReport rep = check_events(evs);
   EXPECT_TRUE(rep.ok()) << all_messages(rep);
@@ -139,7 +139,7 @@ TEST(checkValid, EmptyTrace) {
 // clock skew, which check rightly reports. Cross-thread frees are off too:
 // the generator moves such a free to thread (owner + 1) % threads, which may
 // not have had its thread_start yet.
-TEST(checkValid, RandomTracesHaveNoProblems) {
+TEST(CheckValid, RandomTracesHaveNoProblems) {
   struct Case {
     uint64_t seed;
     uint32_t chunk;
@@ -170,7 +170,7 @@ TEST(checkValid, RandomTracesHaveNoProblems) {
   }
 }
 
-TEST(checkValid, RandomTracesWithCrossThreadFreesHaveNoProblems) {
+TEST(CheckValid, RandomTracesWithCrossThreadFreesHaveNoProblems) {
   // Default options: 20% of frees on another thread, every op kind.
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     trace::testutil::GenOptions g;
@@ -184,7 +184,7 @@ TEST(checkValid, RandomTracesWithCrossThreadFreesHaveNoProblems) {
   }
 }
 
-TEST(checkObjects, DoubleFree) {
+TEST(CheckObjects, DoubleFree) {
   std::vector<Event> evs = {alloc(16, 0), alloc(32, 0), release(1, 0), release(1, 1), release(2, 1)};
   const CheckReport rep = check_events(evs);
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
@@ -194,7 +194,7 @@ TEST(checkObjects, DoubleFree) {
   EXPECT_EQ(rep.objects, 2u);
 }
 
-TEST(checkObjects, DoubleFreeByReallocAndDelete) {
+TEST(CheckObjects, DoubleFreeByReallocAndDelete) {
   std::vector<Event> evs = {alloc(16), ev(Op::realloc), ev(Op::op_delete)};
   evs[1].old = 1;  // realloc(1) -> object 2
   evs[1].size = 64;
@@ -204,7 +204,7 @@ TEST(checkObjects, DoubleFreeByReallocAndDelete) {
   EXPECT_TRUE(Listed(rep, 0, 2, 0, "delete of object 1, which was already freed (double free)"));
 }
 
-TEST(checkObjects, FailedReallocOfAFreedObjectIsAUseAfterFree) {
+TEST(CheckObjects, FailedReallocOfAFreedObjectIsAUseAfterFree) {
   Event r = ev(Op::realloc);
   r.old = 1;
   r.size = 16;
@@ -215,7 +215,7 @@ TEST(checkObjects, FailedReallocOfAFreedObjectIsAUseAfterFree) {
   EXPECT_TRUE(Listed(rep, 0, 2, 0, "realloc of object 1, which was already freed (use after free)"));
 }
 
-TEST(checkObjects, FailedReallocDoesNotFree) {
+TEST(CheckObjects, FailedReallocDoesNotFree) {
   std::vector<Event> evs = {alloc(16), ev(Op::realloc), release(1)};
   evs[1].old = 1;
   evs[1].size = 1u << 30;
@@ -225,7 +225,7 @@ TEST(checkObjects, FailedReallocDoesNotFree) {
   EXPECT_EQ(rep.objects, 1u);
 }
 
-TEST(checkObjects, ReallocToZeroFrees) {
+TEST(CheckObjects, ReallocToZeroFrees) {
   std::vector<Event> evs = {alloc(16), ev(Op::realloc), release(1)};
   evs[1].old = 1;
   evs[1].flags = trace::kNullResult;  // realloc(p, 0) returned NULL: p is freed
@@ -234,7 +234,7 @@ TEST(checkObjects, ReallocToZeroFrees) {
   EXPECT_TRUE(Listed(rep, 0, 2, 0, "free of object 1, which was already freed (double free)"));
 }
 
-TEST(checkObjects, MaxListedLimitsListOnly) {
+TEST(CheckObjects, MaxListedLimitsListOnly) {
   std::vector<Event> evs;
   for (int i = 0; i < 5; ++i) evs.push_back(alloc(8));
   for (uint64_t id = 1; id <= 5; ++id) evs.push_back(release(id));
@@ -263,7 +263,7 @@ TEST(checkObjects, MaxListedLimitsListOnly) {
 
 // ------------------------------------------------------------ thread problems
 
-TEST(checkThreads, EventsAfterThreadEnd) {
+TEST(CheckThreads, EventsAfterThreadEnd) {
   std::vector<Event> evs = {
       ev(Op::thread_start, 0), alloc(8, 0),          ev(Op::thread_end, 0), alloc(8, 1), alloc(8, 0),
       release(1, 0),           ev(Op::thread_end, 0)};
@@ -274,14 +274,14 @@ TEST(checkThreads, EventsAfterThreadEnd) {
   EXPECT_TRUE(Listed(rep, 2, 6, 0, "thread_end after thread_end"));
 }
 
-TEST(checkThreads, ThreadStartNotFirst) {
+TEST(CheckThreads, ThreadStartNotFirst) {
   std::vector<Event> evs = {ev(Op::thread_start, 1), alloc(8, 0), ev(Op::thread_start, 0), alloc(8, 1)};
   const CheckReport rep = check_events(evs);
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
   EXPECT_TRUE(Listed(rep, 0, 2, 0, "thread_start is not the thread's first event"));
 }
 
-TEST(checkThreads, TimeGoingBackwards) {
+TEST(CheckThreads, TimeGoingBackwards) {
   std::vector<Event> evs = {alloc(8, 0, 100), alloc(8, 1, 50),  // other thread: fine
                             alloc(8, 0, 100),                   // equal: fine
                             alloc(8, 0, 90), alloc(8, 1, 60)};
@@ -298,7 +298,7 @@ TEST(checkThreads, TimeGoingBackwards) {
 
 // ------------------------------------------------------------ file problems
 
-TEST(checkFile, TruncatedFooter) {
+TEST(CheckFile, TruncatedFooter) {
   std::vector<Event> evs;
   for (int i = 0; i < 40; ++i) evs.push_back(alloc(8));
   for (uint64_t id = 1; id <= 40; ++id) evs.push_back(release(id));
@@ -319,7 +319,7 @@ TEST(checkFile, TruncatedFooter) {
   EXPECT_EQ(rep.events, 80u);
 }
 
-TEST(checkFile, TruncatedInsideAChunk) {
+TEST(CheckFile, TruncatedInsideAChunk) {
   std::vector<Event> evs;
   for (int i = 0; i < 40; ++i) evs.push_back(alloc(8));
   for (uint64_t id = 1; id <= 40; ++id) evs.push_back(release(id));
@@ -341,7 +341,7 @@ TEST(checkFile, TruncatedInsideAChunk) {
   EXPECT_EQ(rep.objects, 32u);
 }
 
-TEST(checkFile, TruncatedMultiThreadTraceHasOnlyTheTruncationProblem) {
+TEST(CheckFile, TruncatedMultiThreadTraceHasOnlyTheTruncationProblem) {
   // Thread 1 frees what thread 0 allocated; thread 0's chunks fill first, so
   // a cut loses some of them while later chunks of thread 1 survive. The
   // references to lost objects are a note, not double frees or id gaps.
@@ -366,7 +366,7 @@ TEST(checkFile, TruncatedMultiThreadTraceHasOnlyTheTruncationProblem) {
   EXPECT_GT(total_refs, 0u);  // the scenario did lose objects that were referred to
 }
 
-TEST(checkFile, MetadataNotJson) {
+TEST(CheckFile, MetadataNotJson) {
   std::vector<Event> evs = {alloc(8)};
   WriterOptions opt = plain_options();
   opt.metadata_json = "not json";
@@ -385,7 +385,7 @@ TEST(checkFile, MetadataNotJson) {
 
 // ------------------------------------------------------------ crafted bytes
 
-TEST(checkCrafted, NonDenseIds) {
+TEST(CheckCrafted, NonDenseIds) {
   std::vector<Event> evs = {alloc(8), alloc(8), alloc(8), release(1)};
   std::string img = trace_image(evs);
   const size_t p = chunk_payload(img, 0);
@@ -397,7 +397,7 @@ TEST(checkCrafted, NonDenseIds) {
   EXPECT_EQ(rep.objects, 3u);
 }
 
-TEST(checkCrafted, FreeOfObjectThatDoesNotExistYet) {
+TEST(CheckCrafted, FreeOfObjectThatDoesNotExistYet) {
   std::vector<Event> evs = {alloc(8), alloc(8), release(1)};
   std::string img = trace_image(evs);
   const size_t payload = chunk_payload(img, 0);
@@ -412,7 +412,7 @@ TEST(checkCrafted, FreeOfObjectThatDoesNotExistYet) {
   EXPECT_TRUE(Listed(rep, 0, 2, 0, "free of object 5, which does not exist yet"));
 }
 
-TEST(checkCrafted, DuplicateSeq) {
+TEST(CheckCrafted, DuplicateSeq) {
   // Thread 0 has seqs 0, 2, 4 and thread 1 has 1, 3, 5.
   std::vector<Event> evs = {alloc(8, 0), lost(1, 1), alloc(8, 0), lost(1, 1), alloc(8, 0), lost(1, 1)};
   std::string img = trace_image(evs);
@@ -430,7 +430,7 @@ TEST(checkCrafted, DuplicateSeq) {
   EXPECT_EQ(rep.events, 6u);
 }
 
-TEST(checkCrafted, FlagsOnAnOpThatReturnsNothing) {
+TEST(CheckCrafted, FlagsOnAnOpThatReturnsNothing) {
   std::vector<Event> evs = {alloc(8), release(1)};
   std::string img = trace_image(evs);
   const size_t ops = column_offset(img, chunk_payload(img, 0), -1);
@@ -442,7 +442,7 @@ TEST(checkCrafted, FlagsOnAnOpThatReturnsNothing) {
   EXPECT_TRUE(Listed(rep, 0, 1, 0, "free carries result flags, but it returns nothing"));
 }
 
-TEST(checkCrafted, FailedWithAResult) {
+TEST(CheckCrafted, FailedWithAResult) {
   std::vector<Event> evs = {alloc(8), release(1)};
   std::string img = trace_image(evs);
   const size_t ops = column_offset(img, chunk_payload(img, 0), -1);
@@ -455,7 +455,7 @@ TEST(checkCrafted, FailedWithAResult) {
   EXPECT_EQ(rep.objects, 1u);
 }
 
-TEST(checkCrafted, CorruptChunkThrows) {
+TEST(CheckCrafted, CorruptChunkThrows) {
   std::vector<Event> evs = {alloc(8), release(1)};
   std::string img = trace_image(evs);
   const size_t ops = column_offset(img, chunk_payload(img, 0), -1);

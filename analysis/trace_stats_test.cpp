@@ -72,7 +72,7 @@ TraceStats stats_of(std::vector<Event>& events, bool timestamps = false, uint32_
 
 // ------------------------------------------------------------ counts
 
-TEST(statsCounts, PerOpPerThreadAndFailed) {
+TEST(StatsCounts, PerOpPerThreadAndFailed) {
   std::vector<Event> evs = {
       ev(Op::thread_start, 0),          // 0
       alloc(8, 0),                      // 1  id 1
@@ -138,7 +138,7 @@ TEST(statsCounts, PerOpPerThreadAndFailed) {
   EXPECT_EQ(s.live_bytes_end, 12u);
 }
 
-TEST(statsCounts, CrossThreadFrees) {
+TEST(StatsCounts, CrossThreadFrees) {
   std::vector<Event> evs;
   for (int i = 0; i < 10; ++i) evs.push_back(alloc(64, 0));            // producer: ids 1..10
   for (uint64_t id = 1; id <= 4; ++id) evs.push_back(release(id, 1));  // consumer frees 4
@@ -153,14 +153,14 @@ TEST(statsCounts, CrossThreadFrees) {
   EXPECT_EQ(s.thread_events, (std::vector<uint64_t>{12, 4}));
 }
 
-TEST(statsCounts, NoFreesMeansZeroFraction) {
+TEST(StatsCounts, NoFreesMeansZeroFraction) {
   std::vector<Event> evs = {alloc(1), alloc(2)};
   const TraceStats s = stats_of(evs);
   EXPECT_EQ(s.objects_freed, 0u);
   EXPECT_EQ(s.cross_thread_free_fraction(), 0.0);
 }
 
-TEST(statsCounts, NullFreesAndLostEvents) {
+TEST(StatsCounts, NullFreesAndLostEvents) {
   std::vector<Event> evs = {
       release(0, 0, 0, Op::free),             // free(NULL)
       release(0, 0, 0, Op::op_delete),        // delete nullptr
@@ -182,7 +182,7 @@ TEST(statsCounts, NullFreesAndLostEvents) {
 
 // ------------------------------------------------------------ peaks
 
-TEST(statsPeak, KnownByConstruction) {
+TEST(StatsPeak, KnownByConstruction) {
   std::vector<Event> evs = {
       alloc(100),  // seq 0, id 1: 100
       alloc(200),  // seq 1, id 2: 300  <- peak bytes, 2 objects
@@ -201,7 +201,7 @@ TEST(statsPeak, KnownByConstruction) {
   EXPECT_EQ(s.bytes_requested, 350u);
 }
 
-TEST(statsPeak, BytesAndObjectPeaksDiffer) {
+TEST(StatsPeak, BytesAndObjectPeaksDiffer) {
   std::vector<Event> evs = {
       alloc(1000, 0, 10),  // seq 0, id 1: 1000 bytes, 1 object
       alloc(10, 0, 20),    // seq 1, id 2: 1010 <- bytes peak, 2 objects
@@ -228,7 +228,7 @@ TEST(statsPeak, BytesAndObjectPeaksDiffer) {
 
 // Clocks of different threads need not follow seq order: times are relative
 // to the earliest one, so the peak's offset and the duration never underflow.
-TEST(statsPeak, TimesRelativeToEarliestEvent) {
+TEST(StatsPeak, TimesRelativeToEarliestEvent) {
   std::vector<Event> evs = {
       ev(Op::thread_start, 0, 2000),  // seq 0
       alloc(64, 1, 1500),             // seq 1, id 1: peak, earlier than seq 0
@@ -245,7 +245,7 @@ TEST(statsPeak, TimesRelativeToEarliestEvent) {
   EXPECT_NE(text.find("duration: 0.000003 s\n"), std::string::npos) << text;
 }
 
-TEST(statsPeak, ReallocMovesBytes) {
+TEST(StatsPeak, ReallocMovesBytes) {
   std::vector<Event> evs = {
       alloc(100),                                                // seq 0, id 1: 100
       realloc_ev(1, 300),                                        // seq 1, id 2: 300 (peak)
@@ -275,7 +275,7 @@ TEST(statsPeak, ReallocMovesBytes) {
   EXPECT_EQ(s.lifetime_events.buckets[2], 1u);
 }
 
-TEST(statsPeak, FailedReallocKeepsOldObject) {
+TEST(StatsPeak, FailedReallocKeepsOldObject) {
   std::vector<Event> evs = {
       alloc(500),  // id 1
       realloc_ev(1, 100000, trace::kNullResult | trace::kFailed),
@@ -289,7 +289,7 @@ TEST(statsPeak, FailedReallocKeepsOldObject) {
   EXPECT_EQ(s.live_objects_end, 0u);
 }
 
-TEST(statsPeak, CallocSaturates) {
+TEST(StatsPeak, CallocSaturates) {
   std::vector<Event> evs = {
       calloc_ev(uint64_t{1} << 32, uint64_t{1} << 33),  // seq 0, id 1: 2^65 -> UINT64_MAX
       alloc(100),                                       // seq 1, id 2
@@ -305,7 +305,7 @@ TEST(statsPeak, CallocSaturates) {
   EXPECT_EQ(s.live_bytes_end, 100u);
 }
 
-TEST(statsPeak, LiveBytesSumSaturatesAndRecovers) {
+TEST(StatsPeak, LiveBytesSumSaturatesAndRecovers) {
   const uint64_t half = uint64_t{1} << 63;
   std::vector<Event> evs = {
       alloc(half),  // seq 0, id 1: 2^63
@@ -324,7 +324,7 @@ TEST(statsPeak, LiveBytesSumSaturatesAndRecovers) {
 
 // ------------------------------------------------------------ histograms
 
-TEST(statsHistogram, BucketOf) {
+TEST(StatsHistogram, BucketOf) {
   EXPECT_EQ(Log2Histogram::bucket_of(0), 0u);
   EXPECT_EQ(Log2Histogram::bucket_of(1), 1u);
   EXPECT_EQ(Log2Histogram::bucket_of(2), 2u);
@@ -336,7 +336,7 @@ TEST(statsHistogram, BucketOf) {
   EXPECT_EQ(Log2Histogram::bucket_of(UINT64_MAX), 64u);
 }
 
-TEST(statsHistogram, SizeBuckets) {
+TEST(StatsHistogram, SizeBuckets) {
   std::vector<Event> evs;
   for (uint64_t size : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{4}, uint64_t{7}, uint64_t{8},
                         uint64_t{1023}, uint64_t{1024}, UINT64_MAX})
@@ -359,7 +359,7 @@ TEST(statsHistogram, SizeBuckets) {
   EXPECT_EQ(s.lifetime_ns.samples, 0u);
 }
 
-TEST(statsHistogram, LifetimesInEventsAndNanoseconds) {
+TEST(StatsHistogram, LifetimesInEventsAndNanoseconds) {
   std::vector<Event> evs = {
       alloc(8, 0, 100),     // seq 0, id 1
       alloc(8, 0, 200),     // seq 1, id 2
@@ -385,7 +385,7 @@ TEST(statsHistogram, LifetimesInEventsAndNanoseconds) {
   EXPECT_EQ(s.lifetime_ns.samples, 4u);
 }
 
-TEST(statsHistogram, NoNanosecondLifetimesWithoutTimestamps) {
+TEST(StatsHistogram, NoNanosecondLifetimesWithoutTimestamps) {
   std::vector<Event> evs = {alloc(8, 0, 100), release(1, 0, 5000)};
   const TraceStats s = stats_of(evs);
   EXPECT_EQ(s.lifetime_events.samples, 1u);
@@ -407,7 +407,7 @@ std::vector<Event> tiny_trace() {
   };
 }
 
-TEST(statsOutput, JsonGolden) {
+TEST(StatsOutput, JsonGolden) {
   std::vector<Event> evs = tiny_trace();
   const TraceStats s = stats_of(evs, /*timestamps=*/true);
   const nlohmann::json j = stats_to_json(s);
@@ -441,7 +441,7 @@ TEST(statsOutput, JsonGolden) {
   EXPECT_EQ(j["per_thread"][1]["operations"]["lost"].get<uint64_t>(), 1u);
 }
 
-TEST(statsOutput, JsonWithoutTimestampsHasNoTimeKeys) {
+TEST(StatsOutput, JsonWithoutTimestampsHasNoTimeKeys) {
   std::vector<Event> evs = tiny_trace();
   const TraceStats s = stats_of(evs);
   const nlohmann::json j = stats_to_json(s);
@@ -453,7 +453,7 @@ TEST(statsOutput, JsonWithoutTimestampsHasNoTimeKeys) {
   EXPECT_EQ(j["peak_live_bytes"].dump(), R"({"bytes":300,"objects":2,"seq":1})");
 }
 
-TEST(statsOutput, JsonHugeHistogramBucket) {
+TEST(StatsOutput, JsonHugeHistogramBucket) {
   std::vector<Event> evs = {alloc(UINT64_MAX)};
   const nlohmann::json j = stats_to_json(stats_of(evs));
   EXPECT_EQ(j["size_histogram"].dump(),
@@ -461,7 +461,7 @@ TEST(statsOutput, JsonHugeHistogramBucket) {
             R"("samples":1})");
 }
 
-TEST(statsOutput, TextGolden) {
+TEST(StatsOutput, TextGolden) {
   std::vector<Event> evs = tiny_trace();
   const TraceStats s = stats_of(evs, /*timestamps=*/true);
   const std::string expected =
@@ -492,7 +492,7 @@ TEST(statsOutput, TextGolden) {
   EXPECT_EQ(stats_to_text(s), expected);
 }
 
-TEST(statsOutput, TextSingleThreadNoTimestamps) {
+TEST(StatsOutput, TextSingleThreadNoTimestamps) {
   std::vector<Event> evs = {alloc(1500), alloc(2500), release(1)};
   const std::string expected =
       "events: 3 in 1 thread (no timestamps)\n"
@@ -558,7 +558,7 @@ Reference reference(const std::vector<Event>& evs) {
   return ref;
 }
 
-TEST(statsProperty, RandomTracesMatchDirectCounts) {
+TEST(StatsProperty, RandomTracesMatchDirectCounts) {
   for (uint64_t seed : {11u, 12u, 13u}) {
     trace::testutil::GenOptions g;
     g.threads = 4;

@@ -168,6 +168,9 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
     if (as.label.empty()) {
       as.label = as.name.find('/') != std::string::npos ? as.name.substr(as.name.find_last_of('/') + 1) : as.name;
       if (as.load == "direct") as.label += "/direct";
+      if (!plain_name(as.label))  // a path ending in '/', or characters a label may not have
+        c.fail(a,
+               "cannot make a label of '" + as.name + "' (give it a 'label': letters, digits, '.', '_', '-' and '/')");
     }
     for (const AllocatorSpec& o : s.allocators)
       if (o.label == as.label) c.fail(a, "two allocators labelled '" + as.label + "' (give each a 'label')");
@@ -178,7 +181,10 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const auto expand = [&](std::string& v) {
-    for (size_t at; (at = v.find("{experiment_dir}")) != std::string::npos;) v.replace(at, 16, dir);
+    // Searched from after each replacement: a directory named with the
+    // placeholder itself is not expanded again (forever).
+    for (size_t at = 0; (at = v.find("{experiment_dir}", at)) != std::string::npos; at += dir.size())
+      v.replace(at, 16, dir);
   };
   for (TraceSpec& t : s.traces) {
     expand(t.file);

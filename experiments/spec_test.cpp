@@ -16,6 +16,14 @@ std::string error_of(const std::string& yaml) {
   return "";
 }
 
+// Found by reading (the fuzz target's path is fixed): a directory named with
+// the placeholder itself expanded forever.
+TEST(Spec, ExperimentDirInTheDirectoryNameExpandsOnce) {
+  const ExperimentSpec s = parse_experiment(
+      "traces: [{name: t, file: '{experiment_dir}/x.hlt'}]\nallocators: [glibc]\n", "/tmp/{experiment_dir}/exp.yaml");
+  EXPECT_EQ(s.traces[0].file, "/tmp/{experiment_dir}/x.hlt");
+}
+
 TEST(Spec, AValidExperiment) {
   const ExperimentSpec s = parse_experiment(
       "name: settings\n"
@@ -75,6 +83,12 @@ TEST(Spec, AValidExperiment) {
 TEST(Spec, MistakesNameTheLineAndKey) {
   const std::string ok_traces = "traces: [{name: t, file: x.hlt}]\n";
   const std::string ok_allocs = "allocators: [glibc]\n";
+  // Found by spec_fuzz: a path ending in '/' made an empty label (and the baseline '').
+  EXPECT_EQ(error_of(ok_traces + "allocators: [lib/]\n"),
+            "exp.yaml:2: cannot make a label of 'lib/' (give it a 'label': letters, digits, '.', '_', '-' and '/')");
+  EXPECT_EQ(
+      error_of(ok_traces + "allocators: ['./a|b.so']\n"),
+      "exp.yaml:2: cannot make a label of './a|b.so' (give it a 'label': letters, digits, '.', '_', '-' and '/')");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetiton: 3\n"),
             "exp.yaml:3: unknown key 'repetiton' (known: name, description, traces, allocators, replay, metrics, "
             "repetitions, warmup, baseline)");

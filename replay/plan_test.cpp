@@ -283,7 +283,7 @@ uint64_t trace_max_id(const std::vector<Event>& events) {
 // produces, a failed call produces nothing, and a failed realloc keeps its
 // object, with its bytes, but gives it a new replay id that its later free
 // consumes), and thread_start/thread_end/lost are not steps.
-TEST(planBuild, HandWrittenSingleThread) {
+TEST(PlanBuild, HandWrittenSingleThread) {
   std::vector<Event> evs = {
       ev(Op::thread_start),                      // 0
       alloc(100),                                // 1  id 1        live 100
@@ -371,7 +371,7 @@ TEST(planBuild, HandWrittenSingleThread) {
 
 // realloc(NULL, n) consumes nothing, and realloc(p, 0) returning NULL (null
 // result without failure) releases p and produces nothing.
-TEST(planBuild, ReallocOfNullAndReallocToZero) {
+TEST(PlanBuild, ReallocOfNullAndReallocToZero) {
   std::vector<Event> evs = {
       realloc_ev(0, 64),  // 0 id 1, realloc(NULL, 64)
       realloc_ev(1, 0),   // 1 frees 1, returns NULL
@@ -398,7 +398,7 @@ TEST(planBuild, ReallocOfNullAndReallocToZero) {
 // id; its bytes stay live; and the object belongs to the failed call's
 // replay thread from then on, which decides what is a cross-thread consume.
 // A failed realloc(NULL, n) produces and consumes nothing.
-TEST(planBuild, FailedReallocGivesTheKeptObjectANewId) {
+TEST(PlanBuild, FailedReallocGivesTheKeptObjectANewId) {
   const uint64_t huge = uint64_t{1} << 40;
   std::vector<Event> evs = {
       alloc(8, 0),                                   // 0 trace 1 -> replay 1              live 8
@@ -475,7 +475,7 @@ TEST(planBuild, FailedReallocGivesTheKeptObjectANewId) {
 // with the replay ids the Model assigns (the trace's ids until the first
 // failed realloc of a live object, which takes a new one), and the summary
 // matches numbers recomputed here in seq order.
-TEST(planBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
+TEST(PlanBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
   for (bool all_ops : {true, false}) {
     for (uint64_t seed : {1u, 2u, 3u}) {
       SCOPED_TRACE("seed " + std::to_string(seed) + (all_ops ? " all ops" : " malloc/free"));
@@ -638,7 +638,7 @@ void expect_folded_plan(const Built& b, uint32_t recorded) {
 // Folding 5 recorded threads onto 2: largest first onto the least loaded,
 // ties kept in thread order and going to the lowest replay thread; each
 // replay thread's steps are its threads' calls merged in seq order.
-TEST(planFold, FiveThreadsOntoTwo) {
+TEST(PlanFold, FiveThreadsOntoTwo) {
   // Event counts 2, 6, 6, 4, 4: order t1 t2 t3 t4 t0; loads (6,0) (6,6)
   // (10,6) (10,10) (12,10).
   auto evs = five_threads();
@@ -665,7 +665,7 @@ TEST(planFold, FiveThreadsOntoTwo) {
 
 // The same on generated traces with uneven thread loads, for several fold
 // widths: the fold is the greedy one recomputed here.
-TEST(planFold, GeneratedTracesMatchGreedyFold) {
+TEST(PlanFold, GeneratedTracesMatchGreedyFold) {
   for (uint64_t seed : {7u, 8u}) {
     trace::testutil::GenOptions go;
     go.threads = 5;
@@ -692,7 +692,7 @@ TEST(planFold, GeneratedTracesMatchGreedyFold) {
 
 // threads = 0 and threads >= the recorded threads give one replay thread per
 // recorded thread (the active ones, which need not be dense).
-TEST(planFold, ZeroOrEnoughThreadsIsIdentity) {
+TEST(PlanFold, ZeroOrEnoughThreadsIsIdentity) {
   std::vector<Event> evs = {alloc(8, 5), alloc(8, 2), release(1, 0), release(2, 5), alloc(4, 2)};
   const std::vector<std::vector<uint32_t>> identity = {{0}, {2}, {5}};
   TempDir dir;
@@ -730,7 +730,7 @@ TEST(planFold, ZeroOrEnoughThreadsIsIdentity) {
 // With PlanOptions::times each step carries its recorded time (per replay
 // thread, also when folded); without, or on a trace without a clock, the
 // plan has no times.
-TEST(planTimes, StoredOnlyWhenAskedAndRecorded) {
+TEST(PlanTimes, StoredOnlyWhenAskedAndRecorded) {
   std::vector<Event> evs = {
       at(ev(Op::thread_start, 0), 5), at(alloc(10, 0), 100),   at(alloc(20, 1), 250),           at(release(1, 1), 400),
       at(lost_ev(3, 0), 450),         at(release(2, 0), 1000), at(ev(Op::thread_end, 1), 1200),
@@ -790,7 +790,7 @@ TEST(planTimes, StoredOnlyWhenAskedAndRecorded) {
 
 // A double free (the writer accepts it: the object exists) names the event,
 // its thread, the op and the object.
-TEST(planErrors, DoubleFree) {
+TEST(PlanErrors, DoubleFree) {
   std::vector<Event> evs = {alloc(8, 0), alloc(8, 3), release(2, 3), release(1, 0), release(2, 3, 0, Op::op_delete)};
   EXPECT_EQ(plan_error(evs), "inconsistent trace: event 4 (thread 3, delete): object 2 was already freed");
   std::vector<Event> evs2 = {alloc(8), release(1), release(1)};
@@ -799,7 +799,7 @@ TEST(planErrors, DoubleFree) {
 
 // A realloc of an object that a successful realloc already consumed is also
 // a use of a dead object; a failed realloc does not consume.
-TEST(planErrors, UseAfterRealloc) {
+TEST(PlanErrors, UseAfterRealloc) {
   std::vector<Event> evs = {alloc(8), realloc_ev(1, 16), realloc_ev(1, 32)};
   EXPECT_EQ(plan_error(evs), "inconsistent trace: event 2 (thread 0, realloc): object 1 was already freed");
   std::vector<Event> ok = {alloc(8), failed(realloc_ev(1, 16)), realloc_ev(1, 32)};
@@ -809,7 +809,7 @@ TEST(planErrors, UseAfterRealloc) {
 // A free of an object that does not exist yet. The writer refuses to write
 // one, so the trace is written with a legal `old` and the stored value is
 // patched in the (uncompressed) chunk, checksums recomputed.
-TEST(planErrors, FreeOfObjectThatDoesNotExistYet) {
+TEST(PlanErrors, FreeOfObjectThatDoesNotExistYet) {
   // malloc (id 1), malloc (id 2), free(1): the old column stores
   // zigzag(ref - old) = zigzag(2 - 1) = 2 for the free; zigzag(2 - 3) = 1
   // makes it free(3).
@@ -862,7 +862,7 @@ TEST(planErrors, FreeOfObjectThatDoesNotExistYet) {
 // that produced an object: its frees are dropped and its reallocs replayed
 // as realloc(NULL) instead of failing; the replay ids of the objects it has
 // are dense (1, 2, 3 for trace ids 2, 3, 4).
-TEST(planErrors, TruncatedTraceDropsConsumesOfLostObjects) {
+TEST(PlanErrors, TruncatedTraceDropsConsumesOfLostObjects) {
   TempDir dir;
   const std::string path = dir.file("t.hlt");
   {
@@ -909,7 +909,7 @@ TEST(planErrors, TruncatedTraceDropsConsumesOfLostObjects) {
 // In a truncated trace with gaps, a failed realloc of a live object takes the
 // next dense replay id and the object's later free consumes it, while a
 // failed realloc of a lost object is replayed with NULL and produces nothing.
-TEST(planErrors, TruncatedTraceFailedReallocsTakeDenseIds) {
+TEST(PlanErrors, TruncatedTraceFailedReallocsTakeDenseIds) {
   TempDir dir;
   const std::string path = dir.file("t.hlt");
   {
@@ -984,14 +984,14 @@ std::string mapped_plan_error(const std::string& bytes) {
 }
 
 // MappedPlan refuses files that are not plans, with a message saying why.
-TEST(planMapped, RejectsWhatIsNotAPlan) {
+TEST(PlanMapped, RejectsWhatIsNotAPlan) {
   EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 3");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
 
 // A real plan whose version or sizes were damaged is refused too.
-TEST(planMapped, RejectsDamagedPlan) {
+TEST(PlanMapped, RejectsDamagedPlan) {
   std::vector<Event> evs = {alloc(8), alloc(16), release(1), release(2)};
   auto b = build(evs);
   std::string img(b->plan->mapped_bytes(), '\0');
@@ -1021,7 +1021,7 @@ namespace {
 // bytes produced minus consumed: for one thread, its maximum is the trace's
 // live-bytes peak and its last value the bytes live at the end; summed over
 // threads at their ends, the bytes live at the end.
-TEST(planLive, RunningLiveBytesPerThread) {
+TEST(PlanLive, RunningLiveBytesPerThread) {
   std::vector<Event> evs = {alloc(100), alloc(50), release(1), alloc(30)};
   {
     auto b = build(evs, PlanOptions{0, false, true});

@@ -22,6 +22,13 @@ bad=()
 for f in "${files[@]}"; do
   "$CLANG_FORMAT" --style=file --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
 done
+# One naming style for tests: GoogleTest suites and tests in UpperCamelCase
+# (Suite.WhatItShows).
+mapfile -t badnames < <(grep -nE '^(TEST|TEST_F|TEST_P)\(([a-z_][A-Za-z0-9_]*|[A-Z][A-Za-z0-9]*_[A-Za-z0-9_]*), *|^(TEST|TEST_F|TEST_P)\([A-Za-z0-9_]+, *([a-z_][A-Za-z0-9_]*|[A-Z][A-Za-z0-9]*_[A-Za-z0-9_]*)\)' "${files[@]}" | grep -vE '\([A-Z][A-Z0-9_]*, ' || true)
+for b in "${badnames[@]}"; do echo "check-format: ${b%%:*}: test not named in UpperCamelCase: ${b#*:}"; done
+if ((${#badnames[@]})); then
+  bad+=("${badnames[@]}")
+fi
 if ((${#bad[@]})); then
   for f in "${bad[@]}"; do echo "check-format: $f: not formatted as .clang-format says"; done
   echo "check-format: ${#bad[@]} of ${#files[@]} files need formatting (scripts/check-format.sh --fix)"

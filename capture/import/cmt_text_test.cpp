@@ -209,7 +209,7 @@ void expect_matches_text(const std::vector<Event>& events, const std::vector<Tex
   }
 }
 
-TEST(cmt_samples, Hmmer456ImportsEveryCall) {
+TEST(CmtSamples, Hmmer456ImportsEveryCall) {
   const std::string path = cmt_fixture("456.hmmer.test.txt.bz2");
   const Imported got = import_file(path);
   EXPECT_EQ(got.rep.lines, 180216u);
@@ -239,7 +239,7 @@ TEST(cmt_samples, Hmmer456ImportsEveryCall) {
   expect_matches_text(got.events, parse_sample(path));
 }
 
-TEST(cmt_samples, Bzip2401KeepsSizesAbove2To28) {
+TEST(CmtSamples, Bzip2401KeepsSizesAbove2To28) {
   const std::string path = cmt_fixture("401.bzip2.txt");
   const Imported got = import_file(path);
   EXPECT_EQ(got.rep.lines, 53u);
@@ -266,7 +266,7 @@ TEST(cmt_samples, Bzip2401KeepsSizesAbove2To28) {
   expect_matches_text(got.events, parse_sample(path));
 }
 
-TEST(cmt_samples, TruncatedCompressedSampleIsAnInputError) {
+TEST(CmtSamples, TruncatedCompressedSampleIsAnInputError) {
   TempDir dir;
   std::ifstream src(cmt_fixture("456.hmmer.test.txt.bz2"), std::ios::binary);
   std::string data((std::istreambuf_iterator<char>(src)), std::istreambuf_iterator<char>());
@@ -287,7 +287,7 @@ TEST(cmt_samples, TruncatedCompressedSampleIsAnInputError) {
 // ---------------------------------------------------------------------------
 // Sizes
 
-TEST(cmt_import, SizesUseAll64Bits) {
+TEST(CmtImport, SizesUseAll64Bits) {
   const Imported got = import_text(
       "malloc(9223372036854775807) = 0x10\n"
       "malloc(18446744073709551615) = 0x20\n"
@@ -303,7 +303,7 @@ TEST(cmt_import, SizesUseAll64Bits) {
   EXPECT_EQ(got.events[3].requested_bytes(), UINT64_MAX);  // saturates
 }
 
-TEST(cmt_errors, NumbersOverflowing64BitsAreErrors) {
+TEST(CmtErrors, NumbersOverflowing64BitsAreErrors) {
   EXPECT_EQ(import_error("malloc(1) = 0x10\nmalloc(18446744073709551616) = 0x20\n"),
             "t.cmt:2: bad argument 1 of malloc: \"malloc(18446744073709551616) = 0x20\"");
   EXPECT_EQ(import_error("malloc(0x10000000000000000) = 0x20\n"),
@@ -322,7 +322,7 @@ TEST(cmt_errors, NumbersOverflowing64BitsAreErrors) {
 // ---------------------------------------------------------------------------
 // Object identity
 
-TEST(cmt_import, AddressReusedAfterFreeIsANewObject) {
+TEST(CmtImport, AddressReusedAfterFreeIsANewObject) {
   const Imported got = import_text(
       "malloc(16) = 0x1000\n"
       "free(0x1000)\n"
@@ -339,7 +339,7 @@ TEST(cmt_import, AddressReusedAfterFreeIsANewObject) {
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
 
-TEST(cmt_import, AllocationAtALiveAddressReplacesTheOldObject) {
+TEST(CmtImport, AllocationAtALiveAddressReplacesTheOldObject) {
   // A missed free: the old object leaks and later calls refer to the new one.
   const Imported got = import_text(
       "malloc(16) = 0x1000\n"
@@ -352,7 +352,7 @@ TEST(cmt_import, AllocationAtALiveAddressReplacesTheOldObject) {
   EXPECT_EQ(got.rep.first_unknown_free_line, 4u);
 }
 
-TEST(cmt_import, AddressSpellingsMatch) {
+TEST(CmtImport, AddressSpellingsMatch) {
   // 0x prefix or none, either case: all the same address.
   const Imported got = import_text(
       "malloc(1) = 0xABCdef\n"
@@ -364,7 +364,7 @@ TEST(cmt_import, AddressSpellingsMatch) {
 // ---------------------------------------------------------------------------
 // free
 
-TEST(cmt_import, FreeOfAnUnknownAddressIsCountedNotWritten) {
+TEST(CmtImport, FreeOfAnUnknownAddressIsCountedNotWritten) {
   const Imported got = import_text(
       "malloc(16) = 0x1000\n"
       "# a comment\n"
@@ -380,7 +380,7 @@ TEST(cmt_import, FreeOfAnUnknownAddressIsCountedNotWritten) {
   EXPECT_EQ(got.rep.skipped_lines, 1u);
 }
 
-TEST(cmt_import, FreeOfNullIsWritten) {
+TEST(CmtImport, FreeOfNullIsWritten) {
   const Imported got = import_text("free(0x0)\nfree(0)\nfree(NULL)\nfree((nil))\n");
   expect_events(got.events,
                 {ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0), ev(Op::free, 0, 0, 0)});
@@ -390,7 +390,7 @@ TEST(cmt_import, FreeOfNullIsWritten) {
 // ---------------------------------------------------------------------------
 // realloc
 
-TEST(cmt_import, ReallocOfNullIsAnAllocation) {
+TEST(CmtImport, ReallocOfNullIsAnAllocation) {
   const Imported got = import_text(
       "realloc(0x0, 64) = 0x2000\n"
       "realloc(0, 8) = 0x3000\n"
@@ -404,7 +404,7 @@ TEST(cmt_import, ReallocOfNullIsAnAllocation) {
   EXPECT_EQ(got.rep.null_results, 0u);
 }
 
-TEST(cmt_import, ReallocInPlaceAndMoving) {
+TEST(CmtImport, ReallocInPlaceAndMoving) {
   const Imported got = import_text(
       "malloc(16) = 0x1000\n"
       "realloc(0x1000, 32) = 0x1000\n"
@@ -418,7 +418,7 @@ TEST(cmt_import, ReallocInPlaceAndMoving) {
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
 
-TEST(cmt_import, ReallocToZeroReturningNullFreesTheObject) {
+TEST(CmtImport, ReallocToZeroReturningNullFreesTheObject) {
   const Imported got = import_text(
       "malloc(16) = 0x1000\n"
       "realloc(0x1000, 0) = 0x0\n"
@@ -433,7 +433,7 @@ TEST(cmt_import, ReallocToZeroReturningNullFreesTheObject) {
   EXPECT_EQ(got.rep.reused_live, 0u);
 }
 
-TEST(cmt_import, FailedReallocKeepsTheOldObject) {
+TEST(CmtImport, FailedReallocKeepsTheOldObject) {
   const Imported got = import_text(
       "malloc(16) = 0x1000\n"
       "realloc(0x1000, 999999999999) = 0x0\n"
@@ -445,13 +445,13 @@ TEST(cmt_import, FailedReallocKeepsTheOldObject) {
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
 
-TEST(cmt_import, ReallocOfNullToZeroReturningNullIsAFailure) {
+TEST(CmtImport, ReallocOfNullToZeroReturningNullIsAFailure) {
   // No object is consumed, so a NULL result is an allocation failure.
   const Imported got = import_text("realloc(0x0, 0) = 0x0\n");
   expect_events(got.events, {ev(Op::realloc, 0, 0, 0, 0, 0, kFailedNull)});
 }
 
-TEST(cmt_import, ReallocOfAnUnknownAddressIsWrittenAsReallocOfNull) {
+TEST(CmtImport, ReallocOfAnUnknownAddressIsWrittenAsReallocOfNull) {
   const Imported got = import_text(
       "realloc(0xbeef, 10) = 0x3000\n"
       "realloc(0xbeef, 0) = 0x0\n"
@@ -462,7 +462,7 @@ TEST(cmt_import, ReallocOfAnUnknownAddressIsWrittenAsReallocOfNull) {
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
 
-TEST(cmt_import, ReallocarrayToZeroBytesReturningNullFreesTheObject) {
+TEST(CmtImport, ReallocarrayToZeroBytesReturningNullFreesTheObject) {
   // reallocarray(p, n, s) is realloc(p, n * s): a zero count frees like a
   // zero size does.
   const Imported got = import_text(
@@ -486,7 +486,7 @@ TEST(cmt_import, ReallocarrayToZeroBytesReturningNullFreesTheObject) {
 // ---------------------------------------------------------------------------
 // NULL results
 
-TEST(cmt_import, FailedAllocationsHaveNoObject) {
+TEST(CmtImport, FailedAllocationsHaveNoObject) {
   const Imported got = import_text(
       "malloc(100) = 0x0\n"
       "malloc(101) = 0\n"
@@ -516,7 +516,7 @@ TEST(cmt_import, FailedAllocationsHaveNoObject) {
 // ---------------------------------------------------------------------------
 // Syntax
 
-TEST(cmt_import, EveryCallKindAndItsFields) {
+TEST(CmtImport, EveryCallKindAndItsFields) {
   const Imported got = import_text(
       "malloc(56) = 0x800e00000\n"
       "calloc(4, 16) = 0x800e00040\n"
@@ -549,7 +549,7 @@ TEST(cmt_import, EveryCallKindAndItsFields) {
             0u);
 }
 
-TEST(cmt_import, TaggedForm) {
+TEST(CmtImport, TaggedForm) {
   // trace2cmt writes addresses without 0x and with a <tag>; the tag does not
   // take part in matching.
   const Imported got = import_text(
@@ -567,7 +567,7 @@ TEST(cmt_import, TaggedForm) {
   EXPECT_EQ(got.rep.unknown_frees, 0u);
 }
 
-TEST(cmt_import, WhitespaceCommentsAndBlankLines) {
+TEST(CmtImport, WhitespaceCommentsAndBlankLines) {
   const Imported got = import_text(
       "# CMT trace\n"
       "\n"
@@ -586,28 +586,28 @@ TEST(cmt_import, WhitespaceCommentsAndBlankLines) {
   EXPECT_EQ(got.rep.events, 4u);
 }
 
-TEST(cmt_import, CrLfLineEnds) {
+TEST(CmtImport, CrLfLineEnds) {
   const Imported got = import_text("malloc(8) = 0x10\r\n\r\n# c\r\nfree(0x10)\r\n");
   expect_events(got.events, {ev(Op::malloc, 1, 0, 8), ev(Op::free, 0, 1, 0)});
   EXPECT_EQ(got.rep.lines, 4u);
   EXPECT_EQ(got.rep.skipped_lines, 2u);
 }
 
-TEST(cmt_import, EmptyInput) {
+TEST(CmtImport, EmptyInput) {
   const Imported got = import_text("");
   EXPECT_TRUE(got.events.empty());
   EXPECT_EQ(got.rep.lines, 0u);
   EXPECT_EQ(got.rep.events, 0u);
 }
 
-TEST(cmt_import, OnlyComments) {
+TEST(CmtImport, OnlyComments) {
   const Imported got = import_text("# nothing\n\n#\n");
   EXPECT_TRUE(got.events.empty());
   EXPECT_EQ(got.rep.lines, 3u);
   EXPECT_EQ(got.rep.skipped_lines, 3u);
 }
 
-TEST(cmt_import, DoesNotCloseTheWriter) {
+TEST(CmtImport, DoesNotCloseTheWriter) {
   TempDir dir;
   const std::string path = dir.file("more.hlt");
   trace::TraceWriter w(path, trace::WriterOptions{});
@@ -635,7 +635,7 @@ struct BadLine {
   const char* reason;
 };
 
-TEST(cmt_errors, GarbageLinesAreErrorsNamingTheLine) {
+TEST(CmtErrors, GarbageLinesAreErrorsNamingTheLine) {
   const BadLine cases[] = {
       {"hello", "unknown call 'hello'"},
       {"123", "unknown call '123'"},
@@ -680,7 +680,7 @@ TEST(cmt_errors, GarbageLinesAreErrorsNamingTheLine) {
   }
 }
 
-TEST(cmt_errors, ErrorShowsAtMost80PrintableCharacters) {
+TEST(CmtErrors, ErrorShowsAtMost80PrintableCharacters) {
   const std::string long_line = "malloc(1) = 0x10 " + std::string(100, 'z');
   EXPECT_EQ(import_error(long_line + "\n"),
             "t.cmt:1: unexpected text after the call: \"" + long_line.substr(0, 80) + "...\"");
@@ -693,7 +693,7 @@ TEST(cmt_errors, ErrorShowsAtMost80PrintableCharacters) {
   EXPECT_EQ(import_error("\r\nbogus\r\n"), "t.cmt:2: unknown call 'bogus': \"bogus\"");
 }
 
-TEST(cmt_errors, ErrorNamesTheFileAndLine) {
+TEST(CmtErrors, ErrorNamesTheFileAndLine) {
   TempDir dir;
   const std::string path = dir.file("broken.txt");
   write_file(path,
@@ -713,7 +713,7 @@ TEST(cmt_errors, ErrorNamesTheFileAndLine) {
   EXPECT_EQ(w.events(), 1u);
 }
 
-TEST(cmt_errors, ErrorLineNumberInACompressedFile) {
+TEST(CmtErrors, ErrorLineNumberInACompressedFile) {
   TempDir dir;
   std::string text;
   for (int i = 0; i < 5000; ++i) text += "malloc(16) = 0x" + std::to_string(1000 + i) + "\n";
@@ -730,7 +730,7 @@ TEST(cmt_errors, ErrorLineNumberInACompressedFile) {
   }
 }
 
-TEST(cmt_errors, MissingInputFile) {
+TEST(CmtErrors, MissingInputFile) {
   TempDir dir;
   const std::string path = dir.file("nope.txt");
   try {

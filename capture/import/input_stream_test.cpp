@@ -391,7 +391,7 @@ INSTANTIATE_TEST_SUITE_P(input_stream, CompressedTest,
 // ---------------------------------------------------------------------------
 // Plain files and sniffing
 
-TEST(input_stream, EmptyFile) {
+TEST(InputStream, EmptyFile) {
   TempDir dir;
   const std::string path = dir.file("empty.txt");
   write_file(path, "");
@@ -402,7 +402,7 @@ TEST(input_stream, EmptyFile) {
   EXPECT_TRUE(read_lines(path).empty());
 }
 
-TEST(input_stream, FilesShorterThanTheSniffedPrefix) {
+TEST(InputStream, FilesShorterThanTheSniffedPrefix) {
   // Fewer bytes than a signature: plain data, returned unchanged.
   TempDir dir;
   const std::vector<std::string> cases = {"a",
@@ -429,7 +429,7 @@ TEST(input_stream, FilesShorterThanTheSniffedPrefix) {
   }
 }
 
-TEST(input_stream, PlainTextIsNotMistakenForCompressed) {
+TEST(InputStream, PlainTextIsNotMistakenForCompressed) {
   TempDir dir;
   const std::string path = dir.file("plain.txt");
   const std::string text = "BZ is not bzip2\n\x1f is not gzip\nmalloc(1) = 0x1\n";
@@ -439,7 +439,7 @@ TEST(input_stream, PlainTextIsNotMistakenForCompressed) {
   EXPECT_EQ(read_all(*in, 2), text);
 }
 
-TEST(input_stream, RealBzip2Fixture) {
+TEST(InputStream, RealBzip2Fixture) {
   const std::string path = source_dir() + "/capture/testdata/cmt/456.hmmer.test.txt.bz2";
   auto in = InputStream::open(path);
   EXPECT_STREQ(in->compression(), "bzip2");
@@ -456,7 +456,7 @@ TEST(input_stream, RealBzip2Fixture) {
 // ---------------------------------------------------------------------------
 // Errors
 
-TEST(input_stream, MissingFile) {
+TEST(InputStream, MissingFile) {
   TempDir dir;
   const std::string path = dir.file("does-not-exist.txt.gz");
   const std::string msg = input_error([&] { InputStream::open(path); });
@@ -465,7 +465,7 @@ TEST(input_stream, MissingFile) {
   EXPECT_FALSE(contains(msg, "\n")) << msg;
 }
 
-TEST(input_stream, DirectoryIsAReadError) {
+TEST(InputStream, DirectoryIsAReadError) {
   TempDir dir;
   const std::string path = dir.file("subdir");
   fs::create_directory(path);
@@ -477,7 +477,7 @@ TEST(input_stream, DirectoryIsAReadError) {
   EXPECT_TRUE(contains(msg, "read error")) << msg;
 }
 
-TEST(input_stream, InputErrorIsARuntimeError) {
+TEST(InputStream, InputErrorIsARuntimeError) {
   TempDir dir;
   EXPECT_THROW(InputStream::open(dir.file("nope")), std::runtime_error);
 }
@@ -503,7 +503,7 @@ class PiecewiseInput final : public InputStream {
   size_t pos_ = 0;
 };
 
-TEST(input_stream_line_reader, SplitsRegardlessOfHowTheInputArrives) {
+TEST(InputStreamLineReader, SplitsRegardlessOfHowTheInputArrives) {
   const std::string text = "one\r\ntwo\n\nthree\r\n" + std::string(70000, 'z') + "\nlast";
   for (size_t piece : {size_t{1}, size_t{2}, size_t{5}, size_t{4096}, size_t{1} << 20}) {
     PiecewiseInput in(text, piece);
@@ -511,7 +511,7 @@ TEST(input_stream_line_reader, SplitsRegardlessOfHowTheInputArrives) {
   }
 }
 
-TEST(input_stream_line_reader, LineNumbersCountEveryLine) {
+TEST(InputStreamLineReader, LineNumbersCountEveryLine) {
   PiecewiseInput in("a\n\n# c\n\nb", 3);
   LineReader lr(in);
   std::string_view line;
@@ -521,7 +521,7 @@ TEST(input_stream_line_reader, LineNumbersCountEveryLine) {
   EXPECT_EQ(got, want);
 }
 
-TEST(input_stream_line_reader, ViewStaysValidUntilTheNextCall) {
+TEST(InputStreamLineReader, ViewStaysValidUntilTheNextCall) {
   const std::string text = sample_text(5000, 11);
   PiecewiseInput in(text, 1000);
   LineReader lr(in);
@@ -537,7 +537,7 @@ TEST(input_stream_line_reader, ViewStaysValidUntilTheNextCall) {
   EXPECT_EQ(i, want.size());
 }
 
-TEST(input_stream_line_reader, LineOver64MiBIsAnError) {
+TEST(InputStreamLineReader, LineOver64MiBIsAnError) {
   // 65 MiB of one line, as concatenated zstd frames of 1 MiB (cheap to make).
   TempDir dir;
   const std::string path = dir.file("huge.txt.zst");
@@ -554,7 +554,7 @@ TEST(input_stream_line_reader, LineOver64MiBIsAnError) {
   EXPECT_EQ(msg, path + ":2: line longer than 64 MiB");
 }
 
-TEST(input_stream_line_reader, VeryLongLineInSmallPieces) {
+TEST(InputStreamLineReader, VeryLongLineInSmallPieces) {
   // A 32 MiB line arriving in 64 KiB pieces (what PlainStream hands out): the
   // buffer grows to 64 MiB, and each new piece is searched for '\n' once.
   std::string text(32u << 20, 'y');
@@ -591,7 +591,7 @@ class StdinFrom {
   int saved_;
 };
 
-TEST(input_stream_stdin, DashReadsStdinAndSniffsIt) {
+TEST(InputStreamStdin, DashReadsStdinAndSniffsIt) {
   TempDir dir;
   const std::string text = sample_text(3000, 12);
   const std::string path = dir.file("stdin.gz");
@@ -603,7 +603,7 @@ TEST(input_stream_stdin, DashReadsStdinAndSniffsIt) {
   EXPECT_EQ(read_lines(*in), split_lines(text));
 }
 
-TEST(input_stream_stdin, StdinErrorsNameStdin) {
+TEST(InputStreamStdin, StdinErrorsNameStdin) {
   TempDir dir;
   const std::string full = compress(Codec::xz, sample_text(1000, 13));
   const std::string path = dir.file("stdin.xz");

@@ -354,7 +354,8 @@ void decode_direct(const PerfData& d, Collector& col, const std::unordered_map<u
     truncated.emplace_back(d.per_cpu ? a.id.cpu : a.id.tid, a.aux_offset + a.aux_size);
   }
   std::vector<uint8_t> joined;  // a cut packet and the chunk it continues in
-  for (auto& [idx, chunks] : queues) {
+  for (auto& [idx, queue] : queues) {
+    auto& chunks = queue;  // a plain reference: lambdas below capture it (clang 14 captures no structured binding)
     std::stable_sort(chunks.begin(), chunks.end(),
                      [](const AuxChunk* x, const AuxChunk* y) { return x->offset < y->offset; });
     const AuxChunk& first = *chunks.front();

@@ -194,8 +194,8 @@ std::vector<uint8_t> synth_perf_data(const std::vector<SynthThread>& threads, co
     append(body, t.pid);
     append(body, t.tid);
     char name[16] = {};
-    std::memcpy(name, t.comm.data(),
-                std::min<size_t>(t.comm.size(), 15));  // NOLINT(bugprone-not-null-terminated-result): name[15] stays 0
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result): name[15] stays 0
+    std::memcpy(name, t.comm.data(), std::min<size_t>(t.comm.size(), 15));
     body.insert(body.end(), name, name + 16);
     o.record(PERF_RECORD_COMM, 0, body, true, t.pid, t.tid, t0);
   }
