@@ -14,6 +14,8 @@
 #include "experiments/results.h"
 #include "experiments/stats.h"
 
+#include "replay/result.h"
+
 namespace heaplab::experiments {
 
 namespace {
@@ -31,18 +33,24 @@ json thin(const json& col, size_t n) {
 }
 
 // What a drill-down shows of one run: the heap timeline and latency.
-json drill(const json& r) {
+json drill(const json& document) {
+  const replay::ReplayResult r = replay::result_from_json(document);
   json d = json::object();
-  if (r.contains("replay") && r["replay"].contains("memory")) {
-    const json& tl = r["replay"]["memory"]["timeline"];
-    for (const char* k : {"t_ms", "heap_kib", "rss_kib", "live_bytes"})
-      if (tl.contains(k)) d["timeline"][k] = thin(tl[k], 400);
+  if (r.memory) {
+    const replay::Timeline& tl = r.memory->timeline;
+    if (!tl.t_ms.empty()) d["timeline"]["t_ms"] = thin(tl.t_ms, 400);
+    if (!tl.heap_kib.empty()) d["timeline"]["heap_kib"] = thin(tl.heap_kib, 400);
+    if (!tl.rss_kib.empty()) d["timeline"]["rss_kib"] = thin(tl.rss_kib, 400);
+    if (!tl.live_bytes.empty()) d["timeline"]["live_bytes"] = thin(tl.live_bytes, 400);
   }
-  if (r.contains("replay") && r["replay"].contains("latency"))
-    for (const auto& [op, o] : r["replay"]["latency"]["ops"].items()) {
+  if (r.latency)
+    for (const auto& [op, o] : r.latency->ops) {
       json q = json::object();
-      for (const char* k : {"p50_ns", "p90_ns", "p99_ns", "p99.9_ns", "p99.99_ns", "max_ns"})
-        if (o.contains(k)) q[k] = o[k];
+      const std::pair<const char*, std::optional<double>> qs[] = {{"p50_ns", o.p50},      {"p90_ns", o.p90},
+                                                                  {"p99_ns", o.p99},      {"p99.9_ns", o.p999},
+                                                                  {"p99.99_ns", o.p9999}, {"max_ns", o.max}};
+      for (const auto& [k, v] : qs)
+        if (v) q[k] = *v;
       d["latency"][op] = q;
     }
   return d;

@@ -1,5 +1,7 @@
 #include "experiments/metrics.h"
 
+#include "replay/result.h"
+
 namespace heaplab::experiments {
 
 using nlohmann::json;
@@ -37,46 +39,35 @@ const std::vector<std::string>& default_metrics() {
   return d;
 }
 
-namespace {
-
-// result at a path of keys, if it is a number.
-bool number_at(const json& j, std::initializer_list<const char*> path, double& out) {
-  const json* p = &j;
-  for (const char* k : path) {
-    if (!p->is_object() || !p->contains(k)) return false;
-    p = &(*p)[k];
-  }
-  if (!p->is_number()) return false;
-  out = p->get<double>();
-  return true;
-}
-
-}  // namespace
-
-std::map<std::string, double> extract_metrics(const json& r) {
+std::map<std::string, double> extract_metrics(const json& document) {
+  const replay::ReplayResult r = replay::result_from_json(document);
   std::map<std::string, double> m;
-  double v = 0, w = 0;
-  if (number_at(r, {"replay", "wall_s"}, v)) m["wall_s"] = v;
-  if (number_at(r, {"replay", "calls_per_s"}, v)) m["mcalls_per_s"] = v / 1e6;
-  if (number_at(r, {"replay", "cpu", "user_s"}, v) && number_at(r, {"replay", "cpu", "system_s"}, w))
-    m["cpu_s"] = v + w;
-  if (number_at(r, {"replay", "page_faults", "minor"}, v)) m["minor_faults"] = v;
-  const json empty = json::object();
-  const json& mem = r.contains("replay") && r["replay"].contains("memory") ? r["replay"]["memory"] : empty;
-  if (number_at(mem, {"heap_peak_kib"}, v)) m["heap_peak_mib"] = v / 1024;
-  if (number_at(mem, {"heap_final_kib"}, v)) m["heap_final_mib"] = v / 1024;
-  if (number_at(mem, {"peak_rss_kib"}, v)) m["peak_rss_mib"] = v / 1024;
-  // At the live peak only where the samples caught it (replay/README.md).
-  if (number_at(mem, {"live_peak_sampled_fraction"}, w) && w >= 0.5) {
-    if (number_at(mem, {"heap_kib_at_live_peak"}, v)) m["heap_at_live_peak_mib"] = v / 1024;
-    if (number_at(mem, {"fragmentation", "at_live_peak"}, v)) m["frag_at_live_peak"] = v;
-    if (number_at(mem, {"fragmentation", "time_weighted"}, v)) m["frag_time_weighted"] = v;
+  if (!r.ran) return m;
+  m["wall_s"] = r.wall_s;
+  m["mcalls_per_s"] = r.calls_per_s / 1e6;
+  m["cpu_s"] = r.cpu_user_s + r.cpu_system_s;
+  if (r.minor_faults) m["minor_faults"] = *r.minor_faults;
+  if (r.memory) {
+    const replay::MemoryResult& mem = *r.memory;
+    if (mem.heap_peak_kib) m["heap_peak_mib"] = *mem.heap_peak_kib / 1024;
+    if (mem.heap_final_kib) m["heap_final_mib"] = *mem.heap_final_kib / 1024;
+    if (mem.peak_rss_kib) m["peak_rss_mib"] = *mem.peak_rss_kib / 1024;
+    // At the live peak only where the samples caught it (replay/README.md).
+    if (r.live_peak_measured()) {
+      if (mem.heap_kib_at_live_peak) m["heap_at_live_peak_mib"] = *mem.heap_kib_at_live_peak / 1024;
+      if (mem.frag_at_live_peak) m["frag_at_live_peak"] = *mem.frag_at_live_peak;
+      if (mem.frag_time_weighted) m["frag_time_weighted"] = *mem.frag_time_weighted;
+    }
   }
-  for (const char* op : {"malloc", "free"}) {
-    if (number_at(r, {"replay", "latency", "ops", op, "p50_ns"}, v)) m[std::string(op) + "_p50_ns"] = v;
-    if (number_at(r, {"replay", "latency", "ops", op, "p99_ns"}, v)) m[std::string(op) + "_p99_ns"] = v;
+  if (r.latency) {
+    for (const char* op : {"malloc", "free"}) {
+      const auto it = r.latency->ops.find(op);
+      if (it == r.latency->ops.end()) continue;
+      if (it->second.p50) m[std::string(op) + "_p50_ns"] = *it->second.p50;
+      if (it->second.p99) m[std::string(op) + "_p99_ns"] = *it->second.p99;
+      if (std::string(op) == "malloc" && it->second.p999) m["malloc_p999_ns"] = *it->second.p999;
+    }
   }
-  if (number_at(r, {"replay", "latency", "ops", "malloc", "p99.9_ns"}, v)) m["malloc_p999_ns"] = v;
   return m;
 }
 

@@ -12,6 +12,8 @@
 #include "experiments/results.h"
 #include "experiments/stats.h"
 
+#include "replay/result.h"
+
 namespace heaplab::experiments {
 
 namespace {
@@ -179,23 +181,23 @@ std::vector<std::string> write_plots(Store& store, const std::string& session, c
     for (const std::string& a : allocators) {
       auto& v = runs[{t, a}];
       if (v.empty()) continue;
-      const nlohmann::json& r = median_run(v).result;
-      if (r.contains("replay") && r["replay"].contains("memory")) {
-        const auto& tl = r["replay"]["memory"]["timeline"];
+      const replay::ReplayResult r = replay::result_from_json(median_run(v).result);
+      if (r.memory) {
+        const replay::Timeline& tl = r.memory->timeline;
         Series s{a, {}, {}};
-        for (size_t i = 0; i < tl["t_ms"].size(); ++i) {
-          s.x.push_back(tl["t_ms"][i].get<double>());
-          s.y.push_back(tl["heap_kib"][i].get<double>() / 1024);
+        for (size_t i = 0; i < tl.t_ms.size() && i < tl.heap_kib.size(); ++i) {
+          s.x.push_back(tl.t_ms[i]);
+          s.y.push_back(tl.heap_kib[i] / 1024);
         }
         heap.push_back(s);
       }
-      if (r.contains("replay") && r["replay"].contains("latency") && r["replay"]["latency"]["ops"].contains("malloc")) {
-        const auto& o = r["replay"]["latency"]["ops"]["malloc"];
+      if (r.latency && r.latency->ops.count("malloc")) {
+        const replay::OpLatency& o = r.latency->ops.at("malloc");
         Series s{a, {}, {}};
         int i = 0;
-        for (const char* q : {"p50_ns", "p90_ns", "p99_ns", "p99.9_ns", "p99.99_ns", "max_ns"}) {
+        for (const std::optional<double>& q : {o.p50, o.p90, o.p99, o.p999, o.p9999, o.max}) {
           s.x.push_back(i++);
-          s.y.push_back(std::max(o.value(q, 0.0), 1.0));
+          s.y.push_back(std::max(q.value_or(0.0), 1.0));
         }
         lat.push_back(s);
       }

@@ -30,6 +30,7 @@
 #include "experiments/report.h"
 #include "experiments/store.h"
 #include "replay/launch.h"
+#include "replay/result.h"
 
 #if __has_include("generated/git_commit.h")
 #include "generated/git_commit.h"
@@ -353,14 +354,15 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     row.seq = c.seq;
     row.trace = t.name;
     row.trace_file = ro.trace;
-    row.trace_id = o.result.contains("trace") ? o.result["trace"].value("id", "") : "";
+    const replay::ReplayResult rr = replay::result_from_json(o.result);
+    row.trace_id = rr.trace_id;
     row.allocator = a.label;
     row.allocator_name = a.name;
     row.load = a.load;
     row.rep = int(c.rep);
     row.warmup = c.warmup;
-    row.exit = o.result.contains("exit") ? o.result["exit"].value("status", "error") : "error";
-    row.faithful = o.result.contains("replay") && o.result["replay"].value("faithful", false);
+    row.exit = rr.exit_status.empty() ? "error" : rr.exit_status;
+    row.faithful = rr.ran && rr.faithful;
     if (!o.error.empty()) o.result["error"] = o.error;
     row.metrics = extract_metrics(o.result);
     row.result = o.result;

@@ -7,6 +7,8 @@
 
 #include "experiments/metrics.h"
 
+#include "replay/result.h"
+
 namespace heaplab::experiments {
 
 std::string utc_now_iso() {
@@ -238,15 +240,7 @@ void Store::add_run(const std::string& session, const RunRow& r) {
              "?, ?, ?, ?, ?" +
              marks + ", ?)",
          path_);
-  const nlohmann::json& j = r.result;
-  const auto str = [&](std::initializer_list<const char*> path) {
-    const nlohmann::json* p = &j;
-    for (const char* k : path) {
-      if (!p->is_object() || !p->contains(k)) return std::string();
-      p = &(*p)[k];
-    }
-    return p->is_string() ? p->get<std::string>() : p->is_null() ? std::string() : p->dump();
-  };
+  const replay::ReplayResult rr = r.result.is_object() ? replay::result_from_json(r.result) : replay::ReplayResult{};
   int i = 0;
   for (const std::string& v : {session, r.cell}) q.bind(++i, v);
   q.bind(++i, r.seq);
@@ -255,10 +249,7 @@ void Store::add_run(const std::string& session, const RunRow& r) {
   for (const int64_t v : {int64_t(r.rep), int64_t(r.warmup)}) q.bind(++i, v);
   for (const std::string& v : {r.started, r.exit}) q.bind(++i, v);
   q.bind(++i, int64_t(r.faithful));
-  for (const std::string& v :
-       {str({"replay", "environment", "host"}), str({"replay", "environment", "cpu_model"}),
-        str({"replay", "environment", "kernel"}), str({"allocator", "version"}), str({"allocator", "build_id"})})
-    q.bind(++i, v);
+  for (const std::string& v : {rr.host, rr.cpu_model, rr.kernel, rr.version, rr.build_id}) q.bind(++i, v);
   for (const Metric& m : all_metrics()) {
     ++i;
     if (auto it = r.metrics.find(m.name); it != r.metrics.end())
@@ -266,7 +257,7 @@ void Store::add_run(const std::string& session, const RunRow& r) {
     else
       q.bind_null(i);
   }
-  q.bind(++i, j.dump());
+  q.bind(++i, r.result.dump());
   q.step();
 }
 

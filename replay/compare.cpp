@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "allocators/library.h"
+#include "replay/result.h"
 
 namespace heaplab::replay {
 
@@ -12,30 +13,18 @@ namespace {
 
 using nlohmann::json;
 
-// `j` at a path of keys, or null.
-const json* at(const json& j, std::initializer_list<const char*> path) {
-  const json* p = &j;
-  for (const char* k : path) {
-    if (!p->is_object() || !p->contains(k)) return nullptr;
-    p = &(*p)[k];
-  }
-  return p;
-}
-
-double num(const json& j, std::initializer_list<const char*> path, double otherwise = -1) {
-  const json* p = at(j, path);
-  return p && p->is_number() ? p->get<double>() : otherwise;
-}
-
 std::string fixed(double v, int digits) { return v < 0 ? "-" : fmt::format("{:.{}f}", v, digits); }
 
 std::string mib(double kib) { return kib < 0 ? "-" : fmt::format("{:.1f}", kib / 1024.0); }
 
 }  // namespace
 
-std::string comparison_table(const std::vector<json>& results) {
+std::string comparison_table(const std::vector<json>& documents) {
+  std::vector<ReplayResult> results;
+  results.reserve(documents.size());
+  for (const json& d : documents) results.push_back(result_from_json(d));
   bool latency = false;
-  for (const json& r : results) latency = latency || at(r, {"replay", "latency"});
+  for (const ReplayResult& r : results) latency = latency || r.latency.has_value();
   struct Column {
     const char* head;
     bool left;
@@ -49,13 +38,11 @@ std::string comparison_table(const std::vector<json>& results) {
 
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> failures;
-  for (const json& r : results) {
-    const json* a = at(r, {"allocator"});
-    std::string name = a ? a->value("name", std::string("?")) + "/" + a->value("load", std::string("?")) : "?";
-    const json* p = at(r, {"replay"});
-    if (!p || !at(r, {"replay", "wall_s"})) {
-      const bool skipped = r.contains("skipped");
-      std::string why = r.value(skipped ? "skipped" : "error", std::string("no result"));
+  for (const ReplayResult& r : results) {
+    const std::string name = r.document.contains("allocator") ? r.label() : "?";
+    if (!r.ran) {
+      const bool skipped = r.document.contains("skipped");
+      std::string why = skipped ? r.skipped : r.error;
       if (why.empty()) why = "no result";
       failures.push_back((skipped ? "skipped: " : "failed: ") + name + ": " + why);
       std::vector<std::string> row(cols.size(), "-");
@@ -64,26 +51,31 @@ std::string comparison_table(const std::vector<json>& results) {
       rows.push_back(row);
       continue;
     }
-    const json& m = p->contains("memory") ? (*p)["memory"] : json::object();
-    const bool frag_ok = num(m, {"live_peak_sampled_fraction"}, 0) >= 0.5;
+    const MemoryResult m = r.memory.value_or(MemoryResult{});
+    const bool frag_ok = r.live_peak_measured();
     std::vector<std::string> row = {name,
-                                    fixed(num(*p, {"wall_s"}), 3),
-                                    fixed(num(*p, {"calls_per_s"}) < 0 ? -1 : num(*p, {"calls_per_s"}) / 1e6, 2),
-                                    mib(num(m, {"heap_peak_kib"})),
-                                    frag_ok ? mib(num(m, {"heap_kib_at_live_peak"})) : "-",
-                                    frag_ok ? fixed(num(m, {"fragmentation", "at_live_peak"}), 2) : "-",
-                                    frag_ok ? fixed(num(m, {"fragmentation", "time_weighted"}), 2) : "-",
-                                    mib(num(m, {"heap_final_kib"})),
-                                    mib(num(m, {"peak_rss_kib"}, num(*p, {"max_rss_kib"}))),
-                                    fixed(num(*p, {"page_faults", "minor"}), 0)};
+                                    fixed(r.wall_s, 3),
+                                    fixed(r.calls_per_s < 0 ? -1 : r.calls_per_s / 1e6, 2),
+                                    mib(m.heap_peak_kib.value_or(-1)),
+                                    frag_ok ? mib(m.heap_kib_at_live_peak.value_or(-1)) : "-",
+                                    frag_ok ? fixed(m.frag_at_live_peak.value_or(-1), 2) : "-",
+                                    frag_ok ? fixed(m.frag_time_weighted.value_or(-1), 2) : "-",
+                                    mib(m.heap_final_kib.value_or(-1)),
+                                    mib(m.peak_rss_kib.value_or(r.max_rss_kib.value_or(-1))),
+                                    fixed(r.minor_faults.value_or(-1), 0)};
     if (latency)
       for (const char* op : {"malloc", "free"})
-        for (const char* q : {"p50_ns", "p99_ns"}) {
+        for (const bool p99 : {false, true}) {
           // Below the timer's resolution a call reads as 0: say "<res".
-          const double v = num(*p, {"latency", "ops", op, q}), res = num(*p, {"latency", "timer_resolution_ns"}, 0);
+          double v = -1;
+          const double res = r.latency ? r.latency->timer_resolution_ns : 0;
+          if (r.latency && r.latency->ops.count(op)) {
+            const OpLatency& q = r.latency->ops.at(op);
+            v = (p99 ? q.p99 : q.p50).value_or(-1);
+          }
           row.push_back(v >= 0 && v < res ? fmt::format("<{:.0f}", res) : fixed(v, 0));
         }
-    row.push_back(p->value("faithful", false) ? "yes" : p->value("calls_match", false) ? "calls only" : "NO");
+    row.push_back(r.faithful ? "yes" : r.calls_match ? "calls only" : "NO");
     rows.push_back(row);
   }
 

@@ -21,6 +21,7 @@
 #include "common/process.h"
 #include "common/text.h"
 #include "replay/plan.h"
+#include "replay/result.h"
 
 extern char** environ;
 
@@ -284,97 +285,82 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   return o;
 }
 
-std::string result_summary(const nlohmann::json& r) {
+std::string result_summary(const nlohmann::json& document) {
+  const ReplayResult r = result_from_json(document);
   std::string s;
-  const auto& t = r["trace"];
-  const auto& a = r["allocator"];
-  s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n", t.value("path", ""),
-                   group_digits(t.value("calls", uint64_t{0})), t.value("recorded_threads", 0u),
-                   r.value("replay_threads", 0u), a.value("name", ""), a.value("load", ""),
-                   a.contains("version") ? ", " + a["version"].get<std::string>() : "",
-                   a.value("library", "").empty() ? "" : ", " + a["library"].get<std::string>());
-  if (r.contains("warnings"))
-    for (const auto& w : r["warnings"]) s += "  warning: " + w.get<std::string>() + "\n";
-  if (!r.contains("replay")) return s;
-  const auto& p = r["replay"];
-  const auto& book = p["bookkeeping_bytes"];
-  const double book_mib = double(book.value("plan", uint64_t{0}) + book.value("object_table", uint64_t{0})) / 1048576.0;
-  s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s\n", p.value("wall_s", 0.0),
-                   p.value("calls_per_s", 0.0) / 1e6, p["cpu"].value("user_s", 0.0), p["cpu"].value("system_s", 0.0));
+  s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n", r.trace_path,
+                   group_digits(r.trace_calls), r.recorded_threads, r.replay_threads, r.allocator, r.load,
+                   r.version.empty() ? "" : ", " + r.version, r.library.empty() ? "" : ", " + r.library);
+  for (const std::string& w : r.warnings) s += "  warning: " + w + "\n";
+  if (!r.ran) return s;
+  const double book_mib = double(r.bookkeeping_plan_bytes + r.bookkeeping_table_bytes) / 1048576.0;
+  s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s\n", r.wall_s,
+                   r.calls_per_s / 1e6, r.cpu_user_s, r.cpu_system_s);
   s += fmt::format("  max RSS {:.1f} MiB, of which {:.1f} MiB the replayer's plan and object table\n",
-                   double(p.value("max_rss_kib", 0)) / 1024.0, book_mib);
+                   r.max_rss_kib.value_or(0) / 1024.0, book_mib);
   std::string ops;
   uint64_t nulls = 0, unexpected = 0;
-  for (const auto& [name, o] : p["ops"].items()) {
-    ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, group_digits(o.value("calls", uint64_t{0})));
-    nulls += o.value("null_results", uint64_t{0});
-    unexpected += o.value("unexpected_results", uint64_t{0});
+  for (const auto& [name, o] : r.ops) {
+    ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, group_digits(o.calls));
+    nulls += o.null_results;
+    unexpected += o.unexpected_results;
   }
-  s += fmt::format("  calls {}: {}\n", p.value("calls_match", false) ? "exactly as recorded" : "DIFFER from the trace",
-                   ops);
-  if (!p.value("results_match", true))
+  s += fmt::format("  calls {}: {}\n", r.calls_match ? "exactly as recorded" : "DIFFER from the trace", ops);
+  if (!r.results_match)
     s += fmt::format(
         "  results differ from the trace: {} NULL where it had a result, {} results where it had NULL, "
         "{} failed reallocs that moved here\n",
-        group_digits(nulls), group_digits(unexpected), group_digits(p.value("moved_failed_reallocs", uint64_t{0})));
-  const auto& w = p["cross_thread_waits"];
-  if (w.value("count", uint64_t{0}) != 0)
-    s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n",
-                     group_digits(w.value("count", uint64_t{0})), double(w.value("total_ns", uint64_t{0})) / 1e6);
-  s += fmt::format("  live requested bytes peak (trace order): {}\n",
-                   group_digits(t.value("live_bytes_peak", uint64_t{0})));
-  if (p.contains("memory") && p["memory"].contains("fragmentation")) {
-    const auto& m = p["memory"];
-    const auto mib = [](uint64_t kib) { return double(kib) / 1024.0; };
+        group_digits(nulls), group_digits(unexpected), group_digits(r.moved_failed_reallocs));
+  if (r.cross_thread_waits != 0)
+    s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", group_digits(r.cross_thread_waits),
+                     double(r.cross_thread_wait_ns) / 1e6);
+  s += fmt::format("  live requested bytes peak (trace order): {}\n", group_digits(r.live_bytes_peak));
+  if (r.memory && r.memory->frag_at_live_peak) {
+    const MemoryResult& m = *r.memory;
+    const auto mib = [](double kib) { return kib / 1024.0; };
     s += fmt::format("  heap RSS: peak {:.1f} MiB, final {:.1f} MiB; {} samples every {} ms\n",
-                     mib(m.value("heap_peak_kib", uint64_t{0})), mib(m.value("heap_final_kib", uint64_t{0})),
-                     m.value("samples", 0), m.value("interval_ms", 0.0));
+                     mib(m.heap_peak_kib.value_or(0)), mib(m.heap_final_kib.value_or(0)), m.samples, m.interval_ms);
     // At the end only where a good part of the peak is still live (else a
     // ratio of a few bytes).
     std::string final_frag;
-    const auto& tl = m["timeline"]["live_bytes"];
-    if (!tl.empty() && 4 * tl.back().get<int64_t>() >= m.value("live_bytes_peak_sampled", int64_t{0}))
-      final_frag = fmt::format(", at the end {:.2f}", m["fragmentation"].value("final", 0.0));
-    if (m.value("live_peak_sampled_fraction", 0.0) >= 0.5)
+    const auto& tl = m.timeline.live_bytes;
+    if (!tl.empty() && 4 * tl.back() >= m.live_bytes_peak_sampled)
+      final_frag = fmt::format(", at the end {:.2f}", m.frag_final.value_or(0));
+    if (r.live_peak_measured())
       s += fmt::format(
           "  at the live peak ({:.1f} MiB live, {}) heap RSS {:.1f} MiB: fragmentation {:.2f} "
           "(time-weighted {:.2f}{})\n",
-          double(m.value("live_bytes_peak_sampled", int64_t{0})) / 1048576.0,
-          m.value("at_live_peak_source", "") == "periodic sample" ? "sampled" : "snapshot",
-          mib(m.value("heap_kib_at_live_peak", uint64_t{0})), m["fragmentation"].value("at_live_peak", 0.0),
-          m["fragmentation"].value("time_weighted", 0.0), final_frag);
+          double(m.live_bytes_peak_sampled) / 1048576.0,
+          m.at_live_peak_source == "periodic sample" ? "sampled" : "snapshot", mib(m.heap_kib_at_live_peak.value_or(0)),
+          m.frag_at_live_peak.value_or(0), m.frag_time_weighted.value_or(0), final_frag);
     else
       s += fmt::format(
           "  fragmentation: not measured: the samples saw {:.0f}% of the live peak (the replay is short "
           "against --sample-ms; try --sample-ms 1 or --timing recorded)\n",
-          100.0 * m.value("live_peak_sampled_fraction", 0.0));
+          100.0 * m.live_peak_sampled_fraction);
   }
-  if (p.contains("memory") && p["memory"].contains("footprint")) {
-    const auto& f = p["memory"]["footprint"];
-    const auto pages = [&](const char* at) {
-      return f.contains(at) ? group_digits(uint64_t(std::max<int64_t>(0, f[at].value("pages", int64_t{0})))) : "-";
+  if (r.memory && r.memory->has_footprint) {
+    const MemoryResult& m = *r.memory;
+    const auto pages = [](const std::optional<int64_t>& p) {
+      return p ? group_digits(uint64_t(std::max<int64_t>(0, *p))) : std::string("-");
     };
     s += fmt::format("  page footprint (mincore): {} pages at the live peak, {} at the end\n",
-                     pages(f.contains("at_live_peak") ? "at_live_peak" : "at_live_high"), pages("at_end"));
-    std::string why = f["touched"].value("why", std::string());
-    why = why.substr(0, why.find(';'));
-    const std::string touched =
-        f["touched"].value("method", "") != "none"
-            ? group_digits(uint64_t(std::max<int64_t>(0, f["touched"].value("pages", int64_t{0})))) + " (soft-dirty)"
-            : "not measured: " + why;
+                     pages(m.pages_at_live_peak ? m.pages_at_live_peak : m.pages_at_live_high), pages(m.pages_at_end));
+    const std::string touched = m.pages_touched ? pages(m.pages_touched) + " (soft-dirty)"
+                                                : "not measured: " + m.touched_why.substr(0, m.touched_why.find(';'));
     s += fmt::format("  pages written during the replay: {}; page faults: {} minor, {} major\n", touched,
-                     group_digits(p["page_faults"].value("minor", uint64_t{0})),
-                     group_digits(p["page_faults"].value("major", uint64_t{0})));
+                     group_digits(uint64_t(r.minor_faults.value_or(0))),
+                     group_digits(uint64_t(r.major_faults.value_or(0))));
   }
-  if (p.contains("latency")) {
-    const auto& l = p["latency"];
-    s += fmt::format("  latency (ns; every {} call(s) timed; timer cost {:.1f} ns subtracted):\n",
-                     l.value("sample_every", 0u), l.value("timer_overhead_ns", 0.0));
-    for (const auto& [name, o] : l["ops"].items())
+  if (r.latency) {
+    const LatencyResult& l = *r.latency;
+    s += fmt::format("  latency (ns; every {} call(s) timed; timer cost {:.1f} ns subtracted):\n", l.sample_every,
+                     l.timer_overhead_ns);
+    for (const auto& [name, o] : l.ops)
       s += fmt::format(
           "    {:<24} p50 {:>8.0f}  p90 {:>8.0f}  p99 {:>8.0f}  p99.9 {:>9.0f}  max {:>10.0f}  ({} samples)\n", name,
-          o.value("p50_ns", 0.0), o.value("p90_ns", 0.0), o.value("p99_ns", 0.0), o.value("p99.9_ns", 0.0),
-          o.value("max_ns", 0.0), group_digits(o.value("samples", uint64_t{0})));
+          o.p50.value_or(0), o.p90.value_or(0), o.p99.value_or(0), o.p999.value_or(0), o.max.value_or(0),
+          group_digits(o.samples));
   }
   return s;
 }
