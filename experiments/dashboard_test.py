@@ -83,8 +83,15 @@ warmup: 0
     charts = dom.count('class="chart history')
     if cards < 10 or charts != cards:
         fail(f"{cards} metric cards, {charts} history charts")
-    if dom.count("<circle") < cards * 2 * 4:
-        fail("charts without their points")
+    # Drawn by Chart.js on canvases: each says how many points its data sets
+    # have and whether pixels were painted.
+    canvases = re.findall(r'<canvas class="chart ([a-z-]+)"[^>]*>', dom)
+    points = sum(int(p) for p in re.findall(r'<canvas class="chart history"[^>]*data-points="(\d+)"', dom))
+    if points < cards * 2 * 4:
+        fail(f"charts without their points ({points} points in {cards} history charts)")
+    undrawn = [c for c in re.findall(r'<canvas class="chart [^"]*"[^>]*>', dom) if 'data-drawn="yes"' not in c]
+    if undrawn:
+        fail(f"{len(undrawn)} of {len(canvases)} charts not painted: {undrawn[:2]}")
     for cls in ("chart drill-rss", "chart drill-latency"):
         if cls not in dom:
             fail(f"no {cls} chart in the drill-down")
@@ -120,7 +127,17 @@ warmup: 0
     with open(page) as f:
         if '"state":"absent"' not in f.read():
             fail("jemalloc's series not marked absent from the newest session")
-    print(f"PASS ({cards} charts; screenshot {shot})")
+    # The report's plots page: drawn by the same Chart.js and helpers.
+    plots = os.path.join(WORK, "plots")
+    run(HEAPLAB, "report", "--results", results, "--plots", plots, "--metric", "wall_s", "--metric", "heap_peak_mib")
+    pdom = subprocess.run([browser, *flags, "--dump-dom", "file://" + os.path.join(plots, "index.html")],
+                          capture_output=True, text=True, timeout=120).stdout
+    if 'data-rendered="yes"' not in pdom:
+        fail("the plots page's script did not finish:\n" + pdom[:2000])
+    pcharts = re.findall(r'<canvas class="chart [^"]*"[^>]*>', pdom)
+    if len(pcharts) != 3 or any('data-drawn="yes"' not in c for c in pcharts):
+        fail(f"plots page: {len(pcharts)} charts, expected 3 painted (heap, wall_s, heap_peak_mib): {pcharts}")
+    print(f"PASS ({cards} charts; screenshot {shot}; plots page {len(pcharts)} charts)")
 
 
 main()

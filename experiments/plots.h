@@ -1,8 +1,8 @@
-// SVG plots of a session (`heaplab report --plots DIR`), written by hand
-// (no plotting library in the dependency list; the figures are simple):
-// per trace, the heap RSS over time of each allocator's median run, malloc
+// Plots of a session (`heaplab report --plots DIR`): DIR/index.html, a page
+// that opens offline and draws with Chart.js (experiments/web/plots.*): per
+// trace, the heap RSS over time of each allocator's median run, malloc
 // latency percentile curves (log scale), and per reported metric bars of the
-// medians with min-max error bars.
+// medians with min-max whiskers.
 #pragma once
 
 #include <string>
@@ -12,7 +12,7 @@
 
 namespace heaplab::experiments {
 
-// Writes the plots of `session` into `dir` and returns their paths.
+// Writes the plots page of `session` into `dir` and returns its path.
 std::vector<std::string> write_plots(Store& store, const std::string& session, const std::vector<std::string>& metrics,
                                      const std::string& dir);
 

@@ -18,6 +18,7 @@ Usage: runner_test.py HEAPLAB VICTIM WORKDIR
 import csv
 import io
 import json
+import re
 import os
 import shutil
 import signal
@@ -142,11 +143,16 @@ def complete_run():
     plots = os.path.join(WORK, "plots")
     r = heaplab("report", "--results", res, "--plots", plots, "--metric", "wall_s", "--metric", "heap_peak_mib")
     names = sorted(os.listdir(plots))
-    check(names == ["threads-heap.svg", "threads-heap_peak_mib.svg", "threads-wall_s.svg"], f"plots: {names}")
-    bars = open(os.path.join(plots, "threads-wall_s.svg")).read()
-    check(bars.startswith("<svg") and bars.count('class="bar"') == 2 and bars.count('class="err"') == 2, bars[:300])
-    heap = open(os.path.join(plots, "threads-heap.svg")).read()
-    check(heap.count("<polyline") == 2 and ">glibc<" in heap and ">je<" in heap, heap[:300])
+    check(names == ["index.html"], f"plots: {names}")
+    page = open(os.path.join(plots, "index.html")).read()
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    tr = data["traces"][0]
+    check(tr["name"] == "threads" and [s["allocator"] for s in tr["heap"]] == ["glibc", "je"], f"plots: {tr}")
+    check([m["name"] for m in tr["metrics"]] == ["wall_s", "heap_peak_mib"], f"plots: {tr['metrics']}")
+    for m in tr["metrics"]:
+        check([b["allocator"] for b in m["bars"]] == ["glibc", "je"] and
+              all(b["min"] <= b["median"] <= b["max"] for b in m["bars"]), f"plots: {m}")
+    check("Chart.js v3" in page and "function render()" in page, "plots: Chart.js or the page script missing")
     exp = heaplab("results", "export", "--results", res).stdout
     check(len(list(csv.DictReader(io.StringIO(exp)))) == CELLS, "csv export")
     gb = json.loads(heaplab("results", "export", "--results", res, "--format", "gbench").stdout)

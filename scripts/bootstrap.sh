@@ -27,6 +27,7 @@ set -euo pipefail
 #   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
 #   real programs and the reference tool (capture tests, demo, overhead
 #   benchmark): sqlite3 heaptrack python3
+#   the dashboard's charting library: libjs-chart.js (Chart.js, embedded at build time)
 #   the dashboard's browser test: chromium; Google Benchmark's compare.py
 #   on exported results: libbenchmark-tools python3-scipy
 PACKAGES="build-essential cmake ninja-build pkg-config git ccache
@@ -35,7 +36,7 @@ PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev libipt-dev
   zstd xz-utils bzip2 gzip lz4 clang clang-format clang-tidy
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium
-  libbenchmark-tools python3-scipy linux-perf
+  libbenchmark-tools python3-scipy linux-perf libjs-chart.js
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 
 say() { echo "bootstrap: $*"; }
