@@ -314,6 +314,8 @@ CaptureResult run_capture(CaptureOptions opt) {
     res.exit_code = WEXITSTATUS(status);
   }
   method->collect(opt, res, run);
+  res.raw_kept = opt.keep_raw || !res.failed.empty();
+  if (!res.raw_kept) remove_raw(opt);
   return res;
 }
 

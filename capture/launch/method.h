@@ -51,7 +51,8 @@ class CaptureMethod {
   virtual void command(const CaptureOptions& opt, CaptureResult& res, const std::string& preload,
                        process::Spec& spec) const = 0;
   // After the program (and followed descendants) exited: its raw data into
-  // res.traces, res.failed and res.notes; the raw files removed unless kept.
+  // res.traces, res.failed and res.notes (run_capture then removes the raw
+  // files unless they are kept).
   virtual void collect(CaptureOptions& opt, CaptureResult& res, const RunInfo& run) const = 0;
 };
 

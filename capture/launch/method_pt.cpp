@@ -101,8 +101,6 @@ class PtMethod : public CaptureMethod {
       }
     }
     res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    res.raw_kept = opt.keep_raw || !res.failed.empty();
-    if (!res.raw_kept) remove_raw(opt);
   }
 };
 

@@ -78,8 +78,6 @@ class SoftwareMethod : public CaptureMethod {
       if (!errors[i].empty()) res.failed.push_back(errors[i]);
     }
     res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    res.raw_kept = opt.keep_raw || !res.failed.empty();
-    if (!res.raw_kept) remove_raw(opt);
   }
 };
 
