@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -63,6 +64,7 @@ Child& Child::operator=(Child&& o) noexcept {
     out_ = std::exchange(o.out_, -1);
     err_ = std::exchange(o.err_, -1);
     waited_ = std::exchange(o.waited_, false);
+    wait_failed_ = std::exchange(o.wait_failed_, false);
     status_ = std::exchange(o.status_, 0);
   }
   return *this;
@@ -78,6 +80,7 @@ void Child::reset() {
   }
   pid_ = -1;
   waited_ = false;
+  wait_failed_ = false;
   status_ = 0;
 }
 
@@ -93,7 +96,12 @@ int Child::wait() {
   if (pid_ <= 0 || waited_) return status_;
   close_fd(in_);  // a child reading its stdin to the end must see the end
   int st = 0;
-  if (wait_for(pid_, &st) == pid_) status_ = st;
+  if (wait_for(pid_, &st) == pid_) {
+    status_ = st;
+  } else {
+    status_ = 127 << 8;  // reads as "exit 127"
+    wait_failed_ = true;
+  }
   waited_ = true;
   return status_;
 }
@@ -143,6 +151,13 @@ Child spawn(const Spec& spec) {
   std::vector<std::pair<int, int>> fds = spec.fds;  // copied: no allocation in the child
   const int max_moves = 3 + int(fds.size());
   std::vector<int> src(size_t(max_moves), -1), dst(size_t(max_moves), -1);
+  // Where sources are parked in the child before they move into place:
+  // above every target, so that no parked copy sits on a target.
+  int park = 3;
+  for (const auto& [child_fd, parent_fd] : fds) park = std::max(park, child_fd + 1);
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  for (int sig : spec.unblock_signals) sigaddset(&unblock, sig);
 
   const char* cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
 
@@ -150,8 +165,15 @@ Child spawn(const Spec& spec) {
   if (pid < 0) throw SpawnError("fork: " + errstr(errno), errno);
   if (pid == 0) {
     // The child: async-signal-safe calls only from here on.
+    // The error pipe first, out of the way of every target (with the
+    // parent's fds 0-2 closed it may sit on one of them).
+    const int err_fd = ::fcntl(errpipe.write, F_DUPFD_CLOEXEC, park);
+    if (err_fd < 0) ::_exit(127);
+    park = err_fd + 1;
     if (spec.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     for (int sig : spec.default_signals) ::signal(sig, SIG_DFL);
+    for (int sig : spec.ignore_signals) ::signal(sig, SIG_IGN);
+    if (!spec.unblock_signals.empty()) ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
     if (own_pid_digits) {
       char tmp[24];
       int k = 0;
@@ -160,7 +182,7 @@ Child spawn(const Spec& spec) {
       for (int i = 0; i < k; ++i) own_pid_digits[i] = tmp[k - 1 - i];
       own_pid_digits[k] = '\0';
     }
-    if (cwd && ::chdir(cwd) != 0) write_failure(errpipe.write, 3, errno, 0), ::_exit(127);
+    if (cwd && ::chdir(cwd) != 0) write_failure(err_fd, 3, errno, 0), ::_exit(127);
     int n = 0;
     for (int i = 0; i < 3; ++i) {
       int fd = -1;
@@ -169,7 +191,7 @@ Child spawn(const Spec& spec) {
           continue;
         case Stdio::null:
           fd = ::open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
-          if (fd < 0) write_failure(errpipe.write, 1, errno, 3), ::_exit(127);
+          if (fd < 0) write_failure(err_fd, 1, errno, 3), ::_exit(127);
           break;
         case Stdio::pipe:
           fd = pipe_child_end[i];
@@ -177,7 +199,7 @@ Child spawn(const Spec& spec) {
         case Stdio::file:
           fd = i == 0 ? ::open(files[i], O_RDONLY | O_CLOEXEC)
                       : ::open(files[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-          if (fd < 0) write_failure(errpipe.write, 1, errno, i), ::_exit(127);
+          if (fd < 0) write_failure(err_fd, 1, errno, i), ::_exit(127);
           break;
         case Stdio::to_out:
           fd = -2;  // after stdout is in place
@@ -196,19 +218,19 @@ Child spawn(const Spec& spec) {
     // into place; dup2 clears close-on-exec on the target.
     for (int i = 0; i < n; ++i) {
       if (src[size_t(i)] < 0) continue;
-      const int high = ::fcntl(src[size_t(i)], F_DUPFD_CLOEXEC, 64);
-      if (high < 0) write_failure(errpipe.write, 2, errno, dst[size_t(i)]), ::_exit(127);
+      const int high = ::fcntl(src[size_t(i)], F_DUPFD_CLOEXEC, park);
+      if (high < 0) write_failure(err_fd, 2, errno, dst[size_t(i)]), ::_exit(127);
       src[size_t(i)] = high;
     }
     for (int i = 0; i < n; ++i) {
       const int s = src[size_t(i)] == -2 ? 1 : src[size_t(i)];
-      if (s >= 0 && ::dup2(s, dst[size_t(i)]) < 0) write_failure(errpipe.write, 2, errno, dst[size_t(i)]), ::_exit(127);
+      if (s >= 0 && ::dup2(s, dst[size_t(i)]) < 0) write_failure(err_fd, 2, errno, dst[size_t(i)]), ::_exit(127);
     }
     if (spec.search_path)
       ::execvpe(argv[0], argv.data(), envp.data());
     else
       ::execve(argv[0], argv.data(), envp.data());
-    write_failure(errpipe.write, 0, errno, 0);
+    write_failure(err_fd, 0, errno, 0);
     ::_exit(127);
   }
 

@@ -46,6 +46,10 @@ struct Spec {
   std::string cwd;                   // the child's working directory ("" : the parent's)
   bool die_with_parent = false;      // PR_SET_PDEATHSIG SIGKILL
   std::vector<int> default_signals;  // reset to SIG_DFL in the child (e.g. SIGXFSZ, SIGPIPE)
+  std::vector<int> ignore_signals;   // SIG_IGN in the child (kept ignored across exec)
+  // Unblocked in the child before exec: signals the parent blocked around
+  // spawn() so that none arrives before it knows the child's pid.
+  std::vector<int> unblock_signals;
 };
 
 // fork, pipe or exec failed. `err` is the errno; `what()` is one line;
@@ -84,9 +88,11 @@ class Child {
   int release_stdin() { return std::exchange(in_, -1); }
 
   // Waits for the child to end (retrying on EINTR) and returns its raw
-  // wait status; the pipes still open are closed first only by the
-  // destructor, so read them before. Idempotent.
+  // wait status; read the pipes before. Idempotent. If the child cannot be
+  // waited for (someone else reaped it; SIGCHLD ignored), the status reads
+  // as exit 127 and wait_failed() says so: never a made-up success.
   int wait();
+  bool wait_failed() const { return wait_failed_; }
   bool waited() const { return pid_ <= 0 || waited_; }
   int status() const { return status_; }
   // Sends `sig` if the child has not been waited for.
@@ -99,6 +105,7 @@ class Child {
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1, err_ = -1;
   bool waited_ = false;
+  bool wait_failed_ = false;
   int status_ = 0;
 };
 

@@ -3,10 +3,12 @@
 // and no child left behind.
 #include "common/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +104,109 @@ TEST(Process, DescriptorsHandedToTheChild) {
   read_all(p.read, got);
   EXPECT_EQ(got, "hello\n");
   EXPECT_TRUE(succeeded(c.wait()));
+}
+
+// Targets above the parking area, and targets that are each other's
+// sources (found by review: parked copies used to sit at 64 and up).
+TEST(Process, HighAndCrossingDescriptors) {
+  Pipe a, b;
+  Spec s = sh("echo A >&64; echo B >&65");
+  s.argv[0] = "/bin/bash";  // dash takes single-digit descriptors only
+  s.fds = {{64, a.write}, {65, b.write}};
+  Child c = spawn(s);
+  a.close_write();
+  b.close_write();
+  std::string ga, gb;
+  read_all(a.read, ga);
+  read_all(b.read, gb);
+  EXPECT_TRUE(succeeded(c.wait()));
+  EXPECT_EQ(ga, "A\n");
+  EXPECT_EQ(gb, "B\n");
+  // Each target is the other's source.
+  Pipe p, q;
+  const int fp = ::fcntl(p.write, F_DUPFD, 70), fq = ::fcntl(q.write, F_DUPFD, 71);
+  ASSERT_EQ(fp, 70);
+  ASSERT_EQ(fq, 71);
+  Spec x = sh("echo P >&71; echo Q >&70");
+  x.argv[0] = "/bin/bash";
+  x.fds = {{71, fp}, {70, fq}};
+  Child d = spawn(x);
+  ::close(fp);
+  ::close(fq);
+  p.close_write();
+  q.close_write();
+  std::string gp, gq;
+  read_all(p.read, gp);
+  read_all(q.read, gq);
+  EXPECT_TRUE(succeeded(d.wait()));
+  EXPECT_EQ(gp, "P\n");
+  EXPECT_EQ(gq, "Q\n");
+}
+
+// With the parent's standard streams closed, the error pipe may sit on fd
+// 0-2: an exec failure is still reported, and nothing leaks into a pipe.
+TEST(Process, ExecFailureReportedWithTheParentsStdioClosed) {
+  Spec probe;
+  probe.argv = {"/proc/self/exe", "--gtest_filter=Process.ExecFailureHelper"};
+  probe.env = {{"HEAPLAB_PROCESS_TEST_HELPER", "1"}};
+  probe.out = Stdio::pipe;
+  const Output o = run(probe);
+  EXPECT_TRUE(succeeded(o.status)) << o.out;
+  EXPECT_NE(o.out.find("helper: SpawnError: cannot run '/nonexistent/prog': No such file or directory"),
+            std::string::npos)
+      << o.out;
+}
+
+TEST(Process, ExecFailureHelper) {
+  if (!std::getenv("HEAPLAB_PROCESS_TEST_HELPER"))
+    GTEST_SKIP() << "run by ExecFailureReportedWithTheParentsStdioClosed";
+  const int keep = ::dup(1);
+  ::close(0);
+  ::close(2);
+  Spec s;
+  s.argv = {"/nonexistent/prog"};
+  s.err = Stdio::pipe;
+  std::string what = "no SpawnError";
+  try {
+    run(s);
+  } catch (const SpawnError& e) {
+    what = std::string("SpawnError: ") + e.what();
+  }
+  const std::string line = "helper: " + what + "\n";
+  ASSERT_EQ(::write(keep, line.data(), line.size()), ssize_t(line.size()));
+}
+
+// A child that cannot be waited for is no success (SIGCHLD ignored: the
+// kernel reaps it).
+TEST(Process, AWaitThatFailsIsNoSuccess) {
+  struct sigaction ign {
+  }, old{};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGCHLD, &ign, &old);
+  Child c = spawn(sh("exit 0"));
+  const int st = c.wait();
+  ::sigaction(SIGCHLD, &old, nullptr);
+  EXPECT_TRUE(c.wait_failed());
+  EXPECT_FALSE(succeeded(st));
+  EXPECT_EQ(describe_status(st), "exit 127");
+}
+
+TEST(Process, SignalsIgnoredAndUnblockedInTheChild) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  ::sigprocmask(SIG_BLOCK, &block, &old);
+  Spec s = sh("grep -E '^Sig(Ign|Blk)' /proc/self/status");
+  s.out = Stdio::pipe;
+  s.ignore_signals = {SIGHUP};
+  s.unblock_signals = {SIGUSR1};
+  const std::string out = run(s).out;
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
+  // SIGHUP is signal 1 (bit 0), SIGUSR1 signal 10 (bit 9).
+  unsigned long ign = 0, blk = 0;
+  ASSERT_EQ(std::sscanf(out.c_str(), "SigBlk: %lx\nSigIgn: %lx", &blk, &ign), 2) << out;
+  EXPECT_TRUE(ign & 1u) << out;
+  EXPECT_FALSE(blk & (1u << 9)) << out;
 }
 
 TEST(Process, CloseOnExecDescriptorsStayClosed) {

@@ -36,8 +36,10 @@ json thin(const json& col, size_t n) {
 
 // What a drill-down shows of one run: the heap timeline and latency.
 json drill(const json& document) {
-  const replay::ReplayResult r = replay::result_from_json(document);
   json d = json::object();
+  const std::optional<replay::ReplayResult> read = replay::try_result_from_json(document);
+  if (!read) return d;  // a stored row this heaplab cannot read
+  const replay::ReplayResult& r = *read;
   if (r.memory) {
     const replay::Timeline& tl = r.memory->timeline;
     if (!tl.t_ms.empty()) d["timeline"]["t_ms"] = thin(tl.t_ms, 400);

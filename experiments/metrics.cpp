@@ -40,12 +40,13 @@ const std::vector<std::string>& default_metrics() {
 }
 
 std::map<std::string, double> extract_metrics(const json& document) {
-  const replay::ReplayResult r = replay::result_from_json(document);
   std::map<std::string, double> m;
-  if (!r.ran) return m;
+  const std::optional<replay::ReplayResult> read = replay::try_result_from_json(document);
+  if (!read || !read->ran) return m;  // a run that did not replay, or a row this heaplab cannot read
+  const replay::ReplayResult& r = *read;
   m["wall_s"] = r.wall_s;
-  m["mcalls_per_s"] = r.calls_per_s / 1e6;
-  m["cpu_s"] = r.cpu_user_s + r.cpu_system_s;
+  if (r.calls_per_s) m["mcalls_per_s"] = *r.calls_per_s / 1e6;
+  if (r.cpu_user_s && r.cpu_system_s) m["cpu_s"] = *r.cpu_user_s + *r.cpu_system_s;
   if (r.minor_faults) m["minor_faults"] = *r.minor_faults;
   if (r.memory) {
     const replay::MemoryResult& mem = *r.memory;

@@ -39,7 +39,9 @@ std::vector<std::string> write_plots(Store& store, const std::string& session, c
     for (const std::string& a : allocators) {
       auto& v = runs[{t, a}];
       if (v.empty()) continue;
-      const replay::ReplayResult r = replay::result_from_json(median_run(v).result);
+      const std::optional<replay::ReplayResult> read = replay::try_result_from_json(median_run(v).result);
+      if (!read) continue;  // a stored row this heaplab cannot read
+      const replay::ReplayResult& r = *read;
       if (r.memory) {
         const replay::Timeline& tl = r.memory->timeline;
         json heap_mib = json::array();

@@ -240,7 +240,7 @@ void Store::add_run(const std::string& session, const RunRow& r) {
              "?, ?, ?, ?, ?" +
              marks + ", ?)",
          path_);
-  const replay::ReplayResult rr = r.result.is_object() ? replay::result_from_json(r.result) : replay::ReplayResult{};
+  const replay::ReplayResult rr = replay::try_result_from_json(r.result).value_or(replay::ReplayResult{});
   int i = 0;
   for (const std::string& v : {session, r.cell}) q.bind(++i, v);
   q.bind(++i, r.seq);

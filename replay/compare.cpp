@@ -55,7 +55,7 @@ std::string comparison_table(const std::vector<json>& documents) {
     const bool frag_ok = r.live_peak_measured();
     std::vector<std::string> row = {name,
                                     fixed(r.wall_s, 3),
-                                    fixed(r.calls_per_s < 0 ? -1 : r.calls_per_s / 1e6, 2),
+                                    fixed(r.calls_per_s && *r.calls_per_s >= 0 ? *r.calls_per_s / 1e6 : -1, 2),
                                     mib(m.heap_peak_kib.value_or(-1)),
                                     frag_ok ? mib(m.heap_kib_at_live_peak.value_or(-1)) : "-",
                                     frag_ok ? fixed(m.frag_at_live_peak.value_or(-1), 2) : "-",
@@ -158,9 +158,19 @@ Comparison replay_each(const ReplayOptions& base, const std::vector<std::string>
       ReplayOutcome o;
       try {
         o = run_replay(opt);
-      } catch (const ReplayError& e) {
+      } catch (const NotAvailable& e) {
         if (!all) throw ReplayError(alloc + " (" + load + "): " + e.what());
         c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}}, {"skipped", e.what()}});
+        continue;
+      } catch (const ReplayError& e) {
+        // Asked for and could not start (a bad trace, a setting it cannot
+        // take): a failure, never "skipped".
+        if (!all) throw ReplayError(alloc + " (" + load + "): " + e.what());
+        c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}},
+                             {"exit", {{"status", "error"}, {"code", 2}}},
+                             {"error", e.what()}});
+        if (observe.failed) observe.failed(alloc, load, e.what());
+        c.worst_exit = std::max(c.worst_exit, 2);
         continue;
       }
       if (o.exit_code != 0) {

@@ -25,9 +25,10 @@ std::vector<std::string> load_list(const std::string& spec);
 
 // Replays the trace of `base` on each allocator in each load mode, in turn,
 // each its own process. With `all`, allocators that are not installed (or a
-// replayer not built) are kept as {"allocator", "skipped"} records;
-// otherwise every name must resolve before anything runs, and a replay that
-// cannot start throws ReplayError "NAME (LOAD): why".
+// replayer not built: NotAvailable) are kept as {"allocator", "skipped"}
+// records, and a replay that cannot start for any other reason as a failed
+// one (exit code 2); otherwise every name must resolve before anything
+// runs, and a replay that cannot start throws ReplayError "NAME (LOAD): why".
 struct Comparison {
   std::vector<nlohmann::json> results;  // one record per replay (run_replay's result)
   int worst_exit = 0;                   // the highest exit code among the replays

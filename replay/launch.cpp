@@ -86,6 +86,7 @@ Launch resolve(const ReplayOptions& opt) {
   if (opt.load == "preload" || (k && k->name == "glibc")) {
     std::string err;
     auto lib = allocators::resolve_allocator(opt.allocator, err);
+    if (!lib && k) throw NotAvailable(err);  // a known allocator that is not installed
     if (!lib) throw ReplayError(err);
     l.exe = dir + "/heaplab-replay";
     l.preload = lib->path;
@@ -93,8 +94,8 @@ Launch resolve(const ReplayOptions& opt) {
   } else if (k) {
     l.exe = dir + "/" + k->replayer;
     if (!is_executable(l.exe))
-      throw ReplayError("allocator '" + k->name + "': direct load is not available: " + k->replayer +
-                        " was not built (install " + k->dev_package + " and rebuild heaplab)");
+      throw NotAvailable("allocator '" + k->name + "': direct load is not available: " + k->replayer +
+                         " was not built (install " + k->dev_package + " and rebuild heaplab)");
   } else if (is_path) {
     if (access(opt.allocator.c_str(), R_OK) != 0)
       throw ReplayError("allocator '" + opt.allocator + "': " + std::strerror(errno));
@@ -199,7 +200,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   spec.env.emplace_back("LD_PRELOAD", l.preload.empty() ? std::nullopt : std::optional<std::string>(l.preload));
   spec.die_with_parent = true;
   spec.default_signals = {SIGXFSZ};
-  std::string out;
+  std::string out, exec_error;
   int status = 0;
   try {
     process::Pipe result;
@@ -212,7 +213,11 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     status = child.wait();
   } catch (const process::SpawnError& e) {
     if (plan_fd >= 0) close(plan_fd);
-    throw ReplayError(e.what());
+    if (!e.exec_failed()) throw ReplayError(e.what());
+    // The replayer could not be run (relinked right now, a noexec mount, a
+    // wrong architecture): a failed replay with its result, as an exit 127.
+    status = 127 << 8;
+    exec_error = std::strerror(e.err());
   }
 
   ReplayOutcome o;
@@ -267,7 +272,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     const int code = WEXITSTATUS(status);
     exit_j = {{"status", code == 0 ? "ok" : code == 3 ? "unfaithful" : "error"}, {"code", code}};
     if (code == 127)
-      o.error = "cannot run the replayer '" + l.exe + "'";
+      o.error = "cannot run the replayer '" + l.exe + "'" + (exec_error.empty() ? "" : ": " + exec_error);
     else if (code == 3)
       o.error = "the replay's call counts differ from the trace's";
     else if (code != 0)
@@ -295,7 +300,7 @@ std::string result_summary(const nlohmann::json& document) {
   if (!r.ran) return s;
   const double book_mib = double(r.bookkeeping_plan_bytes + r.bookkeeping_table_bytes) / 1048576.0;
   s += fmt::format("  wall {:.3f} s, {:.2f} M calls/s, cpu user {:.3f} s + system {:.3f} s\n", r.wall_s,
-                   r.calls_per_s / 1e6, r.cpu_user_s, r.cpu_system_s);
+                   r.calls_per_s.value_or(0) / 1e6, r.cpu_user_s.value_or(0), r.cpu_system_s.value_or(0));
   s += fmt::format("  max RSS {:.1f} MiB, of which {:.1f} MiB the replayer's plan and object table\n",
                    r.max_rss_kib.value_or(0) / 1024.0, book_mib);
   std::string ops;

@@ -31,6 +31,13 @@ class ReplayError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The allocator, or the replayer of its load mode, is not on this machine
+// (not installed, not built): `--allocator all` lists it as skipped.
+class NotAvailable : public ReplayError {
+ public:
+  using ReplayError::ReplayError;
+};
+
 struct ReplayOutcome {
   nlohmann::json result;
   // 0: replayed exactly as recorded; 1: the replayer failed or crashed, or

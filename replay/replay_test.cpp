@@ -405,6 +405,22 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
 
 // The plan lives in a memfd, which counts against the file-size limit: past
 // it, one line (not SIGXFSZ killing heaplab).
+// `--allocator all` where no replay can start (the trace has no times for
+// --timing recorded): each is a failure, and the exit status says so;
+// "skipped" is only for allocators that are not installed.
+TEST_F(ReplayTest, AllAllocatorsFailingIsNotSuccess) {
+  const std::string untimed = write_trace("untimed_all", big_and_small(), false);
+  const Outcome r = run({kHeaplab, "replay", untimed, "--allocator", "all", "--timing", "recorded", "-q"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.find("skipped"), std::string::npos) << r.err;
+  for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"})
+    EXPECT_NE(r.err.find(std::string("heaplab: error: replay on ") + a + " (preload): " + untimed +
+                         ": --timing recorded: the trace has no timestamps"),
+              std::string::npos)
+        << a << "\n"
+        << r.err;
+}
+
 TEST_F(ReplayTest, FileSizeLimitIsAnErrorNotASignal) {
   const std::string t = producer_consumer();
   const Outcome r = run({kHeaplab, "replay", t}, "ulimit -f 100;");

@@ -139,9 +139,9 @@ ReplayResult result_from_json(const json& j) {
   if (!p || !p->is_object() || !at(*p, {"wall_s"})) return r;
   r.ran = true;
   r.wall_s = value<double>(*p, {"wall_s"}, 0.0);
-  r.calls_per_s = value<double>(*p, {"calls_per_s"}, 0.0);
-  r.cpu_user_s = value<double>(*p, {"cpu", "user_s"}, 0.0);
-  r.cpu_system_s = value<double>(*p, {"cpu", "system_s"}, 0.0);
+  r.calls_per_s = number(*p, {"calls_per_s"});
+  r.cpu_user_s = number(*p, {"cpu", "user_s"});
+  r.cpu_system_s = number(*p, {"cpu", "system_s"});
   r.max_rss_kib = number(*p, {"max_rss_kib"});
   r.minor_faults = number(*p, {"page_faults", "minor"});
   r.major_faults = number(*p, {"page_faults", "major"});
@@ -160,6 +160,14 @@ ReplayResult result_from_json(const json& j) {
   if (const json* m = at(*p, {"memory"}); m && m->is_object()) r.memory = memory_of(*m);
   if (const json* l = at(*p, {"latency"}); l && l->is_object()) r.latency = latency_of(*l);
   return r;
+}
+
+std::optional<ReplayResult> try_result_from_json(const json& j) noexcept {
+  try {
+    return result_from_json(j);
+  } catch (...) {
+    return std::nullopt;
+  }
 }
 
 json to_json(const ReplayResult& r) { return r.document; }

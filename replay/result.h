@@ -85,8 +85,9 @@ struct ReplayResult {
   std::string skipped, error;
 
   // The replay's figures, when the replayer ran to its end.
-  bool ran = false;
-  double wall_s = 0, calls_per_s = 0, cpu_user_s = 0, cpu_system_s = 0;
+  bool ran = false;  // the replayer ran to its end: wall_s is there
+  double wall_s = 0;
+  std::optional<double> calls_per_s, cpu_user_s, cpu_system_s;
   std::optional<double> max_rss_kib, minor_faults, major_faults;
   bool calls_match = false, results_match = false, faithful = false;
   std::map<std::string, OpCounts> ops;
@@ -106,6 +107,9 @@ struct ReplayResult {
 // {"allocator", "skipped"} record of a replay that did not run too).
 // Throws ResultError for a newer format_version or something not an object.
 ReplayResult result_from_json(const nlohmann::json& j);
+// The same for readers of stored results that go on past one they cannot
+// read (an empty or damaged row, a newer heaplab's): nullopt then.
+std::optional<ReplayResult> try_result_from_json(const nlohmann::json& j) noexcept;
 nlohmann::json to_json(const ReplayResult& r);
 
 }  // namespace heaplab::replay

@@ -22,8 +22,10 @@ import subprocess
 import sys
 import tempfile
 
-SOURCE_EXT = (".c", ".cc", ".cpp", ".h", ".hpp")
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+SOURCE_EXT = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".inc", ".ipp", ".tcc")
+INCLUDE = re.compile(r'^\s*#\s*include\s*(["<])([^">]+)[">]')
+# A source file named in a CMakeLists.txt by a path into the tree.
+CMAKE_SOURCE = re.compile(r'(\$\{(?:PROJECT|CMAKE)_SOURCE_DIR\}/|\.\./)([\w./-]+\.(?:c|cc|cpp|cxx))\b')
 SKIP_DIRS = {".git", "build", "results", "node_modules"}
 
 
@@ -69,6 +71,15 @@ def layer_of(path, layers):
     return best
 
 
+def cmake_files(repo):
+    out = []
+    for root, dirs, names in os.walk(repo):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("build")]
+        if "CMakeLists.txt" in names:
+            out.append(os.path.relpath(os.path.join(root, "CMakeLists.txt"), repo))
+    return sorted(out)
+
+
 def source_files(repo):
     try:
         out = subprocess.run(["git", "-C", repo, "ls-files", "--cached", "--others", "--exclude-standard"],
@@ -101,18 +112,38 @@ def check(repo):
                 m = INCLUDE.match(line)
                 if not m:
                     continue
-                inc = m.group(1)
-                if "/" not in inc or inc.startswith("generated/"):
-                    continue  # a file beside it, or a header generated at build time
+                quote, inc = m.group(1), m.group(2)
+                if inc.startswith("generated/"):
+                    continue  # a header generated at build time
+                if inc.startswith("."):  # relative: where it really is
+                    inc = os.path.normpath(os.path.join(os.path.dirname(f), inc))
+                    if inc.startswith(".."):
+                        problems.append(f"{f}:{lineno}: includes \"{m.group(2)}\", outside the tree")
+                        continue
+                elif "/" not in inc:
+                    continue  # a file beside it, or a system header
+                if quote == "<" and not os.path.exists(os.path.join(repo, inc)):
+                    continue  # a system or library header (<nlohmann/json.hpp>)
                 theirs = layer_of(inc, layers)
                 if theirs is None:
                     if os.path.exists(os.path.join(repo, inc)):
                         problems.append(f"{f}:{lineno}: includes \"{inc}\", which is in no layer")
                     continue
                 if theirs not in allowed:
-                    problems.append(f"{f}:{lineno}: layer '{mine}' includes \"{inc}\" of layer '{theirs}', "
+                    problems.append(f"{f}:{lineno}: layer '{mine}' includes \"{m.group(2)}\" of layer '{theirs}', "
                                     f"which it may not use (README.md, Layers: {mine} may use "
                                     f"{', '.join(layers[mine]) or 'nothing'})")
+    # Each folder compiles only its own sources (CMake), in its layer.
+    for cm in cmake_files(repo):
+        folder = os.path.dirname(cm)
+        mine = layer_of(cm, layers) if folder else None
+        with open(os.path.join(repo, cm), encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                for m in CMAKE_SOURCE.finditer(line.split("#", 1)[0]):
+                    path = m.group(2) if m.group(1) != "../" else os.path.normpath(os.path.join(folder, "..", m.group(2)))
+                    if not path.startswith(folder + "/") if folder else True:
+                        problems.append(f"{cm}:{lineno}: compiles '{path}', a source of another folder "
+                                        f"(each folder's CMakeLists.txt builds only its own sources)")
     return problems
 
 
@@ -124,15 +155,22 @@ def self_test(repo):
         if clean:
             print("self-test: the unchanged tree already fails:\n" + "\n".join(clean))
             return 1
-        planted = os.path.join(copy, "capture", "format", "trace_writer.cpp")
-        with open(planted, "a", encoding="utf-8") as fh:
-            fh.write('#include "replay/plan.h"  // planted: the format may use nothing\n')
+        plants = [  # (file, line added), each a wrong way across the layers
+            ("capture/format/trace_writer.cpp", '#include "replay/plan.h"  // planted: the format may use nothing\n'),
+            ("capture/format/trace_reader.cpp", "#include <replay/launch.h>  // planted, angle brackets\n"),
+            ("allocators/library.cpp", '#include "../replay/compare.h"  // planted, relative\n'),
+            ("common/CMakeLists.txt", "add_library(planted STATIC ${PROJECT_SOURCE_DIR}/replay/plan.cpp)\n"),
+        ]
+        for path, line in plants:
+            with open(os.path.join(copy, path), "a", encoding="utf-8") as fh:
+                fh.write(line)
         found = check(copy)
-        print("self-test: a wrong-way include planted in capture/format/trace_writer.cpp:")
+        print(f"self-test: {len(plants)} wrong-way dependencies planted:")
         for p in found:
             print("  " + p)
-        ok = len(found) == 1 and "capture/format/trace_writer.cpp" in found[0] and "'replay'" in found[0]
-        print("self-test: " + ("the check fails on it, as it must" if ok else "NOT caught"))
+        caught = [any(p.startswith(path + ":") for p in found) for path, _ in plants]
+        ok = all(caught) and len(found) == len(plants)
+        print("self-test: " + ("the check fails on each of them, as it must" if ok else f"NOT all caught: {caught}"))
         return 0 if ok else 1
 
 
@@ -154,9 +192,9 @@ def main(argv):
     for p in problems:
         print(p)
     if problems:
-        print(f"check-layers: {len(problems)} include(s) against the layer order")
+        print(f"check-layers: {len(problems)} dependencies against the layer order")
         return 1
-    print("check-layers: every include follows the layer order")
+    print("check-layers: every include and every folder's sources follow the layer order")
     return 0
 
 

@@ -275,10 +275,20 @@ CaptureResult run_capture(CaptureOptions opt) {
   sigaction(SIGQUIT, &ign, &old_quit);
   sigaction(SIGTERM, &fwd, &old_term);
   sigaction(SIGHUP, &fwd, &old_hup);
-  // The program gets them as it would have without heaplab (ignored only if
-  // they were ignored when heaplab started).
-  if (old_int.sa_handler != SIG_IGN) spec.default_signals.push_back(SIGINT);
-  if (old_quit.sa_handler != SIG_IGN) spec.default_signals.push_back(SIGQUIT);
+  // The program gets each as it would have without heaplab: ignored if it
+  // was ignored when heaplab started (nohup), else the default.
+  for (const auto& [sig, old] :
+       {std::pair{SIGINT, &old_int}, {SIGQUIT, &old_quit}, {SIGTERM, &old_term}, {SIGHUP, &old_hup}})
+    (old->sa_handler == SIG_IGN ? spec.ignore_signals : spec.default_signals).push_back(sig);
+  // SIGTERM and SIGHUP wait (blocked) until the program's pid is known, so
+  // that none is lost while it starts; the child unblocks them.
+  sigset_t forwarded, old_mask;
+  sigemptyset(&forwarded);
+  sigaddset(&forwarded, SIGTERM);
+  sigaddset(&forwarded, SIGHUP);
+  sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
+  for (int sig : {SIGTERM, SIGHUP})
+    if (!sigismember(&old_mask, sig)) spec.unblock_signals.push_back(sig);  // blocked at entry: stays so
   auto restore_signals = [&] {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGQUIT, &old_quit, nullptr);
@@ -290,10 +300,12 @@ CaptureResult run_capture(CaptureOptions opt) {
     process::Child child = process::spawn(spec);
     run.pid = child.pid();
     g_child = run.pid;
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a SIGTERM that came meanwhile is forwarded now
     status = child.wait();
     g_child = 0;
   } catch (const process::SpawnError& e) {
     g_child = 0;
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     restore_signals();
     if (following) prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
     remove_raw(opt);
