@@ -8,6 +8,18 @@
 
 namespace heaplab::cli {
 
+bool unknown_command(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == argv[1]) return false;
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  fmt::print(stderr, "heaplab: error: unknown command '{}' (commands: {})\nRun 'heaplab --help' for usage.\n", argv[1],
+             names);
+  return true;
+}
+
 std::unique_ptr<trace::TraceReader> open_trace(const std::string& path) {
   auto r = trace::TraceReader::open(path);
   if (!r->complete()) fmt::print(stderr, "heaplab: warning: {}: {}\n", path, r->warning());

@@ -43,6 +43,12 @@ void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& 
 void add_replay_commands(CLI::App& app, Commands& commands);                            // replay
 void add_experiment_commands(CLI::App& app, Commands& commands);                        // run report dashboard results
 
+// A first argument that is no command and no option: says so on stderr
+// ("unknown command 'gaet' (commands: ...)") and returns true. (CLI11 alone
+// would say "A subcommand is required", and `heaplab gaet --help` would
+// print the main help and exit 0.)
+bool unknown_command(CLI::App& app, int argc, char** argv);
+
 // Opens a trace, warning on stderr when it is truncated.
 std::unique_ptr<trace::TraceReader> open_trace(const std::string& path);
 trace::Codec parse_codec(const std::string& codec);

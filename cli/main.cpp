@@ -29,22 +29,7 @@ int main(int argc, char** argv) {
   add_replay_commands(app, commands);
   add_experiment_commands(app, commands);
 
-  // A mistyped command is named as unknown (CLI11 alone would say "A
-  // subcommand is required", and `heaplab gaet --help` would print the main
-  // help and exit 0).
-  if (argc > 1 && argv[1][0] != '-') {
-    bool known = false;
-    std::string names;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      known = known || sub->get_name() == argv[1];
-      names += (names.empty() ? "" : ", ") + sub->get_name();
-    }
-    if (!known) {
-      fmt::print(stderr, "heaplab: error: unknown command '{}' (commands: {})\nRun 'heaplab --help' for usage.\n",
-                 argv[1], names);
-      return kExitBadInput;
-    }
-  }
+  if (unknown_command(app, argc, argv)) return kExitBadInput;
 
   // `heaplab capture [options] -- PROGRAM ARGS`: what follows `--` is the
   // program's, never parsed as ours (without `--`, the first argument that is

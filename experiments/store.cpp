@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <thread>
+#include <chrono>
 #include <ctime>
 
 #include "experiments/metrics.h"
@@ -121,8 +123,23 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
     return;
   }
   try {
-    exec("PRAGMA journal_mode=WAL");
+    // Switching to WAL takes an exclusive lock for which SQLite may not wait
+    // (two heaplabs creating one store at once got "database is locked"):
+    // retried here for as long as the busy timeout.
+    for (int waited_ms = 0;; waited_ms += 10) {
+      try {
+        exec("PRAGMA journal_mode=WAL");
+        break;
+      } catch (const StoreError&) {
+        if (sqlite3_errcode(db_) != SQLITE_BUSY || waited_ms >= 30000) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
     exec("PRAGMA synchronous=NORMAL");
+    // The schema in one write transaction, its lock taken up front (a read
+    // upgraded to a write is refused without waiting when another process
+    // does the same).
+    exec("BEGIN IMMEDIATE");
     std::string metric_cols;
     for (const Metric& m : all_metrics()) metric_cols += ", " + m.name + " REAL";
     exec(
@@ -137,9 +154,12 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
         metric_cols + ", result TEXT, PRIMARY KEY (session, cell))");
     exec("CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT)");
     exec("INSERT OR IGNORE INTO store_info VALUES ('format', 'heaplab-results'), ('format_version', '1')");
-    Stmt f(db_, "SELECT value FROM store_info WHERE key = 'format'", path);
-    if (!f.step() || f.text(0) != "heaplab-results") throw StoreError(path + ": not a heaplab results store");
+    {
+      Stmt f(db_, "SELECT value FROM store_info WHERE key = 'format'", path);
+      if (!f.step() || f.text(0) != "heaplab-results") throw StoreError(path + ": not a heaplab results store");
+    }
     migrate();
+    exec("COMMIT");
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;

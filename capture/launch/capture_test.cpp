@@ -63,11 +63,7 @@ std::string binary_dir() {
   return env && *env ? env : HEAPLAB_TEST_BINARY_DIR;
 }
 std::string shim_path() { return binary_dir() + "/cli/libheaplab_capture.so"; }
-std::string victim(const std::string& name) {
-  // The static victims are built next to this test, the others in testprogs/.
-  if (name.find("static") != std::string::npos) return binary_dir() + "/capture/launch/" + name;
-  return binary_dir() + "/capture/testprogs/" + name;
-}
+std::string victim(const std::string& name) { return binary_dir() + "/capture/testprogs/" + name; }
 
 CaptureOptions options(const TempDir& dir, std::vector<std::string> argv) {
   CaptureOptions opt;
@@ -999,7 +995,7 @@ TEST(CaptureBadInput, MissingShim) {
 
 // victim_c linked with -static (no PT_INTERP, no PT_DYNAMIC) and with
 // -static-pie (no PT_INTERP, but a PT_DYNAMIC for its self-relocation): both
-// ignore LD_PRELOAD. Built by capture/launch/CMakeLists.txt when the
+// ignore LD_PRELOAD. Built by capture/testprogs/CMakeLists.txt when the
 // toolchain can link static programs.
 #ifndef HEAPLAB_TEST_HAVE_STATIC
 #define HEAPLAB_TEST_HAVE_STATIC 0
