@@ -1,23 +1,104 @@
 #include "common/files.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <system_error>
 
 namespace heaplab::common {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string errstr(int e) { return std::strerror(e); }
+
+// Copies the finished `tmp` into the existing `target` in place (a device,
+// a FIFO, a file with other hard links): its inode, links and mode stay.
+void copy_into(const std::string& tmp, const std::string& target, const std::string& output) {
+  const int in = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) throw std::runtime_error(output + ": cannot write: " + errstr(errno));
+  struct stat st {};
+  const bool regular = ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const int out = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | (regular ? O_TRUNC : 0));
+  if (out < 0) {
+    const int e = errno;
+    ::close(in);
+    throw std::runtime_error(output + ": cannot write: " + errstr(e));
+  }
+  char buf[1 << 16];
+  int error = 0;
+  for (;;) {
+    const ssize_t n = ::read(in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    for (ssize_t done = 0; done < n && !error;) {
+      const ssize_t w = ::write(out, buf + done, size_t(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0)
+        error = errno;
+      else
+        done += w;
+    }
+    if (error) break;
+  }
+  ::close(in);
+  if (::close(out) != 0 && !error) error = errno;
+  if (error) throw std::runtime_error(output + ": cannot write: " + errstr(error));
+}
+
+}  // namespace
 
 void write_then_rename(const std::string& output, const std::function<void(const std::string& tmp)>& write) {
-  const std::string tmp = output + ".heaplab-" + std::to_string(::getpid()) + ".part";
+  // Where the bytes really go: through a symbolic link to what it names
+  // (the link stays a link).
+  std::string target = output;
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(target, ec); ++hops) {  // a dangling one too: its target is made
+    const fs::path to = fs::read_symlink(target, ec);
+    if (ec) break;
+    target = (to.is_absolute() ? to : fs::path(target).parent_path() / to).lexically_normal().string();
+  }
+  struct stat st {};
+  const bool exists = ::stat(target.c_str(), &st) == 0;
+  // A regular file with no other hard link is replaced whole (rename); any
+  // other existing thing (device, FIFO, socket, hard-linked file) is written
+  // in place once the output is complete.
+  const bool replace = !exists || (S_ISREG(st.st_mode) && st.st_nlink <= 1);
+  if (exists && S_ISDIR(st.st_mode)) throw std::runtime_error(output + ": cannot create: Is a directory");
+  // The temporary file beside the target, except for a device or FIFO
+  // (nothing is created in /dev): then in the temporary directory.
+  static std::atomic<unsigned> serial{0};  // outputs written at once by threads of this process
+  const std::string tmp = exists && !S_ISREG(st.st_mode)
+                              ? (fs::temp_directory_path() /
+                                 ("heaplab-" + std::to_string(::getpid()) + "-" + std::to_string(serial++) + ".part"))
+                                    .string()
+                              : target + ".heaplab-" + std::to_string(::getpid()) + ".part";
   try {
     write(tmp);
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, output, ec);
+  if (!replace) {
+    try {
+      copy_into(tmp, target, output);
+    } catch (...) {
+      std::remove(tmp.c_str());
+      throw;
+    }
+    std::remove(tmp.c_str());
+    return;
+  }
+  if (exists) ::chmod(tmp.c_str(), st.st_mode & 07777);  // the file keeps its mode
+  fs::rename(tmp, target, ec);
   if (ec) {
     std::remove(tmp.c_str());
     throw std::runtime_error(output + ": cannot create: " + ec.message());
@@ -34,7 +115,7 @@ void write_text(const std::string& output, const std::string& text) {
 
 std::string self_dir() {
   std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   return ec ? std::string(".") : exe.parent_path().string();
 }
 

@@ -7,11 +7,19 @@
 
 namespace heaplab::common {
 
-// write(tmp) writes beside `output` (OUTPUT.heaplab-PID.part), which is then
-// renamed over `output`: a failed write leaves no half-written file under
-// the requested name, nor touches a user's existing file. On failure the
-// temporary file is removed and the exception passes on; a failed rename
-// throws std::runtime_error "OUTPUT: cannot create: REASON".
+// The one way heaplab writes an output the user named. write(tmp) writes a
+// temporary file (TARGET.heaplab-PID.part) and only a complete output
+// reaches `output`, never half of one; a failed write leaves the user's
+// existing file untouched. Then:
+//  - a new file, or a regular file with no other hard link: the temporary
+//    file is renamed over it, with the old file's mode;
+//  - a symbolic link: what it names is written (the link stays a link);
+//  - a device (/dev/null), a FIFO, or a file with other hard links: the
+//    output is copied into it in place (never replaced by a regular file);
+//  - a directory: refused.
+// On failure the temporary file is removed and the exception passes on;
+// errors are std::runtime_error "OUTPUT: cannot create: REASON" or
+// "OUTPUT: cannot write: REASON".
 void write_then_rename(const std::string& output, const std::function<void(const std::string& tmp)>& write);
 
 // Writes `text` to `output` through write_then_rename; errors as above, or

@@ -86,8 +86,8 @@ std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bo
   return (p.parent_path() / name).string();
 }
 
-TraceResult normalise_to(const normalise::RawFile& raw, const std::string& part, const std::string& out,
-                         const CaptureOptions& opt, const CaptureResult& res, bool root, const nlohmann::json& meta) {
+TraceResult normalise_to(const normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,
+                         const CaptureResult& res, bool root, const nlohmann::json& meta) {
   normalise::NormaliseOptions nopt = opt.normalise;
   nopt.capture_metadata["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
   if (root) {
@@ -96,8 +96,7 @@ TraceResult normalise_to(const normalise::RawFile& raw, const std::string& part,
   }
   nopt.capture_metadata.update(meta);
   TraceResult tr;
-  tr.report = normalise::normalise(raw, part, nopt);
-  if (::rename(part.c_str(), out.c_str()) != 0) fail("cannot rename to '" + out + "': " + errstr(errno));
+  common::write_then_rename(out, [&](const std::string& tmp) { tr.report = normalise::normalise(raw, tmp, nopt); });
   tr.path = out;
   return tr;
 }

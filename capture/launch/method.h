@@ -73,9 +73,9 @@ std::vector<RawName> list_raw(const std::string& dir, const char* ext = "hlraw")
 void remove_raw(const CaptureOptions& opt);
 // The trace of process PID, image GEN: OUTPUT itself for the program's own.
 std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root);
-// Normalises `raw` into `part`, renamed to `out` when done; the capture's
-// metadata (allocator; for the program's own trace its exit status) plus `meta`.
-TraceResult normalise_to(const normalise::RawFile& raw, const std::string& part, const std::string& out,
-                         const CaptureOptions& opt, const CaptureResult& res, bool root, const nlohmann::json& meta);
+// Normalises `raw` into the trace `out` (written whole: common::write_then_rename);
+// the capture's metadata (allocator; for the program's own trace its exit status) plus `meta`.
+TraceResult normalise_to(const normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,
+                         const CaptureResult& res, bool root, const nlohmann::json& meta);
 
 }  // namespace heaplab::launch

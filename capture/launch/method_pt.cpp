@@ -72,7 +72,6 @@ class PtMethod : public CaptureMethod {
     for (size_t i = 0; i < markers.size(); ++i) {
       const bool root = markers[i].root;
       const std::string out = trace_name(opt.output, markers[i].pid, 0, root);
-      const std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
       try {
         po.pid = markers[i].pid;
         std::string raw_path;
@@ -84,7 +83,7 @@ class PtMethod : public CaptureMethod {
         }
         normalise::RawFile raw(raw_path);
         nlohmann::json meta = {{"method", "intel-pt"}, {"pt", pt::report_to_json(pr)}};
-        TraceResult tr = normalise_to(raw, part, out, opt, res, root, meta);
+        TraceResult tr = normalise_to(raw, out, opt, res, root, meta);
         tr.pid = markers[i].pid;
         tr.command_line = {pr.comm};
         res.traces.push_back(std::move(tr));
@@ -96,7 +95,6 @@ class PtMethod : public CaptureMethod {
                           "{} AUX gaps; {} events lost (lost markers in the trace)",
                           out, pr.stream.overflows, pr.aux_truncated, pr.aux_gaps, pr.lost));
       } catch (const std::exception& e) {
-        ::unlink(part.c_str());
         res.failed.push_back(e.what());
       }
     }

@@ -51,16 +51,14 @@ class SoftwareMethod : public CaptureMethod {
       const RawName& r = raws[i];
       bool root = r.pid == uint32_t(run.pid) && r.gen == 0;
       std::string out = trace_name(opt.output, r.pid, r.gen, root);
-      std::string part = out + ".heaplab-" + std::to_string(getpid()) + ".part";
       try {
         normalise::RawFile raw(r.path);
-        TraceResult tr = normalise_to(raw, part, out, opt, res, root, nlohmann::json::object());
+        TraceResult tr = normalise_to(raw, out, opt, res, root, nlohmann::json::object());
         tr.pid = r.pid;
         tr.exec_generation = r.gen;
         tr.command_line = raw.command_line();
         done[i] = std::move(tr);
       } catch (const std::exception& e) {
-        ::unlink(part.c_str());
         errors[i] = e.what();
       }
     };

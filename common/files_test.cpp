@@ -1,0 +1,129 @@
+// Tests of the one output helper: complete outputs only, and a user's
+// special files, links and modes left as they were.
+#include "common/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace heaplab::common {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Dir {
+  fs::path path;
+  Dir() {
+    char tmpl[] = "/tmp/heaplab_files_test_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~Dir() { fs::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST(Files, NewFileAndAFailedWriteLeavesNothing) {
+  Dir d;
+  write_text(d.file("out"), "hello\n");
+  EXPECT_EQ(slurp(d.file("out")), "hello\n");
+  EXPECT_THROW(write_then_rename(d.file("out"),
+                                 [](const std::string& tmp) {
+                                   std::ofstream(tmp) << "half";
+                                   throw std::runtime_error("failed");
+                                 }),
+               std::runtime_error);
+  EXPECT_EQ(slurp(d.file("out")), "hello\n");  // untouched
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(d.path)) entries += e.path().filename() != "out";
+  EXPECT_EQ(entries, 0);  // no temporary file left
+}
+
+TEST(Files, AnExistingFileKeepsItsMode) {
+  Dir d;
+  write_text(d.file("out"), "old\n");
+  ::chmod(d.file("out").c_str(), 0600);
+  write_text(d.file("out"), "new\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(d.file("out").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(slurp(d.file("out")), "new\n");
+}
+
+TEST(Files, ASymlinkStaysALinkAndItsTargetIsWritten) {
+  Dir d;
+  write_text(d.file("target"), "old\n");
+  fs::create_symlink(d.file("target"), d.file("link"));
+  write_text(d.file("link"), "new\n");
+  EXPECT_TRUE(fs::is_symlink(d.file("link")));
+  EXPECT_EQ(slurp(d.file("target")), "new\n");
+}
+
+TEST(Files, ADanglingSymlinkGetsItsTargetMade) {
+  Dir d;
+  fs::create_symlink("sub/../target", d.file("link"));  // relative, through a directory made below
+  fs::create_directory(d.path / "sub");
+  write_text(d.file("link"), "made\n");
+  EXPECT_TRUE(fs::is_symlink(d.file("link")));
+  EXPECT_EQ(slurp(d.file("target")), "made\n");
+}
+
+TEST(Files, AHardLinkSeesTheNewContent) {
+  Dir d;
+  write_text(d.file("a"), "old\n");
+  fs::create_hard_link(d.file("a"), d.file("b"));
+  write_text(d.file("a"), "new\n");
+  EXPECT_EQ(slurp(d.file("b")), "new\n");
+  EXPECT_EQ(fs::hard_link_count(d.file("a")), 2u);
+}
+
+TEST(Files, AFifoIsWrittenNotReplaced) {
+  Dir d;
+  ASSERT_EQ(::mkfifo(d.file("fifo").c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = slurp(d.file("fifo")); });
+  write_text(d.file("fifo"), "through the fifo\n");
+  reader.join();
+  EXPECT_EQ(got, "through the fifo\n");
+  EXPECT_TRUE(fs::is_fifo(d.file("fifo")));
+}
+
+// The real /dev/null must never become a regular file: here a device node
+// of the same kind (1:3), made by root in a temporary directory.
+TEST(Files, ADeviceStaysADevice) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a device node";
+  Dir d;
+  ASSERT_EQ(::mknod(d.file("null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  write_text(d.file("null"), "discarded\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(d.file("null").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, makedev(1, 3));
+  write_text("/dev/null", "discarded\n");  // and the real one, as heaplab -o /dev/null would
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+TEST(Files, ADirectoryIsRefused) {
+  Dir d;
+  try {
+    write_text(d.path.string(), "x");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), d.path.string() + ": cannot create: Is a directory");
+  }
+}
+
+}  // namespace
+}  // namespace heaplab::common
