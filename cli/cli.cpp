@@ -2,6 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/files.h"
@@ -18,6 +21,20 @@ bool unknown_command(CLI::App& app, int argc, char** argv) {
   fmt::print(stderr, "heaplab: error: unknown command '{}' (commands: {})\nRun 'heaplab --help' for usage.\n", argv[1],
              names);
   return true;
+}
+
+void output_failed() {
+  if (errno == EPIPE) return;
+  throw Failure{std::string("writing standard output: ") + std::strerror(errno)};
+}
+
+int finish_output(int code) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  if (errno == EPIPE) return code;
+  const int e = errno ? errno : EIO;
+  fmt::print(stderr, "heaplab: error: writing standard output: {}\n", std::strerror(e));
+  return kExitBadInput;
 }
 
 std::unique_ptr<trace::TraceReader> open_trace(const std::string& path) {

@@ -49,6 +49,13 @@ void add_experiment_commands(CLI::App& app, Commands& commands);                
 // print the main help and exit 0.)
 bool unknown_command(CLI::App& app, int argc, char** argv);
 
+// The end of a command: its standard output flushed. A write that failed
+// (a full disk, an I/O error) is an error, never silent success: one line
+// and exit 2. A reader that went away (EPIPE: `heaplab cat | head`) is not.
+int finish_output(int code);
+// Throws Failure "writing standard output: REASON" unless errno is EPIPE.
+void output_failed();
+
 // Opens a trace, warning on stderr when it is truncated.
 std::unique_ptr<trace::TraceReader> open_trace(const std::string& path);
 trace::Codec parse_codec(const std::string& codec);

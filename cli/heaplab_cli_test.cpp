@@ -219,6 +219,24 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
   }
 }
 
+// Output that cannot be written (a full device) is an error, not exit 0.
+TEST_F(Cli, AFullOutputIsAnError) {
+  import_small();
+  const std::string t = dir_ + "/small.hlt";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"stats", t}, {"cat", t}, {"stats", "--json", t}}) {
+    process::Spec spec;
+    spec.argv = {kHeaplab};
+    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+    spec.out = process::Stdio::file;
+    spec.out_file = "/dev/full";
+    spec.err = process::Stdio::pipe;
+    const process::Output o = process::run(spec);
+    EXPECT_EQ(process::exit_code(o.status), 2) << args[0];
+    EXPECT_EQ(o.err, "heaplab: error: writing standard output: No space left on device\n") << args[0];
+  }
+}
+
 TEST_F(Cli, CaptureTakesTheProgramWithOrWithoutDashes) {
   const std::string victim = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/victim_c";
   Result r = run({"capture", "-q", "-o", "a.hlt", "--", victim, "single"}, dir_);

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
 
   try {
     for (const Command& c : commands)
-      if (*c.app) return c.run();
+      if (*c.app) return finish_output(c.run());
   } catch (const Failure& f) {
     fmt::print(stderr, "heaplab: error: {}\n", f.message);
   } catch (const std::bad_alloc&) {

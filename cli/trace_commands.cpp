@@ -205,7 +205,10 @@ int run_cat(const CatArgs& a) {
       out += line;
       ++shown;
     }
-    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) return 0;  // closed pipe
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) {
+      output_failed();  // a full disk is an error; a reader that went away (EPIPE) is not
+      return 0;
+    }
     out.clear();
     if (shown >= a.limit) break;
   }
