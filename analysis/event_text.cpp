@@ -49,4 +49,56 @@ void event_jsonl(const trace::Event& e, bool has_time, std::string& line) {
   line += "\n";
 }
 
+void memory_event_text(const trace::MemoryEvent& e, bool has_time, std::string& line) {
+  using trace::MemOp;
+  line.clear();
+  auto num = [&](uint64_t v) { line += std::to_string(v); };
+  if (e.op == MemOp::object) {
+    line += "object #";
+    num(e.region);
+    line += ": ";
+    num(e.pages);
+    line += " pages resident of ";
+    num(e.length);
+    line += " bytes\n";
+    return;
+  }
+  line += "after ";
+  num(e.after);
+  line += " t";
+  num(e.thread);
+  line += ' ';
+  if (has_time) {
+    line += '@';
+    num(e.time);
+    line += ' ';
+  }
+  line += trace::mem_op_name(e.op);
+  line += "(region ";
+  num(e.region);
+  if (e.op != MemOp::map) {
+    line += ", offset ";
+    num(e.offset);
+  }
+  line += ", ";
+  num(e.length);
+  line += " bytes";
+  if (e.op != MemOp::map) {
+    line += ", ";
+    if (e.pages == trace::kUnknownPages)
+      line += "? pages";
+    else
+      num(e.pages), line += " pages";
+  }
+  line += ')';
+  if (e.op == MemOp::remap) {
+    line += " -> region ";
+    num(e.new_region);
+    line += ", ";
+    num(e.new_length);
+    line += " bytes";
+  }
+  line += '\n';
+}
+
 }  // namespace heaplab::analysis

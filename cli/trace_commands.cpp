@@ -176,6 +176,7 @@ struct CatArgs {
   uint64_t from = 0;
   uint64_t limit = UINT64_MAX;
   bool meta = false;
+  bool memory = false;
 };
 
 int run_cat(const CatArgs& a) {
@@ -183,6 +184,15 @@ int run_cat(const CatArgs& a) {
   if (a.meta) {
     nlohmann::json m = nlohmann::json::parse(r->metadata(), nullptr, false);
     fmt::print("{}\n", m.is_discarded() ? r->metadata() : m.dump(2));
+    return 0;
+  }
+  if (a.memory) {
+    std::string line, out;
+    for (const trace::MemoryEvent& e : r->memory_events()) {
+      analysis::memory_event_text(e, r->has_time(), line);
+      out += line;
+    }
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) output_failed();
     return 0;
   }
   std::unique_ptr<trace::EventCursor> cur;
@@ -272,6 +282,9 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   ct->add_option("--from", ca.from, "Start at this seq");
   ct->add_option("-n,--limit", ca.limit, "Print at most this many events");
   ct->add_flag("--meta", ca.meta, "Print the metadata JSON instead of events");
+  ct->add_flag("--memory", ca.memory,
+               "Print the program's own memory calls (mmap, munmap, mremap, madvise, brk) and the resident pages "
+               "measured, instead of heap events");
 
   commands.push_back({ct, [ca_] { return run_cat(*ca_); }});
 }

@@ -9,7 +9,9 @@
 namespace heaplab::trace {
 
 inline constexpr uint16_t kFormatMajor = 1;
-inline constexpr uint16_t kFormatMinor = 0;
+inline constexpr uint16_t kFormatMinor = 1;
+// A file without a MEMX block is written as 1.0, byte for byte what 1.0 was.
+inline constexpr uint16_t kFormatMinorPlain = 0;
 
 // File header: 32 bytes at offset 0.
 inline constexpr char kFileMagic[8] = {'H', 'E', 'A', 'P', 'L', 'A', 'B', 'T'};
@@ -34,6 +36,7 @@ enum BlockType : uint32_t {
   kBlockChunk = fourcc('C', 'H', 'N', 'K'),
   kBlockThreads = fourcc('T', 'H', 'R', 'D'),
   kBlockIndex = fourcc('I', 'N', 'D', 'X'),
+  kBlockMemory = fourcc('M', 'E', 'M', 'X'),  // 1.1: memory besides the heap (memory_event.h)
 };
 
 // Chunk payload header (before the column data).

@@ -246,7 +246,33 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
   }
   if (events_ != total)
     fail(size - kFooterSize, "footer says " + std::to_string(total) + " events, index has " + std::to_string(events_));
+  // 1.1: a MEMX block sits between the last chunk and the thread table.
+  if (minor_ >= 1) {
+    uint64_t off = kFileHeaderSize + kBlockHeaderSize + load_u32(d + kFileHeaderSize + 4);  // after the first META
+    for (const ChunkRef& c : chunks_) {
+      if (c.offset > threads_off || threads_off - c.offset < kBlockHeaderSize) continue;
+      const uint64_t end = c.offset + kBlockHeaderSize + load_u32(d + c.offset + 4);
+      if (end > off) off = end;
+    }
+    while (off < threads_off && threads_off - off >= kBlockHeaderSize) {
+      const uint32_t t = load_u32(d + off), len = load_u32(d + off + 4);
+      if (len > threads_off - off - kBlockHeaderSize) fail(off, "block runs into the thread table");
+      if (t == kBlockMemory) {
+        const uint8_t* p = d + off + kBlockHeaderSize;
+        if (load_u64(d + off + 8) != block_checksum(t, p, len)) fail(off, "memory block checksum mismatch (corrupt data)");
+        load_memory(p, len, off);
+      }
+      off += kBlockHeaderSize + len;
+    }
+  }
   finish_threads();
+}
+
+void TraceReader::load_memory(const uint8_t* payload, uint32_t len, uint64_t off) {
+  std::string error;
+  auto m = decode_memory_events({reinterpret_cast<const char*>(payload), len}, error);
+  if (!m) fail(off, error);
+  memory_ = std::move(*m);
 }
 
 void TraceReader::scan() {
@@ -294,6 +320,9 @@ void TraceReader::scan() {
         break;
       case kBlockIndex:
         saw_index = true;
+        break;
+      case kBlockMemory:
+        load_memory(p, len, off);
         break;
     }
     off += kBlockHeaderSize + len;

@@ -57,6 +57,9 @@ class TraceReader {
   // capture died). warning() then says how much was readable and what is lost.
   bool complete() const { return complete_; }
   const std::string& warning() const { return warning_; }
+  // The program's memory besides the heap calls (format 1.1; empty if the
+  // trace has none), in the order written.
+  const std::vector<MemoryEvent>& memory_events() const { return memory_; }
 
  private:
   TraceReader() = default;
@@ -85,6 +88,8 @@ class TraceReader {
   std::vector<std::vector<uint32_t>> lists_;
   std::unordered_map<uint32_t, uint32_t> loading_slot_;
   uint64_t events_ = 0;
+  std::vector<MemoryEvent> memory_;
+  void load_memory(const uint8_t* payload, uint32_t len, uint64_t off);
 };
 
 // Decodes one chunk incrementally. Verifies the chunk's checksum and header

@@ -112,6 +112,7 @@ struct TraceWriter::Impl {
   std::vector<IndexEntry> index;
   std::string final_meta;
   bool has_final_meta = false;
+  std::vector<MemoryEvent> memory;
   ZSTD_CCtx* cctx = nullptr;
   std::vector<uint8_t> raw;
   std::string block;
@@ -311,7 +312,7 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options) : impl_
   }
   std::string hdr(kFileMagic, sizeof kFileMagic);
   put_u16(hdr, kFormatMajor);
-  put_u16(hdr, kFormatMinor);
+  put_u16(hdr, kFormatMinorPlain);
   put_u32(hdr, m.opt.timestamps ? uint32_t{kFileHasTime} : uint32_t{0});
   put_u64(hdr, 0);
   put_u64(hdr, plain_checksum(hdr.data(), hdr.size()));
@@ -379,6 +380,8 @@ void TraceWriter::set_thread_info(uint32_t thread, ThreadInfo info) {
   m.infos[thread] = std::move(info);
 }
 
+void TraceWriter::set_memory_events(std::vector<MemoryEvent> events) { impl_->memory = std::move(events); }
+
 void TraceWriter::set_final_metadata(std::string json) {
   impl_->final_meta = std::move(json);
   impl_->has_final_meta = true;
@@ -396,6 +399,17 @@ void TraceWriter::close() {
   if (m.closed) return;
   flush();
   std::string payload;
+  if (!m.memory.empty()) {
+    m.write_block(kBlockMemory, encode_memory_events(m.memory));
+    // The header now says 1.1.
+    std::string hdr(kFileMagic, sizeof kFileMagic);
+    put_u16(hdr, kFormatMajor);
+    put_u16(hdr, kFormatMinor);
+    put_u32(hdr, m.opt.timestamps ? uint32_t{kFileHasTime} : uint32_t{0});
+    put_u64(hdr, 0);
+    put_u64(hdr, plain_checksum(hdr.data(), hdr.size()));
+    if (::pwrite(m.fd, hdr.data(), hdr.size(), 0) != ssize_t(hdr.size())) m.io_fail("write failed");
+  }
   put_u32(payload, static_cast<uint32_t>(m.infos.size()));
   for (const auto& [thread, ti] : m.infos) {  // ascending thread index
     put_u32(payload, thread);

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "capture/format/event.h"
+#include "capture/format/memory_event.h"
 #include "capture/format/trace_format.h"
 
 namespace heaplab::trace {
@@ -51,6 +53,9 @@ class TraceWriter {
   void set_thread_info(uint32_t thread, ThreadInfo info);
   // Replaces the metadata; written as a final METADATA block by close().
   void set_final_metadata(std::string json);
+  // The program's memory besides the heap calls: written by close() as a
+  // MEMX block after the last chunk (the file is then version 1.1).
+  void set_memory_events(std::vector<MemoryEvent> events);
   // Writes every open chunk, so that all events so far survive a crash.
   void flush();
   // Flushes, writes the thread table, index and footer. Throws on I/O errors.

@@ -11,6 +11,7 @@
 
 #include "capture/format/flat_map.h"
 #include "capture/import/metadata.h"
+#include "capture/normalise/memory_map.h"
 #include "common/files.h"
 
 namespace heaplab::normalise {
@@ -38,6 +39,10 @@ struct Stream {
   uint64_t holes_reported = 0;
   uint64_t ticks_of_current = 0;  // of the record being processed
   std::vector<Pending> pending;
+  struct Remap {
+    uint64_t old, old_len, pages;
+  };
+  std::vector<Remap> remaps;  // mremap begun, not yet returned
 };
 
 struct Key {
@@ -167,6 +172,7 @@ class Normaliser {
   void process(size_t s);
   bool resolve(uint64_t addr, bool want_release);
   void handle(Stream& st, const Record& r, uint64_t time);
+  void handle_memory(Stream& st, const Record& r, uint64_t time);
   uint64_t append(Event& e);
   void produce(Event& e, uint64_t addr);
   uint64_t ns(uint64_t ticks) const;
@@ -188,6 +194,7 @@ class Normaliser {
   uint64_t now_ticks_ = 0;     // ticks of the record being processed
   uint64_t window_ticks_ = 0;  // how far ahead resolve() may look
   uint32_t next_thread_ = 0;
+  MemoryMap memory_;
 };
 
 trace::WriterOptions Normaliser::writer_options() {
@@ -269,6 +276,10 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
     rep_.holes += r.a;
     return;
   }
+  if (raw_memory_op(op)) {
+    handle_memory(st, r, time);
+    return;
+  }
   if (op > uint32_t(Op::op_delete_array_aligned_nothrow)) {
     ++rep_.bad_records;
     return;
@@ -323,6 +334,46 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
     return;
   }
   append(e);
+}
+
+// The program's own memory (raw_format.h, kRawMmap ...).
+void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
+  const MemoryPosition at{events_, st.index, time};
+  switch (record_op(r.head)) {
+    case kRawMmap:
+      memory_.map(at, r.a, r.b, uint32_t(r.c) & 0x10 /* MAP_FIXED */);
+      break;
+    case kRawMunmap:
+      memory_.unmap(at, r.a, r.b, r.c);
+      break;
+    case kRawMremapBegin:
+      st.remaps.push_back(Stream::Remap{r.a, r.b, r.c});
+      break;
+    case kRawMremap: {
+      uint64_t pages = trace::kUnknownPages, old_len = 0;
+      if (!st.remaps.empty() && st.remaps.back().old == r.c) {
+        pages = st.remaps.back().pages;
+        old_len = st.remaps.back().old_len;
+        st.remaps.pop_back();
+      }
+      if (r.a != 0 && old_len != 0) memory_.remap(at, r.c, old_len, pages, r.a, r.b);
+      break;
+    }
+    case kRawMadvise:
+      memory_.advise(at, r.a, r.b, (r.c & 0xff) == 8 /* MADV_FREE */, r.c >> 8);
+      break;
+    case kRawBreak:
+      memory_.brk(at, r.a, r.b);
+      break;
+    case kRawResident: {
+      uint64_t* id = live_.find(r.a);
+      if (id)
+        memory_.object(*id, r.c, r.b);
+      else
+        memory_.resident(r.a, r.c, r.b);
+      break;
+    }
+  }
 }
 
 // Processes stream s's current record: writes its events, advances the
@@ -440,6 +491,11 @@ NormaliseReport Normaliser::run() {
   rep_.clean_exit = in_.clean_exit();
   rep_.duration_ns = any_ ? last_time_ - first_time_ : 0;
   rep_.events = writer_.events();
+  rep_.memory_calls = memory_.counts().calls;
+  rep_.regions = memory_.counts().regions;
+  rep_.unknown_memory_releases = memory_.counts().unknown_releases;
+  rep_.resident_counts = memory_.counts().measured;
+  writer_.set_memory_events(memory_.finish());
   nlohmann::json m = metadata();
   m["capture"].update(report_to_json(rep_));
   writer_.set_final_metadata(m.dump());
@@ -471,6 +527,10 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
           {"reordered_records", r.reordered},
           {"blocks_missing", r.blocks_missing},
           {"duration_ns", r.duration_ns},
+          {"memory_calls", r.memory_calls},
+          {"regions", r.regions},
+          {"unknown_memory_releases", r.unknown_memory_releases},
+          {"resident_counts", r.resident_counts},
           {"clean_exit", r.clean_exit}};
 }
 

@@ -45,6 +45,10 @@ struct NormaliseReport {
                                      // an address's alloc/free order (unfenced TSC)
   uint64_t blocks_missing = 0;       // blocks claimed but not written
   uint64_t duration_ns = 0;          // first to last event
+  uint64_t memory_calls = 0;         // the program's own mmap/munmap/mremap/madvise/brk calls
+  uint64_t regions = 0;              // anonymous mappings it made
+  uint64_t unknown_memory_releases = 0;  // releases of memory it did not map while captured
+  uint64_t resident_counts = 0;      // resident-page counts of large blocks and mappings
   uint64_t bytes = 0;                // size of the trace written
   bool clean_exit = false;
   std::string clock;  // "tsc", "monotonic" or "none"

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "capture/format/event.h"
+#include "capture/shim/memory.h"
 #include "capture/shim/sink.h"
 
 namespace heaplab::shim {
@@ -61,6 +62,7 @@ inline void* hook_malloc(size_t n) {
   if (not_ready(n, 16, &p)) return p;
   p = g_real.malloc(n);
   emit(op(Op::malloc), u(p), n, 0);
+  if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
 
@@ -70,6 +72,7 @@ inline void* hook_calloc(size_t count, size_t n) {
   if (not_ready(__builtin_mul_overflow(count, n, &total) ? SIZE_MAX : total, 16, &p)) return p;
   p = g_real.calloc(count, n);
   emit(op(Op::calloc), u(p), n, count);
+  if (__builtin_expect(total >= raw::kResidentMinBytes, 0)) large_made(p, total);
   return p;
 }
 
@@ -77,6 +80,7 @@ inline void hook_free(void* p) {
   if (__builtin_expect(boot_owns(p), 0)) return;  // never freed: it is static
   void* unused;
   if (not_ready(0, 0, &unused)) return;
+  large_released(p);
   emit(op(Op::free), u(p), 0, 0);
   g_real.free(p);
 }
@@ -87,9 +91,11 @@ inline void* hook_realloc(void* old, size_t n) {
   void* p;
   if (__builtin_expect(boot_owns(old), 0)) return boot_realloc(old, n);
   if (not_ready(n, 16, &p)) return p;  // (before start-up ends, `old` is NULL or boot memory)
+  large_released(old);
   emit(raw::kRawReallocBegin, u(old), n, 0);
   p = g_real.realloc(old, n);
   emit(op(Op::realloc), u(p), u(old), n);
+  if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
 
@@ -102,9 +108,11 @@ inline void* hook_reallocarray(void* old, size_t count, size_t n) {
   }
   if (__builtin_expect(boot_owns(old), 0)) return boot_realloc(old, total);
   if (not_ready(total, 16, &p)) return p;
+  large_released(old);
   emit(raw::kRawReallocarrayBegin, u(old), n, count);
   p = g_real.reallocarray(old, count, n);
   emit(op(Op::reallocarray), u(p), u(old), count);
+  if (__builtin_expect(total >= raw::kResidentMinBytes, 0)) large_made(p, total);
   return p;
 }
 
@@ -113,6 +121,7 @@ inline void* hook_memalign(size_t align, size_t n) {
   if (not_ready(n, align, &p)) return p;
   p = g_real.memalign(align, n);
   emit(op(Op::memalign), u(p), n, align);
+  if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
 
@@ -124,6 +133,7 @@ inline int hook_posix_memalign(void** out, size_t align, size_t n) {
   }
   int rc = g_real.posix_memalign(out, align, n);
   emit(op(Op::posix_memalign), rc == 0 ? u(*out) : 0, n, align);
+  if (__builtin_expect(rc == 0 && n >= raw::kResidentMinBytes, 0)) large_made(*out, n);
   return rc;
 }
 
@@ -132,6 +142,7 @@ inline void* hook_aligned_alloc(size_t align, size_t n) {
   if (not_ready(n, align, &p)) return p;
   p = g_real.aligned_alloc(align, n);
   emit(op(Op::aligned_alloc), u(p), n, align);
+  if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
 
@@ -140,6 +151,7 @@ inline void* hook_valloc(size_t n) {
   if (not_ready(n, 4096, &p)) return p;
   p = g_real.valloc(n);
   emit(op(Op::valloc), u(p), n, 0);
+  if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
 
@@ -148,6 +160,7 @@ inline void* hook_pvalloc(size_t n) {
   if (not_ready(n, 4096, &p)) return p;
   p = g_real.pvalloc(n);
   emit(op(Op::pvalloc), u(p), n, 0);
+  if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
 
@@ -175,6 +188,7 @@ inline void* hook_new(Op kind, size_t n, size_t align, const void* nt) {
   else
     p = reinterpret_cast<void* (*)(size_t, size_t, const void*)>(next)(n, align, nt);
   emit(op(kind), u(p), n, align);
+  if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
 
@@ -182,6 +196,7 @@ inline void hook_delete(Op kind, void* p, size_t n, size_t align, const void* nt
   if (__builtin_expect(boot_owns(p), 0)) return;
   void* unused;
   if (not_ready(0, 0, &unused)) return;
+  large_released(p);
   emit(op(kind), u(p), n, align);
   void* next = g_real.delete_[op(kind) - op(Op::op_delete)];
   if (next == nullptr) {

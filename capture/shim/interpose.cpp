@@ -1,7 +1,10 @@
 // The override layer: every allocation entry point of C and C++, each a
 // one-line forward to its hook (hooks.h). Nothing else lives here.
 #include <malloc.h>
+#include <stdarg.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <new>
 
@@ -23,6 +26,28 @@ HEAPLAB_EXPORT int posix_memalign(void** out, size_t align, size_t n) { return s
 HEAPLAB_EXPORT void* aligned_alloc(size_t align, size_t n) { return s::hook_aligned_alloc(align, n); }
 HEAPLAB_EXPORT void* valloc(size_t n) { return s::hook_valloc(n); }
 HEAPLAB_EXPORT void* pvalloc(size_t n) { return s::hook_pvalloc(n); }
+
+// The program's own memory (memory.h): the caller tells the program's calls
+// from the allocator's.
+#define CALLER __builtin_return_address(0)
+HEAPLAB_EXPORT void* mmap(void* a, size_t n, int prot, int flags, int fd, off_t off) {
+  return s::hook_mmap(a, n, prot, flags, fd, off, CALLER);
+}
+HEAPLAB_EXPORT void* mmap64(void* a, size_t n, int prot, int flags, int fd, off_t off) {
+  return s::hook_mmap(a, n, prot, flags, fd, off, CALLER);
+}
+HEAPLAB_EXPORT int munmap(void* a, size_t n) { return s::hook_munmap(a, n, CALLER); }
+HEAPLAB_EXPORT void* mremap(void* old, size_t old_n, size_t n, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  void* fixed = (flags & MREMAP_FIXED) ? va_arg(ap, void*) : nullptr;
+  va_end(ap);
+  return s::hook_mremap(old, old_n, n, flags, fixed, CALLER);
+}
+HEAPLAB_EXPORT int madvise(void* a, size_t n, int advice) { return s::hook_madvise(a, n, advice, CALLER); }
+HEAPLAB_EXPORT int brk(void* a) { return s::hook_brk(a, CALLER); }
+HEAPLAB_EXPORT void* sbrk(intptr_t n) { return s::hook_sbrk(n, CALLER); }
+#undef CALLER
 
 using std::align_val_t;
 using std::nothrow_t;

@@ -59,7 +59,28 @@ enum RawOp : uint8_t {
   kRawReallocarrayBegin = 41,  // before reallocarray(old, count, size): a = old, b = size, c = count
   kRawLost = 42,               // a = events lost here (written by decoders of the Intel PT route,
                                // from gaps in the events' sequence numbers; never by the shim)
+  // The program's own anonymous memory (calls made outside the allocator;
+  // trace format 1.1, FORMAT.md section 15). Resident page counts come from
+  // mincore(2) just before the memory is released; kUnknownPages if it failed.
+  kRawMmap = 43,          // after mmap: a = result, b = length, c = flags | resident pages of the range
+                          //   before the call << 32 (MAP_FIXED over memory already mapped)
+  kRawMunmap = 44,        // before munmap: a = address, b = length, c = resident pages
+  kRawMremapBegin = 45,   // before mremap: a = old address, b = old length, c = resident pages
+  kRawMremap = 46,        // after mremap: a = result (0 = failed), b = new length, c = old address
+  kRawMadvise = 47,       // before madvise(MADV_DONTNEED or MADV_FREE): a = address, b = length,
+                          //   c = advice | resident pages << 8
+  kRawBreak = 48,         // after brk/sbrk moved the break: a = old break, b = new break
+  kRawResident = 49,      // resident pages of memory about to be released, or live at exit:
+                          //   a = address (a heap block's, or inside a mapping), b = resident
+                          //   pages, c = bytes measured from a
 };
+
+inline constexpr uint64_t kUnknownPages = 0xffffffffu;
+// Heap blocks and mappings at least this large have their resident pages
+// measured when released and at exit (smaller ones are replayed fully touched).
+inline constexpr uint64_t kResidentMinBytes = 65536;
+
+inline constexpr bool raw_memory_op(uint32_t op) { return op >= kRawMmap && op <= kRawResident; }
 
 // Fields per record, by op:
 //   producing calls (malloc ... new[]_aligned_nothrow): a = result (0 = NULL),

@@ -129,6 +129,7 @@ void resolve() {
   g_real.realloc = reinterpret_cast<void* (*)(void*, size_t)>(next_symbol("realloc"));
   if (!g_real.malloc || !g_real.free || !g_real.calloc || !g_real.realloc)
     fatal("no malloc/free/calloc/realloc found after the shim in the library chain");
+  memory_resolve(reinterpret_cast<void*>(g_real.malloc));
   const void* alloc_object = object_of(reinterpret_cast<void*>(g_real.malloc));
   bool alloc_is_libc = in_library(reinterpret_cast<void*>(g_real.malloc), "libc.so");
   // memalign first: the other emulations build on it; its own emulation on posix_memalign.
@@ -270,6 +271,13 @@ void throw_bad_alloc() {
   fatal("operator new failed and std::bad_alloc cannot be thrown (no libstdc++)");
 }
 
-__attribute__((destructor)) void shim_fini() { sink_close(); }
+// Start-up runs at the first allocation or here, whichever comes first: a
+// program whose first call is mmap is recorded from its first call on.
+__attribute__((constructor)) void shim_start() { init(); }
+
+__attribute__((destructor)) void shim_fini() {
+  memory_exit_scan();
+  sink_close();
+}
 
 }  // namespace heaplab::shim

@@ -1,0 +1,84 @@
+#include "capture/format/memory_event.h"
+
+#include <zstd.h>
+
+#include "capture/format/bytes.h"
+
+namespace heaplab::trace {
+
+using namespace bytes;
+
+std::string_view mem_op_name(MemOp op) {
+  switch (op) {
+    case MemOp::map: return "mmap";
+    case MemOp::unmap: return "munmap";
+    case MemOp::remap: return "mremap";
+    case MemOp::dontneed: return "madvise_dontneed";
+    case MemOp::lazy_free: return "madvise_free";
+    case MemOp::touch: return "touch";
+    case MemOp::object: return "object_resident";
+  }
+  return "?";
+}
+
+std::string encode_memory_events(const std::vector<MemoryEvent>& events) {
+  std::string raw;
+  raw.reserve(events.size() * kMemoryRecordSize);
+  for (const MemoryEvent& e : events) {
+    put_u32(raw, uint32_t(e.op));
+    put_u32(raw, e.thread);
+    for (uint64_t v : {e.after, e.time, e.region, e.offset, e.length, e.pages, e.new_region, e.new_length})
+      put_u64(raw, v);
+  }
+  std::string out;
+  put_u32(out, 1);
+  put_u32(out, uint32_t(kMemoryRecordSize));
+  put_u64(out, events.size());
+  put_u64(out, raw.size());
+  std::string z(ZSTD_compressBound(raw.size()), '\0');
+  size_t n = ZSTD_compress(z.data(), z.size(), raw.data(), raw.size(), 3);
+  if (ZSTD_isError(n)) n = 0;  // cannot happen with a bound-sized buffer
+  out.append(z.data(), n);
+  return out;
+}
+
+std::optional<std::vector<MemoryEvent>> decode_memory_events(std::string_view payload, std::string& error) {
+  const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
+  if (payload.size() < 24) {
+    error = "memory block too short";
+    return std::nullopt;
+  }
+  const uint32_t version = load_u32(p), rec = load_u32(p + 4);
+  const uint64_t count = load_u64(p + 8), raw_size = load_u64(p + 16);
+  if (version != 1 || rec != kMemoryRecordSize) {
+    error = "memory block version " + std::to_string(version) + " is not known here";
+    return std::nullopt;
+  }
+  if (count > (uint64_t{1} << 32) || raw_size != count * kMemoryRecordSize) {
+    error = "memory block sizes do not match its record count";
+    return std::nullopt;
+  }
+  std::string raw(raw_size, '\0');
+  size_t n = ZSTD_decompress(raw.data(), raw.size(), payload.data() + 24, payload.size() - 24);
+  if (ZSTD_isError(n) || n != raw_size) {
+    error = "memory block does not decompress to its size (corrupt data)";
+    return std::nullopt;
+  }
+  std::vector<MemoryEvent> out(count);
+  const auto* r = reinterpret_cast<const uint8_t*>(raw.data());
+  for (uint64_t i = 0; i < count; ++i, r += kMemoryRecordSize) {
+    MemoryEvent& e = out[i];
+    const uint32_t op = load_u32(r);
+    if (op == 0 || op > kMemOpMax) {
+      error = "memory record " + std::to_string(i) + " has unknown op " + std::to_string(op);
+      return std::nullopt;
+    }
+    e.op = MemOp(op);
+    e.thread = load_u32(r + 4);
+    uint64_t* f[] = {&e.after, &e.time, &e.region, &e.offset, &e.length, &e.pages, &e.new_region, &e.new_length};
+    for (int k = 0; k < 8; ++k) *f[k] = load_u64(r + 8 + 8 * k);
+  }
+  return out;
+}
+
+}  // namespace heaplab::trace

@@ -1,0 +1,212 @@
+#include "capture/normalise/memory_map.h"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+namespace heaplab::normalise {
+
+using trace::MemOp;
+using trace::MemoryEvent;
+
+size_t MemoryMap::push(const MemoryEvent& e, uint64_t order) {
+  events_.push_back(e);
+  order_.emplace_back(e.after, order);
+  return events_.size() - 1;
+}
+
+uint64_t MemoryMap::new_region(const MemoryPosition& at, uint64_t addr, uint64_t len) {
+  const uint64_t id = regions_.size();
+  MemoryEvent e;
+  e.op = MemOp::map;
+  e.after = at.after;
+  e.thread = at.thread;
+  e.time = at.time;
+  e.region = id;
+  e.length = len;
+  regions_.push_back(Region{push(e, uint64_t(events_.size()) << 1)});
+  pieces_[addr] = Piece{addr + len, id, addr};
+  ++counts_.regions;
+  return id;
+}
+
+template <typename Fn>
+void MemoryMap::overlapping(uint64_t lo, uint64_t hi, Fn fn) {
+  auto it = pieces_.upper_bound(lo);
+  if (it != pieces_.begin()) --it;
+  for (; it != pieces_.end() && it->first < hi; ++it) {
+    if (it->second.end <= lo) continue;
+    fn(it->first, it->second, std::max(lo, it->first), std::min(hi, it->second.end));
+  }
+}
+
+void MemoryMap::cut(uint64_t lo, uint64_t hi) {
+  std::vector<std::pair<uint64_t, Piece>> add;
+  auto it = pieces_.upper_bound(lo);
+  if (it != pieces_.begin()) --it;
+  while (it != pieces_.end() && it->first < hi) {
+    const uint64_t start = it->first;
+    const Piece p = it->second;
+    if (p.end <= lo) {
+      ++it;
+      continue;
+    }
+    it = pieces_.erase(it);
+    if (start < lo) add.emplace_back(start, Piece{lo, p.region, p.base});
+    if (p.end > hi) add.emplace_back(hi, Piece{p.end, p.region, p.base});
+  }
+  for (auto& [s, p] : add) pieces_[s] = p;
+}
+
+// The pages were resident from the region's previous event on: the touch
+// goes right behind it (same place in the order, same thread and time).
+void MemoryMap::touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages) {
+  if (pages == 0 || pages == trace::kUnknownPages) return;
+  ++counts_.measured;
+  const size_t anchor = regions_[region].last;
+  MemoryEvent e = events_[anchor];
+  e.op = MemOp::touch;
+  e.region = region;
+  e.offset = offset;
+  e.length = len;
+  e.pages = pages;
+  e.new_region = e.new_length = 0;
+  push(e, order_[anchor].second + 1);
+}
+
+void MemoryMap::map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed) {
+  ++counts_.calls;
+  if (len == 0) return;
+  if (fixed) {  // whatever was mapped there is replaced (not a call of its own)
+    unmap(at, addr, len, trace::kUnknownPages);
+    --counts_.calls;
+  }
+  new_region(at, addr, len);
+}
+
+void MemoryMap::unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages) {
+  ++counts_.calls;
+  bool any = false;
+  std::vector<MemoryEvent> out;
+  overlapping(addr, addr + len, [&](uint64_t, const Piece& p, uint64_t lo, uint64_t hi) {
+    any = true;
+    touch(p.region, lo - p.base, hi - lo, pages);
+    MemoryEvent e;
+    e.pages = pages;
+    pages = trace::kUnknownPages;  // the count is the whole call's: given to the first piece
+    e.op = MemOp::unmap;
+    e.after = at.after;
+    e.thread = at.thread;
+    e.time = at.time;
+    e.region = p.region;
+    e.offset = lo - p.base;
+    e.length = hi - lo;
+    out.push_back(e);
+  });
+  if (!any) ++counts_.unknown_releases;
+  for (MemoryEvent& e : out) regions_[e.region].last = push(e, uint64_t(events_.size()) << 1);
+  cut(addr, addr + len);
+}
+
+void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, uint64_t pages, uint64_t result,
+                      uint64_t new_len) {
+  ++counts_.calls;
+  auto it = pieces_.upper_bound(old);
+  if (it == pieces_.begin() || std::prev(it)->second.end <= old) {
+    ++counts_.unknown_releases;
+    return;
+  }
+  const Piece p = std::prev(it)->second;
+  const uint64_t len = std::min(old_len, p.end - old);
+  touch(p.region, old - p.base, len, pages);
+  cut(old, old + len);
+  MemoryEvent e;
+  e.op = MemOp::remap;
+  e.after = at.after;
+  e.thread = at.thread;
+  e.time = at.time;
+  e.region = p.region;
+  e.offset = old - p.base;
+  e.length = len;
+  e.pages = pages;
+  e.new_region = regions_.size();
+  e.new_length = new_len;
+  regions_[p.region].last = push(e, uint64_t(events_.size()) << 1);
+  // The new region: its own id, mapped by the remap itself (no map event).
+  regions_.push_back(Region{regions_[p.region].last});
+  pieces_[result] = Piece{result + new_len, e.new_region, result};
+  ++counts_.regions;
+}
+
+void MemoryMap::advise(const MemoryPosition& at, uint64_t addr, uint64_t len, bool lazy, uint64_t pages) {
+  ++counts_.calls;
+  bool any = false;
+  std::vector<MemoryEvent> out;
+  overlapping(addr, addr + len, [&](uint64_t, const Piece& p, uint64_t lo, uint64_t hi) {
+    any = true;
+    touch(p.region, lo - p.base, hi - lo, pages);
+    MemoryEvent e;
+    e.pages = pages;
+    pages = trace::kUnknownPages;
+    e.op = lazy ? MemOp::lazy_free : MemOp::dontneed;
+    e.after = at.after;
+    e.thread = at.thread;
+    e.time = at.time;
+    e.region = p.region;
+    e.offset = lo - p.base;
+    e.length = hi - lo;
+    out.push_back(e);
+  });
+  if (!any) ++counts_.unknown_releases;
+  for (MemoryEvent& e : out) regions_[e.region].last = push(e, uint64_t(events_.size()) << 1);
+}
+
+void MemoryMap::brk(const MemoryPosition& at, uint64_t old, uint64_t now) {
+  if (now > old) {
+    map(at, old, now - old, false);
+  } else if (now < old) {
+    unmap(at, now, old - now, trace::kUnknownPages);
+  }
+}
+
+bool MemoryMap::resident(uint64_t addr, uint64_t len, uint64_t pages) {
+  bool any = false;
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> found;
+  overlapping(addr, addr + len, [&](uint64_t, const Piece& p, uint64_t lo, uint64_t hi) {
+    any = true;
+    found.emplace_back(p.region, lo - p.base, hi - lo);
+  });
+  for (auto& [region, off, n] : found) {
+    touch(region, off, n, pages);
+    pages = trace::kUnknownPages;
+  }
+  return any;
+}
+
+void MemoryMap::object(uint64_t id, uint64_t len, uint64_t pages) {
+  if (pages == trace::kUnknownPages) return;
+  ++counts_.measured;
+  MemoryEvent e;
+  e.op = MemOp::object;
+  e.region = id;
+  e.length = len;
+  e.pages = pages;
+  push(e, 0);
+}
+
+std::vector<MemoryEvent> MemoryMap::finish() {
+  std::vector<size_t> idx(events_.size());
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  // Object records have no place in the order: they go last, by object id.
+  auto key = [&](size_t i) {
+    const bool obj = events_[i].op == MemOp::object;
+    return std::make_tuple(obj, obj ? events_[i].region : order_[i].first, order_[i].second);
+  };
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  std::vector<MemoryEvent> out;
+  out.reserve(idx.size());
+  for (size_t i : idx) out.push_back(events_[i]);
+  return out;
+}
+
+}  // namespace heaplab::normalise

@@ -1,0 +1,71 @@
+// The program's own mappings while a capture is normalised: turns the raw
+// mmap/munmap/mremap/madvise/brk records (addresses) into the trace's memory
+// events (region ids and offsets), and places each measured resident-page
+// count as a `touch` right after the previous event of its region (the pages
+// were in use from then on). Memory follows the program's mappings.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "capture/format/memory_event.h"
+
+namespace heaplab::normalise {
+
+struct MemoryPosition {
+  uint64_t after = 0;  // heap events written before it
+  uint32_t thread = 0;
+  uint64_t time = 0;
+};
+
+struct MemoryCounts {
+  uint64_t calls = 0;             // mapping calls recorded
+  uint64_t regions = 0;           // regions mapped
+  uint64_t unknown_releases = 0;  // unmaps/advice on memory the program did not map while captured
+  uint64_t measured = 0;          // resident-page counts taken
+};
+
+class MemoryMap {
+ public:
+  void map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed);
+  void unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages);
+  void remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, uint64_t pages, uint64_t result,
+             uint64_t new_len);
+  void advise(const MemoryPosition& at, uint64_t addr, uint64_t len, bool lazy, uint64_t pages);
+  // The break moved from `old` to `now`.
+  void brk(const MemoryPosition& at, uint64_t old, uint64_t now);
+  // `pages` of [addr, addr+len) resident (at exit); false if not a mapping.
+  bool resident(uint64_t addr, uint64_t len, uint64_t pages);
+  // A heap object's resident pages.
+  void object(uint64_t id, uint64_t len, uint64_t pages);
+
+  // The events in trace order (a touch right after the event it is placed behind).
+  std::vector<trace::MemoryEvent> finish();
+  const MemoryCounts& counts() const { return counts_; }
+
+ private:
+  struct Piece {
+    uint64_t end;
+    uint64_t region;
+    uint64_t base;  // the region's start address: offsets are from here
+  };
+  struct Region {
+    size_t last = 0;  // index in events_ of its latest event
+  };
+  // Applies `fn(piece start, piece, lo, hi)` to every piece overlapping [lo, hi).
+  template <typename Fn>
+  void overlapping(uint64_t lo, uint64_t hi, Fn fn);
+  void cut(uint64_t lo, uint64_t hi);  // removes [lo, hi) from the pieces
+  void touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages);
+  size_t push(const trace::MemoryEvent& e, uint64_t order);
+  uint64_t new_region(const MemoryPosition& at, uint64_t addr, uint64_t len);
+
+  std::map<uint64_t, Piece> pieces_;  // by start address, disjoint
+  std::vector<Region> regions_{1};    // by region id (0 unused)
+  std::vector<trace::MemoryEvent> events_;
+  std::vector<std::pair<uint64_t, uint64_t>> order_;  // per event: (after, tie-break)
+  MemoryCounts counts_;
+};
+
+}  // namespace heaplab::normalise

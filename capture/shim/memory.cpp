@@ -1,0 +1,399 @@
+// The program's own memory besides malloc (memory.h). libc only.
+#include "capture/shim/memory.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "capture/shim/hooks.h"
+#include "capture/shim/raw_format.h"
+#include "capture/shim/sink.h"
+
+namespace heaplab::shim {
+
+using namespace heaplab::raw;
+
+RealMemory g_mem;
+bool g_large_any = false;
+
+namespace {
+
+uint64_t g_page = 4096;
+
+// Text ranges whose calls are not the program's: the shim's, the
+// allocator's, and those of the libraries the allocator alone brings in
+// (gperftools' tcmalloc maps memory through libunwind).
+struct Range {
+  uintptr_t lo = 0, hi = 0;
+};
+constexpr int kMaxRanges = 8;
+Range g_ranges[kMaxRanges];
+
+bool not_programs(const void* caller) {
+  uintptr_t c = uintptr_t(caller);
+  for (const Range& r : g_ranges)
+    if (c - r.lo < r.hi - r.lo) return true;
+  return false;
+}
+
+// Libraries everyone uses: calls from them are never the allocator's.
+bool runtime_library(const char* name) {
+  static const char* const kRuntime[] = {"libc.so", "libm.so", "libpthread.so", "libdl.so", "librt.so",
+                                         "libstdc++.so", "libgcc_s.so", "ld-linux", "libheaplab_capture"};
+  for (const char* r : kRuntime)
+    if (strstr(name, r)) return true;
+  return false;
+}
+
+struct FindRange {
+  uintptr_t addr;       // find the object containing this address,
+  const char* needed[kMaxRanges];  // or (second pass) those whose names end in one of these
+  int n_needed;
+  Range found;
+  int n_found;
+  Range deps[kMaxRanges];
+};
+
+Range load_range(dl_phdr_info* info, uintptr_t addr, bool* contains) {
+  uintptr_t lo = ~uintptr_t{0}, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    uintptr_t a = info->dlpi_addr + ph.p_vaddr, b = a + ph.p_memsz;
+    if (a < lo) lo = a;
+    if (b > hi) hi = b;
+    if (addr - a < ph.p_memsz) *contains = true;
+  }
+  return Range{lo, hi};
+}
+
+// The DT_NEEDED names of the object that contains f->addr.
+void note_needed(dl_phdr_info* info, FindRange* f) {
+  const ElfW(Dyn)* dyn = nullptr;
+  for (int i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  if (!dyn) return;
+  uintptr_t strtab = 0;
+  for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; ++d)
+    if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
+  if (!strtab) return;
+  if (strtab < info->dlpi_addr) strtab += info->dlpi_addr;  // not relocated in place
+  for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL && f->n_needed < kMaxRanges - 2; ++d)
+    if (d->d_tag == DT_NEEDED) {
+      const char* name = reinterpret_cast<const char*>(strtab + d->d_un.d_val);
+      if (!runtime_library(name)) f->needed[f->n_needed++] = name;
+    }
+}
+
+int find_object(dl_phdr_info* info, size_t, void* data) {
+  auto* f = static_cast<FindRange*>(data);
+  bool contains = false;
+  Range r = load_range(info, f->addr, &contains);
+  if (!contains) return 0;
+  f->found = r;
+  note_needed(info, f);
+  return 1;
+}
+
+int find_needed(dl_phdr_info* info, size_t, void* data) {
+  auto* f = static_cast<FindRange*>(data);
+  const char* path = info->dlpi_name;
+  if (!path || !*path) return 0;
+  const char* base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  for (int i = 0; i < f->n_needed && f->n_found < kMaxRanges - 2; ++i)
+    if (strcmp(base, f->needed[i]) == 0) {
+      bool unused = false;
+      f->deps[f->n_found++] = load_range(info, 0, &unused);
+    }
+  return 0;
+}
+
+// ---- the table of large blocks and mappings -------------------------------
+// Keys are addresses (0 empty, 1 deleted); `bytes` has kMapping set for a
+// mapping. Writers hold g_lock with signals blocked (a handler that
+// allocates must not find it held); readers probe without it.
+constexpr uint64_t kEmpty = 0, kDeleted = 1;
+constexpr uint64_t kMapping = uint64_t{1} << 63;
+struct Entry {
+  uint64_t key;
+  uint64_t bytes;
+};
+struct Table {
+  uint64_t cap;  // power of two
+  uint64_t used;  // live + deleted
+  uint64_t live;
+  Entry e[1];
+};
+Table* g_table = nullptr;  // atomic pointer
+int g_lock = 0;
+
+Table* new_table(uint64_t cap) {
+  size_t bytes = sizeof(Table) + cap * sizeof(Entry);
+  long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r < 0 && r > -4096) return nullptr;
+  auto* t = reinterpret_cast<Table*>(r);
+  t->cap = cap;
+  return t;
+}
+
+uint64_t hash(uint64_t k) { return (k >> 4) * 0x9E3779B97F4A7C15ull; }
+
+// Probe position of `key` in t, or where it would go.
+Entry* probe(Table* t, uint64_t key, bool for_insert) {
+  uint64_t mask = t->cap - 1;
+  Entry* tomb = nullptr;
+  for (uint64_t i = hash(key) >> 20 & mask, n = 0; n < t->cap; i = (i + 1) & mask, ++n) {
+    Entry* e = &t->e[i];
+    uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+    if (k == key) return e;
+    if (k == kDeleted && !tomb) tomb = e;
+    if (k == kEmpty) return for_insert ? (tomb ? tomb : e) : nullptr;
+  }
+  return for_insert ? tomb : nullptr;
+}
+
+struct Locked {
+  sigset_t old;
+  Locked() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    while (__atomic_exchange_n(&g_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
+  }
+  ~Locked() {
+    __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+};
+
+void table_put(uint64_t key, uint64_t bytes) {
+  Locked lock;
+  Table* t = g_table;
+  if (!t || (t->used + 1) * 2 > t->cap) {
+    uint64_t cap = 1024;
+    while (t && cap < (t->live + 1) * 4) cap *= 2;
+    Table* n = new_table(cap);
+    if (!n) return;  // out of memory: this one goes unmeasured
+    if (t)
+      for (uint64_t i = 0; i < t->cap; ++i)
+        if (t->e[i].key > kDeleted) {
+          Entry* e = probe(n, t->e[i].key, true);
+          e->bytes = t->e[i].bytes;
+          e->key = t->e[i].key;
+          ++n->used;
+          ++n->live;
+        }
+    __atomic_store_n(&g_table, n, __ATOMIC_RELEASE);  // the old table stays mapped
+    t = n;
+  }
+  Entry* e = probe(t, key, true);
+  if (!e) return;
+  bool fresh = e->key != key;
+  e->bytes = bytes;
+  __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+  if (fresh) {
+    ++t->used;
+    ++t->live;
+  }
+  __atomic_store_n(&g_large_any, true, __ATOMIC_RELAXED);
+}
+
+// Removes `key`; returns its bytes (0 if absent).
+uint64_t table_take(uint64_t key) {
+  Table* t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+  if (!t || !probe(t, key, false)) return 0;
+  Locked lock;
+  t = g_table;
+  Entry* e = probe(t, key, false);
+  if (!e) return 0;
+  uint64_t bytes = e->bytes;
+  __atomic_store_n(&e->key, kDeleted, __ATOMIC_RELEASE);
+  --t->live;
+  return bytes;
+}
+
+uint64_t count_vec(const unsigned char* v, uint64_t n) {
+  uint64_t c = 0;
+  for (uint64_t i = 0; i < n; ++i) c += v[i] & 1u;
+  return c;
+}
+
+// Resident pages of [p, p+len), rounded out to pages. With `holes`, pages
+// that are not mapped count as not resident; without, any makes it unknown.
+uint64_t resident(const void* p, uint64_t len, bool holes) {
+  if (len == 0) return 0;
+  uintptr_t lo = uintptr_t(p) & ~(g_page - 1);
+  uintptr_t hi = (uintptr_t(p) + len + g_page - 1) & ~(g_page - 1);
+  constexpr uint64_t kVec = 4096;
+  unsigned char vec[kVec];
+  uint64_t total = 0;
+  for (uintptr_t a = lo; a < hi;) {
+    uint64_t pages = (hi - a) / g_page;
+    if (pages > kVec) pages = kVec;
+    if (mincore(reinterpret_cast<void*>(a), pages * g_page, vec) == 0) {
+      total += count_vec(vec, pages);
+    } else if (errno == ENOMEM && holes) {
+      for (uint64_t i = 0; i < pages; ++i)
+        if (mincore(reinterpret_cast<void*>(a + i * g_page), g_page, vec) == 0) total += vec[0] & 1u;
+    } else {
+      return kUnknownPages;
+    }
+    a += pages * g_page;
+  }
+  return total;
+}
+
+bool ready() { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == 2; }
+
+bool anonymous_private(int flags, int) { return (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE; }
+
+}  // namespace
+
+uint64_t resident_pages(const void* p, uint64_t len) { return resident(p, len, false); }
+
+void memory_resolve(const void* allocator_malloc) {
+  g_mem.mmap = reinterpret_cast<void* (*)(void*, size_t, int, int, int, off_t)>(dlsym(RTLD_NEXT, "mmap"));
+  g_mem.munmap = reinterpret_cast<int (*)(void*, size_t)>(dlsym(RTLD_NEXT, "munmap"));
+  g_mem.mremap = reinterpret_cast<void* (*)(void*, size_t, size_t, int, ...)>(dlsym(RTLD_NEXT, "mremap"));
+  g_mem.madvise = reinterpret_cast<int (*)(void*, size_t, int)>(dlsym(RTLD_NEXT, "madvise"));
+  g_mem.brk = reinterpret_cast<int (*)(void*)>(dlsym(RTLD_NEXT, "brk"));
+  g_mem.sbrk = reinterpret_cast<void* (*)(intptr_t)>(dlsym(RTLD_NEXT, "sbrk"));
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0) g_page = uint64_t(ps);
+  FindRange shim{};
+  shim.addr = uintptr_t(&memory_resolve);
+  dl_iterate_phdr(find_object, &shim);
+  g_ranges[0] = shim.found;
+  FindRange alloc{};
+  alloc.addr = uintptr_t(allocator_malloc);
+  if (allocator_malloc) dl_iterate_phdr(find_object, &alloc);
+  g_ranges[1] = alloc.found;
+  // Only a library the allocator brings in: libc (glibc's malloc) brings in none.
+  if (alloc.n_needed) dl_iterate_phdr(find_needed, &alloc);
+  for (int i = 0; i < alloc.n_found; ++i) g_ranges[2 + i] = alloc.deps[i];
+}
+
+// Before start-up ends (and so before g_mem is resolved) every call passes
+// straight to the kernel, unrecorded.
+void* hook_mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, const void* caller) {
+  if (!ready() || !g_mem.mmap) {
+    long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+    return reinterpret_cast<void*>(r);  // libc's syscall() set errno and returned -1 == MAP_FAILED
+  }
+  bool record = g_capturing && anonymous_private(flags, fd) && !not_programs(caller);
+  uint64_t before = 0;
+  if (record && (flags & MAP_FIXED)) {
+    before = resident(addr, len, true);
+    if (before == kUnknownPages) before = 0;
+  }
+  void* p = g_mem.mmap(addr, len, prot, flags, fd, off);
+  if (record && p != MAP_FAILED) {
+    emit(kRawMmap, uint64_t(p), len, uint64_t(uint32_t(flags)) | before << 32);
+    if (len >= kResidentMinBytes) table_put(uint64_t(p), len | kMapping);
+  }
+  return p;
+}
+
+int hook_munmap(void* addr, size_t len, const void* caller) {
+  if (!ready() || !g_mem.munmap) return int(syscall(SYS_munmap, addr, len));
+  if (g_capturing && !not_programs(caller)) {
+    uint64_t bytes = table_take(uint64_t(addr));
+    if (bytes && (bytes & ~kMapping) != len) table_put(uint64_t(addr), bytes);  // partial: keep
+    emit(kRawMunmap, uint64_t(addr), len, resident(addr, len, true));
+  }
+  return g_mem.munmap(addr, len);
+}
+
+void* hook_mremap(void* old, size_t old_len, size_t new_len, int flags, void* new_addr, const void* caller) {
+  if (!ready() || !g_mem.mremap) {
+    long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
+    return reinterpret_cast<void*>(r);
+  }
+  bool record = g_capturing && !not_programs(caller);
+  if (record) {
+    table_take(uint64_t(old));
+    emit(kRawMremapBegin, uint64_t(old), old_len, resident(old, old_len, true));
+  }
+  void* p = g_mem.mremap(old, old_len, new_len, flags, new_addr);
+  if (record) {
+    emit(kRawMremap, p == MAP_FAILED ? 0 : uint64_t(p), new_len, uint64_t(old));
+    if (p != MAP_FAILED && new_len >= kResidentMinBytes) table_put(uint64_t(p), new_len | kMapping);
+  }
+  return p;
+}
+
+int hook_madvise(void* addr, size_t len, int advice, const void* caller) {
+  if (!ready() || !g_mem.madvise) return int(syscall(SYS_madvise, addr, len, advice));
+  if ((advice == MADV_DONTNEED || advice == MADV_FREE) && g_capturing && !not_programs(caller)) {
+    uint64_t r = resident(addr, len, true);
+    emit(kRawMadvise, uint64_t(addr), len, uint64_t(advice) | r << 8);
+  }
+  return g_mem.madvise(addr, len, advice);
+}
+
+int hook_brk(void* addr, const void* caller) {
+  if (!ready() || !g_mem.brk || !g_mem.sbrk) return int(syscall(SYS_brk, addr)) == 0 ? 0 : -1;
+  if (!g_capturing || not_programs(caller)) return g_mem.brk(addr);
+  void* old = g_mem.sbrk(0);
+  int rc = g_mem.brk(addr);
+  if (rc == 0 && old != addr) emit(kRawBreak, uint64_t(old), uint64_t(addr), 0);
+  return rc;
+}
+
+void* hook_sbrk(intptr_t incr, const void* caller) {
+  if (!ready() || !g_mem.sbrk) {
+    errno = ENOMEM;
+    return reinterpret_cast<void*>(-1);
+  }
+  void* old = g_mem.sbrk(incr);
+  if (incr != 0 && old != reinterpret_cast<void*>(-1) && !not_programs(caller))
+    emit(kRawBreak, uint64_t(old), uint64_t(old) + uint64_t(incr), 0);
+  return old;
+}
+
+void large_made(const void* p, uint64_t bytes) {
+  if (p && bytes >= kResidentMinBytes && g_capturing) table_put(uint64_t(p), bytes);
+}
+
+void large_released_slow(const void* p) {
+  uint64_t bytes = table_take(uint64_t(p));
+  if (!bytes || (bytes & kMapping)) {
+    if (bytes) table_put(uint64_t(p), bytes);  // a mapping, not a block: not ours to drop
+    return;
+  }
+  emit(kRawResident, uint64_t(p), resident(p, bytes, false), bytes);
+}
+
+void memory_exit_scan() {
+  Table* t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+  if (!t || !g_capturing) return;
+  Locked lock;
+  t = g_table;
+  constexpr uint64_t kChunk = 1 << 20;  // mappings are measured a MiB at a time
+  for (uint64_t i = 0; i < t->cap; ++i) {
+    uint64_t key = t->e[i].key, bytes = t->e[i].bytes;
+    if (key <= kDeleted) continue;
+    if (!(bytes & kMapping)) {
+      emit(kRawResident, key, resident(reinterpret_cast<void*>(key), bytes, false), bytes);
+      continue;
+    }
+    bytes &= ~kMapping;
+    for (uint64_t off = 0; off < bytes; off += kChunk) {
+      uint64_t n = bytes - off < kChunk ? bytes - off : kChunk;
+      uint64_t r = resident(reinterpret_cast<void*>(key + off), n, true);
+      if (r != 0) emit(kRawResident, key + off, r, n);
+    }
+  }
+}
+
+}  // namespace heaplab::shim
