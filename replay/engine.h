@@ -10,6 +10,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <x86intrin.h>
 
@@ -37,6 +38,8 @@ struct ThreadResult {
   std::array<uint64_t, trace::kOpCount> nulls{};       // NULL where the trace had a result
   std::array<uint64_t, trace::kOpCount> unexpected{};  // a result where the trace had NULL
   uint64_t moved_failed_reallocs = 0;                  // realloc failed in the trace, succeeded here
+  std::array<uint64_t, kMemorySteps> memory{};         // the program's own memory steps made
+  uint64_t memory_failed = 0;                          // of them, mmap/mremap/madvise/munmap that failed
   uint64_t waits = 0;                                  // consumes that waited for another thread
   uint64_t wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
@@ -113,6 +116,7 @@ inline void touch(void* p, uint64_t bytes, Touch mode) {
       c[0] = 1;
       break;
     case Touch::pages:
+    case Touch::recorded:  // (blocks without a recorded count)
       for (uint64_t off = 0; off < bytes; off += 4096) c[off] = 1;
       c[bytes - 1] = 1;
       break;
@@ -174,6 +178,60 @@ inline uint64_t tick_end(bool tsc) {
   return t;
 }
 
+// The program's own memory (plan.h, kStepMap ...): real system calls,
+// outside the allocator under test. `arg` carries a remap's old length from
+// its kStepArg step.
+[[gnu::noinline]] inline void memory_step(const Step& st, Slot* table, Touch mode, uint64_t& arg, ThreadResult& r) {
+  const unsigned op = st.head & 0xff;
+  ++r.memory[op - kStepMap];
+  auto base = [&]() { return static_cast<char*>(obtain(table, st.old, r)); };
+  switch (op) {
+    case kStepMap: {
+      void* p = mmap(nullptr, st.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) ++r.memory_failed;
+      table[st.id()].store(p == MAP_FAILED ? kNullObject : reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+      break;
+    }
+    case kStepUnmap:
+      if (char* b = base()) {
+        if (munmap(b + st.arg, st.size) != 0) ++r.memory_failed;
+      }
+      break;
+    case kStepArg:
+      arg = st.size;
+      break;
+    case kStepRemap: {
+      char* b = base();
+      void* p = b ? mremap(b + st.arg, arg, st.size, MREMAP_MAYMOVE) : MAP_FAILED;
+      if (p == MAP_FAILED) ++r.memory_failed;
+      table[st.id()].store(p == MAP_FAILED ? kNullObject : reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+      break;
+    }
+    case kStepDontneed:
+    case kStepLazyFree:
+      if (char* b = base()) {
+        if (madvise(b + st.arg, st.size, op == kStepDontneed ? MADV_DONTNEED : MADV_FREE) != 0) ++r.memory_failed;
+      }
+      break;
+    case kStepTouch:  // the pages the program had resident (not with --touch none)
+      if (mode != Touch::none)
+        if (char* b = base()) {
+          auto* c = reinterpret_cast<volatile char*>(b + st.arg);
+          for (uint64_t off = 0; off < st.size; off += 4096) c[off] = 1;
+        }
+      break;
+    case kStepTouchObject:  // with --touch recorded: the pages the program had resident
+      if (mode == Touch::recorded)
+        if (char* b = base()) {
+          auto* c = reinterpret_cast<volatile char*>(b);
+          for (uint64_t off = 0; off < st.size; off += 4096) c[off] = 1;
+        }
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace detail
 
 // Runs steps [s, end) with backend B.
@@ -181,7 +239,8 @@ template <allocators::BackendCalls B, bool kPaced = false, bool kTimed = false>
 void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResult& r) {
   using trace::Op;
   Slot* const table = prm.table;
-  const Touch mode = prm.touch;
+  const Touch run_mode = prm.touch;
+  uint64_t remap_length = 0;
   [[maybe_unused]] uint32_t countdown = 1;
   [[maybe_unused]] const bool tsc = prm.tsc;
   const Step* const first = s;
@@ -203,6 +262,14 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     const unsigned flags = (head >> 8) & 0xff;
     const uint64_t id = head >> 16;
     const size_t n = s->size, a = s->arg;
+    if (__builtin_expect(op >= kStepFirstMemory, 0)) {
+      detail::memory_step(*s, table, run_mode, remap_length, r);
+      r.progress.store(uint64_t(s - origin) + 1, std::memory_order_relaxed);
+      continue;
+    }
+    // With --touch recorded, an object whose resident pages the trace
+    // recorded is written by its touch_object step instead.
+    const Touch mode = (flags & kStepTouchFollows) && run_mode == Touch::recorded ? Touch::none : run_mode;
     [[maybe_unused]] bool sample = false;
     [[maybe_unused]] uint64_t t0 = 0, t1 = 0;
     if constexpr (kTimed) {
@@ -428,7 +495,10 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
   r.end_ns = monotonic_ns();
   // The calls made, per op: every step executed makes exactly its call, so
   // they are counted here, off the hot loop.
-  for (const Step* t = first; t != end; ++t) ++r.calls[t->head & 0xff];
+  for (const Step* t = first; t != end; ++t) {
+    const unsigned op = t->head & 0xff;
+    if (op < trace::kOpCount) ++r.calls[op];  // (memory steps count themselves)
+  }
 }
 
 }  // namespace heaplab::replay

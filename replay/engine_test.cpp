@@ -677,7 +677,8 @@ TEST_F(Engine, TouchModes) {
   Plan plan(evs);
   constexpr size_t B = Arena::kBlock;
 
-  for (Touch t : {Touch::none, Touch::first, Touch::pages, Touch::all}) {
+  // (recorded: blocks without a recorded count are touched as with pages)
+  for (Touch t : {Touch::none, Touch::first, Touch::pages, Touch::all, Touch::recorded}) {
     SCOPED_TRACE(int(t));
     Arena::reset();
     plan.reset_table();
@@ -694,6 +695,7 @@ TEST_F(Engine, TouchModes) {
         want = {{0, 1}, {B, 1}, {2 * B, 1}};
         break;
       case Touch::pages:
+      case Touch::recorded:
         want = {{0, 1}, {4096, 1}, {8192, 1}, {12288, 1}, {big - 1, 1}, {B, 1}, {B + 2999, 1}, {2 * B, 1}};
         break;
       case Touch::all:

@@ -184,6 +184,15 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                             {"cross_thread_consumes", plan.cross_thread_consumes},
                             {"consumes_of_lost_objects_skipped", plan.skipped_lost},
                             {"reallocs_of_lost_objects", plan.realloc_of_lost}};
+  uint64_t memory_steps = 0;
+  for (uint64_t m : plan.memory_ops) memory_steps += m;
+  trace_j["calls"] = plan.steps - memory_steps;
+  if (memory_steps != 0)
+    trace_j["memory"] = {{"regions", plan.regions},
+                         {"mapped_bytes_peak", plan.mapped_peak},
+                         {"steps", memory_steps},
+                         {"objects_with_resident_pages", plan.recorded_touches},
+                         {"unknown_regions_skipped", plan.unknown_regions}};
   if (plan.has_times || reader->has_time()) trace_j["duration_s"] = double(plan.duration_ns) / 1e9;
   if (!reader->complete()) trace_j["warning"] = reader->warning();
   reader.reset();

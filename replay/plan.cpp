@@ -22,7 +22,7 @@ namespace {
 // thread; more pages if there are many threads), then per thread its steps,
 // then per thread its times (if any). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 3;
+constexpr uint32_t kPlanVersion = 4;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -38,6 +38,7 @@ struct PlanHeader {
   uint64_t peak_step;    // the step that reaches it (kNoPeak: none)
   uint32_t peak_thread;  // on this replay thread
   uint32_t reserved;
+  uint64_t memory_ops[kMemorySteps];
 };
 
 struct PlanThread {
@@ -113,6 +114,20 @@ struct Live {
 
 }  // namespace
 
+const char* memory_step_name(unsigned op) {
+  switch (op) {
+    case kStepMap: return "mmap";
+    case kStepUnmap: return "munmap";
+    case kStepArg: return "mremap_length";
+    case kStepRemap: return "mremap";
+    case kStepDontneed: return "madvise_dontneed";
+    case kStepLazyFree: return "madvise_free";
+    case kStepTouch: return "touch_mapping";
+    case kStepTouchObject: return "touch_object";
+  }
+  return "?";
+}
+
 std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads) {
   const auto& active = r.active_threads();
   std::vector<std::vector<uint32_t>> fold;
@@ -141,9 +156,27 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   s.replay_threads = static_cast<uint32_t>(s.fold.size());
   s.has_times = opt.times && r.has_time();
   s.has_live = opt.live;
+  // The program's own memory: calls in trace order, and the objects'
+  // recorded resident pages (by trace id).
+  const std::vector<trace::MemoryEvent>& memory = r.memory_events();
+  FlatMap<uint64_t> object_pages;
+  std::vector<const trace::MemoryEvent*> calls;
+  for (const trace::MemoryEvent& m : memory) {
+    if (m.op == trace::MemOp::object) {
+      if (m.region != 0 && m.pages != trace::kUnknownPages) object_pages.put(m.region, m.pages);
+    } else {
+      calls.push_back(&m);
+    }
+  }
+  if (!calls.empty() && s.fold.empty()) {  // a program that never called malloc
+    s.fold.push_back({});
+    s.replay_threads = 1;
+  }
   std::vector<uint32_t> replay_of(r.thread_count(), 0);
   for (uint32_t k = 0; k < s.fold.size(); ++k)
     for (uint32_t t : s.fold[k]) replay_of[t] = k;
+  // A thread that only mapped memory has no replay thread of its own: the first one makes its calls.
+  auto replay_thread = [&](uint32_t t) { return t < replay_of.size() ? replay_of[t] : 0u; };
 
   // The plan is written straight into its memfd: each replay thread's
   // arrays sized for all its recorded threads' events (a few markers more
@@ -152,8 +185,10 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   std::vector<PlanThread> table(nthreads);
   uint64_t off = page_up(sizeof(PlanHeader) + sizeof(PlanThread) * nthreads);
   std::vector<uint64_t> cap(nthreads, 0);
+  for (const trace::MemoryEvent* m : calls) cap[replay_thread(m->thread)] += m->op == trace::MemOp::remap ? 2 : 1;
   for (size_t k = 0; k < nthreads; ++k) {
     for (uint32_t t : s.fold[k]) cap[k] += r.thread_event_count(t);
+    cap[k] += object_pages.size();  // at most one touch step per object with a count
     table[k].steps_offset = off;
     off = page_up(off + cap[k] * sizeof(Step));
   }
@@ -183,6 +218,102 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   uint64_t trace_max_id = 0;
   uint128 live_bytes = 0, requested = 0;
   const bool complete = r.complete();
+
+  // Appends a step to replay thread k's arrays.
+  auto put = [&](uint32_t k, const Step& st, uint64_t time, uint64_t delta) {
+    uint64_t& n_k = table[k].steps;
+    if (n_k == cap[k]) throw PlanError("trace: thread event counts do not match its events");
+    if (n_k % kWindowSteps == 0) {
+      // Fault in the next window of the arrays in one call: much cheaper
+      // than a page fault per 4 KiB, and, unlike populating the whole
+      // file up front, bounded by the events actually there (a corrupt
+      // chunk header can claim billions).
+      const uint64_t w = std::min<uint64_t>(kWindowSteps, cap[k] - n_k);
+      populate(steps[k] + n_k, w * sizeof(Step));
+      if (s.has_times) populate(times[k] + n_k, w * sizeof(uint64_t));
+      if (s.has_live) populate(lives[k] + n_k, w * sizeof(int64_t));
+    }
+    steps[k][n_k] = st;
+    if (s.has_times) times[k][n_k] = time;
+    if (s.has_live) lives[k][n_k] = int64_t(thread_live[k] += delta);  // modular (C++20)
+    ++n_k;
+    ++s.steps;
+  };
+
+  // The program's own memory calls, in place: before heap event `seq`, the
+  // calls recorded before it.
+  std::vector<uint64_t> region_id(1, 0);  // trace region -> replay id (0: unknown)
+  uint128 mapped = 0;
+  size_t next_call = 0;
+  auto region = [&](uint64_t rgn) { return rgn < region_id.size() ? region_id[rgn] : 0; };
+  auto memory_until = [&](uint64_t seq) {
+    using trace::MemOp;
+    for (; next_call < calls.size() && calls[next_call]->after <= seq; ++next_call) {
+      const trace::MemoryEvent& m = *calls[next_call];
+      const uint32_t k = replay_thread(m.thread);
+      Step st{};
+      StepOp op = kStepMap;
+      if (m.op == MemOp::map) {
+        if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
+        const uint64_t id = ++s.max_id;
+        if (m.region >= region_id.size()) region_id.resize(m.region + 1, 0);
+        region_id[m.region] = id;
+        st.head = uint64_t{kStepMap} | id << 16;
+        st.size = m.length;
+        mapped += m.length;
+        ++s.regions;
+      } else {
+        const uint64_t old = region(m.region);
+        if (old == 0) {
+          ++s.unknown_regions;
+          continue;
+        }
+        st.old = old;
+        st.arg = m.offset;
+        st.size = m.length;
+        switch (m.op) {
+          case MemOp::unmap:
+            op = kStepUnmap;
+            mapped -= std::min<uint128>(mapped, m.length);
+            break;
+          case MemOp::remap: {
+            Step len{};
+            len.head = kStepArg;
+            len.size = m.length;
+            put(k, len, m.time, 0);
+            ++s.memory_ops[kStepArg - kStepMap];
+            if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
+            const uint64_t id = ++s.max_id;
+            if (m.new_region >= region_id.size()) region_id.resize(m.new_region + 1, 0);
+            region_id[m.new_region] = id;
+            op = kStepRemap;
+            st.head = id << 16;
+            st.size = m.new_length;
+            mapped = mapped - std::min<uint128>(mapped, m.length) + m.new_length;
+            ++s.regions;
+            break;
+          }
+          case MemOp::dontneed:
+            op = kStepDontneed;
+            break;
+          case MemOp::lazy_free:
+            op = kStepLazyFree;
+            break;
+          case MemOp::touch:
+            op = kStepTouch;
+            st.size = std::min<uint64_t>(m.pages * kPage, page_up(m.length));
+            break;
+          default:
+            continue;
+        }
+        st.head |= op;
+      }
+      if (saturate(mapped) > s.mapped_peak) s.mapped_peak = saturate(mapped);
+      put(k, st, m.time, 0);
+      ++s.memory_ops[(st.head & 0xff) - kStepMap];
+    }
+  };
+
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
   for (;;) {
@@ -190,6 +321,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     if (n == 0) break;
     for (size_t i = 0; i < n; ++i) {
       const Event& e = buf[i];
+      if (next_call < calls.size()) memory_until(e.seq);
       ++s.events;
       if (r.has_time()) s.duration_ns = std::max(s.duration_ns, e.time);
       if (!trace::op_valid(static_cast<unsigned>(e.op)) || e.op == Op::thread_start || e.op == Op::thread_end ||
@@ -269,28 +401,27 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       } else if (e.id != 0) {
         inconsistent(e, "object id " + std::to_string(e.id) + " given for a call without result");
       }
-      st.head = static_cast<uint64_t>(e.op) | uint64_t{e.flags} << 8 | id << 16;
+      // A recorded resident-page count: the touch_object step follows.
+      const uint64_t* pages = nullptr;
+      if (id != 0 && trace::op_produces(e.op) && !(e.flags & trace::kNullResult) && object_pages.size())
+        pages = object_pages.find(e.id);
+      const uint8_t flags = uint8_t(e.flags | (pages ? kStepTouchFollows : 0));
+      st.head = static_cast<uint64_t>(e.op) | uint64_t{flags} << 8 | id << 16;
       st.old = old;
-      uint64_t& n_k = table[k].steps;
-      if (n_k == cap[k]) throw PlanError("trace: thread event counts do not match its events");
-      if (n_k % kWindowSteps == 0) {
-        // Fault in the next window of the arrays in one call: much cheaper
-        // than a page fault per 4 KiB, and, unlike populating the whole
-        // file up front, bounded by the events actually there (a corrupt
-        // chunk header can claim billions).
-        const uint64_t w = std::min<uint64_t>(kWindowSteps, cap[k] - n_k);
-        populate(steps[k] + n_k, w * sizeof(Step));
-        if (s.has_times) populate(times[k] + n_k, w * sizeof(uint64_t));
-        if (s.has_live) populate(lives[k] + n_k, w * sizeof(int64_t));
-      }
-      steps[k][n_k] = st;
-      if (s.has_times) times[k][n_k] = e.time;
-      if (s.has_live) lives[k][n_k] = int64_t(thread_live[k] += delta);  // modular (C++20)
-      ++n_k;
+      put(k, st, e.time, delta);
       ++s.ops[static_cast<unsigned>(e.op)];
-      ++s.steps;
+      if (pages) {
+        Step t{};
+        t.head = kStepTouchObject;
+        t.old = id;
+        t.size = std::min<uint64_t>(*pages * kPage, page_up(e.requested_bytes()));
+        put(k, t, e.time, 0);
+        ++s.memory_ops[kStepTouchObject - kStepMap];
+        ++s.recorded_touches;
+      }
     }
   }
+  memory_until(UINT64_MAX);
   s.live_bytes_end = saturate(live_bytes);
   s.bytes_requested = saturate(requested);
 
@@ -306,6 +437,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   h.peak_step = s.peak_step;
   h.peak_thread = s.peak_thread;
   std::copy(s.ops.begin(), s.ops.end(), h.ops);
+  std::copy(s.memory_ops.begin(), s.memory_ops.end(), h.memory_ops);
   std::memcpy(plan.base, &h, sizeof h);
   std::memcpy(plan.base + sizeof h, table.data(), table.size() * sizeof(PlanThread));
   return plan.release();
@@ -346,6 +478,7 @@ void MappedPlan::load() {
   times_ = h.has_times;
   live_ = h.has_live;
   std::copy(h.ops, h.ops + trace::kOpCount, ops_.begin());
+  std::copy(h.memory_ops, h.memory_ops + kMemorySteps, memory_ops_.begin());
   uint64_t sum = 0;
   for (uint32_t k = 0; k < threads_; ++k) {
     PlanThread t;

@@ -39,6 +39,33 @@ struct Step {
 };
 static_assert(sizeof(Step) == 32);
 
+// Steps of the program's own memory (trace format 1.1), after the calls'
+// op codes. Regions get replay ids from the same counter as objects.
+//   map:       id = region, size = length
+//   unmap:     old = region, arg = offset, size = length
+//   arg:       size = the old length of the remap that follows
+//   remap:     old = region, id = new region, arg = offset, size = new length
+//   dontneed, lazy_free: old = region, arg = offset, size = length
+//   touch:     old = region, arg = offset, size = bytes to write (a byte a page)
+//   touch_object: old = object, size = bytes to write (with --touch recorded)
+enum StepOp : uint8_t {
+  kStepMap = 64,
+  kStepUnmap,
+  kStepArg,
+  kStepRemap,
+  kStepDontneed,
+  kStepLazyFree,
+  kStepTouch,
+  kStepTouchObject,
+  kStepEnd,
+};
+inline constexpr unsigned kStepFirstMemory = kStepMap;
+inline constexpr unsigned kMemorySteps = kStepEnd - kStepMap;
+// Flag on a producing step whose object has a recorded resident-page count
+// (its touch_object step follows): with --touch recorded, made() leaves it.
+inline constexpr uint8_t kStepTouchFollows = 0x80;
+const char* memory_step_name(unsigned op);
+
 inline constexpr uint64_t kMaxObjectId = (uint64_t{1} << 48) - 1;
 inline constexpr uint64_t kNoPeak = ~uint64_t{0};
 
@@ -78,6 +105,12 @@ struct PlanSummary {
   bool has_times = false;
   bool has_live = false;
   uint64_t duration_ns = 0;  // latest recorded time (0 without timestamps)
+  // The program's own memory (format 1.1): steps per kind (index op - kStepMap).
+  std::array<uint64_t, kMemorySteps> memory_ops{};
+  uint64_t regions = 0;
+  uint64_t mapped_peak = 0;         // peak of the bytes mapped, trace order
+  uint64_t recorded_touches = 0;    // objects with a recorded resident-page count
+  uint64_t unknown_regions = 0;     // memory events naming a region never mapped: dropped
 };
 
 // Builds the plan of `r` into a new memfd and returns its descriptor (the
@@ -112,6 +145,7 @@ class MappedPlan {
   // Thread t's running live-bytes delta after each step, or nullptr.
   const int64_t* live(uint32_t t) const { return livearr_[t]; }
   const std::array<uint64_t, trace::kOpCount>& expected_ops() const { return ops_; }
+  const std::array<uint64_t, kMemorySteps>& expected_memory_ops() const { return memory_ops_; }
   size_t mapped_bytes() const { return len_; }
   // The step after which the trace's live bytes first reach their peak:
   // replay thread and step index (kNoPeak: none).
@@ -132,6 +166,7 @@ class MappedPlan {
   std::vector<const int64_t*> livearr_;
   std::vector<uint64_t> counts_;
   std::array<uint64_t, trace::kOpCount> ops_{};
+  std::array<uint64_t, kMemorySteps> memory_ops_{};
   uint32_t peak_thread_ = 0;
   uint64_t peak_step_ = kNoPeak, live_peak_ = 0;
 };

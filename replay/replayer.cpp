@@ -165,8 +165,10 @@ void check_steps(const MappedPlan& plan) {
     const Step* s = plan.steps(t);
     for (uint64_t i = 0; i < plan.step_count(t); ++i) {
       const unsigned op = s[i].head & 0xff;
-      if (op > static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow) || s[i].id() > plan.max_id() ||
-          s[i].old > plan.max_id())
+      const bool call = op <= static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow);
+      const bool memory = op >= kStepFirstMemory && op < kStepEnd;
+      if (!(call || memory) || s[i].id() > plan.max_id() || s[i].old > plan.max_id() ||
+          ((op == kStepMap || op == kStepRemap) && s[i].id() == 0))
         throw PlanError("plan: thread " + std::to_string(t) + " step " + std::to_string(i) + " is not a valid call");
     }
   }
@@ -328,6 +330,8 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
       total.unexpected[op] += r.unexpected[op];
       calls += r.calls[op];
     }
+    for (unsigned m = 0; m < kMemorySteps; ++m) total.memory[m] += r.memory[m];
+    total.memory_failed += r.memory_failed;
     total.waits += r.waits;
     total.wait_ns += r.wait_ns;
     total.moved_failed_reallocs += r.moved_failed_reallocs;
@@ -353,6 +357,15 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
         {"unexpected_results", total.unexpected[op]},
         {"per_s", wall_s > 0 ? double(total.calls[op]) / wall_s : 0.0}};
   }
+  // The program's own memory calls (format 1.1): made with real system
+  // calls, outside the allocator; they count in calls_match too.
+  nlohmann::json memory_calls = nlohmann::json::object();
+  for (unsigned m = 0; m < kMemorySteps; ++m) {
+    if (total.memory[m] != plan.expected_memory_ops()[m]) calls_match = false;
+    if (total.memory[m] == 0 && plan.expected_memory_ops()[m] == 0) continue;
+    memory_calls[memory_step_name(kStepMap + m)] = {{"calls", total.memory[m]},
+                                                    {"expected", plan.expected_memory_ops()[m]}};
+  }
   nlohmann::json j;
   j["backend"] = backend.name;
   j["load"] = args.load;
@@ -372,6 +385,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["calls"] = calls;
   j["calls_per_s"] = wall_s > 0 ? double(calls) / wall_s : 0.0;
   j["ops"] = ops;
+  if (!memory_calls.empty()) {
+    j["memory_calls"] = memory_calls;
+    j["memory_calls_failed"] = total.memory_failed;
+  }
   // calls_match: every recorded call was made, exactly; results_match: and
   // each returned what it returned in the trace (a result or NULL).
   j["calls_match"] = calls_match;

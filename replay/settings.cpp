@@ -34,8 +34,9 @@ const std::vector<SettingInfo>& setting_table() {
       {"touch",
        "--touch",
        SettingKind::choice,
-       "Write allocated memory: none, first (byte), pages (a byte per page) or all",
-       {"none", "first", "pages", "all"}},
+       "Write allocated memory: recorded (as many pages as the program had resident, where the trace "
+       "recorded it; else a byte per page), none, first (byte), pages (a byte per page) or all",
+       {"none", "first", "pages", "all", "recorded"}},
       {"timing",
        "--timing",
        SettingKind::choice,
@@ -182,6 +183,8 @@ const char* touch_name(Touch t) {
       return "pages";
     case Touch::all:
       return "all";
+    case Touch::recorded:
+      return "recorded";
   }
   return "?";
 }

@@ -20,8 +20,10 @@ namespace heaplab::replay {
 enum class Touch : uint8_t {
   none,   // do not write allocated memory
   first,  // write its first byte
-  pages,  // write one byte in every page it spans (default: RSS as if used)
+  pages,  // write one byte in every page it spans (RSS as if used)
   all,    // write every byte
+  recorded,  // default: as many pages as the program had resident (traces that recorded it, for blocks
+             // of 64 KiB and up), else as `pages`
 };
 
 enum class Timing : uint8_t {
@@ -31,7 +33,7 @@ enum class Timing : uint8_t {
 
 struct ReplaySettings {
   uint32_t threads = 0;  // replay threads; 0: one per recorded thread
-  Touch touch = Touch::pages;
+  Touch touch = Touch::recorded;
   Timing timing = Timing::fast;
   double speed = 1.0;            // with Timing::recorded
   uint32_t latency = 0;          // time every Nth call (0: none)
