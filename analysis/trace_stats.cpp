@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "capture/format/flat_map.h"
 #include "common/text.h"
 
@@ -77,12 +79,67 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   uint32_t cached_thread = UINT32_MAX;
   size_t cached_slot = 0;
   uint128 live_bytes = 0;
+  // The program's own mappings, applied in their place among the heap calls.
+  const auto& memory = r.memory_events();
+  size_t next_memory = 0;
+  std::vector<uint64_t> region_bytes(1, 0);
+  uint128 mapped = 0;
+  auto region_len = [&](uint64_t rgn) -> uint64_t& {
+    if (rgn >= region_bytes.size()) region_bytes.resize(rgn + 1, 0);
+    return region_bytes[rgn];
+  };
+  auto memory_until = [&](uint64_t seq) {
+    for (; next_memory < memory.size() && memory[next_memory].after <= seq; ++next_memory) {
+      const trace::MemoryEvent& m = memory[next_memory];
+      if (m.op == trace::MemOp::object) continue;
+      ++s.memory_ops[unsigned(m.op)];
+      uint64_t& len = region_len(m.region);
+      switch (m.op) {
+        case trace::MemOp::map:
+          len += m.length;
+          mapped += m.length;
+          ++s.regions;
+          break;
+        case trace::MemOp::unmap: {
+          const uint64_t d = std::min(len, m.length);
+          len -= d;
+          mapped -= d;
+          break;
+        }
+        case trace::MemOp::remap: {
+          const uint64_t d = std::min(len, m.length);
+          len -= d;
+          mapped -= d;
+          region_len(m.new_region) += m.new_length;
+          mapped += m.new_length;
+          ++s.regions;
+          break;
+        }
+        default:
+          break;
+      }
+      s.mapped_peak = std::max(s.mapped_peak, saturate(mapped));
+    }
+  };
+  for (const trace::MemoryEvent& m : memory)
+    if (m.op == trace::MemOp::object) ++s.objects_with_resident_pages;
+  {
+    nlohmann::json meta = nlohmann::json::parse(r.metadata(), nullptr, false);
+    if (meta.is_object() && meta.contains("capture") && meta["capture"].is_object()) {
+      const nlohmann::json& c = meta["capture"];
+      s.program_anon_peak_kib = c.value("anon_rss_peak_kib", uint64_t{0});
+      s.explained_peak_bytes = c.value("explained_peak_bytes", uint64_t{0});
+      if (c.contains("coverage") && c["coverage"].is_number()) s.coverage = c["coverage"].get<double>();
+    }
+  }
+
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
   bool first = true;
   while (size_t n = cur.next(buf.data(), buf.size())) {
     for (size_t i = 0; i < n; ++i) {
       const Event& e = buf[i];
+      if (next_memory < memory.size()) memory_until(e.seq);
       const unsigned op = static_cast<unsigned>(e.op);
       ++s.events;
       ++s.ops[op];
@@ -134,8 +191,11 @@ TraceStats compute_stats(const trace::TraceReader& r) {
         }
         if (live.size() > s.live_objects.value) s.live_objects = {live.size(), e.seq, e.time};
       }
+      s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped));
     }
   }
+  memory_until(UINT64_MAX);
+  s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped));
   s.live_bytes_end = saturate(live_bytes);
   s.live_objects_end = live.size();
   return s;
@@ -182,6 +242,20 @@ nlohmann::json stats_to_json(const TraceStats& s) {
   j["size_histogram"] = hist_json(s.sizes);
   j["lifetime_events_histogram"] = hist_json(s.lifetime_events);
   if (s.has_time) j["lifetime_ns_histogram"] = hist_json(s.lifetime_ns);
+  nlohmann::json mem = nlohmann::json::object();
+  for (unsigned k = 1; k <= trace::kMemOpMax; ++k)
+    if (s.memory_ops[k]) mem[std::string(trace::mem_op_name(trace::MemOp(k)))] = s.memory_ops[k];
+  if (!mem.empty() || s.objects_with_resident_pages)
+    j["memory"] = {{"calls", mem},
+                   {"regions", s.regions},
+                   {"mapped_peak_bytes", s.mapped_peak},
+                   {"heap_and_mapped_peak_bytes", s.combined_peak},
+                   {"objects_with_resident_pages", s.objects_with_resident_pages}};
+  if (s.coverage >= 0)
+    j["coverage"] = {{"program_anon_peak_kib", s.program_anon_peak_kib},
+                     {"explained_peak_bytes", s.explained_peak_bytes},
+                     {"share", s.coverage},
+                     {"warning", s.coverage < common::kCoverageWarning}};
   return j;
 }
 
@@ -242,6 +316,19 @@ std::string stats_to_text(const TraceStats& s) {
   }
   out += "\n";
   out += "live bytes at end: " + group_digits(s.live_bytes_end) + "\n";
+  uint64_t memory_calls = 0;
+  for (uint64_t c : s.memory_ops) memory_calls += c;
+  if (memory_calls || s.objects_with_resident_pages) {
+    out += "the program's own memory (besides malloc):\n";
+    for (unsigned k = 1; k <= trace::kMemOpMax; ++k)
+      if (s.memory_ops[k])
+        out += fmt::format("  {:<38}{:>10}\n", trace::mem_op_name(trace::MemOp(k)), group_digits(s.memory_ops[k]));
+    out += "  mappings: " + group_digits(s.regions) + ", peak mapped bytes: " + group_digits(s.mapped_peak) + "\n";
+    out += "  heap and mappings together, peak: " + group_digits(s.combined_peak) + "\n";
+    out += "  large blocks with their resident pages recorded: " + group_digits(s.objects_with_resident_pages) + "\n";
+  }
+  if (s.coverage >= 0)
+    out += common::coverage_text(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib) + "\n";
   hist_text(out, "request sizes in bytes", s.sizes);
   hist_text(out, "lifetimes in events", s.lifetime_events);
   hist_text(out, "lifetimes in ns", s.lifetime_ns);

@@ -57,6 +57,19 @@ struct TraceStats {
   uint64_t live_bytes_end = 0;
   uint64_t live_objects_end = 0;
 
+  // The program's own memory (format 1.1): calls by MemOp, mappings, the
+  // peak of the bytes mapped, and of heap and mappings together (trace order).
+  std::array<uint64_t, trace::kMemOpMax + 1> memory_ops{};
+  uint64_t regions = 0;
+  uint64_t mapped_peak = 0;
+  uint64_t combined_peak = 0;
+  uint64_t objects_with_resident_pages = 0;
+  // From the capture's metadata: the program's peak anonymous RSS and the
+  // share of it the trace explains (absent: 0 and -1).
+  uint64_t program_anon_peak_kib = 0;
+  uint64_t explained_peak_bytes = 0;
+  double coverage = -1;
+
   Log2Histogram sizes;            // requested bytes per produced object
   Log2Histogram lifetime_events;  // seq(free) - seq(alloc) of freed objects
   Log2Histogram lifetime_ns;      // time(free) - time(alloc), with timestamps only

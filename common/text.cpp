@@ -1,5 +1,7 @@
 #include "common/text.h"
 
+#include <cstdio>
+
 namespace heaplab::common {
 
 std::string group_digits(uint64_t v) {
@@ -11,6 +13,26 @@ std::string group_digits(uint64_t v) {
     s.push_back(digits[i]);
   }
   return s;
+}
+
+std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t program_kib) {
+  char buf[512];
+  const double mib = double(explained_bytes) / 1048576.0, prog = double(program_kib) / 1024.0;
+  if (coverage > 1.05)
+    std::snprintf(buf, sizeof buf,
+                  "the trace's peak (%.1f MiB requested or mapped) is above the program's sampled peak anonymous "
+                  "memory (%.1f MiB): it requests memory it never touches, or ran too briefly to be sampled",
+                  mib, prog);
+  else if (coverage >= kCoverageWarning)
+    std::snprintf(buf, sizeof buf, "the trace explains %.0f%% of the program's peak anonymous memory (%.1f of %.1f MiB)",
+                  100 * coverage, mib, prog);
+  else
+    std::snprintf(buf, sizeof buf,
+                  "warning: the trace explains only %.0f%% of the program's peak anonymous memory (%.1f of %.1f MiB): "
+                  "the rest came from calls heaplab does not see (stacks, static data, shared memory, memory mapped "
+                  "before capture started or by direct system calls), and replays will not show it",
+                  100 * coverage, mib, prog);
+  return buf;
 }
 
 }  // namespace heaplab::common

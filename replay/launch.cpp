@@ -193,6 +193,21 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                          {"steps", memory_steps},
                          {"objects_with_resident_pages", plan.recorded_touches},
                          {"unknown_regions_skipped", plan.unknown_regions}};
+  // What share of the captured program's anonymous memory the trace explains.
+  std::string coverage_warning;
+  if (nlohmann::json meta = nlohmann::json::parse(reader->metadata(), nullptr, false);
+      meta.is_object() && meta.contains("capture") && meta["capture"].is_object() &&
+      meta["capture"].contains("coverage") && meta["capture"]["coverage"].is_number()) {
+    const nlohmann::json& c = meta["capture"];
+    const double share = c["coverage"].get<double>();
+    trace_j["coverage"] = {{"share", share},
+                           {"program_anon_peak_kib", c.value("anon_rss_peak_kib", uint64_t{0})},
+                           {"explained_peak_bytes", c.value("explained_peak_bytes", uint64_t{0})}};
+    if (share < common::kCoverageWarning)
+      coverage_warning = common::coverage_text(share, c.value("explained_peak_bytes", uint64_t{0}),
+                                               c.value("anon_rss_peak_kib", uint64_t{0}))
+                             .substr(std::string_view("warning: ").size());
+  }
   if (plan.has_times || reader->has_time()) trace_j["duration_s"] = double(plan.duration_ns) / 1e9;
   if (!reader->complete()) trace_j["warning"] = reader->warning();
   reader.reset();
@@ -234,6 +249,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["format"] = "heaplab-replay-result";
   r["format_version"] = 1;
   r["trace"] = trace_j;
+  if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
   r["allocator"] = {
       {"name", opt.allocator}, {"load", opt.load}, {"library", l.library}, {"settings", allocator_settings(opt.env)}};
   r["plan_build_s"] = plan_s;

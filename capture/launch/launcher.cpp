@@ -12,6 +12,7 @@
 #endif
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <thread>
 
 #include "allocators/library.h"
 #include "capture/launch/method.h"
@@ -93,6 +95,7 @@ TraceResult normalise_to(const normalise::RawFile& raw, const std::string& out, 
   if (root) {
     nopt.capture_metadata["exit_code"] = res.exit_code;
     if (res.signal) nopt.capture_metadata["signal"] = res.signal;
+    if (res.anon_rss_peak_kib) nopt.capture_metadata["anon_rss_peak_kib"] = res.anon_rss_peak_kib;
   }
   nopt.capture_metadata.update(meta);
   TraceResult tr;
@@ -157,6 +160,42 @@ void check_writable_output(const std::string& out) {
   ::close(fd);
   ::unlink(probe.c_str());
 }
+
+// Samples a process's anonymous RSS (/proc/PID/status, RssAnon) every 2 ms
+// on a thread of its own, from construction to stop(): its peak is what
+// the trace should explain.
+class RssSampler {
+ public:
+  explicit RssSampler(pid_t pid) : path_("/proc/" + std::to_string(pid) + "/status"), thread_([this] { run(); }) {}
+  ~RssSampler() { stop(); }
+  uint64_t stop() {
+    done_.store(true);
+    if (thread_.joinable()) thread_.join();
+    return peak_;
+  }
+
+ private:
+  void run() {
+    char buf[4096];
+    while (!done_.load()) {
+      int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ssize_t n = ::read(fd, buf, sizeof buf - 1);
+        ::close(fd);
+        if (n > 0) {
+          buf[n] = 0;
+          if (const char* p = std::strstr(buf, "RssAnon:")) peak_ = std::max<uint64_t>(peak_, std::strtoull(p + 8, nullptr, 10));
+        }
+      }
+      timespec ts{0, 2000000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  std::string path_;
+  std::atomic<bool> done_{false};
+  uint64_t peak_ = 0;
+  std::thread thread_;
+};
 
 pid_t g_child = 0;
 volatile sig_atomic_t g_interrupted = 0;
@@ -300,7 +339,9 @@ CaptureResult run_capture(CaptureOptions opt) {
     run.pid = child.pid();
     g_child = run.pid;
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a SIGTERM that came meanwhile is forwarded now
+    RssSampler rss(run.pid);
     status = child.wait();
+    res.anon_rss_peak_kib = rss.stop();
     g_child = 0;
   } catch (const process::SpawnError& e) {
     g_child = 0;
@@ -365,6 +406,11 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     note(rep.blocks_missing, "blocks claimed but never written");
     note(rep.bad_records, "unreadable records");
     if (!notes.empty()) line("  " + notes);
+    if (rep.memory_calls)
+      line(fmt::format("  {} calls of the program's own memory ({} mappings, peak {:.1f} MiB mapped)",
+                       common::group_digits(rep.memory_calls), common::group_digits(rep.regions),
+                       double(rep.mapped_peak) / 1048576.0));
+    if (rep.coverage >= 0) line("  " + common::coverage_text(rep.coverage, rep.explained_peak, r.anon_rss_peak_kib));
   }
   if (r.descendants_running)
     line(

@@ -51,6 +51,7 @@ struct CaptureResult {
   int exit_code = 0;                 // the program's exit code, or 128 + signal
   int signal = 0;                    // the signal that killed it, 0 if it exited
   double wall_seconds = 0;           // the program's run, start to exit
+  uint64_t anon_rss_peak_kib = 0;    // the program's peak anonymous RSS (sampled every 2 ms; 0 if never read)
   bool descendants_running = false;  // followed children still ran when the wait was cut short
   double normalise_seconds = 0;
   std::string raw_dir;

@@ -26,6 +26,7 @@ uint64_t MemoryMap::new_region(const MemoryPosition& at, uint64_t addr, uint64_t
   e.length = len;
   regions_.push_back(Region{push(e, uint64_t(events_.size()) << 1)});
   pieces_[addr] = Piece{addr + len, id, addr};
+  mapped_ += len;
   ++counts_.regions;
   return id;
 }
@@ -52,6 +53,7 @@ void MemoryMap::cut(uint64_t lo, uint64_t hi) {
       continue;
     }
     it = pieces_.erase(it);
+    mapped_ -= std::min(p.end, hi) - std::max(start, lo);
     if (start < lo) add.emplace_back(start, Piece{lo, p.region, p.base});
     if (p.end > hi) add.emplace_back(hi, Piece{p.end, p.region, p.base});
   }
@@ -135,6 +137,7 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
   // The new region: its own id, mapped by the remap itself (no map event).
   regions_.push_back(Region{regions_[p.region].last});
   pieces_[result] = Piece{result + new_len, e.new_region, result};
+  mapped_ += new_len;
   ++counts_.regions;
 }
 

@@ -43,6 +43,8 @@ class MemoryMap {
   // The events in trace order (a touch right after the event it is placed behind).
   std::vector<trace::MemoryEvent> finish();
   const MemoryCounts& counts() const { return counts_; }
+  // Bytes mapped now (the program's own mappings).
+  uint64_t mapped() const { return mapped_; }
 
  private:
   struct Piece {
@@ -66,6 +68,7 @@ class MemoryMap {
   std::vector<trace::MemoryEvent> events_;
   std::vector<std::pair<uint64_t, uint64_t>> order_;  // per event: (after, tie-break)
   MemoryCounts counts_;
+  uint64_t mapped_ = 0;
 };
 
 }  // namespace heaplab::normalise

@@ -195,6 +195,17 @@ class Normaliser {
   uint64_t window_ticks_ = 0;  // how far ahead resolve() may look
   uint32_t next_thread_ = 0;
   MemoryMap memory_;
+  FlatMap<uint64_t> sizes_;  // live object id -> requested bytes
+  uint64_t heap_live_ = 0;
+  void note_peak() {
+    const uint64_t all = heap_live_ + memory_.mapped();
+    if (all > rep_.explained_peak) {
+      rep_.explained_peak = all;
+      rep_.explained_heap = heap_live_;
+    }
+    rep_.heap_peak = std::max(rep_.heap_peak, heap_live_);
+    rep_.mapped_peak = std::max(rep_.mapped_peak, memory_.mapped());
+  }
 };
 
 trace::WriterOptions Normaliser::writer_options() {
@@ -240,6 +251,17 @@ uint64_t Normaliser::append(Event& e) {
   bool produces = trace::op_produces(e.op) && !(e.flags & trace::kNullResult);
   e.id = produces ? ++next_id_ : 0;
   ++events_;
+  // The live requested bytes, for the share of the program's memory the
+  // trace explains.
+  uint64_t bytes = 0;
+  if (e.old != 0 && trace::op_consumes(e.op) && !(e.flags & trace::kFailed) && sizes_.erase(e.old, &bytes))
+    heap_live_ -= bytes;
+  if (produces) {
+    bytes = e.requested_bytes();
+    sizes_.put(e.id, bytes);
+    heap_live_ += bytes;
+    note_peak();
+  }
   pipe_.push(e);
   return e.id;
 }
@@ -339,6 +361,10 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
 // The program's own memory (raw_format.h, kRawMmap ...).
 void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
   const MemoryPosition at{events_, st.index, time};
+  struct Peak {
+    Normaliser* n;
+    ~Peak() { n->note_peak(); }
+  } peak{this};
   switch (record_op(r.head)) {
     case kRawMmap:
       memory_.map(at, r.a, r.b, uint32_t(r.c) & 0x10 /* MAP_FIXED */);
@@ -364,6 +390,8 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
       break;
     case kRawBreak:
       memory_.brk(at, r.a, r.b);
+      break;
+    default:
       break;
     case kRawResident: {
       uint64_t* id = live_.find(r.a);
@@ -495,6 +523,10 @@ NormaliseReport Normaliser::run() {
   rep_.regions = memory_.counts().regions;
   rep_.unknown_memory_releases = memory_.counts().unknown_releases;
   rep_.resident_counts = memory_.counts().measured;
+  if (opt_.capture_metadata.contains("anon_rss_peak_kib")) {
+    const uint64_t kib = opt_.capture_metadata["anon_rss_peak_kib"].get<uint64_t>();
+    if (kib > 0) rep_.coverage = double(rep_.explained_peak) / (double(kib) * 1024.0);
+  }
   writer_.set_memory_events(memory_.finish());
   nlohmann::json m = metadata();
   m["capture"].update(report_to_json(rep_));
@@ -512,7 +544,7 @@ NormaliseReport normalise(const RawFile& in, const std::string& out_path, const 
 }
 
 nlohmann::json report_to_json(const NormaliseReport& r) {
-  return {{"records", r.records},
+  nlohmann::json j = {{"records", r.records},
           {"events", r.events},
           {"calls", r.calls},
           {"threads", r.threads},
@@ -531,7 +563,12 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
           {"regions", r.regions},
           {"unknown_memory_releases", r.unknown_memory_releases},
           {"resident_counts", r.resident_counts},
+          {"heap_live_peak_bytes", r.heap_peak},
+          {"mapped_peak_bytes", r.mapped_peak},
+          {"explained_peak_bytes", r.explained_peak},
           {"clean_exit", r.clean_exit}};
+  if (r.coverage >= 0) j["coverage"] = r.coverage;
+  return j;
 }
 
 NormaliseReport normalise_file(const std::string& raw_path, const std::string& output, const NormaliseOptions& opt) {

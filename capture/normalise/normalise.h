@@ -49,6 +49,13 @@ struct NormaliseReport {
   uint64_t regions = 0;              // anonymous mappings it made
   uint64_t unknown_memory_releases = 0;  // releases of memory it did not map while captured
   uint64_t resident_counts = 0;      // resident-page counts of large blocks and mappings
+  uint64_t heap_peak = 0;            // peak of the live requested bytes
+  uint64_t mapped_peak = 0;          // peak of the bytes the program mapped itself
+  uint64_t explained_peak = 0;       // peak of the two together
+  uint64_t explained_heap = 0;       // the heap's part of it
+  // explained_peak / the program's peak anonymous RSS (capture_metadata's
+  // anon_rss_peak_kib, sampled by the launcher); -1 if not sampled.
+  double coverage = -1;
   uint64_t bytes = 0;                // size of the trace written
   bool clean_exit = false;
   std::string clock;  // "tsc", "monotonic" or "none"
