@@ -472,6 +472,68 @@ TEST_F(ReplayTest, TouchModesDecideWhatBecomesResident) {
   EXPECT_EQ(pages["replay"]["touch"], "pages");
 }
 
+// The program's own memory (format 1.1) is made with real system calls on
+// every allocator, and --touch recorded writes the pages the program had
+// resident: a 16 MiB block of which it used 1 MiB, and a 32 MiB mapping of
+// which it used 8 MiB.
+TEST_F(ReplayTest, ProgramsOwnMemoryIsReplayedOnEveryAllocator) {
+  const std::string path = (dir() / "own_memory.hlt").string();
+  {
+    heaplab::trace::WriterOptions o;
+    heaplab::trace::TraceWriter w(path, o);
+    std::vector<Event> ev = {malloc_ev(16 << 20), malloc_ev(100), free_ev(1), free_ev(2)};
+    for (Event& e : ev) w.append(e);
+    using heaplab::trace::MemOp;
+    using heaplab::trace::MemoryEvent;
+    MemoryEvent map{MemOp::map, 0, 1, 0, 1, 0, 32 << 20, 0, 0, 0};
+    MemoryEvent touch{MemOp::touch, 0, 1, 0, 1, 0, 32 << 20, 2048, 0, 0};
+    MemoryEvent unmap{MemOp::unmap, 0, 3, 0, 1, 0, 32 << 20, 2048, 0, 0};
+    MemoryEvent object{MemOp::object, 0, 0, 0, 1, 0, 16 << 20, 256, 0, 0};
+    w.set_memory_events({map, touch, unmap, object});
+    w.close();
+  }
+  for (const char* alloc : {"glibc", "jemalloc", "mimalloc", "tcmalloc"}) {
+    SCOPED_TRACE(alloc);
+    const json rec = replay(path, {"--allocator", alloc, "--sample-ms", "1"});
+    const json pages = replay(path, {"--allocator", alloc, "--sample-ms", "1", "--touch", "pages"});
+    ASSERT_TRUE(rec.contains("replay")) << rec.dump();
+    EXPECT_EQ(rec["replay"]["touch"], "recorded");
+    EXPECT_EQ(rec["replay"]["faithful"], true);
+    EXPECT_EQ(rec["replay"]["memory_calls"],
+              json::parse(R"({"mmap": {"calls": 1, "expected": 1}, "munmap": {"calls": 1, "expected": 1},
+                               "touch_mapping": {"calls": 1, "expected": 1},
+                               "touch_object": {"calls": 1, "expected": 1}})"));
+    EXPECT_EQ(rec["replay"]["memory_calls_failed"], 0);
+    EXPECT_EQ(rec["trace"]["memory"]["regions"], 1);
+    EXPECT_EQ(rec["trace"]["memory"]["mapped_bytes_peak"], 32 << 20);
+    EXPECT_EQ(rec["trace"]["calls"], 4);
+    // Heap peak: 8 MiB of the mapping + 1 MiB of the block (+ the allocator's own);
+    // with --touch pages all 16 MiB of the block.
+    const double rec_mib = rec["replay"]["memory"]["heap_peak_kib"].get<double>() / 1024;
+    const double pages_mib = pages["replay"]["memory"]["heap_peak_kib"].get<double>() / 1024;
+    EXPECT_GT(rec_mib, 8.9);
+    EXPECT_LT(rec_mib, 14);  // tcmalloc holds ~4 MiB of its own
+    EXPECT_GT(pages_mib, 23.9);
+    EXPECT_LT(pages_mib, 30);
+  }
+}
+
+// A trace written before format 1.1 (no memory block) replays as before,
+// --touch recorded touching every page as --touch pages did.
+TEST_F(ReplayTest, OldTracesStillReplay) {
+  std::vector<Event> ev;
+  for (int i = 0; i < 4; ++i) ev.push_back(malloc_ev(4 << 20));
+  for (uint64_t id = 1; id <= 4; ++id) ev.push_back(free_ev(id));
+  const std::string t = write_trace("old_format", ev, false);
+  EXPECT_EQ(heaplab::trace::TraceReader::open(t)->minor_version(), 0u);
+  const json rec = replay(t, {"--sample-ms", "1"});
+  EXPECT_EQ(rec["replay"]["touch"], "recorded");
+  EXPECT_EQ(rec["replay"]["faithful"], true);
+  EXPECT_FALSE(rec["replay"].contains("memory_calls"));
+  EXPECT_FALSE(rec["trace"].contains("memory"));
+  EXPECT_GT(rec["replay"]["memory"]["heap_peak_kib"].get<double>(), 15.9 * 1024);
+}
+
 // --timing recorded keeps the recorded pace: a trace whose calls span 200 ms
 // takes at least that long at speed 1, and a tenth at speed 10.
 TEST_F(ReplayTest, RecordedTimingKeepsThePace) {

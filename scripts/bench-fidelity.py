@@ -129,16 +129,14 @@ def programs(work):
     # threads (what `git repack -adf` runs, in one process).
     repo = os.path.join(work, "repo.git")
     subprocess.run(["git", "clone", "-q", "--bare", "--no-local", REPO, repo], check=True)
-    revs = os.path.join(work, "revs")
-    open(revs, "w").write("--all\n")
     return {
         "sqlite3": (["sqlite3", ":memory:", "-init", "/dev/null", "-cmd", f".read {sql}"], None, {}),
         "python3 (pymalloc)": ([PYTHON, py], None, {}),
         "python3 (PYTHONMALLOC=malloc)": ([PYTHON, py], None, {"PYTHONMALLOC": "malloc"}),
         "cc1plus -O2 (g++)": (cc1_cmd, None, {}),
         "xz -6 (24 MiB)": (["xz", "-6", "-T1", "-c", data], None, {}),
-        "git pack-objects --all": (["git", "-C", repo, "-c", "pack.threads=2", "pack-objects", "--revs", "--stdout", "-q",
-                                    "--no-reuse-delta", "--no-reuse-object"], revs, {}),
+        "git pack-objects --all": (["git", "-C", repo, "-c", "pack.threads=2", "pack-objects", "--all", "--stdout", "-q",
+                                    "--no-reuse-delta", "--no-reuse-object"], None, {}),
         "perl (hash of 400,000)": (["perl", "-e", PERL], None, {}),
     }
 
@@ -164,8 +162,9 @@ def main():
         env.pop("LD_PRELOAD", None)
         trace = os.path.join(work, "t.hlt")
         t0 = time.monotonic()
-        cap = subprocess.run([HEAPLAB, "capture", "-o", trace, "--"] + cmd, env=env, cwd=work, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        with open(stdin or os.devnull) as inp:
+            cap = subprocess.run([HEAPLAB, "capture", "-o", trace, "--"] + cmd, env=env, cwd=work, stdin=inp,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if cap.returncode != 0:
             sys.exit(f"bench-fidelity: capture of {name} failed: {cap.stderr.strip()}")
         meta = json.loads(subprocess.run([HEAPLAB, "cat", "--meta", trace], capture_output=True, text=True).stdout)

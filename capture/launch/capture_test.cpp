@@ -915,6 +915,111 @@ INSTANTIATE_TEST_SUITE_P(Known, CaptureAllocator, ::testing::Values("jemalloc", 
                          [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
 
 // ---------------------------------------------------------------------------
+// The program's own memory: victim_memory maps (see there).
+
+std::vector<std::string> memory_calls(const std::string& path) {
+  auto r = TraceReader::open(path);
+  std::vector<std::string> out;
+  for (const heaplab::trace::MemoryEvent& m : r->memory_events()) {
+    if (m.op == heaplab::trace::MemOp::object) continue;
+    std::string line = std::string(heaplab::trace::mem_op_name(m.op)) + " r" + std::to_string(m.region);
+    if (m.op != heaplab::trace::MemOp::map) line += " +" + std::to_string(m.offset);
+    line += " " + std::to_string(m.length);
+    if (m.op != heaplab::trace::MemOp::map)
+      line += m.pages == heaplab::trace::kUnknownPages ? " ?p" : " " + std::to_string(m.pages) + "p";
+    if (m.op == heaplab::trace::MemOp::remap)
+      line += " -> r" + std::to_string(m.new_region) + " " + std::to_string(m.new_length);
+    out.push_back(line);
+  }
+  return out;
+}
+
+// Resident pages recorded for the heap objects of `bytes` requested bytes.
+std::vector<uint64_t> object_pages(const std::string& path, uint64_t bytes) {
+  auto r = TraceReader::open(path);
+  std::vector<uint64_t> out;
+  for (const heaplab::trace::MemoryEvent& m : r->memory_events())
+    if (m.op == heaplab::trace::MemOp::object && m.length == bytes) out.push_back(m.pages);
+  return out;
+}
+
+// Every call, in order, with the resident pages measured before each
+// release placed as a touch behind the region's previous call; the file
+// mapping is not there; the break is a mapping of its own.
+const std::vector<std::string> kVictimMemoryCalls = {
+    "mmap r1 1048576",
+    "touch r1 +0 131072 32p",  // the 64 pages written: 32 of them given back by the madvise
+    "madvise_dontneed r1 +0 131072 32p",
+    "touch r1 +0 1048576 32p",  // the other 32, resident when it was remapped
+    "mremap r1 +0 1048576 32p -> r2 2097152",
+    "munmap r2 +1048576 1048576 0p",
+    "touch r2 +0 1048576 32p",
+    "munmap r2 +0 1048576 32p",
+    "mmap r3 65536",  // the break moved up 64 KiB ...
+    "touch r3 +0 65536 16p",
+    "munmap r3 +0 65536 16p",  // ... and back
+    "mmap r4 524288",
+    "touch r4 +0 524288 16p",  // live at exit: measured then
+};
+
+TEST(CaptureMemory, ProgramsOwnMemoryExactly) {
+  TempDir dir;
+  CaptureResult r = heaplab::launch::run_capture(options(dir, {victim("victim_memory"), "maps"}));
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_EQ(memory_calls(r.traces[0].path), kVictimMemoryCalls);
+  // The large blocks, written in part: 25 of 256 pages (freed), 3 of 512 (live at exit).
+  EXPECT_EQ(object_pages(r.traces[0].path, 1 << 20), std::vector<uint64_t>{25});
+  EXPECT_EQ(object_pages(r.traces[0].path, 2 << 20), std::vector<uint64_t>{3});
+  const heaplab::normalise::NormaliseReport& rep = r.traces[0].report;
+  EXPECT_EQ(rep.memory_calls, 9u);  // 2 mmap, 1 madvise, 1 mremap, 3 munmap (1 of the file), 2 break moves
+  EXPECT_EQ(rep.regions, 4u);
+  EXPECT_EQ(rep.unknown_memory_releases, 1u);  // the file mapping's munmap
+  auto reader = TraceReader::open(r.traces[0].path);
+  EXPECT_EQ(reader->minor_version(), 1u);
+  expect_trace_ok(r.traces[0].path);
+}
+
+TEST_P(CaptureAllocator, AllocatorsOwnMemoryIsNotRecorded) {
+  std::string err;
+  auto lib = heaplab::allocators::resolve_allocator(GetParam(), err);
+  if (!lib && err.find("cannot open shared object file") != std::string::npos) GTEST_SKIP() << err;
+  ASSERT_TRUE(lib) << err;
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_memory"), "maps"});
+  opt.allocator = GetParam();
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.traces.size(), 1u);
+  // The allocator maps, purges and unmaps memory of its own (tcmalloc
+  // through libunwind too): none of it is the program's.
+  EXPECT_EQ(memory_calls(r.traces[0].path), kVictimMemoryCalls);
+  EXPECT_EQ(object_pages(r.traces[0].path, 1 << 20), std::vector<uint64_t>{25});
+}
+
+TEST(CaptureMemory, CoverageWarnsWhenTheTraceExplainsLittle) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_memory"), "hidden"});
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_GE(r.anon_rss_peak_kib, 64u * 1024);  // the 64 MiB the shim cannot see
+  const double coverage = r.traces[0].report.coverage;
+  EXPECT_GE(coverage, 0.0);
+  EXPECT_LT(coverage, 0.05);
+  nlohmann::json cap = capture_metadata(r.traces[0].path);
+  EXPECT_EQ(cap.value("anon_rss_peak_kib", uint64_t{0}), r.anon_rss_peak_kib);
+  EXPECT_DOUBLE_EQ(cap.value("coverage", -1.0), coverage);
+  const std::string text = heaplab::launch::summary(r, opt);
+  EXPECT_NE(text.find("heaplab capture:   warning: the trace explains only 0% of the program's peak anonymous memory"),
+            std::string::npos)
+      << text;
+  heaplab::analysis::TraceStats st = heaplab::analysis::compute_stats(*TraceReader::open(r.traces[0].path));
+  EXPECT_NE(heaplab::analysis::stats_to_text(st).find("warning: the trace explains only 0%"), std::string::npos);
+  EXPECT_EQ(heaplab::analysis::stats_to_json(st)["coverage"]["warning"], true);
+}
+
+// ---------------------------------------------------------------------------
 
 bool dir_empty(const TempDir& d) { return fs::is_empty(d.path()); }
 

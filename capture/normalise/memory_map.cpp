@@ -164,11 +164,11 @@ void MemoryMap::advise(const MemoryPosition& at, uint64_t addr, uint64_t len, bo
   for (MemoryEvent& e : out) regions_[e.region].last = push(e, uint64_t(events_.size()) << 1);
 }
 
-void MemoryMap::brk(const MemoryPosition& at, uint64_t old, uint64_t now) {
+void MemoryMap::brk(const MemoryPosition& at, uint64_t old, uint64_t now, uint64_t pages) {
   if (now > old) {
     map(at, old, now - old, false);
   } else if (now < old) {
-    unmap(at, now, old - now, trace::kUnknownPages);
+    unmap(at, now, old - now, pages);
   }
 }
 

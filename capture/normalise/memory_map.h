@@ -33,8 +33,8 @@ class MemoryMap {
   void remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, uint64_t pages, uint64_t result,
              uint64_t new_len);
   void advise(const MemoryPosition& at, uint64_t addr, uint64_t len, bool lazy, uint64_t pages);
-  // The break moved from `old` to `now`.
-  void brk(const MemoryPosition& at, uint64_t old, uint64_t now);
+  // The break moved from `old` to `now` (`pages` resident in what a lower break released).
+  void brk(const MemoryPosition& at, uint64_t old, uint64_t now, uint64_t pages);
   // `pages` of [addr, addr+len) resident (at exit); false if not a mapping.
   bool resident(uint64_t addr, uint64_t len, uint64_t pages);
   // A heap object's resident pages.

@@ -389,7 +389,7 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
       memory_.advise(at, r.a, r.b, (r.c & 0xff) == 8 /* MADV_FREE */, r.c >> 8);
       break;
     case kRawBreak:
-      memory_.brk(at, r.a, r.b);
+      memory_.brk(at, r.a, r.b, r.c);
       break;
     default:
       break;

@@ -345,8 +345,9 @@ int hook_brk(void* addr, const void* caller) {
   if (!ready() || !g_mem.brk || !g_mem.sbrk) return int(syscall(SYS_brk, addr)) == 0 ? 0 : -1;
   if (!g_capturing || not_programs(caller)) return g_mem.brk(addr);
   void* old = g_mem.sbrk(0);
+  const uint64_t released = addr < old ? resident(addr, uint64_t(old) - uint64_t(addr), true) : 0;
   int rc = g_mem.brk(addr);
-  if (rc == 0 && old != addr) emit(kRawBreak, uint64_t(old), uint64_t(addr), 0);
+  if (rc == 0 && old != addr) emit(kRawBreak, uint64_t(old), uint64_t(addr), released);
   return rc;
 }
 
@@ -355,9 +356,15 @@ void* hook_sbrk(intptr_t incr, const void* caller) {
     errno = ENOMEM;
     return reinterpret_cast<void*>(-1);
   }
+  const bool record = incr != 0 && g_capturing && !not_programs(caller);
+  uint64_t released = 0;
+  if (record && incr < 0) {
+    char* now = static_cast<char*>(g_mem.sbrk(0));
+    released = resident(now + incr, uint64_t(-incr), true);
+  }
   void* old = g_mem.sbrk(incr);
-  if (incr != 0 && old != reinterpret_cast<void*>(-1) && !not_programs(caller))
-    emit(kRawBreak, uint64_t(old), uint64_t(old) + uint64_t(incr), 0);
+  if (record && old != reinterpret_cast<void*>(-1))
+    emit(kRawBreak, uint64_t(old), uint64_t(old) + uint64_t(incr), released);
   return old;
 }
 

@@ -69,7 +69,8 @@ enum RawOp : uint8_t {
   kRawMremap = 46,        // after mremap: a = result (0 = failed), b = new length, c = old address
   kRawMadvise = 47,       // before madvise(MADV_DONTNEED or MADV_FREE): a = address, b = length,
                           //   c = advice | resident pages << 8
-  kRawBreak = 48,         // after brk/sbrk moved the break: a = old break, b = new break
+  kRawBreak = 48,         // after brk/sbrk moved the break: a = old break, b = new break, c = resident
+                          //   pages of what a lower break released
   kRawResident = 49,      // resident pages of memory about to be released, or live at exit:
                           //   a = address (a heap block's, or inside a mapping), b = resident
                           //   pages, c = bytes measured from a
