@@ -185,7 +185,7 @@ TEST_F(Cli, RealTraceImportsWithExactCounts) {
 TEST_F(Cli, VersionAndHelp) {
   Result r = run({"--version"});
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out, "heaplab 0.1.0 (trace format 1.0)\n");
+  EXPECT_EQ(r.out, "heaplab 0.1.0 (trace format 1.1)\n");
   for (const char* sub : {"import", "stats", "check", "cat"}) {
     r = run({sub, "--help"});
     EXPECT_EQ(r.status, 0) << sub;

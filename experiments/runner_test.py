@@ -90,7 +90,7 @@ def bad_files():
         ("traces: [{name: t, file: x.hlt}]\nallocators: [glibc]\nrepetitons: 3\n",
          "bad.yaml:3: unknown key 'repetitons'"),
         ("traces: [{name: t, file: x.hlt}]\nallocators: [glibc]\nreplay: {touch: most}\n",
-         "bad.yaml:3: 'touch': expected one of none, first, pages, all, not 'most'"),
+         "bad.yaml:3: 'touch': expected one of none, first, pages, all, recorded, not 'most'"),
         ("traces: [{name: t, file: missing.hlt}]\nallocators: [glibc]\n",
          "bad.yaml: trace 't': missing.hlt: No such file or directory"),
         ("traces: [{name: t, capture: [true]}]\nallocators: [nosuchalloc]\n",

@@ -77,7 +77,7 @@ TEST(Spec, AValidExperiment) {
   EXPECT_EQ(d.baseline, "glibc");
   EXPECT_EQ(d.repetitions, 5u);
   EXPECT_EQ(d.warmup, 1u);
-  EXPECT_EQ(d.replay.touch, replay::Touch::pages);
+  EXPECT_EQ(d.replay.touch, replay::Touch::recorded);
 }
 
 TEST(Spec, MistakesNameTheLineAndKey) {
@@ -97,7 +97,7 @@ TEST(Spec, MistakesNameTheLineAndKey) {
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetitions: 0\n"),
             "exp.yaml:3: 'repetitions': expected a whole number from 1 to 10000, not '0'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay:\n  touch: most\n"),
-            "exp.yaml:4: 'touch': expected one of none, first, pages, all, not 'most'");
+            "exp.yaml:4: 'touch': expected one of none, first, pages, all, recorded, not 'most'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay:\n  threds: 2\n"),
             "exp.yaml:4: unknown key 'threds' in replay (known: threads, touch, timing, speed, pin, membind, "
             "latency, sample_ms)");

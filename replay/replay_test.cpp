@@ -774,7 +774,7 @@ TEST_F(ReplayTest, ReplayerRunsStandaloneOnATrace) {
   EXPECT_EQ(j["allocator"]["library"], fs::canonical(TEST_ALLOC_NULL).string());
   const Outcome bad = run({kBin + "/cli/heaplab-replay", producer_consumer(), "--touch", "sometimes"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_EQ(bad.err, "heaplab-replay: --touch: expected none, first, pages or all, not 'sometimes'\n");
+  EXPECT_EQ(bad.err, "heaplab-replay: --touch: expected none, first, pages, all or recorded, not 'sometimes'\n");
 }
 
 // A truncated trace replays what it has: calls on objects whose allocation

@@ -38,7 +38,7 @@ TEST(Settings, OneTableByKeyAndOption) {
   EXPECT_EQ(keys, (std::vector<std::string>{"threads", "touch", "timing", "speed", "pin", "membind", "latency",
                                             "sample_ms", "memory"}));
   const ReplaySettings d;
-  EXPECT_EQ(d.touch, Touch::pages);
+  EXPECT_EQ(d.touch, Touch::recorded);
   EXPECT_EQ(d.timing, Timing::fast);
   EXPECT_EQ(d.sample_ms, 10u);
   EXPECT_TRUE(d.memory);
@@ -48,7 +48,7 @@ TEST(Settings, ValuesAndTheirMessages) {
   ReplaySettings s;
   EXPECT_EQ(set(s, "touch", "all"), "");
   EXPECT_EQ(s.touch, Touch::all);
-  EXPECT_EQ(set(s, "touch", "most"), "expected none, first, pages or all, not 'most'");
+  EXPECT_EQ(set(s, "touch", "most"), "expected none, first, pages, all or recorded, not 'most'");
   EXPECT_EQ(set(s, "timing", "slow"), "expected fast or recorded, not 'slow'");
   EXPECT_EQ(set(s, "sample_ms", "3600001"), "at most 3600000");
   EXPECT_EQ(set(s, "sample_ms", "-1"), "not a number: '-1'");

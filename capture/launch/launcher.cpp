@@ -96,6 +96,7 @@ TraceResult normalise_to(const normalise::RawFile& raw, const std::string& out, 
     nopt.capture_metadata["exit_code"] = res.exit_code;
     if (res.signal) nopt.capture_metadata["signal"] = res.signal;
     if (res.anon_rss_peak_kib) nopt.capture_metadata["anon_rss_peak_kib"] = res.anon_rss_peak_kib;
+    nopt.capture_metadata["wall_ns"] = uint64_t(res.wall_seconds * 1e9);
   }
   nopt.capture_metadata.update(meta);
   TraceResult tr;

@@ -38,6 +38,8 @@ struct Stream {
   bool busy = false;  // its record is being processed
   uint64_t holes_reported = 0;
   uint64_t ticks_of_current = 0;  // of the record being processed
+  uint64_t overhead = 0;          // the shim's timed cost on this thread so far (kRawOverhead), ticks
+  uint64_t records = 0;           // records of this thread processed (each cost the shim's fast path)
   std::vector<Pending> pending;
   struct Remap {
     uint64_t old, old_len, pages;
@@ -176,6 +178,11 @@ class Normaliser {
   uint64_t append(Event& e);
   void produce(Event& e, uint64_t addr);
   uint64_t ns(uint64_t ticks) const;
+  uint64_t shim_cost_ns(const Stream& st) const {
+    const double ticks = double(st.overhead) + double(st.records) * double(in_.header().event_cost_x1024) / 1024.0;
+    return uint64_t(ticks * ns_per_tick_);
+  }
+  uint64_t last_raw_ = 0, first_raw_ = 0;  // uncorrected times
 
   const RawFile& in_;
   const NormaliseOptions& opt_;
@@ -197,11 +204,16 @@ class Normaliser {
   MemoryMap memory_;
   FlatMap<uint64_t> sizes_;  // live object id -> requested bytes
   uint64_t heap_live_ = 0;
+  uint64_t heap_footprint_ = 0;  // the live objects' smallest footprint in a malloc heap
+  // A block's smallest footprint: glibc's chunk (an 8-byte header, 16-byte
+  // steps, 32 at least); allocators without headers round to size classes
+  // about as much. What a trace explains is counted this way.
+  static uint64_t footprint(uint64_t n) { return n > (uint64_t{1} << 62) ? n : std::max<uint64_t>(32, (n + 8 + 15) & ~uint64_t{15}); }
   void note_peak() {
-    const uint64_t all = heap_live_ + memory_.mapped();
+    const uint64_t all = heap_footprint_ + memory_.mapped();
     if (all > rep_.explained_peak) {
       rep_.explained_peak = all;
-      rep_.explained_heap = heap_live_;
+      rep_.explained_heap = heap_footprint_;
     }
     rep_.heap_peak = std::max(rep_.heap_peak, heap_live_);
     rep_.mapped_peak = std::max(rep_.mapped_peak, memory_.mapped());
@@ -254,12 +266,15 @@ uint64_t Normaliser::append(Event& e) {
   // The live requested bytes, for the share of the program's memory the
   // trace explains.
   uint64_t bytes = 0;
-  if (e.old != 0 && trace::op_consumes(e.op) && !(e.flags & trace::kFailed) && sizes_.erase(e.old, &bytes))
+  if (e.old != 0 && trace::op_consumes(e.op) && !(e.flags & trace::kFailed) && sizes_.erase(e.old, &bytes)) {
     heap_live_ -= bytes;
+    heap_footprint_ -= footprint(bytes);
+  }
   if (produces) {
     bytes = e.requested_bytes();
     sizes_.put(e.id, bytes);
     heap_live_ += bytes;
+    heap_footprint_ += footprint(bytes);
     note_peak();
   }
   pipe_.push(e);
@@ -302,6 +317,7 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
     handle_memory(st, r, time);
     return;
   }
+  if (op == kRawOverhead) return;  // taken into the stream's timeline by process()
   if (op > uint32_t(Op::op_delete_array_aligned_nothrow)) {
     ++rep_.bad_records;
     return;
@@ -409,8 +425,13 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
 void Normaliser::process(size_t s) {
   Stream& st = streams_[s];
   st.busy = true;
-  uint64_t time = std::max(ns(st.ticks), last_time_);  // rounding never reorders
-  if (!any_) first_time_ = time;
+  // The native timeline: the shim's cost on this thread so far (timed work,
+  // and the calibrated cost of every record before this one) taken off.
+  const uint64_t cost = shim_cost_ns(st);
+  uint64_t raw = ns(st.ticks);
+  uint64_t time = std::max(raw - std::min(raw, cost), last_time_);  // rounding never reorders
+  if (raw > last_raw_) last_raw_ = raw;
+  if (!any_) first_time_ = time, first_raw_ = raw;
   any_ = true;
   last_time_ = time;
   if (!st.started) {
@@ -438,6 +459,8 @@ void Normaliser::process(size_t s) {
   const Record rec = *st.rec;
   st.ticks_of_current = st.ticks;
   ++rep_.records;
+  ++st.records;
+  if (record_op(rec.head) == kRawOverhead) st.overhead = std::max(st.overhead, rec.a);
   advance(s);  // holes it finds lie before the next record: reported with it
   uint64_t saved_now = now_ticks_;
   now_ticks_ = st.ticks_of_current;
@@ -518,6 +541,13 @@ NormaliseReport Normaliser::run() {
   rep_.blocks_missing += in_.blocks_missing();
   rep_.clean_exit = in_.clean_exit();
   rep_.duration_ns = any_ ? last_time_ - first_time_ : 0;
+  rep_.captured_duration_ns = any_ ? last_raw_ - std::min(last_raw_, first_raw_) : 0;
+  for (const Stream& st : streams_) rep_.shim_cost_ns = std::max(rep_.shim_cost_ns, shim_cost_ns(st));
+  rep_.event_cost_ns = double(in_.header().event_cost_x1024) / 1024.0 * ns_per_tick_;
+  if (opt_.capture_metadata.contains("wall_ns")) {
+    const uint64_t wall = opt_.capture_metadata["wall_ns"].get<uint64_t>();
+    rep_.corrected_wall_ns = wall - std::min(wall, rep_.shim_cost_ns);
+  }
   rep_.events = writer_.events();
   rep_.memory_calls = memory_.counts().calls;
   rep_.regions = memory_.counts().regions;
@@ -559,6 +589,9 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
           {"reordered_records", r.reordered},
           {"blocks_missing", r.blocks_missing},
           {"duration_ns", r.duration_ns},
+          {"captured_duration_ns", r.captured_duration_ns},
+          {"shim_cost_ns", r.shim_cost_ns},
+          {"event_cost_ns", r.event_cost_ns},
           {"memory_calls", r.memory_calls},
           {"regions", r.regions},
           {"unknown_memory_releases", r.unknown_memory_releases},
@@ -568,6 +601,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
           {"explained_peak_bytes", r.explained_peak},
           {"clean_exit", r.clean_exit}};
   if (r.coverage >= 0) j["coverage"] = r.coverage;
+  if (r.corrected_wall_ns) j["corrected_wall_ns"] = r.corrected_wall_ns;
   return j;
 }
 

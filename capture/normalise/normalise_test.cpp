@@ -412,7 +412,7 @@ TEST(Normalise, UnknownRecordOpsAreCountedAndSkipped) {
                   rec(Op::malloc, 1010, 0x1000, 16),
                   rec(uint32_t(Op::thread_start), 1020, 0x2000, 1),  // not a raw record op
                   rec(35u, 1030, 0x3000, 2),
-                  rec(43u, 1040, 0x4000, 3),
+                  rec(99u, 1040, 0x4000, 3),
                   rec(Op::free, 1050, 0x1000),
               });
   Result r = run(c, dir);

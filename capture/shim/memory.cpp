@@ -118,12 +118,10 @@ int find_needed(dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-// ---- the table of large blocks and mappings -------------------------------
-// Keys are addresses (0 empty, 1 deleted); `bytes` has kMapping set for a
-// mapping. Writers hold g_lock with signals blocked (a handler that
+// ---- the table of large heap blocks ----------------------------------------
+// Keys are the addresses of large heap blocks (0 empty, 1 deleted). Writers hold g_lock with signals blocked (a handler that
 // allocates must not find it held); readers probe without it.
 constexpr uint64_t kEmpty = 0, kDeleted = 1;
-constexpr uint64_t kMapping = uint64_t{1} << 63;
 struct Entry {
   uint64_t key;
   uint64_t bytes;
@@ -222,6 +220,75 @@ uint64_t table_take(uint64_t key) {
   return bytes;
 }
 
+// ---- the program's mappings, as sorted disjoint intervals ----------------
+// (A hash table cannot find the mappings a munmap overlaps; these are few
+// next to heap blocks.) Under g_lock, like the table.
+struct Interval {
+  uint64_t lo, hi;
+};
+Interval* g_maps = nullptr;
+uint64_t g_maps_n = 0, g_maps_cap = 0;
+
+// First interval with hi > addr.
+uint64_t maps_find(uint64_t addr) {
+  uint64_t a = 0, b = g_maps_n;
+  while (a < b) {
+    uint64_t m = (a + b) / 2;
+    if (g_maps[m].hi <= addr) a = m + 1; else b = m;
+  }
+  return a;
+}
+
+bool maps_reserve(uint64_t n) {
+  if (n <= g_maps_cap) return true;
+  uint64_t cap = g_maps_cap ? g_maps_cap * 2 : 256;
+  while (cap < n) cap *= 2;
+  long r = syscall(SYS_mmap, nullptr, cap * sizeof(Interval), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r < 0 && r > -4096) return false;
+  auto* m = reinterpret_cast<Interval*>(r);
+  if (g_maps_n) memcpy(m, g_maps, g_maps_n * sizeof(Interval));
+  if (g_maps) syscall(SYS_munmap, g_maps, g_maps_cap * sizeof(Interval));
+  g_maps = m;
+  g_maps_cap = cap;
+  return true;
+}
+
+// Removes [lo, hi) from the intervals. Called with g_lock held.
+void maps_cut(uint64_t lo, uint64_t hi) {
+  uint64_t i = maps_find(lo);
+  if (i < g_maps_n && g_maps[i].lo < lo && g_maps[i].hi > hi) {  // a hole in the middle: split
+    if (!maps_reserve(g_maps_n + 1)) return;
+    memmove(&g_maps[i + 1], &g_maps[i], (g_maps_n - i) * sizeof(Interval));
+    ++g_maps_n;
+    g_maps[i].hi = lo;
+    g_maps[i + 1].lo = hi;
+    return;
+  }
+  if (i < g_maps_n && g_maps[i].lo < lo) g_maps[i++].hi = lo;  // keeps its head
+  uint64_t j = i;
+  while (j < g_maps_n && g_maps[j].hi <= hi) ++j;  // wholly inside: gone
+  if (j < g_maps_n && g_maps[j].lo < hi) g_maps[j].lo = hi;  // keeps its tail
+  if (j > i) {
+    memmove(&g_maps[i], &g_maps[j], (g_maps_n - j) * sizeof(Interval));
+    g_maps_n -= j - i;
+  }
+}
+
+void maps_add(uint64_t lo, uint64_t hi) {
+  Locked lock;
+  maps_cut(lo, hi);
+  if (!maps_reserve(g_maps_n + 1)) return;
+  uint64_t i = maps_find(lo);
+  memmove(&g_maps[i + 1], &g_maps[i], (g_maps_n - i) * sizeof(Interval));
+  g_maps[i] = Interval{lo, hi};
+  ++g_maps_n;
+}
+
+void maps_remove(uint64_t lo, uint64_t hi) {
+  Locked lock;
+  maps_cut(lo, hi);
+}
+
 uint64_t count_vec(const unsigned char* v, uint64_t n) {
   uint64_t c = 0;
   for (uint64_t i = 0; i < n; ++i) c += v[i] & 1u;
@@ -230,7 +297,18 @@ uint64_t count_vec(const unsigned char* v, uint64_t n) {
 
 // Resident pages of [p, p+len), rounded out to pages. With `holes`, pages
 // that are not mapped count as not resident; without, any makes it unknown.
+uint64_t resident_untimed(const void* p, uint64_t len, bool holes);
+
+// mincore is the shim's cost, not the program's: timed and recorded.
 uint64_t resident(const void* p, uint64_t len, bool holes) {
+  if (len == 0) return 0;
+  const uint64_t t0 = stamp();
+  const uint64_t n = resident_untimed(p, len, holes);
+  note_overhead(t0);
+  return n;
+}
+
+uint64_t resident_untimed(const void* p, uint64_t len, bool holes) {
   if (len == 0) return 0;
   uintptr_t lo = uintptr_t(p) & ~(g_page - 1);
   uintptr_t hi = (uintptr_t(p) + len + g_page - 1) & ~(g_page - 1);
@@ -299,7 +377,7 @@ void* hook_mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, 
   void* p = g_mem.mmap(addr, len, prot, flags, fd, off);
   if (record && p != MAP_FAILED) {
     emit(kRawMmap, uint64_t(p), len, uint64_t(uint32_t(flags)) | before << 32);
-    if (len >= kResidentMinBytes) table_put(uint64_t(p), len | kMapping);
+    maps_add(uint64_t(p), uint64_t(p) + len);
   }
   return p;
 }
@@ -307,8 +385,7 @@ void* hook_mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, 
 int hook_munmap(void* addr, size_t len, const void* caller) {
   if (!ready() || !g_mem.munmap) return int(syscall(SYS_munmap, addr, len));
   if (g_capturing && !not_programs(caller)) {
-    uint64_t bytes = table_take(uint64_t(addr));
-    if (bytes && (bytes & ~kMapping) != len) table_put(uint64_t(addr), bytes);  // partial: keep
+    maps_remove(uint64_t(addr), uint64_t(addr) + len);
     emit(kRawMunmap, uint64_t(addr), len, resident(addr, len, true));
   }
   return g_mem.munmap(addr, len);
@@ -321,13 +398,15 @@ void* hook_mremap(void* old, size_t old_len, size_t new_len, int flags, void* ne
   }
   bool record = g_capturing && !not_programs(caller);
   if (record) {
-    table_take(uint64_t(old));
     emit(kRawMremapBegin, uint64_t(old), old_len, resident(old, old_len, true));
   }
   void* p = g_mem.mremap(old, old_len, new_len, flags, new_addr);
   if (record) {
     emit(kRawMremap, p == MAP_FAILED ? 0 : uint64_t(p), new_len, uint64_t(old));
-    if (p != MAP_FAILED && new_len >= kResidentMinBytes) table_put(uint64_t(p), new_len | kMapping);
+    if (p != MAP_FAILED) {
+      maps_remove(uint64_t(old), uint64_t(old) + old_len);
+      maps_add(uint64_t(p), uint64_t(p) + new_len);
+    }
   }
   return p;
 }
@@ -347,7 +426,10 @@ int hook_brk(void* addr, const void* caller) {
   void* old = g_mem.sbrk(0);
   const uint64_t released = addr < old ? resident(addr, uint64_t(old) - uint64_t(addr), true) : 0;
   int rc = g_mem.brk(addr);
-  if (rc == 0 && old != addr) emit(kRawBreak, uint64_t(old), uint64_t(addr), released);
+  if (rc == 0 && old != addr) {
+    emit(kRawBreak, uint64_t(old), uint64_t(addr), released);
+    if (addr > old) maps_add(uint64_t(old), uint64_t(addr)); else maps_remove(uint64_t(addr), uint64_t(old));
+  }
   return rc;
 }
 
@@ -363,8 +445,11 @@ void* hook_sbrk(intptr_t incr, const void* caller) {
     released = resident(now + incr, uint64_t(-incr), true);
   }
   void* old = g_mem.sbrk(incr);
-  if (record && old != reinterpret_cast<void*>(-1))
-    emit(kRawBreak, uint64_t(old), uint64_t(old) + uint64_t(incr), released);
+  if (record && old != reinterpret_cast<void*>(-1)) {
+    const uint64_t now = uint64_t(old) + uint64_t(incr);
+    emit(kRawBreak, uint64_t(old), now, released);
+    if (incr > 0) maps_add(uint64_t(old), now); else maps_remove(now, uint64_t(old));
+  }
   return old;
 }
 
@@ -373,32 +458,26 @@ void large_made(const void* p, uint64_t bytes) {
 }
 
 void large_released_slow(const void* p) {
-  uint64_t bytes = table_take(uint64_t(p));
-  if (!bytes || (bytes & kMapping)) {
-    if (bytes) table_put(uint64_t(p), bytes);  // a mapping, not a block: not ours to drop
-    return;
-  }
+  const uint64_t bytes = table_take(uint64_t(p));
+  if (!bytes) return;
   emit(kRawResident, uint64_t(p), resident(p, bytes, false), bytes);
 }
 
 void memory_exit_scan() {
-  Table* t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
-  if (!t || !g_capturing) return;
+  if (!g_capturing) return;
   Locked lock;
-  t = g_table;
-  constexpr uint64_t kChunk = 1 << 20;  // mappings are measured a MiB at a time
-  for (uint64_t i = 0; i < t->cap; ++i) {
-    uint64_t key = t->e[i].key, bytes = t->e[i].bytes;
-    if (key <= kDeleted) continue;
-    if (!(bytes & kMapping)) {
-      emit(kRawResident, key, resident(reinterpret_cast<void*>(key), bytes, false), bytes);
-      continue;
+  if (Table* t = g_table)
+    for (uint64_t i = 0; i < t->cap; ++i) {
+      const uint64_t key = t->e[i].key, bytes = t->e[i].bytes;
+      if (key > kDeleted) emit(kRawResident, key, resident(reinterpret_cast<void*>(key), bytes, false), bytes);
     }
-    bytes &= ~kMapping;
-    for (uint64_t off = 0; off < bytes; off += kChunk) {
-      uint64_t n = bytes - off < kChunk ? bytes - off : kChunk;
-      uint64_t r = resident(reinterpret_cast<void*>(key + off), n, true);
-      if (r != 0) emit(kRawResident, key + off, r, n);
+  constexpr uint64_t kChunk = 1 << 20;  // mappings are measured a MiB at a time
+  for (uint64_t m = 0; m < g_maps_n; ++m) {
+    const Interval iv = g_maps[m];
+    for (uint64_t lo = iv.lo; lo < iv.hi; lo += kChunk) {
+      const uint64_t n = iv.hi - lo < kChunk ? iv.hi - lo : kChunk;
+      const uint64_t r = resident(reinterpret_cast<void*>(lo), n, true);
+      if (r != 0 && r != kUnknownPages) emit(kRawResident, lo, r, n);
     }
   }
 }

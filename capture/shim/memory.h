@@ -10,9 +10,10 @@
 // ends (an allocator's constructor runs before the shim's). glibc's own
 // malloc calls mmap and brk inside libc, never through these symbols.
 //
-// libc only, no allocation: the table of large blocks and mappings is an
+// libc only, no allocation: the table of large blocks is an
 // open-addressing table in memory of its own (mmap'd; never freed, so a
-// lookup racing a resize reads a consistent old table).
+// lookup racing a resize reads a consistent old table); the program's mappings
+// are sorted intervals, so that a munmap finds every one it overlaps.
 #pragma once
 
 #include <stddef.h>

@@ -74,6 +74,8 @@ enum RawOp : uint8_t {
   kRawResident = 49,      // resident pages of memory about to be released, or live at exit:
                           //   a = address (a heap block's, or inside a mapping), b = resident
                           //   pages, c = bytes measured from a
+  kRawOverhead = 50,      // a = clock ticks this thread has spent so far on capture work the
+                          //   shim timed (block appends, mincore, its own tables)
 };
 
 inline constexpr uint64_t kUnknownPages = 0xffffffffu;
@@ -137,7 +139,11 @@ struct FileHeader {
   uint32_t flags;        // FileFlag (atomic)
   uint32_t cmdline_len;  // bytes of cmdline used: NUL-separated argv
   uint32_t exe_len;
-  uint64_t reserved[8];
+  // The shim's own cost per event on the fast path, in clock ticks x 1024,
+  // measured at start-up (0 = not measured): the normaliser takes it, and
+  // the timed costs (kRawOverhead), off each thread's timeline.
+  uint64_t event_cost_x1024;
+  uint64_t reserved[7];
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };

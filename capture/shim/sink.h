@@ -63,6 +63,16 @@ inline uint64_t stamp() {
   return mono_ns();
 }
 
+// Clock ticks this thread spent on capture work the shim timed (emit_slow,
+// mincore, its tables): recorded as kRawOverhead so that the normaliser can
+// take it off the thread's timeline.
+extern __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
+void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c);
+// Adds the ticks since `t0` (a stamp()) to t_overhead and records the total.
+inline void note_overhead(uint64_t t0);
+// The fast path's cost per event, measured once at start-up (ticks x 1024).
+void sink_set_event_cost(uint64_t ticks_x1024);
+
 // False in processes (and fork children) that are not captured: emit() then
 // does nothing.
 extern bool g_capturing;
@@ -118,6 +128,11 @@ inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   r->b = b;
   r->c = c;
   __atomic_store_n(&r->head, raw::record_head(op, ticks), __ATOMIC_RELEASE);
+}
+
+inline void note_overhead(uint64_t t0) {
+  t_overhead += stamp() - t0;
+  emit(raw::kRawOverhead, t_overhead, 0, 0);
 }
 
 // Process lifecycle of the sink (shim.cpp calls these).

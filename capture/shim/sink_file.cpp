@@ -24,6 +24,7 @@ namespace heaplab::shim {
 using namespace heaplab::raw;
 
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
+__thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
 bool g_capturing = false;
 
@@ -247,6 +248,7 @@ void read_proc_file(const char* path, char* buf, uint64_t cap, uint32_t* len) {
 }  // namespace
 
 void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) {
+  const uint64_t t0 = stamp();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -271,6 +273,12 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
     __atomic_store_n(&r->head, record_head(op, ticks), __ATOMIC_RELEASE);
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  // The block switch (an append, a fresh segment) is the shim's cost, not the program's.
+  if (t.cur && op != kRawOverhead) note_overhead(t0);
+}
+
+void sink_set_event_cost(uint64_t ticks_x1024) {
+  if (g_header) g_header->event_cost_x1024 = ticks_x1024;
 }
 
 bool sink_first_image(const char* dir) {
