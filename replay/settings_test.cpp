@@ -75,7 +75,7 @@ TEST(Settings, MembindLocalNeedsAPin) {
 
 TEST(Settings, ReplayerArgvReadsBackToTheSameSettings) {
   ReplaySettings d;
-  EXPECT_EQ(to_args(d), (std::vector<std::string>{"--touch", "pages", "--timing", "fast", "--pin", "none", "--membind",
+  EXPECT_EQ(to_args(d), (std::vector<std::string>{"--touch", "recorded", "--timing", "fast", "--pin", "none", "--membind",
                                                   "none", "--sample-ms", "10"}));
   ReplaySettings s;
   s.threads = 3;
