@@ -56,6 +56,10 @@ void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& 
   cap->add_option("--raw-dir", cap_args.opt.raw_dir, "Where raw capture files go (default: OUTPUT.raw.PID)");
   cap->add_flag("--keep-raw", cap_args.opt.keep_raw,
                 "Keep the raw files (heaplab import --from heaplab-raw reads them)");
+  cap->add_option("--latency", cap_args.opt.latency,
+                  "Time one call in N inside the allocator, in the program (0: none); `heaplab replay --latency-of "
+                  "program` then times the same calls for a side-by-side comparison")
+      ->check(CLI::Range(0u, 1u << 30));
   cap->add_option("--clock", cap_args.opt.clock, "Timestamps: auto (invariant TSC if present), tsc or monotonic")
       ->check(CLI::IsMember({"auto", "tsc", "monotonic"}))
       ->capture_default_str();

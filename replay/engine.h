@@ -63,6 +63,7 @@ struct RunParams {
   // (or ns with `tsc` false), less `timer_overhead`, into latency[op].
   LogLinearHistogram* latency = nullptr;
   uint32_t sample_every = 1;
+  bool program_calls = false;  // time the steps flagged kStepProgramTimed instead of every Nth
   bool tsc = true;
   uint64_t timer_overhead = 0;
   Touch touch = Touch::pages;
@@ -273,8 +274,12 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     [[maybe_unused]] bool sample = false;
     [[maybe_unused]] uint64_t t0 = 0, t1 = 0;
     if constexpr (kTimed) {
-      sample = --countdown == 0;
-      if (sample) countdown = prm.sample_every;
+      if (prm.program_calls) {
+        sample = flags & kStepProgramTimed;
+      } else {
+        sample = --countdown == 0;
+        if (sample) countdown = prm.sample_every;
+      }
     }
     // Producing calls end in made(); consuming ones get their object from
     // obtain(), which waits if another thread has yet to produce it.

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fmt/format.h>
 
 #include "allocators/library.h"
@@ -20,6 +21,7 @@
 #include "common/files.h"
 #include "common/process.h"
 #include "common/text.h"
+#include "replay/histogram.h"
 #include "replay/plan.h"
 #include "replay/result.h"
 
@@ -208,6 +210,20 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                                                c.value("anon_rss_peak_kib", uint64_t{0}))
                              .substr(std::string_view("warning: ").size());
   }
+  if (!plan.program_latency.empty()) {
+    // The calls the program timed inside its allocator (heaplab capture
+    // --latency), per op; `--latency-of program` times the same calls here.
+    std::map<uint8_t, LogLinearHistogram> by_op;
+    for (const auto& [op, ns] : plan.program_latency) by_op[op].add(ns);
+    nlohmann::json ops = nlohmann::json::object();
+    for (const auto& [op, h] : by_op) {
+      nlohmann::json o = {{"samples", h.count()}, {"mean_ns", h.mean()}};
+      for (const auto& [name, q] : {std::pair{"p50_ns", 0.5}, {"p90_ns", 0.9}, {"p99_ns", 0.99}})
+        o[name] = double(h.quantile(q).high);
+      ops[std::string(trace::op_name(static_cast<trace::Op>(op)))] = o;
+    }
+    trace_j["program_latency"] = {{"ops", ops}};
+  }
   if (plan.has_times || reader->has_time()) trace_j["duration_s"] = double(plan.duration_ns) / 1e9;
   if (!reader->complete()) trace_j["warning"] = reader->warning();
   reader.reset();
@@ -384,13 +400,34 @@ std::string result_summary(const nlohmann::json& document) {
   }
   if (r.latency) {
     const LatencyResult& l = *r.latency;
-    s += fmt::format("  latency (ns; every {} call(s) timed; timer cost {:.1f} ns subtracted):\n", l.sample_every,
+    s += fmt::format("  latency (ns; {}; timer cost {:.1f} ns subtracted):\n",
+                     l.sample_every ? fmt::format("every {} call(s) timed", l.sample_every)
+                                    : std::string("the calls the program timed"),
                      l.timer_overhead_ns);
     for (const auto& [name, o] : l.ops)
       s += fmt::format(
           "    {:<24} p50 {:>8.0f}  p90 {:>8.0f}  p99 {:>8.0f}  p99.9 {:>9.0f}  max {:>10.0f}  ({} samples)\n", name,
           o.p50.value_or(0), o.p90.value_or(0), o.p99.value_or(0), o.p999.value_or(0), o.max.value_or(0),
           group_digits(o.samples));
+  }
+  // The same calls as the program timed them inside its allocator (capture --latency).
+  const nlohmann::json* program = nullptr;
+  if (document.contains("trace") && document["trace"].contains("program_latency"))
+    program = &document["trace"]["program_latency"]["ops"];
+  if (program && program->is_object()) {
+    const bool same = r.latency && document.contains("replay") && document["replay"].contains("latency") &&
+                      document["replay"]["latency"].value("calls", "") == "program";
+    s += fmt::format("  latency in the program (ns, the calls it timed){}:\n",
+                     same ? ", and of the same calls here" : "; replay with --latency-of program to time the same calls");
+    for (const auto& [name, o] : program->items()) {
+      std::string line = fmt::format("    {:<24} program p50 {:>6.0f}  p99 {:>7.0f}", name, o.value("p50_ns", 0.0),
+                                     o.value("p99_ns", 0.0));
+      if (same)
+        if (auto it = r.latency->ops.find(name); it != r.latency->ops.end())
+          line += fmt::format("   replay p50 {:>6.0f}  p99 {:>7.0f}", it->second.p50.value_or(0),
+                              it->second.p99.value_or(0));
+      s += line + fmt::format("  ({} samples)\n", group_digits(o.value("samples", uint64_t{0})));
+    }
   }
   return s;
 }

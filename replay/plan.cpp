@@ -161,13 +161,18 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   const std::vector<trace::MemoryEvent>& memory = r.memory_events();
   FlatMap<uint64_t> object_pages;
   std::vector<const trace::MemoryEvent*> calls;
+  std::vector<std::pair<uint64_t, uint64_t>> timed_seqs;  // calls the program timed: seq, ns
   for (const trace::MemoryEvent& m : memory) {
     if (m.op == trace::MemOp::object) {
       if (m.region != 0 && m.pages != trace::kUnknownPages) object_pages.put(m.region, m.pages);
+    } else if (m.op == trace::MemOp::latency) {
+      timed_seqs.emplace_back(m.after, m.length);
     } else {
       calls.push_back(&m);
     }
   }
+  std::sort(timed_seqs.begin(), timed_seqs.end());
+  size_t next_timed = 0;
   if (!calls.empty() && s.fold.empty()) {  // a program that never called malloc
     s.fold.push_back({});
     s.replay_threads = 1;
@@ -405,7 +410,10 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       const uint64_t* pages = nullptr;
       if (id != 0 && trace::op_produces(e.op) && !(e.flags & trace::kNullResult) && object_pages.size())
         pages = object_pages.find(e.id);
-      const uint8_t flags = uint8_t(e.flags | (pages ? kStepTouchFollows : 0));
+      while (next_timed < timed_seqs.size() && timed_seqs[next_timed].first < e.seq) ++next_timed;
+      const bool timed = next_timed < timed_seqs.size() && timed_seqs[next_timed].first == e.seq;
+      if (timed) s.program_latency.emplace_back(uint8_t(e.op), timed_seqs[next_timed].second);
+      const uint8_t flags = uint8_t(e.flags | (pages ? kStepTouchFollows : 0) | (timed ? kStepProgramTimed : 0));
       st.head = static_cast<uint64_t>(e.op) | uint64_t{flags} << 8 | id << 16;
       st.old = old;
       put(k, st, e.time, delta);

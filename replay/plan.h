@@ -64,6 +64,9 @@ inline constexpr unsigned kMemorySteps = kStepEnd - kStepMap;
 // Flag on a producing step whose object has a recorded resident-page count
 // (its touch_object step follows): with --touch recorded, made() leaves it.
 inline constexpr uint8_t kStepTouchFollows = 0x80;
+// Flag on a call the program timed inside its allocator (heaplab capture
+// --latency): `--latency-of program` times exactly these.
+inline constexpr uint8_t kStepProgramTimed = 0x40;
 const char* memory_step_name(unsigned op);
 
 inline constexpr uint64_t kMaxObjectId = (uint64_t{1} << 48) - 1;
@@ -111,6 +114,8 @@ struct PlanSummary {
   uint64_t mapped_peak = 0;         // peak of the bytes mapped, trace order
   uint64_t recorded_touches = 0;    // objects with a recorded resident-page count
   uint64_t unknown_regions = 0;     // memory events naming a region never mapped: dropped
+  // Calls the program timed inside its allocator (flagged kStepProgramTimed): op, ns.
+  std::vector<std::pair<uint8_t, uint64_t>> program_latency;
 };
 
 // Builds the plan of `r` into a new memfd and returns its descriptor (the

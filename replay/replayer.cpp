@@ -242,10 +242,11 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
 
   // Latency: one histogram per op per thread, from mmap; the timer's own
   // cost measured now and subtracted from each sample.
-  const Timer timer = args.settings.latency ? calibrate_timer() : Timer{};
+  const bool timed = args.settings.latency || args.settings.latency_program;
+  const Timer timer = timed ? calibrate_timer() : Timer{};
   LogLinearHistogram* hists = nullptr;
   const size_t hist_bytes = size_t(nthreads) * trace::kOpCount * sizeof(LogLinearHistogram);
-  if (args.settings.latency) {
+  if (timed) {
     hists = static_cast<LogLinearHistogram*>(map_anon(std::max<size_t>(1, hist_bytes), true, "the latency histograms"));
     for (size_t i = 0; i < size_t(nthreads) * trace::kOpCount; ++i) new (&hists[i]) LogLinearHistogram();
   }
@@ -269,7 +270,8 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     RunParams prm;
     if (hists) {
       prm.latency = hists + size_t(t) * trace::kOpCount;
-      prm.sample_every = args.settings.latency;
+      prm.sample_every = args.settings.latency ? args.settings.latency : 1;
+      prm.program_calls = args.settings.latency_program;
       prm.tsc = timer.tsc;
       prm.timer_overhead = timer.overhead_ticks;
     }
@@ -398,7 +400,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["moved_failed_reallocs"] = total.moved_failed_reallocs;
   j["threads"] = per_thread;
   j["bookkeeping_bytes"] = {{"plan", plan.mapped_bytes()}, {"object_table", table_bytes}};
-  if (hists) j["latency"] = latency_json(hists, nthreads, timer, args.settings.latency);
+  if (hists) {
+    j["latency"] = latency_json(hists, nthreads, timer, args.settings.latency);
+    if (args.settings.latency_program) j["latency"]["calls"] = "program";
+  }
   if (sampler) j["memory"] = sampler->to_json();
   j["allocator_stats"] = backend.stats();
   j["environment"] = environment_json();

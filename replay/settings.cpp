@@ -61,6 +61,12 @@ const std::vector<SettingInfo>& setting_table() {
        {},
        0,
        1u << 30},
+      {"latency_of",
+       "--latency-of",
+       SettingKind::choice,
+       "Which calls --latency times: every (every Nth) or program (the calls the program timed in the capture, "
+       "`heaplab capture --latency N`, for a side-by-side comparison)",
+       {"every", "program"}},
       {"sample_ms",
        "--sample-ms",
        SettingKind::count,
@@ -111,6 +117,8 @@ std::string set_setting(ReplaySettings& s, const SettingInfo& info, const std::s
           s.touch = Touch(k);
         else if (key == "timing")
           s.timing = Timing(k);
+        else if (key == "latency_of")
+          s.latency_program = k == 1;
         else
           s.memory = k == 1;
         return "";
@@ -148,6 +156,7 @@ std::string setting_text(const ReplaySettings& s, const SettingInfo& info) {
     return std::string(buf, r.ptr);
   }
   if (key == "latency") return std::to_string(s.latency);
+  if (key == "latency_of") return s.latency_program ? "program" : "every";
   if (key == "sample_ms") return std::to_string(s.sample_ms);
   if (key == "memory") return s.memory ? "on" : "off";
   if (key == "pin") return s.pin;
@@ -167,6 +176,7 @@ std::vector<std::string> to_args(const ReplaySettings& s) {
     if (key == "memory") continue;                                 // the plan carries it
     if (key == "speed" && s.timing != Timing::recorded) continue;  // only paced replays have a speed
     if ((key == "latency" || key == "threads") && setting_text(s, i) == "0") continue;  // the default
+    if (key == "latency_of" && !s.latency_program) continue;
     args.push_back(i.option);
     args.push_back(setting_text(s, i));
   }

@@ -37,6 +37,7 @@ struct ReplaySettings {
   Timing timing = Timing::fast;
   double speed = 1.0;            // with Timing::recorded
   uint32_t latency = 0;          // time every Nth call (0: none)
+  bool latency_program = false;  // time the calls the program timed (heaplab capture --latency) instead
   uint32_t sample_ms = 10;       // memory sampling interval (0: start and end only)
   bool memory = true;            // false: no memory measurement (no live-bytes sums, no sampler)
   std::string pin = "none";      // none | compact | scatter | CPU list (replay/pinning.h)

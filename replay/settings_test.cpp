@@ -36,7 +36,7 @@ TEST(Settings, OneTableByKeyAndOption) {
   std::vector<std::string> keys;
   for (const SettingInfo& i : setting_table()) keys.push_back(i.key);
   EXPECT_EQ(keys, (std::vector<std::string>{"threads", "touch", "timing", "speed", "pin", "membind", "latency",
-                                            "sample_ms", "memory"}));
+                                            "latency_of", "sample_ms", "memory"}));
   const ReplaySettings d;
   EXPECT_EQ(d.touch, Touch::recorded);
   EXPECT_EQ(d.timing, Timing::fast);

@@ -14,8 +14,9 @@ For each program (none of them written here), once per allocator:
 and prints replay/real per program and allocator, the median |replay/real - 1|
 per allocator, which allocator each side finds lowest in memory (a tie within
 the real runs' spread counts as agreement), the capture's duration against
-the program's native run, and what share of the program's anonymous memory
-the capture explains.
+the program's native run (as captured, and less the shim's own cost), what
+share of the program's anonymous memory the capture explains, and the
+latency of the same calls timed inside glibc in the program and in a replay.
 
 Medians of --reps runs, interleaved (real, replay, real, replay ...).
 
@@ -36,6 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
 HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
 PYTHON = "/usr/bin/python3"  # Debian's (python3 on PATH may be a wrapper script)
+LATENCY_EVERY = 64  # the capture times one call in 64 inside the allocator
 
 SQL = """CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);
 WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<200000)
@@ -163,14 +165,14 @@ def main():
         trace = os.path.join(work, "t.hlt")
         t0 = time.monotonic()
         with open(stdin or os.devnull) as inp:
-            cap = subprocess.run([HEAPLAB, "capture", "-o", trace, "--"] + cmd, env=env, cwd=work, stdin=inp,
+            cap = subprocess.run([HEAPLAB, "capture", "--latency", str(LATENCY_EVERY), "-o", trace, "--"] + cmd, env=env, cwd=work, stdin=inp,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if cap.returncode != 0:
             sys.exit(f"bench-fidelity: capture of {name} failed: {cap.stderr.strip()}")
         meta = json.loads(subprocess.run([HEAPLAB, "cat", "--meta", trace], capture_output=True, text=True).stdout)
         c = meta.get("capture", {})
-        captured_s = c.get("duration_ns", 0) / 1e9
-        corrected_s = c.get("corrected_duration_ns", 0) / 1e9
+        captured_s = c.get("wall_ns", 0) / 1e9  # the program's run under capture
+        corrected_s = c.get("corrected_wall_ns", 0) / 1e9
         coverage = c.get("coverage")
         row = {"real": {}, "replay": {}, "native_s": [], "captured_s": captured_s, "corrected_s": corrected_s,
                "coverage": coverage, "capture_wall_s": time.monotonic() - t0}
@@ -189,6 +191,14 @@ def main():
             row["replay"][alloc] = reps
             print(f"  {name} on {alloc}: real {statistics.median(reals):,.0f} KiB, replay "
                   f"{statistics.median(reps):,.0f} KiB", file=sys.stderr, flush=True)
+        # Time: the calls the program timed inside glibc, and the same calls in a glibc replay.
+        out = os.path.join(work, "lat.json")
+        r = subprocess.run([HEAPLAB, "replay", trace, "-q", "--latency-of", "program", "--timing", "recorded",
+                            "-o", out], capture_output=True, text=True)
+        if r.returncode == 0:
+            j = json.load(open(out))
+            row["latency"] = {"program": j["trace"].get("program_latency", {}).get("ops", {}),
+                              "replay": j["replay"].get("latency", {}).get("ops", {})}
         results[name] = row
 
     print(f"medians of {a.reps} interleaved runs; KiB of anonymous memory at the peak; one capture per program "
@@ -229,6 +239,22 @@ def main():
               f"{row['captured_s']:.2f} | {corr} |")
     print()
     print(f"lowest-memory allocator agrees on {agree} of {len(results)} programs")
+    print()
+    print(f"latency of the same calls (one in {LATENCY_EVERY}), ns, glibc: timed inside the allocator in the program "
+          f"(capture --latency) and in the replay (--latency-of program --timing recorded)")
+    print()
+    print("| program | op | samples | program p50 | replay p50 | program p99 | replay p99 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, row in results.items():
+        lat = row.get("latency")
+        if not lat:
+            continue
+        for op in ("malloc", "free", "new", "delete", "realloc", "calloc"):
+            p, r = lat["program"].get(op), lat["replay"].get(op)
+            if not p or not r:
+                continue
+            print(f"| {name} | {op} | {p['samples']:,} | {p['p50_ns']:.0f} | {r['p50_ns']:.0f} | {p['p99_ns']:.0f} | "
+                  f"{r['p99_ns']:.0f} |")
     if a.json:
         json.dump(results, open(a.json, "w"), indent=1)
     shutil.rmtree(work, ignore_errors=True)

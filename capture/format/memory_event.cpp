@@ -17,6 +17,7 @@ std::string_view mem_op_name(MemOp op) {
     case MemOp::lazy_free: return "madvise_free";
     case MemOp::touch: return "touch";
     case MemOp::object: return "object_resident";
+    case MemOp::latency: return "latency";
   }
   return "?";
 }

@@ -1,7 +1,8 @@
-// The program's memory besides the heap calls (trace format 1.1, FORMAT.md
-// section 15): its own anonymous mappings, how it released them, and how
-// many pages of large blocks and mappings it really had resident. Stored in
-// one MEMX block, which 1.0 readers skip: they replay the heap calls alone.
+// What a capture knows besides the heap calls (trace format 1.1, FORMAT.md
+// section 15): the program's own anonymous mappings, how it released them,
+// how many pages of large blocks and mappings it really had resident, and
+// the time sampled calls took inside the allocator. Stored in one MEMX
+// block, which 1.0 readers skip: they replay the heap calls alone.
 // Depends on nothing but the C++ standard library.
 #pragma once
 
@@ -23,8 +24,10 @@ enum class MemOp : uint8_t {
   touch = 6,     // `pages` pages of [offset, offset+length) of `region` were written by now
   object = 7,    // heap object `region` had `pages` pages resident when released or at exit
                  //   (`length` bytes measured); `after`, `thread` and `time` are 0
+  latency = 8,   // heap call `after` (its seq) took `length` ns inside the allocator, timed in the
+                 //   program by the shim (one call in N, `heaplab capture --latency N`)
 };
-inline constexpr unsigned kMemOpMax = 7;
+inline constexpr unsigned kMemOpMax = 8;
 inline constexpr uint64_t kUnknownPages = 0xffffffffu;
 
 // One record. A call happens between heap events `after - 1` and `after` of

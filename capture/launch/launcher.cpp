@@ -298,6 +298,7 @@ CaptureResult run_capture(CaptureOptions opt) {
   spec.env = {{"HEAPLAB_CAPTURE_DIR", opt.raw_dir},
               {"HEAPLAB_CAPTURE_FOLLOW", std::string(opt.follow_fork ? "fork," : "") + (opt.follow_exec ? "exec" : "")},
               {"HEAPLAB_CAPTURE_CLOCK", opt.clock}};
+  if (opt.latency) spec.env.emplace_back("HEAPLAB_CAPTURE_LATENCY", std::to_string(opt.latency));
   method->command(opt, res, preload, spec);
   bool following = opt.follow_fork || opt.follow_exec;
   if (following) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);

@@ -29,6 +29,7 @@ struct CaptureOptions {
   bool keep_raw = false;          // keep raw files after normalising
   bool raw_dir_created = false;   // set by validate(): heaplab made raw_dir (and may remove it)
   std::string clock = "auto";     // auto (TSC if invariant), tsc, monotonic
+  uint32_t latency = 0;           // time one call in N inside the allocator (0: none)
   std::string shim;               // path of libheaplab_capture.so; empty: next to heaplab
   normalise::NormaliseOptions normalise;
   // How events leave the program: "software" (the shim's per-thread files)

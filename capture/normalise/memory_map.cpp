@@ -197,6 +197,16 @@ void MemoryMap::object(uint64_t id, uint64_t len, uint64_t pages) {
   push(e, 0);
 }
 
+void MemoryMap::latency(uint64_t seq, uint32_t thread, uint64_t ns) {
+  ++counts_.latencies;
+  MemoryEvent e;
+  e.op = MemOp::latency;
+  e.after = seq;
+  e.thread = thread;
+  e.length = ns;
+  push(e, uint64_t(events_.size()) << 1);
+}
+
 std::vector<MemoryEvent> MemoryMap::finish() {
   std::vector<size_t> idx(events_.size());
   std::iota(idx.begin(), idx.end(), size_t{0});

@@ -24,6 +24,7 @@ struct MemoryCounts {
   uint64_t regions = 0;           // regions mapped
   uint64_t unknown_releases = 0;  // unmaps/advice on memory the program did not map while captured
   uint64_t measured = 0;          // resident-page counts taken
+  uint64_t latencies = 0;         // calls timed in the program
 };
 
 class MemoryMap {
@@ -39,6 +40,8 @@ class MemoryMap {
   bool resident(uint64_t addr, uint64_t len, uint64_t pages);
   // A heap object's resident pages.
   void object(uint64_t id, uint64_t len, uint64_t pages);
+  // Heap call `seq` took `ns` inside the allocator.
+  void latency(uint64_t seq, uint32_t thread, uint64_t ns);
 
   // The events in trace order (a touch right after the event it is placed behind).
   std::vector<trace::MemoryEvent> finish();

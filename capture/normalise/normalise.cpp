@@ -204,7 +204,8 @@ class Normaliser {
   MemoryMap memory_;
   FlatMap<uint64_t> sizes_;  // live object id -> requested bytes
   uint64_t heap_live_ = 0;
-  uint64_t heap_footprint_ = 0;  // the live objects' smallest footprint in a malloc heap
+  uint64_t heap_footprint_ = 0;
+  std::vector<uint64_t> last_seq_;  // per output thread: the seq of its latest call  // the live objects' smallest footprint in a malloc heap
   // A block's smallest footprint: glibc's chunk (an 8-byte header, 16-byte
   // steps, 32 at least); allocators without headers round to size classes
   // about as much. What a trace explains is counted this way.
@@ -263,6 +264,10 @@ uint64_t Normaliser::append(Event& e) {
   bool produces = trace::op_produces(e.op) && !(e.flags & trace::kNullResult);
   e.id = produces ? ++next_id_ : 0;
   ++events_;
+  if (trace::op_valid(unsigned(e.op)) && unsigned(e.op) < unsigned(Op::thread_start)) {
+    if (e.thread >= last_seq_.size()) last_seq_.resize(e.thread + 1, UINT64_MAX);
+    last_seq_[e.thread] = events_ - 1;
+  }
   // The live requested bytes, for the share of the program's memory the
   // trace explains.
   uint64_t bytes = 0;
@@ -313,11 +318,22 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
     rep_.holes += r.a;
     return;
   }
+  if (op != kRawLatency && op != kRawOverhead && st.index < last_seq_.size())
+    last_seq_[st.index] = UINT64_MAX;  // a latency record names the call right before it, or none
   if (raw_memory_op(op)) {
     handle_memory(st, r, time);
     return;
   }
   if (op == kRawOverhead) return;  // taken into the stream's timeline by process()
+  if (op == kRawLatency) {  // the duration of this thread's previous call
+    if (st.started && st.index < last_seq_.size() && last_seq_[st.index] != UINT64_MAX) {
+      const uint64_t over = in_.header().timer_overhead;
+      const double ticks = double(r.a > over ? r.a - over : 0);
+      memory_.latency(last_seq_[st.index], st.index,
+                      ns_per_tick_ > 0 ? uint64_t(ticks * ns_per_tick_) : uint64_t(ticks));
+    }
+    return;
+  }
   if (op > uint32_t(Op::op_delete_array_aligned_nothrow)) {
     ++rep_.bad_records;
     return;
@@ -553,6 +569,7 @@ NormaliseReport Normaliser::run() {
   rep_.regions = memory_.counts().regions;
   rep_.unknown_memory_releases = memory_.counts().unknown_releases;
   rep_.resident_counts = memory_.counts().measured;
+  rep_.latency_samples = memory_.counts().latencies;
   if (opt_.capture_metadata.contains("anon_rss_peak_kib")) {
     const uint64_t kib = opt_.capture_metadata["anon_rss_peak_kib"].get<uint64_t>();
     if (kib > 0) rep_.coverage = double(rep_.explained_peak) / (double(kib) * 1024.0);
@@ -596,6 +613,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
           {"regions", r.regions},
           {"unknown_memory_releases", r.unknown_memory_releases},
           {"resident_counts", r.resident_counts},
+          {"latency_samples", r.latency_samples},
           {"heap_live_peak_bytes", r.heap_peak},
           {"mapped_peak_bytes", r.mapped_peak},
           {"explained_peak_bytes", r.explained_peak},

@@ -55,13 +55,28 @@ inline bool not_ready(size_t n, size_t align, void** out) {
 }
 
 inline uint64_t u(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// One call in g_latency_every: `call` timed inside the allocator; `record`
+// (the call's own event) before the latency record that follows it.
+#define HEAPLAB_TIMED_CALL(call, record)           \
+  do {                                             \
+    if (__builtin_expect(latency_sample(), 0)) {   \
+      const uint64_t t0_ = timer_begin();          \
+      call;                                        \
+      const uint64_t t1_ = timer_end();            \
+      record;                                      \
+      emit(raw::kRawLatency, t1_ - t0_, 0, 0);     \
+    } else {                                       \
+      call;                                        \
+      record;                                      \
+    }                                              \
+  } while (0)
 inline uint32_t op(Op o) { return static_cast<uint32_t>(o); }
 
 inline void* hook_malloc(size_t n) {
   void* p;
   if (not_ready(n, 16, &p)) return p;
-  p = g_real.malloc(n);
-  emit(op(Op::malloc), u(p), n, 0);
+  HEAPLAB_TIMED_CALL(p = g_real.malloc(n), emit(op(Op::malloc), u(p), n, 0));
   if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
@@ -70,8 +85,7 @@ inline void* hook_calloc(size_t count, size_t n) {
   void* p;
   size_t total;
   if (not_ready(__builtin_mul_overflow(count, n, &total) ? SIZE_MAX : total, 16, &p)) return p;
-  p = g_real.calloc(count, n);
-  emit(op(Op::calloc), u(p), n, count);
+  HEAPLAB_TIMED_CALL(p = g_real.calloc(count, n), emit(op(Op::calloc), u(p), n, count));
   if (__builtin_expect(total >= raw::kResidentMinBytes, 0)) large_made(p, total);
   return p;
 }
@@ -81,8 +95,8 @@ inline void hook_free(void* p) {
   void* unused;
   if (not_ready(0, 0, &unused)) return;
   large_released(p);
-  emit(op(Op::free), u(p), 0, 0);
-  g_real.free(p);
+  // A release is stamped before the call (its record first, then the call).
+  HEAPLAB_TIMED_CALL(emit(op(Op::free), u(p), 0, 0); g_real.free(p), (void)0);
 }
 
 void* boot_realloc(void* old, size_t n);
@@ -93,8 +107,7 @@ inline void* hook_realloc(void* old, size_t n) {
   if (not_ready(n, 16, &p)) return p;  // (before start-up ends, `old` is NULL or boot memory)
   large_released(old);
   emit(raw::kRawReallocBegin, u(old), n, 0);
-  p = g_real.realloc(old, n);
-  emit(op(Op::realloc), u(p), u(old), n);
+  HEAPLAB_TIMED_CALL(p = g_real.realloc(old, n), emit(op(Op::realloc), u(p), u(old), n));
   if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
@@ -119,8 +132,7 @@ inline void* hook_reallocarray(void* old, size_t count, size_t n) {
 inline void* hook_memalign(size_t align, size_t n) {
   void* p;
   if (not_ready(n, align, &p)) return p;
-  p = g_real.memalign(align, n);
-  emit(op(Op::memalign), u(p), n, align);
+  HEAPLAB_TIMED_CALL(p = g_real.memalign(align, n), emit(op(Op::memalign), u(p), n, align));
   if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
@@ -140,8 +152,7 @@ inline int hook_posix_memalign(void** out, size_t align, size_t n) {
 inline void* hook_aligned_alloc(size_t align, size_t n) {
   void* p;
   if (not_ready(n, align, &p)) return p;
-  p = g_real.aligned_alloc(align, n);
-  emit(op(Op::aligned_alloc), u(p), n, align);
+  HEAPLAB_TIMED_CALL(p = g_real.aligned_alloc(align, n), emit(op(Op::aligned_alloc), u(p), n, align));
   if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
@@ -169,9 +180,8 @@ inline void* hook_pvalloc(size_t n) {
 void* new_emulated(size_t n, size_t align);  // nullptr on failure
 [[noreturn]] void throw_bad_alloc();
 
-inline void* hook_new(Op kind, size_t n, size_t align, const void* nt) {
+inline void* call_new(Op kind, size_t n, size_t align, const void* nt) {
   void* p;
-  if (not_ready(n, align ? align : 16, &p)) return p;
   void* next = g_real.new_[op(kind) - op(Op::op_new)];
   if (next == nullptr) {
     p = new_emulated(n, align);
@@ -187,17 +197,28 @@ inline void* hook_new(Op kind, size_t n, size_t align, const void* nt) {
     p = reinterpret_cast<void* (*)(size_t, size_t)>(next)(n, align);
   else
     p = reinterpret_cast<void* (*)(size_t, size_t, const void*)>(next)(n, align, nt);
-  emit(op(kind), u(p), n, align);
+  return p;
+}
+
+inline void* hook_new(Op kind, size_t n, size_t align, const void* nt) {
+  void* p;
+  if (not_ready(n, align ? align : 16, &p)) return p;
+  HEAPLAB_TIMED_CALL(p = call_new(kind, n, align, nt), emit(op(kind), u(p), n, align));
   if (__builtin_expect(n >= raw::kResidentMinBytes, 0)) large_made(p, n);
   return p;
 }
+
+inline void call_delete(Op kind, void* p, size_t n, size_t align, const void* nt);
 
 inline void hook_delete(Op kind, void* p, size_t n, size_t align, const void* nt) {
   if (__builtin_expect(boot_owns(p), 0)) return;
   void* unused;
   if (not_ready(0, 0, &unused)) return;
   large_released(p);
-  emit(op(kind), u(p), n, align);
+  HEAPLAB_TIMED_CALL(emit(op(kind), u(p), n, align); call_delete(kind, p, n, align, nt), (void)0);
+}
+
+inline void call_delete(Op kind, void* p, size_t n, size_t align, const void* nt) {
   void* next = g_real.delete_[op(kind) - op(Op::op_delete)];
   if (next == nullptr) {
     g_real.free(p);

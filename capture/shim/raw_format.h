@@ -76,6 +76,8 @@ enum RawOp : uint8_t {
                           //   pages, c = bytes measured from a
   kRawOverhead = 50,      // a = clock ticks this thread has spent so far on capture work the
                           //   shim timed (block appends, mincore, its own tables)
+  kRawLatency = 51,       // right after a call the shim timed inside the allocator (one in
+                          //   HEAPLAB_CAPTURE_LATENCY calls): a = its duration in clock ticks
 };
 
 inline constexpr uint64_t kUnknownPages = 0xffffffffu;
@@ -143,7 +145,8 @@ struct FileHeader {
   // measured at start-up (0 = not measured): the normaliser takes it, and
   // the timed costs (kRawOverhead), off each thread's timeline.
   uint64_t event_cost_x1024;
-  uint64_t reserved[7];
+  uint64_t timer_overhead;  // clock ticks a timed call's two fenced reads add (kRawLatency is less it)
+  uint64_t reserved[6];
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };

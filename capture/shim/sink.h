@@ -63,6 +63,37 @@ inline uint64_t stamp() {
   return mono_ns();
 }
 
+// In-program latency: one call in g_latency_every is timed inside the
+// allocator (0: none). t_latency_left counts down to the next.
+extern uint32_t g_latency_every;
+extern __thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
+inline bool latency_sample() {
+  if (__builtin_expect(g_latency_every == 0, 1)) return false;
+  if (t_latency_left == 0) t_latency_left = g_latency_every;
+  return --t_latency_left == 0;
+}
+// Fenced clock reads around a timed call, as the replay's.
+inline uint64_t timer_begin() {
+#if defined(__x86_64__)
+  if (__builtin_expect(g_clock == raw::kClockTsc, 1)) {
+    _mm_lfence();
+    return __rdtsc();
+  }
+#endif
+  return mono_ns();
+}
+inline uint64_t timer_end() {
+#if defined(__x86_64__)
+  if (__builtin_expect(g_clock == raw::kClockTsc, 1)) {
+    unsigned aux;
+    const uint64_t t = __rdtscp(&aux);
+    _mm_lfence();
+    return t;
+  }
+#endif
+  return mono_ns();
+}
+
 // Clock ticks this thread spent on capture work the shim timed (emit_slow,
 // mincore, its tables): recorded as kRawOverhead so that the normaliser can
 // take it off the thread's timeline.
@@ -71,7 +102,7 @@ void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c);
 // Adds the ticks since `t0` (a stamp()) to t_overhead and records the total.
 inline void note_overhead(uint64_t t0);
 // The fast path's cost per event, measured once at start-up (ticks x 1024).
-void sink_set_event_cost(uint64_t ticks_x1024);
+void sink_set_event_cost(uint64_t ticks_x1024, uint64_t timer_overhead);
 
 // False in processes (and fork children) that are not captured: emit() then
 // does nothing.

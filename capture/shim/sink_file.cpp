@@ -25,6 +25,8 @@ using namespace heaplab::raw;
 
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
+uint32_t g_latency_every = 0;
+__thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
 bool g_capturing = false;
 
@@ -277,8 +279,10 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   if (t.cur && op != kRawOverhead) note_overhead(t0);
 }
 
-void sink_set_event_cost(uint64_t ticks_x1024) {
-  if (g_header) g_header->event_cost_x1024 = ticks_x1024;
+void sink_set_event_cost(uint64_t ticks_x1024, uint64_t timer_overhead) {
+  if (!g_header) return;
+  g_header->event_cost_x1024 = ticks_x1024;
+  g_header->timer_overhead = timer_overhead;
 }
 
 bool sink_first_image(const char* dir) {
