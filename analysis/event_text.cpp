@@ -53,6 +53,16 @@ void memory_event_text(const trace::MemoryEvent& e, bool has_time, std::string& 
   using trace::MemOp;
   line.clear();
   auto num = [&](uint64_t v) { line += std::to_string(v); };
+  if (e.op == MemOp::latency) {
+    line += "call ";
+    num(e.after);
+    line += " t";
+    num(e.thread);
+    line += ": ";
+    num(e.length);
+    line += " ns inside the allocator (timed in the program)\n";
+    return;
+  }
   if (e.op == MemOp::object) {
     line += "object #";
     num(e.region);

@@ -91,7 +91,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   auto memory_until = [&](uint64_t seq) {
     for (; next_memory < memory.size() && memory[next_memory].after <= seq; ++next_memory) {
       const trace::MemoryEvent& m = memory[next_memory];
-      if (m.op == trace::MemOp::object) continue;
+      if (m.op == trace::MemOp::object || m.op == trace::MemOp::latency) continue;
       ++s.memory_ops[unsigned(m.op)];
       uint64_t& len = region_len(m.region);
       switch (m.op) {
@@ -121,8 +121,10 @@ TraceStats compute_stats(const trace::TraceReader& r) {
       s.mapped_peak = std::max(s.mapped_peak, saturate(mapped));
     }
   };
-  for (const trace::MemoryEvent& m : memory)
+  for (const trace::MemoryEvent& m : memory) {
     if (m.op == trace::MemOp::object) ++s.objects_with_resident_pages;
+    if (m.op == trace::MemOp::latency) ++s.program_timed_calls;
+  }
   {
     nlohmann::json meta = nlohmann::json::parse(r.metadata(), nullptr, false);
     if (meta.is_object() && meta.contains("capture") && meta["capture"].is_object()) {
@@ -251,6 +253,7 @@ nlohmann::json stats_to_json(const TraceStats& s) {
                    {"mapped_peak_bytes", s.mapped_peak},
                    {"heap_and_mapped_peak_bytes", s.combined_peak},
                    {"objects_with_resident_pages", s.objects_with_resident_pages}};
+  if (s.program_timed_calls) j["program_timed_calls"] = s.program_timed_calls;
   if (s.coverage >= 0)
     j["coverage"] = {{"program_anon_peak_kib", s.program_anon_peak_kib},
                      {"explained_peak_bytes", s.explained_peak_bytes},
@@ -327,6 +330,8 @@ std::string stats_to_text(const TraceStats& s) {
     out += "  heap and mappings together, peak: " + group_digits(s.combined_peak) + "\n";
     out += "  large blocks with their resident pages recorded: " + group_digits(s.objects_with_resident_pages) + "\n";
   }
+  if (s.program_timed_calls)
+    out += "calls timed inside the allocator in the program: " + group_digits(s.program_timed_calls) + "\n";
   if (s.coverage >= 0)
     out += common::coverage_text(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib) + "\n";
   hist_text(out, "request sizes in bytes", s.sizes);

@@ -64,6 +64,7 @@ struct TraceStats {
   uint64_t mapped_peak = 0;
   uint64_t combined_peak = 0;
   uint64_t objects_with_resident_pages = 0;
+  uint64_t program_timed_calls = 0;  // calls timed inside the allocator in the program (capture --latency)
   // From the capture's metadata: the program's peak anonymous RSS and the
   // share of it the trace explains (absent: 0 and -1).
   uint64_t program_anon_peak_kib = 0;

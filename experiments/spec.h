@@ -15,8 +15,10 @@
 //       load: direct                 # preload (default) or direct
 //       env: {MALLOC_CONF: "narenas:1"}
 //       label: jemalloc-1arena       # default: name, or name/direct
-//   replay: {threads: 0, touch: pages, timing: fast, speed: 1, pin: none, membind: none,
-//            latency: 16, sample_ms: 10}
+//   replay: {threads: 0, touch: recorded, timing: recorded, speed: 1, pin: none, membind: none,
+//            latency: 16, latency_of: every, sample_ms: 10}
+//                                    # experiments default to timing: recorded (the
+//                                    # replay's own default is fast): memory measures best so
 //   metrics: [wall_s, heap_peak_mib] # default: experiments/metrics.h default_metrics()
 //   repetitions: 5                   # measured runs per trace and allocator
 //   warmup: 1                        # runs before them, stored but not reported

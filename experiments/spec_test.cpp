@@ -78,6 +78,7 @@ TEST(Spec, AValidExperiment) {
   EXPECT_EQ(d.repetitions, 5u);
   EXPECT_EQ(d.warmup, 1u);
   EXPECT_EQ(d.replay.touch, replay::Touch::recorded);
+  EXPECT_EQ(d.replay.timing, replay::Timing::recorded);  // experiments measure memory: at the recorded pace
 }
 
 TEST(Spec, MistakesNameTheLineAndKey) {
@@ -100,7 +101,7 @@ TEST(Spec, MistakesNameTheLineAndKey) {
             "exp.yaml:4: 'touch': expected one of none, first, pages, all, recorded, not 'most'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay:\n  threds: 2\n"),
             "exp.yaml:4: unknown key 'threds' in replay (known: threads, touch, timing, speed, pin, membind, "
-            "latency, sample_ms)");
+            "latency, latency_of, sample_ms)");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {pin: fast}\n"),
             "exp.yaml:3: 'pin': expected none, compact, scatter or a list of CPU numbers such as 0,2, not 'fast'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "replay: {membind: local}\n"),

@@ -518,6 +518,44 @@ TEST_F(ReplayTest, ProgramsOwnMemoryIsReplayedOnEveryAllocator) {
   }
 }
 
+// --latency-of program times exactly the calls the program timed: the same
+// count per op on both sides, and the result carries both distributions.
+TEST_F(ReplayTest, LatencyOfTheProgramsOwnTimedCalls) {
+  const std::string path = (dir() / "program_latency.hlt").string();
+  {
+    heaplab::trace::TraceWriter w(path, heaplab::trace::WriterOptions{});
+    std::vector<Event> ev;
+    for (int i = 0; i < 100; ++i) ev.push_back(malloc_ev(64));
+    for (uint64_t id = 1; id <= 100; ++id) ev.push_back(free_ev(id));
+    for (Event& e : ev) w.append(e);
+    std::vector<heaplab::trace::MemoryEvent> timed;
+    for (uint64_t seq = 0; seq < 200; seq += 10) {  // 10 mallocs and 10 frees, 40 ns each
+      heaplab::trace::MemoryEvent m;
+      m.op = heaplab::trace::MemOp::latency;
+      m.after = seq;
+      m.length = 40;
+      timed.push_back(m);
+    }
+    w.set_memory_events(timed);
+    w.close();
+  }
+  const json r = replay(path, {"--latency-of", "program"});
+  ASSERT_TRUE(r.contains("replay")) << r.dump();
+  EXPECT_EQ(r["replay"]["latency"]["calls"], "program");
+  EXPECT_EQ(r["replay"]["latency"]["ops"]["malloc"]["samples"], 10);
+  EXPECT_EQ(r["replay"]["latency"]["ops"]["free"]["samples"], 10);
+  EXPECT_EQ(r["trace"]["program_latency"]["ops"]["malloc"]["samples"], 10);
+  EXPECT_EQ(r["trace"]["program_latency"]["ops"]["free"]["samples"], 10);
+  EXPECT_NEAR(r["trace"]["program_latency"]["ops"]["malloc"]["p50_ns"].get<double>(), 40, 2);
+  const Outcome text = run({kHeaplab, "replay", path, "--latency-of", "program"});
+  EXPECT_NE(text.out.find("latency in the program (ns, the calls it timed), and of the same calls here:"),
+            std::string::npos)
+      << text.out;
+  // Without --latency-of program the replay says how to compare.
+  const Outcome plain = run({kHeaplab, "replay", path});
+  EXPECT_NE(plain.out.find("replay with --latency-of program to time the same calls"), std::string::npos) << plain.out;
+}
+
 // A trace written before format 1.1 (no memory block) replays as before,
 // --touch recorded touching every page as --touch pages did.
 TEST_F(ReplayTest, OldTracesStillReplay) {

@@ -997,6 +997,44 @@ TEST_P(CaptureAllocator, AllocatorsOwnMemoryIsNotRecorded) {
   EXPECT_EQ(object_pages(r.traces[0].path, 1 << 20), std::vector<uint64_t>{25});
 }
 
+// capture --latency N: one call in N is timed inside the allocator, and
+// each time is tied to its call. With N = 1, every call of the program.
+TEST(CaptureMemory, LatencyOfEveryNthCallIsTiedToItsCall) {
+  for (uint32_t every : {1u, 3u}) {
+    SCOPED_TRACE(every);
+    TempDir dir;
+    CaptureOptions opt = options(dir, {victim("victim_c"), "single"});
+    opt.latency = every;
+    CaptureResult r = heaplab::launch::run_capture(opt);
+    EXPECT_EQ(r.exit_code, 0);
+    ASSERT_EQ(r.traces.size(), 1u);
+    auto reader = TraceReader::open(r.traces[0].path);
+    std::vector<Event> events = read_events(r.traces[0].path);
+    uint64_t calls = 0;
+    for (const Event& e : events)
+      if (e.op != Op::thread_start && e.op != Op::thread_end && e.op != Op::lost) ++calls;
+    std::set<uint64_t> timed;
+    for (const heaplab::trace::MemoryEvent& m : reader->memory_events()) {
+      if (m.op != heaplab::trace::MemOp::latency) continue;
+      ASSERT_LT(m.after, events.size());
+      const Op op = events[m.after].op;
+      EXPECT_TRUE(op != Op::thread_start && op != Op::thread_end && op != Op::lost) << m.after;
+      EXPECT_LT(m.length, 100'000'000u);  // ns: well under 0.1 s
+      EXPECT_TRUE(timed.insert(m.after).second);
+    }
+    // Calls of memory allocated before capture (skipped frees) are not tied to anything.
+    const uint64_t skipped = r.traces[0].report.unknown_frees;
+    if (every == 1) {
+      EXPECT_EQ(timed.size() + skipped, r.traces[0].report.calls + skipped);
+      EXPECT_EQ(timed.size(), calls);
+    } else {
+      EXPECT_GE(timed.size() * every + every, calls);
+      EXPECT_LE(timed.size() * every, calls + skipped + every);
+    }
+    EXPECT_EQ(r.traces[0].report.latency_samples, timed.size());
+  }
+}
+
 TEST(CaptureMemory, CoverageWarnsWhenTheTraceExplainsLittle) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_memory"), "hidden"});
