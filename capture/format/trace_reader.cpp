@@ -257,11 +257,10 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
     while (off < threads_off && threads_off - off >= kBlockHeaderSize) {
       const uint32_t t = load_u32(d + off), len = load_u32(d + off + 4);
       if (len > threads_off - off - kBlockHeaderSize) fail(off, "block runs into the thread table");
-      if (t == kBlockMemory) {
-        const uint8_t* p = d + off + kBlockHeaderSize;
-        if (load_u64(d + off + 8) != block_checksum(t, p, len)) fail(off, "memory block checksum mismatch (corrupt data)");
-        load_memory(p, len, off);
-      }
+      // Every block here is checked: a damaged type must not pass as a later minor's block.
+      const uint8_t* p = d + off + kBlockHeaderSize;
+      if (load_u64(d + off + 8) != block_checksum(t, p, len)) fail(off, "block checksum mismatch (corrupt data)");
+      if (t == kBlockMemory) load_memory(p, len, off);
       off += kBlockHeaderSize + len;
     }
   }
