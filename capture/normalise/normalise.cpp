@@ -443,13 +443,20 @@ void Normaliser::process(size_t s) {
   st.busy = true;
   // The native timeline: the shim's cost on this thread so far (timed work,
   // and the calibrated cost of every record before this one) taken off.
+  // (A kRawOverhead record is stamped after the work it reports: its own
+  // cost counts. It and kRawLatency make no event: they do not move time.)
+  const uint32_t rop = record_op(st.rec->head);
+  const bool quiet = rop == kRawOverhead || rop == kRawLatency;
+  if (rop == kRawOverhead) st.overhead = std::max(st.overhead, st.rec->a);
   const uint64_t cost = shim_cost_ns(st);
   uint64_t raw = ns(st.ticks);
   uint64_t time = std::max(raw - std::min(raw, cost), last_time_);  // rounding never reorders
-  if (raw > last_raw_) last_raw_ = raw;
-  if (!any_) first_time_ = time, first_raw_ = raw;
-  any_ = true;
-  last_time_ = time;
+  if (!quiet) {
+    if (raw > last_raw_) last_raw_ = raw;
+    if (!any_) first_time_ = time, first_raw_ = raw;
+    any_ = true;
+    last_time_ = time;
+  }
   if (!st.started) {
     st.started = true;
     st.index = next_thread_++;
@@ -476,7 +483,6 @@ void Normaliser::process(size_t s) {
   st.ticks_of_current = st.ticks;
   ++rep_.records;
   ++st.records;
-  if (record_op(rec.head) == kRawOverhead) st.overhead = std::max(st.overhead, rec.a);
   advance(s);  // holes it finds lie before the next record: reported with it
   uint64_t saved_now = now_ticks_;
   now_ticks_ = st.ticks_of_current;

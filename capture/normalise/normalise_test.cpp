@@ -110,6 +110,7 @@ struct Capture {
   uint64_t start_mono_ns = 0;
   uint64_t end_ticks = 0, end_mono_ns = 0;
   uint32_t flags = raw::kFlagCleanExit;
+  uint64_t event_cost_x1024 = 0, timer_overhead = 0;
   std::optional<uint32_t> next_thread;  // default: slots.size()
 
   std::vector<std::optional<Block>> slots;  // mapped blocks, by slot
@@ -146,6 +147,8 @@ struct Capture {
     h->data_blocks = appended.size();
     h->next_thread = next_thread ? *next_thread : uint32_t(slots.size());
     h->flags = flags;
+    h->event_cost_x1024 = event_cost_x1024;
+    h->timer_overhead = timer_overhead;
     static const char kCmd[] = "prog\0arg1";
     std::memcpy(h->cmdline, kCmd, sizeof kCmd - 1);
     h->cmdline_len = sizeof kCmd - 1;
@@ -425,6 +428,91 @@ TEST(Normalise, UnknownRecordOpsAreCountedAndSkipped) {
   expect_anomalies(r.rep, {.bad_records = 3});
   EXPECT_EQ(r.rep.records, 5u);
   EXPECT_EQ(r.rep.calls, 2u);
+}
+
+// The native timeline: each record's time less the shim's cost on its
+// thread so far: the calibrated cost of every earlier record (5 ns here) and
+// the work it timed (kRawOverhead: 100 ns in all by the third record).
+TEST(Normalise, ShimCostIsTakenOffTheTimeline) {
+  TempDir dir;
+  Capture c;
+  c.event_cost_x1024 = 5 * 1024;
+  c.thread(0, {
+                  rec(Op::malloc, 1010, 0x1000, 16),
+                  rec(uint32_t(raw::kRawOverhead), 1100, 100),
+                  rec(Op::free, 1200, 0x1000),
+              });
+  NormaliseOptions opt;
+  opt.capture_metadata["wall_ns"] = 1000;
+  Result r = run(c, dir, opt);
+  expect_events(r.events, {
+                              X(Op::thread_start, 10),
+                              X(Op::malloc, 10).id(1).size(16),
+                              X(Op::free, 90).old(1),  // 200 - (100 + 2 records x 5)
+                              X(Op::thread_end, 90),
+                          });
+  EXPECT_EQ(r.rep.captured_duration_ns, 190u);
+  EXPECT_EQ(r.rep.duration_ns, 80u);
+  EXPECT_EQ(r.rep.shim_cost_ns, 115u);  // 100 + 3 records x 5
+  EXPECT_EQ(r.rep.corrected_wall_ns, 1000u - 115u);
+}
+
+// The program's own memory: addresses become regions and offsets; a partial
+// munmap leaves the rest of its region; a MAP_FIXED mapping replaces what
+// was there; a release of memory never mapped while captured is counted and
+// dropped; resident pages become touches behind the region's previous call;
+// a latency record names the call right before it; large blocks' counts
+// name their objects.
+std::vector<std::string> memory_text(const trace::TraceReader& r) {
+  std::vector<std::string> out;
+  for (const trace::MemoryEvent& m : r.memory_events())
+    out.push_back(std::string(trace::mem_op_name(m.op)) + " after " + std::to_string(m.after) + " t" +
+                  std::to_string(m.thread) + " r" + std::to_string(m.region) + " +" + std::to_string(m.offset) + " " +
+                  std::to_string(m.length) + " p" +
+                  (m.pages == trace::kUnknownPages ? std::string("?") : std::to_string(m.pages)) +
+                  (m.new_region ? " -> r" + std::to_string(m.new_region) + " " + std::to_string(m.new_length) : ""));
+  return out;
+}
+
+TEST(Normalise, ProgramsOwnMemoryBecomesRegions) {
+  TempDir dir;
+  Capture c;
+  using namespace heaplab::raw;
+  c.thread(0, {
+                  rec(kRawMmap, 1010, 0x100000, 0x40000, 0x22),              // r1: 256 KiB
+                  rec(Op::malloc, 1020, 0x1000, 100000),                     // object 1
+                  rec(kRawLatency, 1021, 7),                                 // the malloc took 7 ns
+                  rec(kRawMunmap, 1030, 0x110000, 0x10000, 3),               // 64 KiB from +64 KiB: 3 resident
+                  rec(kRawMunmap, 1040, 0x900000, 0x1000, 1),                // never mapped: dropped
+                  rec(kRawMadvise, 1050, 0x100000, 0x2000, 4 | 2 << 8),      // DONTNEED, 2 resident
+                  rec(kRawMmap, 1060, 0x130000, 0x10000, 0x32),              // MAP_FIXED over r1's tail: r2
+                  rec(kRawResident, 1070, 0x1000, 5, 100000),                // object 1: 5 pages
+                  rec(Op::free, 1071, 0x1000),
+                  rec(kRawMremapBegin, 1080, 0x130000, 0x10000, 4),          // r2, 4 resident
+                  rec(kRawMremap, 1081, 0x200000, 0x20000, 0x130000),        // -> r3 at 0x200000
+                  rec(kRawBreak, 1090, 0x500000, 0x502000, 0),               // r4: the break up 8 KiB
+                  rec(kRawResident, 1100, 0x200000, 6, 0x20000),             // r3 at exit: 6
+              });
+  Result r = run(c, dir);
+  EXPECT_EQ(r.rep.memory_calls, 7u);  // 2 mmap, 2 munmap, madvise, mremap, break (MAP_FIXED's replacing is not a call)
+  EXPECT_EQ(r.rep.regions, 4u);
+  EXPECT_EQ(r.rep.unknown_memory_releases, 1u);
+  EXPECT_EQ(r.rep.latency_samples, 1u);
+  EXPECT_EQ(memory_text(*r.reader), (std::vector<std::string>{
+                                        "mmap after 1 t0 r1 +0 262144 p0",
+                                        "touch after 1 t0 r1 +65536 65536 p3",
+                                        "latency after 1 t0 r0 +0 7 p0",
+                                        "munmap after 2 t0 r1 +65536 65536 p3",
+                                        "touch after 2 t0 r1 +0 8192 p2",
+                                        "madvise_dontneed after 2 t0 r1 +0 8192 p2",
+                                        "munmap after 2 t0 r1 +196608 65536 p?",
+                                        "mmap after 2 t0 r2 +0 65536 p0",
+                                        "touch after 2 t0 r2 +0 65536 p4",
+                                        "mremap after 3 t0 r2 +0 65536 p4 -> r3 131072",
+                                        "touch after 3 t0 r3 +0 131072 p6",
+                                        "mmap after 3 t0 r4 +0 8192 p0",
+                                        "object_resident after 0 t0 r1 +0 100000 p5",
+                                    }));
 }
 
 // Raw op 42 (kRawLost, written by the Intel PT decoders): `a` events were
