@@ -332,8 +332,7 @@ std::string stats_to_text(const TraceStats& s) {
   }
   if (s.program_timed_calls)
     out += "calls timed inside the allocator in the program: " + group_digits(s.program_timed_calls) + "\n";
-  if (s.coverage >= 0)
-    out += common::coverage_text(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib) + "\n";
+  if (s.coverage >= 0) out += common::coverage_text(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib) + "\n";
   hist_text(out, "request sizes in bytes", s.sizes);
   hist_text(out, "lifetimes in events", s.lifetime_events);
   hist_text(out, "lifetimes in ns", s.lifetime_ns);

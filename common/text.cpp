@@ -24,8 +24,9 @@ std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t pr
                   "memory (%.1f MiB): it requests memory it never touches, or ran too briefly to be sampled",
                   mib, prog);
   else if (coverage >= kCoverageWarning)
-    std::snprintf(buf, sizeof buf, "the trace explains %.0f%% of the program's peak anonymous memory (%.1f of %.1f MiB)",
-                  100 * coverage, mib, prog);
+    std::snprintf(buf, sizeof buf,
+                  "the trace explains %.0f%% of the program's peak anonymous memory (%.1f of %.1f MiB)", 100 * coverage,
+                  mib, prog);
   else
     std::snprintf(buf, sizeof buf,
                   "warning: the trace explains only %.0f%% of the program's peak anonymous memory (%.1f of %.1f MiB): "

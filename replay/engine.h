@@ -155,9 +155,13 @@ namespace detail {
   table[id].store(kNullObject, std::memory_order_release);
 }
 
-inline void made(Slot* table, uint64_t id, void* p, uint64_t bytes, unsigned op, Touch mode, ThreadResult& r) {
+// `touch_cap`: with --touch recorded, the bytes the program had resident (a
+// byte a page up to there), written before the object is published, so that
+// a consumer on another thread never frees it under the writes.
+inline void made(Slot* table, uint64_t id, void* p, uint64_t bytes, unsigned op, Touch mode, ThreadResult& r,
+                 uint64_t touch_cap) {
   if (__builtin_expect(id != 0 && p != nullptr, 1)) {
-    touch(p, bytes, mode);
+    touch(p, bytes < touch_cap ? bytes : touch_cap, mode);
     table[id].store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
   } else {
     made_unusual(table, id, p, op, r);
@@ -185,7 +189,19 @@ inline uint64_t tick_end(bool tsc) {
 [[gnu::noinline]] inline void memory_step(const Step& st, Slot* table, Touch mode, uint64_t& arg, ThreadResult& r) {
   const unsigned op = st.head & 0xff;
   ++r.memory[op - kStepMap];
-  auto base = [&]() { return static_cast<char*>(obtain(table, st.old, r)); };
+  char* region = nullptr;
+  auto base = [&]() { return region = static_cast<char*>(obtain(table, st.old, r)); };
+  // The region's next id, once this call is done (unmap, madvise, touch).
+  struct Publish {
+    Slot* table;
+    uint64_t id;
+    char*& region;
+    unsigned op;
+    ~Publish() {
+      if (id != 0 && op != kStepMap && op != kStepRemap)
+        table[id].store(region ? reinterpret_cast<uintptr_t>(region) : kNullObject, std::memory_order_release);
+    }
+  } publish{table, st.id(), region, op};
   switch (op) {
     case kStepMap: {
       void* p = mmap(nullptr, st.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -215,18 +231,12 @@ inline uint64_t tick_end(bool tsc) {
       }
       break;
     case kStepTouch:  // the pages the program had resident (not with --touch none)
-      if (mode != Touch::none)
-        if (char* b = base()) {
-          auto* c = reinterpret_cast<volatile char*>(b + st.arg);
-          for (uint64_t off = 0; off < st.size; off += 4096) c[off] = 1;
-        }
+      if (char* b = base(); b && mode != Touch::none) {
+        auto* c = reinterpret_cast<volatile char*>(b + st.arg);
+        for (uint64_t off = 0; off < st.size; off += 4096) c[off] = 1;
+      }
       break;
-    case kStepTouchObject:  // with --touch recorded: the pages the program had resident
-      if (mode == Touch::recorded)
-        if (char* b = base()) {
-          auto* c = reinterpret_cast<volatile char*>(b);
-          for (uint64_t off = 0; off < st.size; off += 4096) c[off] = 1;
-        }
+    case kStepTouchObject:  // written by its producing step, before it was published (made())
       break;
     default:
       break;
@@ -269,8 +279,10 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       continue;
     }
     // With --touch recorded, an object whose resident pages the trace
-    // recorded is written by its touch_object step instead.
-    const Touch mode = (flags & kStepTouchFollows) && run_mode == Touch::recorded ? Touch::none : run_mode;
+    // recorded gets that many (its touch_object step, next, says how many).
+    const Touch mode = run_mode;
+    // (The plan always has that step right after: check_steps() made sure.)
+    const uint64_t touch_cap = (flags & kStepTouchFollows) && run_mode == Touch::recorded ? s[1].size : ~uint64_t{0};
     [[maybe_unused]] bool sample = false;
     [[maybe_unused]] uint64_t t0 = 0, t1 = 0;
     if constexpr (kTimed) {
@@ -293,11 +305,11 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       if (sample) t1 = detail::tick_end(tsc);   \
     }                                           \
   } while (0)
-#define HEAPLAB_MADE(expr)                          \
-  do {                                              \
-    void* made_;                                    \
-    HEAPLAB_TIMED(made_ = (expr));                  \
-    detail::made(table, id, made_, n, op, mode, r); \
+#define HEAPLAB_MADE(expr)                                     \
+  do {                                                         \
+    void* made_;                                               \
+    HEAPLAB_TIMED(made_ = (expr));                             \
+    detail::made(table, id, made_, n, op, mode, r, touch_cap); \
   } while (0)
 #define HEAPLAB_OLD detail::obtain(table, s->old, r)
     switch (static_cast<Op>(op)) {
@@ -307,7 +319,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       case Op::calloc: {
         void* p;
         HEAPLAB_TIMED(p = B::calloc(a, n));
-        detail::made(table, id, p, n * a, op, mode, r);
+        detail::made(table, id, p, n * a, op, mode, r, touch_cap);
         break;
       }
       case Op::realloc:
@@ -328,7 +340,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
           }
           break;
         }
-        detail::made(table, id, p, static_cast<Op>(op) == Op::realloc ? n : n * a, op, mode, r);
+        detail::made(table, id, p, static_cast<Op>(op) == Op::realloc ? n : n * a, op, mode, r, touch_cap);
         break;
       }
       case Op::free: {
@@ -344,7 +356,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         int rc;
         HEAPLAB_TIMED(rc = B::posix_memalign(&p, a, n));
         if (rc != 0) p = nullptr;
-        detail::made(table, id, p, n, op, mode, r);
+        detail::made(table, id, p, n, op, mode, r, touch_cap);
         break;
       }
       case Op::aligned_alloc:
@@ -369,7 +381,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
                 p = nullptr;
               }
             });
-        detail::made(table, id, p, n, op, mode, r);
+        detail::made(table, id, p, n, op, mode, r, touch_cap);
         break;
       }
       case Op::op_new_array: {
@@ -382,7 +394,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
                 p = nullptr;
               }
             });
-        detail::made(table, id, p, n, op, mode, r);
+        detail::made(table, id, p, n, op, mode, r, touch_cap);
         break;
       }
       case Op::op_new_nothrow:
@@ -401,7 +413,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
                 p = nullptr;
               }
             });
-        detail::made(table, id, p, n, op, mode, r);
+        detail::made(table, id, p, n, op, mode, r, touch_cap);
         break;
       }
       case Op::op_new_array_aligned: {
@@ -414,7 +426,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
                 p = nullptr;
               }
             });
-        detail::made(table, id, p, n, op, mode, r);
+        detail::made(table, id, p, n, op, mode, r, touch_cap);
         break;
       }
       case Op::op_new_aligned_nothrow:

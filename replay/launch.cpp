@@ -417,8 +417,9 @@ std::string result_summary(const nlohmann::json& document) {
   if (program && program->is_object()) {
     const bool same = r.latency && document.contains("replay") && document["replay"].contains("latency") &&
                       document["replay"]["latency"].value("calls", "") == "program";
-    s += fmt::format("  latency in the program (ns, the calls it timed){}:\n",
-                     same ? ", and of the same calls here" : "; replay with --latency-of program to time the same calls");
+    s += fmt::format(
+        "  latency in the program (ns, the calls it timed){}:\n",
+        same ? ", and of the same calls here" : "; replay with --latency-of program to time the same calls");
     for (const auto& [name, o] : program->items()) {
       std::string line = fmt::format("    {:<24} program p50 {:>6.0f}  p99 {:>7.0f}", name, o.value("p50_ns", 0.0),
                                      o.value("p99_ns", 0.0));

@@ -116,14 +116,22 @@ struct Live {
 
 const char* memory_step_name(unsigned op) {
   switch (op) {
-    case kStepMap: return "mmap";
-    case kStepUnmap: return "munmap";
-    case kStepArg: return "mremap_length";
-    case kStepRemap: return "mremap";
-    case kStepDontneed: return "madvise_dontneed";
-    case kStepLazyFree: return "madvise_free";
-    case kStepTouch: return "touch_mapping";
-    case kStepTouchObject: return "touch_object";
+    case kStepMap:
+      return "mmap";
+    case kStepUnmap:
+      return "munmap";
+    case kStepArg:
+      return "mremap_length";
+    case kStepRemap:
+      return "mremap";
+    case kStepDontneed:
+      return "madvise_dontneed";
+    case kStepLazyFree:
+      return "madvise_free";
+    case kStepTouch:
+      return "touch_mapping";
+    case kStepTouchObject:
+      return "touch_object";
   }
   return "?";
 }
@@ -276,6 +284,15 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         st.old = old;
         st.arg = m.offset;
         st.size = m.length;
+        // Every call on a region takes its current id and gives it a new one
+        // (the same base): calls on one region then run in trace order even
+        // from different threads (a touch never races the munmap after it).
+        if (m.op != MemOp::remap) {
+          if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
+          const uint64_t next = ++s.max_id;
+          region_id[m.region] = next;
+          st.head = next << 16;
+        }
         switch (m.op) {
           case MemOp::unmap:
             op = kStepUnmap;

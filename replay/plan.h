@@ -42,12 +42,15 @@ static_assert(sizeof(Step) == 32);
 // Steps of the program's own memory (trace format 1.1), after the calls'
 // op codes. Regions get replay ids from the same counter as objects.
 //   map:       id = region, size = length
-//   unmap:     old = region, arg = offset, size = length
+//   unmap:     old = region, id = its next id, arg = offset, size = length
 //   arg:       size = the old length of the remap that follows
 //   remap:     old = region, id = new region, arg = offset, size = new length
-//   dontneed, lazy_free: old = region, arg = offset, size = length
-//   touch:     old = region, arg = offset, size = bytes to write (a byte a page)
-//   touch_object: old = object, size = bytes to write (with --touch recorded)
+//   dontneed, lazy_free: old = region, id = its next id, arg = offset, size = length
+//   touch:     old = region, id = its next id, arg = offset, size = bytes to write (a byte a page)
+//   touch_object: old = object, size = bytes its producing step writes (the step
+//              before, flagged kStepTouchFollows, with --touch recorded)
+// A region's calls each take its current id and give it the next (the same
+// base address), so they run in trace order whichever threads make them.
 enum StepOp : uint8_t {
   kStepMap = 64,
   kStepUnmap,
@@ -111,9 +114,9 @@ struct PlanSummary {
   // The program's own memory (format 1.1): steps per kind (index op - kStepMap).
   std::array<uint64_t, kMemorySteps> memory_ops{};
   uint64_t regions = 0;
-  uint64_t mapped_peak = 0;         // peak of the bytes mapped, trace order
-  uint64_t recorded_touches = 0;    // objects with a recorded resident-page count
-  uint64_t unknown_regions = 0;     // memory events naming a region never mapped: dropped
+  uint64_t mapped_peak = 0;       // peak of the bytes mapped, trace order
+  uint64_t recorded_touches = 0;  // objects with a recorded resident-page count
+  uint64_t unknown_regions = 0;   // memory events naming a region never mapped: dropped
   // Calls the program timed inside its allocator (flagged kStepProgramTimed): op, ns.
   std::vector<std::pair<uint8_t, uint64_t>> program_latency;
 };

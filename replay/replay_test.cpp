@@ -556,6 +556,39 @@ TEST_F(ReplayTest, LatencyOfTheProgramsOwnTimedCalls) {
   EXPECT_NE(plain.out.find("replay with --latency-of program to time the same calls"), std::string::npos) << plain.out;
 }
 
+// Calls on one region from two threads run in trace order: a large touch
+// on thread 0 finishes before thread 1 unmaps the region, and a block that
+// thread 0 writes (its recorded pages) is freed by thread 1 only after.
+TEST_F(ReplayTest, RegionCallsAcrossThreadsRunInOrder) {
+  const std::string path = (dir() / "region_threads.hlt").string();
+  {
+    heaplab::trace::TraceWriter w(path, heaplab::trace::WriterOptions{});
+    Event a = malloc_ev(64 << 20);  // seq 0, thread 0
+    Event b = malloc_ev(16);        // seq 1, thread 1
+    b.thread = 1;
+    Event f = free_ev(1);  // seq 2, thread 1: frees thread 0's 64 MiB block
+    f.thread = 1;
+    Event g = free_ev(2);  // seq 3, thread 1
+    g.thread = 1;
+    for (Event* e : {&a, &b, &f, &g}) w.append(*e);
+    using heaplab::trace::MemOp;
+    using heaplab::trace::MemoryEvent;
+    MemoryEvent map{MemOp::map, 0, 0, 0, 1, 0, 64 << 20, 0, 0, 0};
+    MemoryEvent touch{MemOp::touch, 0, 0, 0, 1, 0, 64 << 20, 16384, 0, 0};
+    MemoryEvent unmap{MemOp::unmap, 1, 2, 0, 1, 0, 64 << 20, 16384, 0, 0};
+    MemoryEvent object{MemOp::object, 0, 0, 0, 1, 0, 64 << 20, 16384, 0, 0};
+    w.set_memory_events({map, touch, unmap, object});
+    w.close();
+  }
+  for (int i = 0; i < 5; ++i) {
+    const json r = replay(path, {"--allocator", "glibc"});
+    ASSERT_TRUE(r.contains("replay")) << r.dump();
+    EXPECT_EQ(r["replay"]["faithful"], true);
+    EXPECT_EQ(r["replay"]["memory_calls_failed"], 0);
+    EXPECT_EQ(r["exit"]["status"], "ok");
+  }
+}
+
 // A trace written before format 1.1 (no memory block) replays as before,
 // --touch recorded touching every page as --touch pages did.
 TEST_F(ReplayTest, OldTracesStillReplay) {

@@ -167,8 +167,10 @@ void check_steps(const MappedPlan& plan) {
       const unsigned op = s[i].head & 0xff;
       const bool call = op <= static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow);
       const bool memory = op >= kStepFirstMemory && op < kStepEnd;
+      const bool touch_follows = call && (s[i].flags() & kStepTouchFollows);
       if (!(call || memory) || s[i].id() > plan.max_id() || s[i].old > plan.max_id() ||
-          ((op == kStepMap || op == kStepRemap) && s[i].id() == 0))
+          ((op == kStepMap || op == kStepRemap) && s[i].id() == 0) ||
+          (touch_follows && (i + 1 >= plan.step_count(t) || (s[i + 1].head & 0xff) != kStepTouchObject)))
         throw PlanError("plan: thread " + std::to_string(t) + " step " + std::to_string(i) + " is not a valid call");
     }
   }

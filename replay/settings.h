@@ -18,10 +18,10 @@
 namespace heaplab::replay {
 
 enum class Touch : uint8_t {
-  none,   // do not write allocated memory
-  first,  // write its first byte
-  pages,  // write one byte in every page it spans (RSS as if used)
-  all,    // write every byte
+  none,      // do not write allocated memory
+  first,     // write its first byte
+  pages,     // write one byte in every page it spans (RSS as if used)
+  all,       // write every byte
   recorded,  // default: as many pages as the program had resident (traces that recorded it, for blocks
              // of 64 KiB and up), else as `pages`
 };

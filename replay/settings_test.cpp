@@ -75,8 +75,8 @@ TEST(Settings, MembindLocalNeedsAPin) {
 
 TEST(Settings, ReplayerArgvReadsBackToTheSameSettings) {
   ReplaySettings d;
-  EXPECT_EQ(to_args(d), (std::vector<std::string>{"--touch", "recorded", "--timing", "fast", "--pin", "none", "--membind",
-                                                  "none", "--sample-ms", "10"}));
+  EXPECT_EQ(to_args(d), (std::vector<std::string>{"--touch", "recorded", "--timing", "fast", "--pin", "none",
+                                                  "--membind", "none", "--sample-ms", "10"}));
   ReplaySettings s;
   s.threads = 3;
   s.touch = Touch::first;

@@ -15,17 +15,17 @@
 namespace heaplab::trace {
 
 enum class MemOp : uint8_t {
-  map = 1,       // mmap of anonymous private memory: new `region` of `length` bytes
-  unmap = 2,     // munmap of [offset, offset+length) of `region`; `pages` were resident
-  remap = 3,     // mremap of [offset, offset+length) of `region` (`pages` resident) to
-                 //   `new_region` of `new_length` bytes
-  dontneed = 4,  // madvise(MADV_DONTNEED) of [offset, offset+length) of `region`
-  lazy_free = 5, // madvise(MADV_FREE) of the same
-  touch = 6,     // `pages` pages of [offset, offset+length) of `region` were written by now
-  object = 7,    // heap object `region` had `pages` pages resident when released or at exit
-                 //   (`length` bytes measured); `after`, `thread` and `time` are 0
-  latency = 8,   // heap call `after` (its seq) took `length` ns inside the allocator, timed in the
-                 //   program by the shim (one call in N, `heaplab capture --latency N`)
+  map = 1,        // mmap of anonymous private memory: new `region` of `length` bytes
+  unmap = 2,      // munmap of [offset, offset+length) of `region`; `pages` were resident
+  remap = 3,      // mremap of [offset, offset+length) of `region` (`pages` resident) to
+                  //   `new_region` of `new_length` bytes
+  dontneed = 4,   // madvise(MADV_DONTNEED) of [offset, offset+length) of `region`
+  lazy_free = 5,  // madvise(MADV_FREE) of the same
+  touch = 6,      // `pages` pages of [offset, offset+length) of `region` were written by now
+  object = 7,     // heap object `region` had `pages` pages resident when released or at exit
+                  //   (`length` bytes measured); `after`, `thread` and `time` are 0
+  latency = 8,    // heap call `after` (its seq) took `length` ns inside the allocator, timed in the
+                  //   program by the shim (one call in N, `heaplab capture --latency N`)
 };
 inline constexpr unsigned kMemOpMax = 8;
 inline constexpr uint64_t kUnknownPages = 0xffffffffu;
@@ -57,6 +57,11 @@ std::string_view mem_op_name(MemOp op);
 // pages, new_region, new_length.
 std::string encode_memory_events(const std::vector<MemoryEvent>& events);
 // Decodes a MEMX payload; nullopt with `error` set if it is malformed.
+// Records of ops this version does not know (a later minor's) are left out,
+// as is a whole block of a later layout version.
 std::optional<std::vector<MemoryEvent>> decode_memory_events(std::string_view payload, std::string& error);
+// What a replay relies on: regions mapped before use and numbered in order,
+// offsets inside their regions, calls in trace order. "" or the problem.
+std::string check_memory_events(const std::vector<MemoryEvent>& events);
 
 }  // namespace heaplab::trace

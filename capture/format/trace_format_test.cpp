@@ -464,9 +464,31 @@ TEST(MemoryBlock, MalformedPayloadsAreRefused) {
   EXPECT_FALSE(decode_memory_events(bad, error));
   EXPECT_EQ(error, "memory block does not decompress to its size (corrupt data)");
   bad = p;
-  bad[0] = 2;
+  bad[0] = 2;  // a later layout: left out, not an error
+  EXPECT_EQ(decode_memory_events(bad, error), std::vector<MemoryEvent>{});
+  // A hostile count whose frame cannot hold it is refused before anything is allocated.
+  bad = p;
+  const uint64_t huge = uint64_t{1} << 31;
+  std::memcpy(bad.data() + 8, &huge, 8);
+  const uint64_t raw = huge * kMemoryRecordSize;
+  std::memcpy(bad.data() + 16, &raw, 8);
   EXPECT_FALSE(decode_memory_events(bad, error));
-  EXPECT_EQ(error, "memory block version 2 is not known here");
+  EXPECT_EQ(error, "memory block does not decompress to its size (corrupt data)");
+  // What a replay relies on.
+  std::vector<MemoryEvent> m = some_memory_events();
+  EXPECT_EQ(check_memory_events(m), "");
+  m[1].offset = 1 << 20;  // touch past the region's end
+  EXPECT_EQ(check_memory_events(m),
+            "memory record 1 (touch): offset 1048576 + 1048576 bytes lies outside region 1 (1048576 bytes)");
+  m = some_memory_events();
+  m[0].region = 5;
+  EXPECT_EQ(check_memory_events(m), "memory record 0 (mmap): region 5 is not the next one");
+  m = some_memory_events();
+  m[3].region = 9;
+  EXPECT_EQ(check_memory_events(m), "memory record 3 (madvise_dontneed): region 9 was never mapped");
+  m = some_memory_events();
+  m[5].after = 1;
+  EXPECT_EQ(check_memory_events(m), "memory record 5 (munmap): out of order (after 1)");
 }
 
 TEST(BadInput, MissingFile) {

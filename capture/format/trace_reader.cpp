@@ -254,6 +254,7 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
       const uint64_t end = c.offset + kBlockHeaderSize + load_u32(d + c.offset + 4);
       if (end > off) off = end;
     }
+    if (off > threads_off) fail(threads_off, "the chunks run past the thread table");
     while (off < threads_off && threads_off - off >= kBlockHeaderSize) {
       const uint32_t t = load_u32(d + off), len = load_u32(d + off + 4);
       if (len > threads_off - off - kBlockHeaderSize) fail(off, "block runs into the thread table");
@@ -271,6 +272,7 @@ void TraceReader::load_memory(const uint8_t* payload, uint32_t len, uint64_t off
   std::string error;
   auto m = decode_memory_events({reinterpret_cast<const char*>(payload), len}, error);
   if (!m) fail(off, error);
+  if (std::string bad = check_memory_events(*m); !bad.empty()) fail(off, bad);
   memory_ = std::move(*m);
 }
 

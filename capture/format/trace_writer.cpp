@@ -400,6 +400,8 @@ void TraceWriter::close() {
   flush();
   std::string payload;
   if (!m.memory.empty()) {
+    if (m.memory.size() > (uint64_t{1} << 32))
+      throw TraceError(m.path + ": more than 2^32 memory records for one block");
     m.write_block(kBlockMemory, encode_memory_events(m.memory));
     // The header now says 1.1.
     std::string hdr(kFileMagic, sizeof kFileMagic);

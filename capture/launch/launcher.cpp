@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "allocators/library.h"
@@ -185,7 +186,8 @@ class RssSampler {
         ::close(fd);
         if (n > 0) {
           buf[n] = 0;
-          if (const char* p = std::strstr(buf, "RssAnon:")) peak_ = std::max<uint64_t>(peak_, std::strtoull(p + 8, nullptr, 10));
+          if (const char* p = std::strstr(buf, "RssAnon:"))
+            peak_ = std::max<uint64_t>(peak_, std::strtoull(p + 8, nullptr, 10));
         }
       }
       timespec ts{0, 2000000};
@@ -341,9 +343,12 @@ CaptureResult run_capture(CaptureOptions opt) {
     run.pid = child.pid();
     g_child = run.pid;
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a SIGTERM that came meanwhile is forwarded now
-    RssSampler rss(run.pid);
+    // The program's anonymous RSS (on the PT route the child is perf, whose
+    // memory says nothing of the program's: no coverage there).
+    std::optional<RssSampler> rss;
+    if (opt.method == "software") rss.emplace(run.pid);
     status = child.wait();
-    res.anon_rss_peak_kib = rss.stop();
+    if (rss) res.anon_rss_peak_kib = rss->stop();
     g_child = 0;
   } catch (const process::SpawnError& e) {
     g_child = 0;

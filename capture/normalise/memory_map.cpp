@@ -60,6 +60,17 @@ void MemoryMap::cut(uint64_t lo, uint64_t hi) {
   for (auto& [s, p] : add) pieces_[s] = p;
 }
 
+// A call's resident count is for its whole range, which may span several
+// mappings: each piece gets as many as it can hold, in address order, from
+// what is left (`pages` counts down).
+uint64_t MemoryMap::share_of(uint64_t& pages, uint64_t lo, uint64_t hi) {
+  if (pages == trace::kUnknownPages) return pages;
+  const uint64_t fits = (hi - lo + 4095) / 4096;
+  const uint64_t n = std::min(pages, fits);
+  pages -= n;
+  return n;
+}
+
 // The pages were resident from the region's previous event on: the touch
 // goes right behind it (same place in the order, same thread and time).
 void MemoryMap::touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages) {
@@ -76,11 +87,11 @@ void MemoryMap::touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t p
   push(e, order_[anchor].second + 1);
 }
 
-void MemoryMap::map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed) {
+void MemoryMap::map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed, uint64_t pages) {
   ++counts_.calls;
   if (len == 0) return;
   if (fixed) {  // whatever was mapped there is replaced (not a call of its own)
-    unmap(at, addr, len, trace::kUnknownPages);
+    unmap(at, addr, len, pages);
     --counts_.calls;
   }
   new_region(at, addr, len);
@@ -92,10 +103,10 @@ void MemoryMap::unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uin
   std::vector<MemoryEvent> out;
   overlapping(addr, addr + len, [&](uint64_t, const Piece& p, uint64_t lo, uint64_t hi) {
     any = true;
-    touch(p.region, lo - p.base, hi - lo, pages);
+    const uint64_t share = share_of(pages, lo, hi);
+    touch(p.region, lo - p.base, hi - lo, share);
     MemoryEvent e;
-    e.pages = pages;
-    pages = trace::kUnknownPages;  // the count is the whole call's: given to the first piece
+    e.pages = share;
     e.op = MemOp::unmap;
     e.after = at.after;
     e.thread = at.thread;
@@ -147,10 +158,10 @@ void MemoryMap::advise(const MemoryPosition& at, uint64_t addr, uint64_t len, bo
   std::vector<MemoryEvent> out;
   overlapping(addr, addr + len, [&](uint64_t, const Piece& p, uint64_t lo, uint64_t hi) {
     any = true;
-    touch(p.region, lo - p.base, hi - lo, pages);
+    const uint64_t share = share_of(pages, lo, hi);
+    touch(p.region, lo - p.base, hi - lo, share);
     MemoryEvent e;
-    e.pages = pages;
-    pages = trace::kUnknownPages;
+    e.pages = share;
     e.op = lazy ? MemOp::lazy_free : MemOp::dontneed;
     e.after = at.after;
     e.thread = at.thread;
@@ -179,10 +190,7 @@ bool MemoryMap::resident(uint64_t addr, uint64_t len, uint64_t pages) {
     any = true;
     found.emplace_back(p.region, lo - p.base, hi - lo);
   });
-  for (auto& [region, off, n] : found) {
-    touch(region, off, n, pages);
-    pages = trace::kUnknownPages;
-  }
+  for (auto& [region, off, n] : found) touch(region, off, n, share_of(pages, off, off + n));
   return any;
 }
 

@@ -29,7 +29,8 @@ struct MemoryCounts {
 
 class MemoryMap {
  public:
-  void map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed);
+  // `fixed`: MAP_FIXED, replacing what was mapped there (`pages` of it resident).
+  void map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed, uint64_t pages = trace::kUnknownPages);
   void unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages);
   void remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, uint64_t pages, uint64_t result,
              uint64_t new_len);
@@ -63,6 +64,7 @@ class MemoryMap {
   void overlapping(uint64_t lo, uint64_t hi, Fn fn);
   void cut(uint64_t lo, uint64_t hi);  // removes [lo, hi) from the pieces
   void touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages);
+  static uint64_t share_of(uint64_t& pages, uint64_t lo, uint64_t hi);
   size_t push(const trace::MemoryEvent& e, uint64_t order);
   uint64_t new_region(const MemoryPosition& at, uint64_t addr, uint64_t len);
 

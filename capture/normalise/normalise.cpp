@@ -205,11 +205,14 @@ class Normaliser {
   FlatMap<uint64_t> sizes_;  // live object id -> requested bytes
   uint64_t heap_live_ = 0;
   uint64_t heap_footprint_ = 0;
-  std::vector<uint64_t> last_seq_;  // per output thread: the seq of its latest call  // the live objects' smallest footprint in a malloc heap
+  std::vector<uint64_t> last_seq_;  // per output thread: the seq of its latest call  // the live objects' smallest
+                                    // footprint in a malloc heap
   // A block's smallest footprint: glibc's chunk (an 8-byte header, 16-byte
   // steps, 32 at least); allocators without headers round to size classes
   // about as much. What a trace explains is counted this way.
-  static uint64_t footprint(uint64_t n) { return n > (uint64_t{1} << 62) ? n : std::max<uint64_t>(32, (n + 8 + 15) & ~uint64_t{15}); }
+  static uint64_t footprint(uint64_t n) {
+    return n > (uint64_t{1} << 62) ? n : std::max<uint64_t>(32, (n + 8 + 15) & ~uint64_t{15});
+  }
   void note_peak() {
     const uint64_t all = heap_footprint_ + memory_.mapped();
     if (all > rep_.explained_peak) {
@@ -264,10 +267,9 @@ uint64_t Normaliser::append(Event& e) {
   bool produces = trace::op_produces(e.op) && !(e.flags & trace::kNullResult);
   e.id = produces ? ++next_id_ : 0;
   ++events_;
-  if (trace::op_valid(unsigned(e.op)) && unsigned(e.op) < unsigned(Op::thread_start)) {
-    if (e.thread >= last_seq_.size()) last_seq_.resize(e.thread + 1, UINT64_MAX);
-    last_seq_[e.thread] = events_ - 1;
-  }
+  if (e.thread >= last_seq_.size()) last_seq_.resize(e.thread + 1, UINT64_MAX);
+  // A latency record names this call; after a lost stretch, none.
+  last_seq_[e.thread] = unsigned(e.op) < unsigned(Op::thread_start) ? events_ - 1 : UINT64_MAX;
   // The live requested bytes, for the share of the program's memory the
   // trace explains.
   uint64_t bytes = 0;
@@ -325,7 +327,7 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
     return;
   }
   if (op == kRawOverhead) return;  // taken into the stream's timeline by process()
-  if (op == kRawLatency) {  // the duration of this thread's previous call
+  if (op == kRawLatency) {         // the duration of this thread's previous call
     if (st.started && st.index < last_seq_.size() && last_seq_[st.index] != UINT64_MAX) {
       const uint64_t over = in_.header().timer_overhead;
       const double ticks = double(r.a > over ? r.a - over : 0);
@@ -398,8 +400,8 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
     ~Peak() { n->note_peak(); }
   } peak{this};
   switch (record_op(r.head)) {
-    case kRawMmap:
-      memory_.map(at, r.a, r.b, uint32_t(r.c) & 0x10 /* MAP_FIXED */);
+    case kRawMmap:  // MAP_FIXED replaces what was there: its resident pages were measured before
+      memory_.map(at, r.a, r.b, uint32_t(r.c) & 0x10 /* MAP_FIXED */, r.c >> 32);
       break;
     case kRawMunmap:
       memory_.unmap(at, r.a, r.b, r.c);
@@ -598,32 +600,32 @@ NormaliseReport normalise(const RawFile& in, const std::string& out_path, const 
 
 nlohmann::json report_to_json(const NormaliseReport& r) {
   nlohmann::json j = {{"records", r.records},
-          {"events", r.events},
-          {"calls", r.calls},
-          {"threads", r.threads},
-          {"objects", r.objects},
-          {"live_at_end", r.live_at_end},
-          {"unknown_frees", r.unknown_frees},
-          {"unknown_reallocs", r.unknown_reallocs},
-          {"reused_live_addresses", r.reused_live},
-          {"lost_records", r.holes},
-          {"unfinished_reallocs", r.unfinished_reallocs},
-          {"bad_records", r.bad_records},
-          {"reordered_records", r.reordered},
-          {"blocks_missing", r.blocks_missing},
-          {"duration_ns", r.duration_ns},
-          {"captured_duration_ns", r.captured_duration_ns},
-          {"shim_cost_ns", r.shim_cost_ns},
-          {"event_cost_ns", r.event_cost_ns},
-          {"memory_calls", r.memory_calls},
-          {"regions", r.regions},
-          {"unknown_memory_releases", r.unknown_memory_releases},
-          {"resident_counts", r.resident_counts},
-          {"latency_samples", r.latency_samples},
-          {"heap_live_peak_bytes", r.heap_peak},
-          {"mapped_peak_bytes", r.mapped_peak},
-          {"explained_peak_bytes", r.explained_peak},
-          {"clean_exit", r.clean_exit}};
+                      {"events", r.events},
+                      {"calls", r.calls},
+                      {"threads", r.threads},
+                      {"objects", r.objects},
+                      {"live_at_end", r.live_at_end},
+                      {"unknown_frees", r.unknown_frees},
+                      {"unknown_reallocs", r.unknown_reallocs},
+                      {"reused_live_addresses", r.reused_live},
+                      {"lost_records", r.holes},
+                      {"unfinished_reallocs", r.unfinished_reallocs},
+                      {"bad_records", r.bad_records},
+                      {"reordered_records", r.reordered},
+                      {"blocks_missing", r.blocks_missing},
+                      {"duration_ns", r.duration_ns},
+                      {"captured_duration_ns", r.captured_duration_ns},
+                      {"shim_cost_ns", r.shim_cost_ns},
+                      {"event_cost_ns", r.event_cost_ns},
+                      {"memory_calls", r.memory_calls},
+                      {"regions", r.regions},
+                      {"unknown_memory_releases", r.unknown_memory_releases},
+                      {"resident_counts", r.resident_counts},
+                      {"latency_samples", r.latency_samples},
+                      {"heap_live_peak_bytes", r.heap_peak},
+                      {"mapped_peak_bytes", r.mapped_peak},
+                      {"explained_peak_bytes", r.explained_peak},
+                      {"clean_exit", r.clean_exit}};
   if (r.coverage >= 0) j["coverage"] = r.coverage;
   if (r.corrected_wall_ns) j["corrected_wall_ns"] = r.corrected_wall_ns;
   return j;

@@ -33,36 +33,36 @@ struct NormaliseReport {
   uint64_t calls = 0;    // allocation and release calls written
   uint64_t threads = 0;
   uint64_t objects = 0;
-  uint64_t live_at_end = 0;          // objects never freed
-  uint64_t unknown_frees = 0;        // frees of memory allocated before capture: skipped
-  uint64_t unknown_reallocs = 0;     // reallocs of such memory: written as realloc(NULL, n)
-  uint64_t reused_live = 0;          // an allocation returned a still-live address
-  uint64_t holes = 0;                // events lost (records the program died while writing, or the
-                                     // PT route's sequence gaps): written as `lost`
-  uint64_t unfinished_reallocs = 0;  // a realloc the program never returned from
-  uint64_t bad_records = 0;          // records with an unknown op: skipped
-  uint64_t reordered = 0;            // records taken ahead of their timestamp to keep
-                                     // an address's alloc/free order (unfenced TSC)
-  uint64_t blocks_missing = 0;       // blocks claimed but not written
-  uint64_t duration_ns = 0;          // first to last event, the shim's cost taken off (the native timeline)
-  uint64_t captured_duration_ns = 0; // the same as captured (the shim's cost in)
-  uint64_t shim_cost_ns = 0;         // the shim's cost on the thread that paid most
-  double event_cost_ns = 0;          // its calibrated cost per event
-  uint64_t corrected_wall_ns = 0;    // the program's run (capture_metadata's wall_ns) less shim_cost_ns
-  uint64_t memory_calls = 0;         // the program's own mmap/munmap/mremap/madvise/brk calls
-  uint64_t regions = 0;              // anonymous mappings it made
+  uint64_t live_at_end = 0;              // objects never freed
+  uint64_t unknown_frees = 0;            // frees of memory allocated before capture: skipped
+  uint64_t unknown_reallocs = 0;         // reallocs of such memory: written as realloc(NULL, n)
+  uint64_t reused_live = 0;              // an allocation returned a still-live address
+  uint64_t holes = 0;                    // events lost (records the program died while writing, or the
+                                         // PT route's sequence gaps): written as `lost`
+  uint64_t unfinished_reallocs = 0;      // a realloc the program never returned from
+  uint64_t bad_records = 0;              // records with an unknown op: skipped
+  uint64_t reordered = 0;                // records taken ahead of their timestamp to keep
+                                         // an address's alloc/free order (unfenced TSC)
+  uint64_t blocks_missing = 0;           // blocks claimed but not written
+  uint64_t duration_ns = 0;              // first to last event, the shim's cost taken off (the native timeline)
+  uint64_t captured_duration_ns = 0;     // the same as captured (the shim's cost in)
+  uint64_t shim_cost_ns = 0;             // the shim's cost on the thread that paid most
+  double event_cost_ns = 0;              // its calibrated cost per event
+  uint64_t corrected_wall_ns = 0;        // the program's run (capture_metadata's wall_ns) less shim_cost_ns
+  uint64_t memory_calls = 0;             // the program's own mmap/munmap/mremap/madvise/brk calls
+  uint64_t regions = 0;                  // anonymous mappings it made
   uint64_t unknown_memory_releases = 0;  // releases of memory it did not map while captured
-  uint64_t resident_counts = 0;      // resident-page counts of large blocks and mappings
-  uint64_t latency_samples = 0;      // calls timed inside the allocator in the program
-  uint64_t heap_peak = 0;            // peak of the live requested bytes
-  uint64_t mapped_peak = 0;          // peak of the bytes the program mapped itself
-  uint64_t explained_peak = 0;       // peak of the two together, each block counted at its smallest
-                                     // footprint in a malloc heap (an 8-byte header, 16-byte steps)
-  uint64_t explained_heap = 0;       // the heap's part of it
+  uint64_t resident_counts = 0;          // resident-page counts of large blocks and mappings
+  uint64_t latency_samples = 0;          // calls timed inside the allocator in the program
+  uint64_t heap_peak = 0;                // peak of the live requested bytes
+  uint64_t mapped_peak = 0;              // peak of the bytes the program mapped itself
+  uint64_t explained_peak = 0;           // peak of the two together, each block counted at its smallest
+                                         // footprint in a malloc heap (an 8-byte header, 16-byte steps)
+  uint64_t explained_heap = 0;           // the heap's part of it
   // explained_peak / the program's peak anonymous RSS (capture_metadata's
   // anon_rss_peak_kib, sampled by the launcher); -1 if not sampled.
   double coverage = -1;
-  uint64_t bytes = 0;                // size of the trace written
+  uint64_t bytes = 0;  // size of the trace written
   bool clean_exit = false;
   std::string clock;  // "tsc", "monotonic" or "none"
 };

@@ -58,18 +58,18 @@ inline uint64_t u(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
 // One call in g_latency_every: `call` timed inside the allocator; `record`
 // (the call's own event) before the latency record that follows it.
-#define HEAPLAB_TIMED_CALL(call, record)           \
-  do {                                             \
-    if (__builtin_expect(latency_sample(), 0)) {   \
-      const uint64_t t0_ = timer_begin();          \
-      call;                                        \
-      const uint64_t t1_ = timer_end();            \
-      record;                                      \
-      emit(raw::kRawLatency, t1_ - t0_, 0, 0);     \
-    } else {                                       \
-      call;                                        \
-      record;                                      \
-    }                                              \
+#define HEAPLAB_TIMED_CALL(call, record)         \
+  do {                                           \
+    if (__builtin_expect(latency_sample(), 0)) { \
+      const uint64_t t0_ = timer_begin();        \
+      call;                                      \
+      const uint64_t t1_ = timer_end();          \
+      record;                                    \
+      emit(raw::kRawLatency, t1_ - t0_, 0, 0);   \
+    } else {                                     \
+      call;                                      \
+      record;                                    \
+    }                                            \
   } while (0)
 inline uint32_t op(Op o) { return static_cast<uint32_t>(o); }
 
@@ -95,8 +95,9 @@ inline void hook_free(void* p) {
   void* unused;
   if (not_ready(0, 0, &unused)) return;
   large_released(p);
-  // A release is stamped before the call (its record first, then the call).
-  HEAPLAB_TIMED_CALL(emit(op(Op::free), u(p), 0, 0); g_real.free(p), (void)0);
+  // A release is stamped before the call (its record first, then the timed call).
+  emit(op(Op::free), u(p), 0, 0);
+  HEAPLAB_TIMED_CALL(g_real.free(p), (void)0);
 }
 
 void* boot_realloc(void* old, size_t n);
@@ -215,7 +216,8 @@ inline void hook_delete(Op kind, void* p, size_t n, size_t align, const void* nt
   void* unused;
   if (not_ready(0, 0, &unused)) return;
   large_released(p);
-  HEAPLAB_TIMED_CALL(emit(op(kind), u(p), n, align); call_delete(kind, p, n, align, nt), (void)0);
+  emit(op(kind), u(p), n, align);
+  HEAPLAB_TIMED_CALL(call_delete(kind, p, n, align, nt), (void)0);
 }
 
 inline void call_delete(Op kind, void* p, size_t n, size_t align, const void* nt) {

@@ -46,15 +46,16 @@ bool not_programs(const void* caller) {
 
 // Libraries everyone uses: calls from them are never the allocator's.
 bool runtime_library(const char* name) {
-  static const char* const kRuntime[] = {"libc.so", "libm.so", "libpthread.so", "libdl.so", "librt.so",
-                                         "libstdc++.so", "libgcc_s.so", "ld-linux", "libheaplab_capture"};
+  static const char* const kRuntime[] = {"libc.so",     "libm.so",  "libpthread.so",
+                                         "libdl.so",    "librt.so", "libstdc++.so",
+                                         "libgcc_s.so", "ld-linux", "libheaplab_capture"};
   for (const char* r : kRuntime)
     if (strstr(name, r)) return true;
   return false;
 }
 
 struct FindRange {
-  uintptr_t addr;       // find the object containing this address,
+  uintptr_t addr;                  // find the object containing this address,
   const char* needed[kMaxRanges];  // or (second pass) those whose names end in one of these
   int n_needed;
   Range found;
@@ -119,15 +120,15 @@ int find_needed(dl_phdr_info* info, size_t, void* data) {
 }
 
 // ---- the table of large heap blocks ----------------------------------------
-// Keys are the addresses of large heap blocks (0 empty, 1 deleted). Writers hold g_lock with signals blocked (a handler that
-// allocates must not find it held); readers probe without it.
+// Keys are the addresses of large heap blocks (0 empty, 1 deleted). Writers hold g_lock with signals blocked (a handler
+// that allocates must not find it held); readers probe without it.
 constexpr uint64_t kEmpty = 0, kDeleted = 1;
 struct Entry {
   uint64_t key;
   uint64_t bytes;
 };
 struct Table {
-  uint64_t cap;  // power of two
+  uint64_t cap;   // power of two
   uint64_t used;  // live + deleted
   uint64_t live;
   Entry e[1];
@@ -174,49 +175,71 @@ struct Locked {
   }
 };
 
-void table_put(uint64_t key, uint64_t bytes) {
-  Locked lock;
-  Table* t = g_table;
-  if (!t || (t->used + 1) * 2 > t->cap) {
-    uint64_t cap = 1024;
-    while (t && cap < (t->live + 1) * 4) cap *= 2;
-    Table* n = new_table(cap);
-    if (!n) return;  // out of memory: this one goes unmeasured
-    if (t)
-      for (uint64_t i = 0; i < t->cap; ++i)
-        if (t->e[i].key > kDeleted) {
-          Entry* e = probe(n, t->e[i].key, true);
-          e->bytes = t->e[i].bytes;
-          e->key = t->e[i].key;
-          ++n->used;
-          ++n->live;
-        }
-    __atomic_store_n(&g_table, n, __ATOMIC_RELEASE);  // the old table stays mapped
-    t = n;
-  }
+// A seqlock over the table: odd while a writer changes it. Lock-free
+// readers that see it change (or odd) look again under the lock.
+uint64_t g_version = 0;
+
+void table_insert(Table* t, uint64_t key, uint64_t bytes) {
   Entry* e = probe(t, key, true);
   if (!e) return;
-  bool fresh = e->key != key;
+  const uint64_t was = e->key;
   e->bytes = bytes;
-  __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
-  if (fresh) {
-    ++t->used;
-    ++t->live;
-  }
-  __atomic_store_n(&g_large_any, true, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
+  if (was == kEmpty) ++t->used;
+  if (was != key) ++t->live;
 }
 
-// Removes `key`; returns its bytes (0 if absent).
-uint64_t table_take(uint64_t key) {
-  Table* t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
-  if (!t || !probe(t, key, false)) return 0;
+void table_put(uint64_t key, uint64_t bytes) {
   Locked lock;
-  t = g_table;
-  Entry* e = probe(t, key, false);
+  __atomic_fetch_add(&g_version, 1, __ATOMIC_ACQ_REL);  // odd: changing
+  Table* t = g_table;
+  if (!t || (t->used + 1) * 2 > t->cap) {
+    // Grow when half full of live entries; else only the deleted ones go
+    // (rebuilt in place: a retired table stays mapped, as a reader may be in it).
+    uint64_t cap = t ? t->cap : 1024;
+    while (t && cap < (t->live + 1) * 4) cap *= 2;
+    Table* n = new_table(cap);
+    if (n) {
+      if (t)
+        for (uint64_t i = 0; i < t->cap; ++i)
+          if (t->e[i].key > kDeleted) table_insert(n, t->e[i].key, t->e[i].bytes);
+      if (t && cap == t->cap) {  // same size: copy back, drop the scratch table
+        memcpy(t->e, n->e, cap * sizeof(Entry));
+        t->used = n->used;
+        t->live = n->live;
+        syscall(SYS_munmap, n, sizeof(Table) + cap * sizeof(Entry));
+      } else {
+        __atomic_store_n(&g_table, n, __ATOMIC_RELEASE);
+        t = n;
+      }
+    }
+  }
+  if (t && (t->used + 1) < t->cap) {
+    table_insert(t, key, bytes);
+    __atomic_store_n(&g_large_any, true, __ATOMIC_RELAXED);
+  }                                                     // (out of memory: this block goes unmeasured)
+  __atomic_fetch_add(&g_version, 1, __ATOMIC_ACQ_REL);  // even: stable
+}
+
+// Removes `key`; returns its bytes (0 if absent). Most frees are of small
+// blocks: a probe without the lock says so.
+uint64_t table_take(uint64_t key) {
+  const uint64_t v1 = __atomic_load_n(&g_version, __ATOMIC_ACQUIRE);
+  if (!(v1 & 1)) {
+    Table* t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+    const bool found = t && probe(t, key, false);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&g_version, __ATOMIC_RELAXED) == v1 && !found) return 0;
+  }
+  Locked lock;
+  Table* t = g_table;
+  Entry* e = t ? probe(t, key, false) : nullptr;
   if (!e) return 0;
-  uint64_t bytes = e->bytes;
-  __atomic_store_n(&e->key, kDeleted, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&g_version, 1, __ATOMIC_ACQ_REL);
+  const uint64_t bytes = e->bytes;
+  __atomic_store_n(&e->key, kDeleted, __ATOMIC_RELAXED);
   --t->live;
+  __atomic_fetch_add(&g_version, 1, __ATOMIC_ACQ_REL);
   return bytes;
 }
 
@@ -234,7 +257,10 @@ uint64_t maps_find(uint64_t addr) {
   uint64_t a = 0, b = g_maps_n;
   while (a < b) {
     uint64_t m = (a + b) / 2;
-    if (g_maps[m].hi <= addr) a = m + 1; else b = m;
+    if (g_maps[m].hi <= addr)
+      a = m + 1;
+    else
+      b = m;
   }
   return a;
 }
@@ -243,7 +269,8 @@ bool maps_reserve(uint64_t n) {
   if (n <= g_maps_cap) return true;
   uint64_t cap = g_maps_cap ? g_maps_cap * 2 : 256;
   while (cap < n) cap *= 2;
-  long r = syscall(SYS_mmap, nullptr, cap * sizeof(Interval), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  long r =
+      syscall(SYS_mmap, nullptr, cap * sizeof(Interval), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (r < 0 && r > -4096) return false;
   auto* m = reinterpret_cast<Interval*>(r);
   if (g_maps_n) memcpy(m, g_maps, g_maps_n * sizeof(Interval));
@@ -266,7 +293,7 @@ void maps_cut(uint64_t lo, uint64_t hi) {
   }
   if (i < g_maps_n && g_maps[i].lo < lo) g_maps[i++].hi = lo;  // keeps its head
   uint64_t j = i;
-  while (j < g_maps_n && g_maps[j].hi <= hi) ++j;  // wholly inside: gone
+  while (j < g_maps_n && g_maps[j].hi <= hi) ++j;            // wholly inside: gone
   if (j < g_maps_n && g_maps[j].lo < hi) g_maps[j].lo = hi;  // keeps its tail
   if (j > i) {
     memmove(&g_maps[i], &g_maps[j], (g_maps_n - j) * sizeof(Interval));
@@ -332,6 +359,13 @@ uint64_t resident_untimed(const void* p, uint64_t len, bool holes) {
 }
 
 bool ready() { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == 2; }
+
+// brk(2) as libc's: the system call returns the new break (the old one if it could not move).
+int raw_brk(void* addr) {
+  if (uintptr_t(syscall(SYS_brk, addr)) == uintptr_t(addr)) return 0;
+  errno = ENOMEM;
+  return -1;
+}
 
 bool anonymous_private(int flags, int) { return (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE; }
 
@@ -421,22 +455,27 @@ int hook_madvise(void* addr, size_t len, int advice, const void* caller) {
 }
 
 int hook_brk(void* addr, const void* caller) {
-  if (!ready() || !g_mem.brk || !g_mem.sbrk) return int(syscall(SYS_brk, addr)) == 0 ? 0 : -1;
+  if (!ready() || !g_mem.brk || !g_mem.sbrk) return raw_brk(addr);
   if (!g_capturing || not_programs(caller)) return g_mem.brk(addr);
   void* old = g_mem.sbrk(0);
   const uint64_t released = addr < old ? resident(addr, uint64_t(old) - uint64_t(addr), true) : 0;
   int rc = g_mem.brk(addr);
   if (rc == 0 && old != addr) {
     emit(kRawBreak, uint64_t(old), uint64_t(addr), released);
-    if (addr > old) maps_add(uint64_t(old), uint64_t(addr)); else maps_remove(uint64_t(addr), uint64_t(old));
+    if (addr > old)
+      maps_add(uint64_t(old), uint64_t(addr));
+    else
+      maps_remove(uint64_t(addr), uint64_t(old));
   }
   return rc;
 }
 
 void* hook_sbrk(intptr_t incr, const void* caller) {
-  if (!ready() || !g_mem.sbrk) {
-    errno = ENOMEM;
-    return reinterpret_cast<void*>(-1);
+  if (!ready() || !g_mem.sbrk) {  // before start-up: sbrk over the system call
+    const uintptr_t cur = uintptr_t(syscall(SYS_brk, 0));
+    if (incr == 0) return reinterpret_cast<void*>(cur);
+    if (raw_brk(reinterpret_cast<void*>(cur + uintptr_t(incr))) != 0) return reinterpret_cast<void*>(-1);
+    return reinterpret_cast<void*>(cur);
   }
   const bool record = incr != 0 && g_capturing && !not_programs(caller);
   uint64_t released = 0;
@@ -448,7 +487,10 @@ void* hook_sbrk(intptr_t incr, const void* caller) {
   if (record && old != reinterpret_cast<void*>(-1)) {
     const uint64_t now = uint64_t(old) + uint64_t(incr);
     emit(kRawBreak, uint64_t(old), now, released);
-    if (incr > 0) maps_add(uint64_t(old), now); else maps_remove(now, uint64_t(old));
+    if (incr > 0)
+      maps_add(uint64_t(old), now);
+    else
+      maps_remove(now, uint64_t(old));
   }
   return old;
 }
@@ -457,7 +499,10 @@ void large_made(const void* p, uint64_t bytes) {
   if (p && bytes >= kResidentMinBytes && g_capturing) table_put(uint64_t(p), bytes);
 }
 
+void memory_after_fork() { __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE); }
+
 void large_released_slow(const void* p) {
+  if (!g_capturing) return;
   const uint64_t bytes = table_take(uint64_t(p));
   if (!bytes) return;
   emit(kRawResident, uint64_t(p), resident(p, bytes, false), bytes);

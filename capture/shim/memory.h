@@ -53,6 +53,8 @@ inline void large_released(const void* p) {
 
 // At exit: resident pages of every large block and mapping still live.
 void memory_exit_scan();
+// In a fork child: the lock may have been held by a thread that is gone.
+void memory_after_fork();
 
 // Resident pages of [p, p+len) (rounded out to pages); raw::kUnknownPages if
 // mincore failed for some of it.

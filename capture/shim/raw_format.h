@@ -62,22 +62,22 @@ enum RawOp : uint8_t {
   // The program's own anonymous memory (calls made outside the allocator;
   // trace format 1.1, FORMAT.md section 15). Resident page counts come from
   // mincore(2) just before the memory is released; kUnknownPages if it failed.
-  kRawMmap = 43,          // after mmap: a = result, b = length, c = flags | resident pages of the range
-                          //   before the call << 32 (MAP_FIXED over memory already mapped)
-  kRawMunmap = 44,        // before munmap: a = address, b = length, c = resident pages
-  kRawMremapBegin = 45,   // before mremap: a = old address, b = old length, c = resident pages
-  kRawMremap = 46,        // after mremap: a = result (0 = failed), b = new length, c = old address
-  kRawMadvise = 47,       // before madvise(MADV_DONTNEED or MADV_FREE): a = address, b = length,
-                          //   c = advice | resident pages << 8
-  kRawBreak = 48,         // after brk/sbrk moved the break: a = old break, b = new break, c = resident
-                          //   pages of what a lower break released
-  kRawResident = 49,      // resident pages of memory about to be released, or live at exit:
-                          //   a = address (a heap block's, or inside a mapping), b = resident
-                          //   pages, c = bytes measured from a
-  kRawOverhead = 50,      // a = clock ticks this thread has spent so far on capture work the
-                          //   shim timed (block appends, mincore, its own tables)
-  kRawLatency = 51,       // right after a call the shim timed inside the allocator (one in
-                          //   HEAPLAB_CAPTURE_LATENCY calls): a = its duration in clock ticks
+  kRawMmap = 43,         // after mmap: a = result, b = length, c = flags | resident pages of the range
+                         //   before the call << 32 (MAP_FIXED over memory already mapped)
+  kRawMunmap = 44,       // before munmap: a = address, b = length, c = resident pages
+  kRawMremapBegin = 45,  // before mremap: a = old address, b = old length, c = resident pages
+  kRawMremap = 46,       // after mremap: a = result (0 = failed), b = new length, c = old address
+  kRawMadvise = 47,      // before madvise(MADV_DONTNEED or MADV_FREE): a = address, b = length,
+                         //   c = advice | resident pages << 8
+  kRawBreak = 48,        // after brk/sbrk moved the break: a = old break, b = new break, c = resident
+                         //   pages of what a lower break released
+  kRawResident = 49,     // resident pages of memory about to be released, or live at exit:
+                         //   a = address (a heap block's, or inside a mapping), b = resident
+                         //   pages, c = bytes measured from a
+  kRawOverhead = 50,     // a = clock ticks this thread has spent so far on capture work the
+                         //   shim timed (block appends, mincore)
+  kRawLatency = 51,      // right after a call the shim timed inside the allocator (one in
+                         //   HEAPLAB_CAPTURE_LATENCY calls): a = its duration in clock ticks
 };
 
 inline constexpr uint64_t kUnknownPages = 0xffffffffu;

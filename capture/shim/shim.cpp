@@ -160,6 +160,7 @@ bool cpu_has_invariant_tsc() {
 }
 
 void after_fork_child() {
+  memory_after_fork();
   if (!g_dir) return;
   if (g_ptwrite) {
     // perf traces the child too (inherit): a followed child marks itself and

@@ -94,9 +94,10 @@ inline uint64_t timer_end() {
   return mono_ns();
 }
 
-// Clock ticks this thread spent on capture work the shim timed (emit_slow,
-// mincore, its tables): recorded as kRawOverhead so that the normaliser can
-// take it off the thread's timeline.
+// Clock ticks this thread spent on capture work the shim timed (emit_slow's
+// block appends, mincore): recorded as kRawOverhead so that the normaliser
+// can take it off the thread's timeline. (The table of large blocks is not
+// timed: a lock and two sigprocmask calls per large block.)
 extern __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
 void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c);
 // Adds the ticks since `t0` (a stamp()) to t_overhead and records the total.

@@ -26,6 +26,8 @@ using namespace heaplab::raw;
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
 uint32_t g_latency_every = 0;
+// The fast path's measured cost, once per process; a followed fork child's file gets it too.
+uint64_t g_event_cost_x1024 = 0, g_timer_overhead = 0;
 __thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
 bool g_capturing = false;
@@ -280,6 +282,8 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
 }
 
 void sink_set_event_cost(uint64_t ticks_x1024, uint64_t timer_overhead) {
+  g_event_cost_x1024 = ticks_x1024;
+  g_timer_overhead = timer_overhead;
   if (!g_header) return;
   g_header->event_cost_x1024 = ticks_x1024;
   g_header->timer_overhead = timer_overhead;
@@ -362,6 +366,8 @@ bool sink_open(const SinkConfig& cfg) {
   fh.start_ticks = stamp();
   fh.start_mono_ns = mono_ns();
   fh.start_real_ns = real_ns();
+  fh.event_cost_x1024 = g_event_cost_x1024;  // a fork child's: measured in the parent
+  fh.timer_overhead = g_timer_overhead;
   memcpy(fh.magic, kFileMagic, sizeof fh.magic);  // last: the file is now valid
   __atomic_thread_fence(__ATOMIC_RELEASE);
   t_sink = ThreadSink{};
@@ -370,9 +376,12 @@ bool sink_open(const SinkConfig& cfg) {
 }
 
 void sink_after_fork(bool follow, const char* dir) {
-  // The child must never write into the parent's mapping.
+  // The child must never write into the parent's mapping; its timeline
+  // starts without the parent's costs.
   g_capturing = false;
   t_sink = ThreadSink{};
+  t_overhead = 0;
+  t_latency_left = 0;
   for (uint64_t s = 0; s < kMaxSegments; ++s) {
     if (!g_segments[s]) continue;
     if (g_segments[s] != reinterpret_cast<char*>(1)) munmap(g_segments[s], kSegmentBytes);
