@@ -88,6 +88,17 @@ uint8_t* pack_width(unsigned w, uint8_t* out, const uint64_t* v, uint32_t n) {
 
 unsigned width_of(uint64_t max) { return max == 0 ? 0 : (64 - static_cast<unsigned>(__builtin_clzll(max)) + 7) / 8; }
 
+// The 32-byte file header.
+std::string file_header(uint16_t minor, bool timestamps) {
+  std::string hdr(kFileMagic, sizeof kFileMagic);
+  put_u16(hdr, kFormatMajor);
+  put_u16(hdr, minor);
+  put_u32(hdr, timestamps ? uint32_t{kFileHasTime} : uint32_t{0});
+  put_u64(hdr, 0);
+  put_u64(hdr, plain_checksum(hdr.data(), hdr.size()));
+  return hdr;
+}
+
 }  // namespace
 
 struct TraceWriter::Impl {
@@ -310,12 +321,7 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options) : impl_
     m.cctx = ZSTD_createCCtx();
     if (!m.cctx) throw TraceError(path + ": cannot create a zstd context");
   }
-  std::string hdr(kFileMagic, sizeof kFileMagic);
-  put_u16(hdr, kFormatMajor);
-  put_u16(hdr, kFormatMinorPlain);
-  put_u32(hdr, m.opt.timestamps ? uint32_t{kFileHasTime} : uint32_t{0});
-  put_u64(hdr, 0);
-  put_u64(hdr, plain_checksum(hdr.data(), hdr.size()));
+  const std::string hdr = file_header(kFormatMinorPlain, m.opt.timestamps);
   m.write_all(hdr.data(), hdr.size());
   m.write_block(kBlockMeta, m.opt.metadata_json);
 }
@@ -404,12 +410,7 @@ void TraceWriter::close() {
       throw TraceError(m.path + ": more than 2^32 memory records for one block");
     m.write_block(kBlockMemory, encode_memory_events(m.memory));
     // The header now says 1.1.
-    std::string hdr(kFileMagic, sizeof kFileMagic);
-    put_u16(hdr, kFormatMajor);
-    put_u16(hdr, kFormatMinor);
-    put_u32(hdr, m.opt.timestamps ? uint32_t{kFileHasTime} : uint32_t{0});
-    put_u64(hdr, 0);
-    put_u64(hdr, plain_checksum(hdr.data(), hdr.size()));
+    const std::string hdr = file_header(kFormatMinor, m.opt.timestamps);
     if (::pwrite(m.fd, hdr.data(), hdr.size(), 0) != ssize_t(hdr.size())) m.io_fail("write failed");
   }
   put_u32(payload, static_cast<uint32_t>(m.infos.size()));

@@ -412,6 +412,7 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     note(rep.unfinished_reallocs, "unfinished reallocs");
     note(rep.blocks_missing, "blocks claimed but never written");
     note(rep.bad_records, "unreadable records");
+    note(rep.latency_samples_dropped, "timed calls beyond the 16 Mi kept (use a larger --latency N)");
     if (!notes.empty()) line("  " + notes);
     if (rep.memory_calls)
       line(fmt::format("  {} calls of the program's own memory ({} mappings, peak {:.1f} MiB mapped)",

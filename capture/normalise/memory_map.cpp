@@ -97,7 +97,9 @@ void MemoryMap::map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool 
   new_region(at, addr, len);
 }
 
-void MemoryMap::unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages) {
+// munmap and madvise: one event per mapping piece the range touches, each
+// behind a touch of the pages it had resident.
+void MemoryMap::release(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages, MemOp op) {
   ++counts_.calls;
   bool any = false;
   std::vector<MemoryEvent> out;
@@ -107,7 +109,7 @@ void MemoryMap::unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uin
     touch(p.region, lo - p.base, hi - lo, share);
     MemoryEvent e;
     e.pages = share;
-    e.op = MemOp::unmap;
+    e.op = op;
     e.after = at.after;
     e.thread = at.thread;
     e.time = at.time;
@@ -118,11 +120,24 @@ void MemoryMap::unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uin
   });
   if (!any) ++counts_.unknown_releases;
   for (MemoryEvent& e : out) regions_[e.region].last = push(e, uint64_t(events_.size()) << 1);
-  cut(addr, addr + len);
+  if (op == MemOp::unmap) cut(addr, addr + len);
+}
+
+void MemoryMap::unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages) {
+  release(at, addr, len, pages, MemOp::unmap);
 }
 
 void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, uint64_t pages, uint64_t result,
-                      uint64_t new_len) {
+                      uint64_t new_len, unsigned flags) {
+  constexpr unsigned kFixed = 2, kDontUnmap = 4;  // MREMAP_FIXED, MREMAP_DONTUNMAP
+  if (flags & kDontUnmap) {
+    // The pages move to a new mapping; the old one stays, empty.
+    map(at, result, new_len, true);
+    --counts_.calls;
+    touch(pieces_[result].region, 0, new_len, pages);
+    advise(at, old, old_len, false, pages);
+    return;
+  }
   ++counts_.calls;
   auto it = pieces_.upper_bound(old);
   if (it == pieces_.begin() || std::prev(it)->second.end <= old) {
@@ -145,34 +160,18 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
   e.new_region = regions_.size();
   e.new_length = new_len;
   regions_[p.region].last = push(e, uint64_t(events_.size()) << 1);
-  // The new region: its own id, mapped by the remap itself (no map event).
+  // The new region: its own id, mapped by the remap itself (no map event),
+  // over whatever was there (MREMAP_FIXED unmaps its target).
   regions_.push_back(Region{regions_[p.region].last});
+  (void)kFixed;
+  cut(result, result + new_len);
   pieces_[result] = Piece{result + new_len, e.new_region, result};
   mapped_ += new_len;
   ++counts_.regions;
 }
 
 void MemoryMap::advise(const MemoryPosition& at, uint64_t addr, uint64_t len, bool lazy, uint64_t pages) {
-  ++counts_.calls;
-  bool any = false;
-  std::vector<MemoryEvent> out;
-  overlapping(addr, addr + len, [&](uint64_t, const Piece& p, uint64_t lo, uint64_t hi) {
-    any = true;
-    const uint64_t share = share_of(pages, lo, hi);
-    touch(p.region, lo - p.base, hi - lo, share);
-    MemoryEvent e;
-    e.pages = share;
-    e.op = lazy ? MemOp::lazy_free : MemOp::dontneed;
-    e.after = at.after;
-    e.thread = at.thread;
-    e.time = at.time;
-    e.region = p.region;
-    e.offset = lo - p.base;
-    e.length = hi - lo;
-    out.push_back(e);
-  });
-  if (!any) ++counts_.unknown_releases;
-  for (MemoryEvent& e : out) regions_[e.region].last = push(e, uint64_t(events_.size()) << 1);
+  release(at, addr, len, pages, lazy ? MemOp::lazy_free : MemOp::dontneed);
 }
 
 void MemoryMap::brk(const MemoryPosition& at, uint64_t old, uint64_t now, uint64_t pages) {
@@ -206,6 +205,13 @@ void MemoryMap::object(uint64_t id, uint64_t len, uint64_t pages) {
 }
 
 void MemoryMap::latency(uint64_t seq, uint32_t thread, uint64_t ns) {
+  // Held until the trace is closed: a bound on memory (1.2 GB of records);
+  // the rest are counted, not kept.
+  constexpr uint64_t kMaxLatencies = uint64_t{16} << 20;
+  if (counts_.latencies >= kMaxLatencies) {
+    ++counts_.latencies_dropped;
+    return;
+  }
   ++counts_.latencies;
   MemoryEvent e;
   e.op = MemOp::latency;

@@ -20,11 +20,12 @@ struct MemoryPosition {
 };
 
 struct MemoryCounts {
-  uint64_t calls = 0;             // mapping calls recorded
-  uint64_t regions = 0;           // regions mapped
-  uint64_t unknown_releases = 0;  // unmaps/advice on memory the program did not map while captured
-  uint64_t measured = 0;          // resident-page counts taken
-  uint64_t latencies = 0;         // calls timed in the program
+  uint64_t calls = 0;              // mapping calls recorded
+  uint64_t regions = 0;            // regions mapped
+  uint64_t unknown_releases = 0;   // unmaps/advice on memory the program did not map while captured
+  uint64_t measured = 0;           // resident-page counts taken
+  uint64_t latencies = 0;          // calls timed in the program
+  uint64_t latencies_dropped = 0;  // beyond the 16 Mi kept
 };
 
 class MemoryMap {
@@ -32,8 +33,9 @@ class MemoryMap {
   // `fixed`: MAP_FIXED, replacing what was mapped there (`pages` of it resident).
   void map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed, uint64_t pages = trace::kUnknownPages);
   void unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages);
+  // `flags`: mremap's (MREMAP_DONTUNMAP leaves the old mapping, emptied).
   void remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, uint64_t pages, uint64_t result,
-             uint64_t new_len);
+             uint64_t new_len, unsigned flags = 0);
   void advise(const MemoryPosition& at, uint64_t addr, uint64_t len, bool lazy, uint64_t pages);
   // The break moved from `old` to `now` (`pages` resident in what a lower break released).
   void brk(const MemoryPosition& at, uint64_t old, uint64_t now, uint64_t pages);
@@ -63,6 +65,7 @@ class MemoryMap {
   template <typename Fn>
   void overlapping(uint64_t lo, uint64_t hi, Fn fn);
   void cut(uint64_t lo, uint64_t hi);  // removes [lo, hi) from the pieces
+  void release(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages, trace::MemOp op);
   void touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages);
   static uint64_t share_of(uint64_t& pages, uint64_t lo, uint64_t hi);
   size_t push(const trace::MemoryEvent& e, uint64_t order);

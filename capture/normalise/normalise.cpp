@@ -409,14 +409,15 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
     case kRawMremapBegin:
       st.remaps.push_back(Stream::Remap{r.a, r.b, r.c});
       break;
-    case kRawMremap: {
+    case kRawMremap: {  // c = old address | mremap's flags (the address is page-aligned)
+      const uint64_t old = r.c & ~uint64_t{0xfff};
       uint64_t pages = trace::kUnknownPages, old_len = 0;
-      if (!st.remaps.empty() && st.remaps.back().old == r.c) {
+      if (!st.remaps.empty() && st.remaps.back().old == old) {
         pages = st.remaps.back().pages;
         old_len = st.remaps.back().old_len;
         st.remaps.pop_back();
       }
-      if (r.a != 0 && old_len != 0) memory_.remap(at, r.c, old_len, pages, r.a, r.b);
+      if (r.a != 0 && old_len != 0) memory_.remap(at, old, old_len, pages, r.a, r.b, unsigned(r.c & 0xfff));
       break;
     }
     case kRawMadvise:
@@ -578,6 +579,7 @@ NormaliseReport Normaliser::run() {
   rep_.unknown_memory_releases = memory_.counts().unknown_releases;
   rep_.resident_counts = memory_.counts().measured;
   rep_.latency_samples = memory_.counts().latencies;
+  rep_.latency_samples_dropped = memory_.counts().latencies_dropped;
   if (opt_.capture_metadata.contains("anon_rss_peak_kib")) {
     const uint64_t kib = opt_.capture_metadata["anon_rss_peak_kib"].get<uint64_t>();
     if (kib > 0) rep_.coverage = double(rep_.explained_peak) / (double(kib) * 1024.0);
@@ -622,6 +624,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
                       {"unknown_memory_releases", r.unknown_memory_releases},
                       {"resident_counts", r.resident_counts},
                       {"latency_samples", r.latency_samples},
+                      {"latency_samples_dropped", r.latency_samples_dropped},
                       {"heap_live_peak_bytes", r.heap_peak},
                       {"mapped_peak_bytes", r.mapped_peak},
                       {"explained_peak_bytes", r.explained_peak},

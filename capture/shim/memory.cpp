@@ -436,9 +436,9 @@ void* hook_mremap(void* old, size_t old_len, size_t new_len, int flags, void* ne
   }
   void* p = g_mem.mremap(old, old_len, new_len, flags, new_addr);
   if (record) {
-    emit(kRawMremap, p == MAP_FAILED ? 0 : uint64_t(p), new_len, uint64_t(old));
+    emit(kRawMremap, p == MAP_FAILED ? 0 : uint64_t(p), new_len, uint64_t(old) | (unsigned(flags) & 0xfff));
     if (p != MAP_FAILED) {
-      maps_remove(uint64_t(old), uint64_t(old) + old_len);
+      if (!(flags & MREMAP_DONTUNMAP)) maps_remove(uint64_t(old), uint64_t(old) + old_len);
       maps_add(uint64_t(p), uint64_t(p) + new_len);
     }
   }
