@@ -258,7 +258,7 @@ nlohmann::json stats_to_json(const TraceStats& s) {
     j["coverage"] = {{"program_anon_peak_kib", s.program_anon_peak_kib},
                      {"explained_peak_bytes", s.explained_peak_bytes},
                      {"share", s.coverage},
-                     {"warning", s.coverage < common::kCoverageWarning}};
+                     {"warning", common::coverage_warns(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib)}};
   return j;
 }
 

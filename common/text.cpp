@@ -15,6 +15,12 @@ std::string group_digits(uint64_t v) {
   return s;
 }
 
+bool coverage_warns(double coverage, uint64_t explained_bytes, uint64_t program_kib) {
+  const uint64_t program = program_kib * 1024;
+  return coverage >= 0 && coverage < kCoverageWarning && program > explained_bytes &&
+         program - explained_bytes > kCoverageSlackBytes;
+}
+
 std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t program_kib) {
   char buf[512];
   const double mib = double(explained_bytes) / 1048576.0, prog = double(program_kib) / 1024.0;
@@ -23,7 +29,7 @@ std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t pr
                   "the trace's peak (%.1f MiB requested or mapped) is above the program's sampled peak anonymous "
                   "memory (%.1f MiB): it requests memory it never touches, or ran too briefly to be sampled",
                   mib, prog);
-  else if (coverage >= kCoverageWarning)
+  else if (!coverage_warns(coverage, explained_bytes, program_kib))
     std::snprintf(buf, sizeof buf,
                   "the trace explains %.0f%% of the program's peak anonymous memory (%.1f of %.1f MiB)", 100 * coverage,
                   mib, prog);
@@ -31,7 +37,8 @@ std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t pr
     std::snprintf(buf, sizeof buf,
                   "warning: the trace explains only %.0f%% of the program's peak anonymous memory (%.1f of %.1f MiB): "
                   "the rest came from calls heaplab does not see (stacks, static data, shared memory, memory mapped "
-                  "before capture started or by direct system calls), and replays will not show it",
+                  "before capture started or by direct system calls) or is the allocator's own, and replays of "
+                  "other allocators will not show it",
                   100 * coverage, mib, prog);
   return buf;
 }

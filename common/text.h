@@ -9,12 +9,17 @@ namespace heaplab::common {
 // 1234567 -> "1,234,567".
 std::string group_digits(uint64_t v);
 
-// Below this share of the program's peak anonymous memory, a trace does not
-// explain the program's memory, and capture, stats and replay say so.
+// Below this share of the program's peak anonymous memory, and with more
+// than kCoverageSlackBytes unexplained, a trace does not explain the
+// program's memory, and capture, stats and replay say so. (A small program's
+// stacks, libraries' data and its allocator's own metadata are a few MiB the
+// replay has too: no warning for those.)
 inline constexpr double kCoverageWarning = 0.8;
+inline constexpr uint64_t kCoverageSlackBytes = uint64_t{16} << 20;
+bool coverage_warns(double coverage, uint64_t explained_bytes, uint64_t program_kib);
 
 // "the trace explains 97% of the program's peak anonymous memory (245.1 of
-// 251.2 MiB)", or a warning below kCoverageWarning.
+// 251.2 MiB)", or a warning (coverage_warns).
 std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t program_kib);
 
 }  // namespace heaplab::common

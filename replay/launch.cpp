@@ -205,7 +205,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     trace_j["coverage"] = {{"share", share},
                            {"program_anon_peak_kib", c.value("anon_rss_peak_kib", uint64_t{0})},
                            {"explained_peak_bytes", c.value("explained_peak_bytes", uint64_t{0})}};
-    if (share < common::kCoverageWarning)
+    if (common::coverage_warns(share, c.value("explained_peak_bytes", uint64_t{0}),
+                               c.value("anon_rss_peak_kib", uint64_t{0})))
       coverage_warning = common::coverage_text(share, c.value("explained_peak_bytes", uint64_t{0}),
                                                c.value("anon_rss_peak_kib", uint64_t{0}))
                              .substr(std::string_view("warning: ").size());

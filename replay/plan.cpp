@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "capture/format/flat_map.h"
@@ -258,6 +259,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   std::vector<uint64_t> region_id(1, 0);  // trace region -> replay id (0: unknown)
   uint128 mapped = 0;
   size_t next_call = 0;
+  std::map<uint64_t, std::map<uint64_t, uint64_t>> unmapped;  // trace region -> unmapped [offset, end)
   auto region = [&](uint64_t rgn) { return rgn < region_id.size() ? region_id[rgn] : 0; };
   auto memory_until = [&](uint64_t seq) {
     using trace::MemOp;
@@ -281,6 +283,17 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           ++s.unknown_regions;
           continue;
         }
+        // A call on bytes its region no longer maps would write, advise or
+        // unmap whatever the replay's allocator put there since.
+        auto& gone = unmapped[m.region];
+        const uint64_t lo = m.offset, hi = m.offset + m.length;
+        auto after_lo = gone.upper_bound(lo);
+        if ((after_lo != gone.end() && after_lo->first < hi) ||
+            (after_lo != gone.begin() && std::prev(after_lo)->second > lo))
+          throw PlanError("inconsistent trace: memory call " + std::to_string(next_call) + " (" +
+                          std::string(trace::mem_op_name(m.op)) + ") on bytes " + std::to_string(lo) + ".." +
+                          std::to_string(hi) + " of region " + std::to_string(m.region) + ", already unmapped");
+        if (m.op == MemOp::unmap || m.op == MemOp::remap) gone[lo] = hi;
         st.old = old;
         st.arg = m.offset;
         st.size = m.length;

@@ -589,6 +589,29 @@ TEST_F(ReplayTest, RegionCallsAcrossThreadsRunInOrder) {
   }
 }
 
+// A memory call on bytes the trace already unmapped would write or unmap
+// whatever the allocator put there since: refused in one line, exit 2.
+TEST_F(ReplayTest, MemoryCallOnUnmappedBytesIsRefused) {
+  const std::string path = (dir() / "touch_after_unmap.hlt").string();
+  {
+    heaplab::trace::TraceWriter w(path, heaplab::trace::WriterOptions{});
+    std::vector<Event> ev = {malloc_ev(16), free_ev(1)};
+    for (Event& e : ev) w.append(e);
+    using heaplab::trace::MemOp;
+    using heaplab::trace::MemoryEvent;
+    MemoryEvent map{MemOp::map, 0, 0, 0, 1, 0, 1 << 20, 0, 0, 0};
+    MemoryEvent unmap{MemOp::unmap, 0, 1, 0, 1, 0, 1 << 19, 0, 0, 0};
+    MemoryEvent touch{MemOp::touch, 0, 2, 0, 1, 4096, 8192, 2, 0, 0};
+    w.set_memory_events({map, unmap, touch});
+    w.close();
+  }
+  const Outcome r = run({kHeaplab, "replay", path, "-q"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "heaplab: error: replay: " + path +
+                       ": inconsistent trace: memory call 2 (touch) on bytes 4096..12288 of region 1, already "
+                       "unmapped\n");
+}
+
 // A trace written before format 1.1 (no memory block) replays as before,
 // --touch recorded touching every page as --touch pages did.
 TEST_F(ReplayTest, OldTracesStillReplay) {
