@@ -293,19 +293,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           throw PlanError("inconsistent trace: memory call " + std::to_string(next_call) + " (" +
                           std::string(trace::mem_op_name(m.op)) + ") on bytes " + std::to_string(lo) + ".." +
                           std::to_string(hi) + " of region " + std::to_string(m.region) + ", already unmapped");
-        if (m.op == MemOp::unmap || m.op == MemOp::remap) gone[lo] = hi;
         st.old = old;
         st.arg = m.offset;
         st.size = m.length;
-        // Every call on a region takes its current id and gives it a new one
-        // (the same base): calls on one region then run in trace order even
-        // from different threads (a touch never races the munmap after it).
-        if (m.op != MemOp::remap) {
-          if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
-          const uint64_t next = ++s.max_id;
-          region_id[m.region] = next;
-          st.head = next << 16;
-        }
         switch (m.op) {
           case MemOp::unmap:
             op = kStepUnmap;
@@ -340,6 +330,18 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
             break;
           default:
             continue;
+        }
+        if (m.op == MemOp::unmap || m.op == MemOp::remap) gone[lo] = hi;
+        // Every other call on a region takes its current id and gives it a
+        // new one (the same base): they run in trace order even from
+        // different threads (a touch never races the munmap after it). A
+        // remap takes it too; the rest of the old region, disjoint from the
+        // remapped bytes, keeps the id it had.
+        if (m.op != MemOp::remap) {
+          if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
+          const uint64_t next = ++s.max_id;
+          region_id[m.region] = next;
+          st.head = next << 16;
         }
         st.head |= op;
       }

@@ -132,7 +132,13 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
   constexpr unsigned kFixed = 2, kDontUnmap = 4;  // MREMAP_FIXED, MREMAP_DONTUNMAP
   if (flags & kDontUnmap) {
     // The pages move to a new mapping; the old one stays, empty.
-    map(at, result, new_len, true);
+    auto it = pieces_.upper_bound(old);
+    if (it == pieces_.begin() || std::prev(it)->second.end <= old) {  // not the program's mapping
+      ++counts_.calls;
+      ++counts_.unknown_releases;
+      return;
+    }
+    map(at, result, new_len, flags & kFixed);
     --counts_.calls;
     touch(pieces_[result].region, 0, new_len, pages);
     advise(at, old, old_len, false, pages);
@@ -163,7 +169,11 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
   // The new region: its own id, mapped by the remap itself (no map event),
   // over whatever was there (MREMAP_FIXED unmaps its target).
   regions_.push_back(Region{regions_[p.region].last});
-  (void)kFixed;
+  // MREMAP_FIXED unmapped whatever was at its target first: said as an unmap.
+  if (flags & kFixed) {
+    release(at, result, new_len, trace::kUnknownPages, MemOp::unmap);
+    --counts_.calls;
+  }
   cut(result, result + new_len);
   pieces_[result] = Piece{result + new_len, e.new_region, result};
   mapped_ += new_len;

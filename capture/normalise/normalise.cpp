@@ -412,7 +412,7 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
     case kRawMremap: {  // c = old address | mremap's flags (the address is page-aligned)
       const uint64_t old = r.c & ~uint64_t{0xfff};
       uint64_t pages = trace::kUnknownPages, old_len = 0;
-      if (!st.remaps.empty() && st.remaps.back().old == old) {
+      if (!st.remaps.empty() && (st.remaps.back().old == old || r.a == 0)) {  // (a failed one's is popped too)
         pages = st.remaps.back().pages;
         old_len = st.remaps.back().old_len;
         st.remaps.pop_back();

@@ -516,6 +516,42 @@ TEST(Normalise, ProgramsOwnMemoryBecomesRegions) {
                                     }));
 }
 
+// mremap's flags: MREMAP_FIXED unmaps its target first; MREMAP_DONTUNMAP
+// moves the pages to a new mapping and leaves the old one, emptied; one of a
+// mapping that is not the program's is counted and dropped.
+TEST(Normalise, MremapFixedAndDontUnmap) {
+  TempDir dir;
+  Capture c;
+  using namespace heaplab::raw;
+  c.thread(0, {
+                  rec(Op::malloc, 1005, 0x1000, 16),
+                  rec(kRawMmap, 1010, 0x100000, 0x20000, 0x22),                // r1
+                  rec(kRawMmap, 1020, 0x300000, 0x20000, 0x22),                // r2
+                  rec(kRawMremapBegin, 1030, 0x100000, 0x10000, 3),            // r1's first 64 KiB,
+                  rec(kRawMremap, 1031, 0x300000, 0x10000, 0x100000 | 1 | 2),  // onto r2's: r3
+                  rec(kRawMremapBegin, 1040, 0x110000, 0x10000, 5),            // r1's rest,
+                  rec(kRawMremap, 1041, 0x700000, 0x10000, 0x110000 | 1 | 4),  // DONTUNMAP: r4
+                  rec(kRawMremapBegin, 1050, 0x900000, 0x1000, 1),             // not the program's
+                  rec(kRawMremap, 1051, 0xa00000, 0x1000, 0x900000 | 1 | 4),
+                  rec(Op::free, 1060, 0x1000),
+              });
+  Result r = run(c, dir);
+  EXPECT_EQ(r.rep.memory_calls, 5u);
+  EXPECT_EQ(r.rep.regions, 4u);
+  EXPECT_EQ(r.rep.unknown_memory_releases, 1u);
+  EXPECT_EQ(memory_text(*r.reader), (std::vector<std::string>{
+                                        "mmap after 2 t0 r1 +0 131072 p0",
+                                        "touch after 2 t0 r1 +0 65536 p3",
+                                        "mmap after 2 t0 r2 +0 131072 p0",
+                                        "mremap after 2 t0 r1 +0 65536 p3 -> r3 65536",
+                                        "touch after 2 t0 r1 +65536 65536 p5",  // behind r1's previous call
+                                        "munmap after 2 t0 r2 +0 65536 p?",
+                                        "mmap after 2 t0 r4 +0 65536 p0",
+                                        "touch after 2 t0 r4 +0 65536 p5",
+                                        "madvise_dontneed after 2 t0 r1 +65536 65536 p5",
+                                    }));
+}
+
 // Raw op 42 (kRawLost, written by the Intel PT decoders): `a` events were
 // lost here; a `lost` event with that count, among the thread's events.
 TEST(Normalise, LostRecordsBecomeLostEvents) {

@@ -192,6 +192,7 @@ void table_insert(Table* t, uint64_t key, uint64_t bytes) {
 void table_put(uint64_t key, uint64_t bytes) {
   Locked lock;
   __atomic_fetch_add(&g_version, 1, __ATOMIC_ACQ_REL);  // odd: changing
+  __atomic_thread_fence(__ATOMIC_RELEASE);              // (before the stores below, on any CPU)
   Table* t = g_table;
   if (!t || (t->used + 1) * 2 > t->cap) {
     // Grow when half full of live entries; else only the deleted ones go
@@ -236,6 +237,7 @@ uint64_t table_take(uint64_t key) {
   Entry* e = t ? probe(t, key, false) : nullptr;
   if (!e) return 0;
   __atomic_fetch_add(&g_version, 1, __ATOMIC_ACQ_REL);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
   const uint64_t bytes = e->bytes;
   __atomic_store_n(&e->key, kDeleted, __ATOMIC_RELAXED);
   --t->live;
@@ -362,7 +364,7 @@ bool ready() { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == 2; }
 
 // brk(2) as libc's: the system call returns the new break (the old one if it could not move).
 int raw_brk(void* addr) {
-  if (uintptr_t(syscall(SYS_brk, addr)) == uintptr_t(addr)) return 0;
+  if (uintptr_t(syscall(SYS_brk, addr)) >= uintptr_t(addr)) return 0;
   errno = ENOMEM;
   return -1;
 }
@@ -471,11 +473,11 @@ int hook_brk(void* addr, const void* caller) {
 }
 
 void* hook_sbrk(intptr_t incr, const void* caller) {
-  if (!ready() || !g_mem.sbrk) {  // before start-up: sbrk over the system call
-    const uintptr_t cur = uintptr_t(syscall(SYS_brk, 0));
-    if (incr == 0) return reinterpret_cast<void*>(cur);
-    if (raw_brk(reinterpret_cast<void*>(cur + uintptr_t(incr))) != 0) return reinterpret_cast<void*>(-1);
-    return reinterpret_cast<void*>(cur);
+  if (!ready() || !g_mem.sbrk) {  // before start-up: the break can be read, not moved
+    // (moving it behind libc's back would leave libc's cached break stale)
+    if (incr == 0) return reinterpret_cast<void*>(syscall(SYS_brk, 0));
+    errno = ENOMEM;
+    return reinterpret_cast<void*>(-1);
   }
   const bool record = incr != 0 && g_capturing && !not_programs(caller);
   uint64_t released = 0;
@@ -499,7 +501,12 @@ void large_made(const void* p, uint64_t bytes) {
   if (p && bytes >= kResidentMinBytes && g_capturing) table_put(uint64_t(p), bytes);
 }
 
-void memory_after_fork() { __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE); }
+void memory_after_fork() {
+  // A thread that held the lock (or was changing the table) is gone: the
+  // table may be half rebuilt, but the child's readers must not see it odd forever.
+  __atomic_store_n(&g_version, (g_version + 1) & ~uint64_t{1}, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE);
+}
 
 void large_released_slow(const void* p) {
   if (!g_capturing) return;
