@@ -119,6 +119,37 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
+// The last plan built in this process, kept for the next replay of the same
+// trace with the same plan options (`--allocator all`, `--load both`, an
+// experiment's repetitions): built once, not once per allocator. One entry:
+// a new trace replaces it. The replayers map it read-only.
+struct PlanCache {
+  std::string key, trace_id;
+  int fd = -1;
+  PlanSummary summary;
+  void keep(const std::string& k, int plan_fd, const PlanSummary& s, std::string id) {
+    if (fd >= 0) close(fd);
+    fd = k.empty() ? -1 : fcntl(plan_fd, F_DUPFD_CLOEXEC, 0);
+    key = fd >= 0 ? k : "";
+    summary = s;
+    trace_id = std::move(id);
+  }
+};
+
+PlanCache& plan_cache() {
+  static PlanCache c;
+  return c;
+}
+
+// The trace file as it is now (device, inode, size, modification time) and
+// the plan options; "" if it cannot be read.
+std::string plan_key(const std::string& trace, const PlanOptions& o) {
+  struct stat st {};
+  if (stat(trace.c_str(), &st) != 0) return "";
+  return fmt::format("{}:{}:{}:{}.{}:{}:{}:{}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                     o.threads, o.times, o.live);
+}
+
 }  // namespace
 
 std::string file_id(const std::string& path) {
@@ -163,18 +194,30 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   PlanSummary plan;
   int plan_fd = -1;
   const auto plan_start = std::chrono::steady_clock::now();
-  try {
-    plan_fd = build_plan(
-        *reader, PlanOptions{opt.settings.threads, opt.settings.timing == Timing::recorded, opt.settings.memory}, plan);
-  } catch (const trace::TraceError& e) {
-    throw ReplayError(e.what());
-  } catch (const PlanError& e) {
-    throw ReplayError(opt.trace + ": " + e.what());
+  const PlanOptions popt{opt.settings.threads, opt.settings.timing == Timing::recorded, opt.settings.memory};
+  const std::string key = plan_key(opt.trace, popt);
+  bool reused = false;
+  if (PlanCache& c = plan_cache(); !key.empty() && c.key == key) {
+    plan_fd = fcntl(c.fd, F_DUPFD_CLOEXEC, 0);
+    if (plan_fd >= 0) {
+      plan = c.summary;
+      reused = true;
+    }
+  }
+  if (!reused) {
+    try {
+      plan_fd = build_plan(*reader, popt, plan);
+    } catch (const trace::TraceError& e) {
+      throw ReplayError(e.what());
+    } catch (const PlanError& e) {
+      throw ReplayError(opt.trace + ": " + e.what());
+    }
+    plan_cache().keep(key, plan_fd, plan, file_id(opt.trace));
   }
 
   const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
   nlohmann::json trace_j = {{"path", opt.trace},
-                            {"id", file_id(opt.trace)},
+                            {"id", plan_cache().key == key ? plan_cache().trace_id : file_id(opt.trace)},
                             {"events", plan.events},
                             {"calls", plan.steps},
                             {"complete", reader->complete()},
@@ -270,6 +313,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["allocator"] = {
       {"name", opt.allocator}, {"load", opt.load}, {"library", l.library}, {"settings", allocator_settings(opt.env)}};
   r["plan_build_s"] = plan_s;
+  r["plan_reused"] = reused;
   r["replay_threads"] = plan.replay_threads;
   nlohmann::json fold = nlohmann::json::array();
   for (const auto& f : plan.fold) fold.push_back(f);

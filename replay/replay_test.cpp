@@ -612,6 +612,21 @@ TEST_F(ReplayTest, MemoryCallOnUnmappedBytesIsRefused) {
                        "unmapped\n");
 }
 
+// Several allocators in one command build the plan once: the first replay
+// builds it, the others reuse it (and report the same trace figures).
+TEST_F(ReplayTest, SeveralAllocatorsBuildThePlanOnce) {
+  const json r = replay(producer_consumer(), {"--allocator", "glibc,jemalloc,mimalloc"});
+  ASSERT_TRUE(r.is_array()) << r.dump();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0]["plan_reused"], false);
+  EXPECT_EQ(r[1]["plan_reused"], true);
+  EXPECT_EQ(r[2]["plan_reused"], true);
+  for (const json& one : r) {
+    EXPECT_EQ(one["replay"]["faithful"], true) << one["allocator"];
+    EXPECT_EQ(one["trace"], r[0]["trace"]);
+  }
+}
+
 // A trace written before format 1.1 (no memory block) replays as before,
 // --touch recorded touching every page as --touch pages did.
 TEST_F(ReplayTest, OldTracesStillReplay) {
