@@ -82,43 +82,14 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   // The program's own mappings, applied in their place among the heap calls.
   const auto& memory = r.memory_events();
   size_t next_memory = 0;
-  std::vector<uint64_t> region_bytes(1, 0);
-  uint128 mapped = 0;
-  auto region_len = [&](uint64_t rgn) -> uint64_t& {
-    if (rgn >= region_bytes.size()) region_bytes.resize(rgn + 1, 0);
-    return region_bytes[rgn];
-  };
+  trace::MappedBytes mapped;
   auto memory_until = [&](uint64_t seq) {
     for (; next_memory < memory.size() && memory[next_memory].after <= seq; ++next_memory) {
       const trace::MemoryEvent& m = memory[next_memory];
       if (m.op == trace::MemOp::object || m.op == trace::MemOp::latency) continue;
       ++s.memory_ops[unsigned(m.op)];
-      uint64_t& len = region_len(m.region);
-      switch (m.op) {
-        case trace::MemOp::map:
-          len += m.length;
-          mapped += m.length;
-          ++s.regions;
-          break;
-        case trace::MemOp::unmap: {
-          const uint64_t d = std::min(len, m.length);
-          len -= d;
-          mapped -= d;
-          break;
-        }
-        case trace::MemOp::remap: {
-          const uint64_t d = std::min(len, m.length);
-          len -= d;
-          mapped -= d;
-          region_len(m.new_region) += m.new_length;
-          mapped += m.new_length;
-          ++s.regions;
-          break;
-        }
-        default:
-          break;
-      }
-      s.mapped_peak = std::max(s.mapped_peak, saturate(mapped));
+      if (m.op == trace::MemOp::map || m.op == trace::MemOp::remap) ++s.regions;
+      mapped.apply(m);
     }
   };
   for (const trace::MemoryEvent& m : memory) {
@@ -193,11 +164,12 @@ TraceStats compute_stats(const trace::TraceReader& r) {
         }
         if (live.size() > s.live_objects.value) s.live_objects = {live.size(), e.seq, e.time};
       }
-      s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped));
+      s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped.now()));
     }
   }
   memory_until(UINT64_MAX);
-  s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped));
+  s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped.now()));
+  s.mapped_peak = mapped.peak();
   s.live_bytes_end = saturate(live_bytes);
   s.live_objects_end = live.size();
   return s;

@@ -212,14 +212,17 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     } catch (const PlanError& e) {
       throw ReplayError(opt.trace + ": " + e.what());
     }
-    plan_cache().keep(key, plan_fd, plan, file_id(opt.trace));
   }
+  const std::string trace_id = reused ? plan_cache().trace_id : file_id(opt.trace);
+  if (!reused) plan_cache().keep(key, plan_fd, plan, trace_id);
+  uint64_t memory_steps = 0;
+  for (uint64_t m : plan.memory_ops) memory_steps += m;
 
   const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
   nlohmann::json trace_j = {{"path", opt.trace},
-                            {"id", plan_cache().key == key ? plan_cache().trace_id : file_id(opt.trace)},
+                            {"id", trace_id},
                             {"events", plan.events},
-                            {"calls", plan.steps},
+                            {"calls", plan.steps - memory_steps},
                             {"complete", reader->complete()},
                             {"recorded_threads", plan.recorded_threads},
                             {"objects", plan.objects},
@@ -229,9 +232,6 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                             {"cross_thread_consumes", plan.cross_thread_consumes},
                             {"consumes_of_lost_objects_skipped", plan.skipped_lost},
                             {"reallocs_of_lost_objects", plan.realloc_of_lost}};
-  uint64_t memory_steps = 0;
-  for (uint64_t m : plan.memory_ops) memory_steps += m;
-  trace_j["calls"] = plan.steps - memory_steps;
   if (memory_steps != 0)
     trace_j["memory"] = {{"regions", plan.regions},
                          {"mapped_bytes_peak", plan.mapped_peak},

@@ -257,10 +257,16 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   // The program's own memory calls, in place: before heap event `seq`, the
   // calls recorded before it.
   std::vector<uint64_t> region_id(1, 0);  // trace region -> replay id (0: unknown)
-  uint128 mapped = 0;
+  trace::MappedBytes mapped;
   size_t next_call = 0;
   std::map<uint64_t, std::map<uint64_t, uint64_t>> unmapped;  // trace region -> unmapped [offset, end)
   auto region = [&](uint64_t rgn) { return rgn < region_id.size() ? region_id[rgn] : 0; };
+  // Gives trace region `rgn` its next replay id (from the objects' counter).
+  auto next_region_id = [&](uint64_t rgn) {
+    if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
+    if (rgn >= region_id.size()) region_id.resize(rgn + 1, 0);
+    return region_id[rgn] = ++s.max_id;
+  };
   auto memory_until = [&](uint64_t seq) {
     using trace::MemOp;
     for (; next_call < calls.size() && calls[next_call]->after <= seq; ++next_call) {
@@ -269,13 +275,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       Step st{};
       StepOp op = kStepMap;
       if (m.op == MemOp::map) {
-        if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
-        const uint64_t id = ++s.max_id;
-        if (m.region >= region_id.size()) region_id.resize(m.region + 1, 0);
-        region_id[m.region] = id;
-        st.head = uint64_t{kStepMap} | id << 16;
+        st.head = uint64_t{kStepMap} | next_region_id(m.region) << 16;
         st.size = m.length;
-        mapped += m.length;
         ++s.regions;
       } else {
         const uint64_t old = region(m.region);
@@ -299,7 +300,6 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         switch (m.op) {
           case MemOp::unmap:
             op = kStepUnmap;
-            mapped -= std::min<uint128>(mapped, m.length);
             break;
           case MemOp::remap: {
             Step len{};
@@ -307,14 +307,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
             len.size = m.length;
             put(k, len, m.time, 0);
             ++s.memory_ops[kStepArg - kStepMap];
-            if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
-            const uint64_t id = ++s.max_id;
-            if (m.new_region >= region_id.size()) region_id.resize(m.new_region + 1, 0);
-            region_id[m.new_region] = id;
             op = kStepRemap;
-            st.head = id << 16;
+            st.head = next_region_id(m.new_region) << 16;
             st.size = m.new_length;
-            mapped = mapped - std::min<uint128>(mapped, m.length) + m.new_length;
             ++s.regions;
             break;
           }
@@ -337,15 +332,11 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         // different threads (a touch never races the munmap after it). A
         // remap takes it too; the rest of the old region, disjoint from the
         // remapped bytes, keeps the id it had.
-        if (m.op != MemOp::remap) {
-          if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
-          const uint64_t next = ++s.max_id;
-          region_id[m.region] = next;
-          st.head = next << 16;
-        }
+        if (m.op != MemOp::remap) st.head = next_region_id(m.region) << 16;
         st.head |= op;
       }
-      if (saturate(mapped) > s.mapped_peak) s.mapped_peak = saturate(mapped);
+      mapped.apply(m);
+      s.mapped_peak = mapped.peak();
       put(k, st, m.time, 0);
       ++s.memory_ops[(st.head & 0xff) - kStepMap];
     }

@@ -2,6 +2,8 @@
 
 #include <zstd.h>
 
+#include <algorithm>
+
 #include "capture/format/bytes.h"
 
 namespace heaplab::trace {
@@ -91,6 +93,35 @@ std::optional<std::vector<MemoryEvent>> decode_memory_events(std::string_view pa
     for (int k = 0; k < 8; ++k) *f[k] = load_u64(r + 8 + 8 * k);
   }
   return out;
+}
+
+uint64_t& MappedBytes::length(uint64_t region) {
+  if (region >= length_.size()) length_.resize(region + 1, 0);
+  return length_[region];
+}
+
+void MappedBytes::apply(const MemoryEvent& e) {
+  switch (e.op) {
+    case MemOp::map:
+      length(e.region) += e.length;
+      now_ += e.length;
+      break;
+    case MemOp::unmap:
+    case MemOp::remap: {
+      uint64_t& len = length(e.region);
+      const uint64_t gone = std::min(len, e.length);
+      len -= gone;
+      now_ -= gone;
+      if (e.op == MemOp::remap) {
+        length(e.new_region) += e.new_length;
+        now_ += e.new_length;
+      }
+      break;
+    }
+    default:
+      return;
+  }
+  peak_ = std::max(peak_, now());
 }
 
 std::string check_memory_events(const std::vector<MemoryEvent>& events) {

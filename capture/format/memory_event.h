@@ -60,6 +60,24 @@ std::string encode_memory_events(const std::vector<MemoryEvent>& events);
 // Records of ops this version does not know (a later minor's) are left out,
 // as is a whole block of a later layout version.
 std::optional<std::vector<MemoryEvent>> decode_memory_events(std::string_view payload, std::string& error);
+// The bytes the program has mapped, call after call (map and remap add,
+// unmap and remap take away, never more than the region had), and their
+// peak: the replay plan and `stats` both follow a trace's mappings with it.
+class MappedBytes {
+ public:
+  void apply(const MemoryEvent& e);
+  uint64_t now() const { return saturated(now_); }
+  uint64_t peak() const { return peak_; }
+
+ private:
+  __extension__ typedef unsigned __int128 Wide;
+  static uint64_t saturated(Wide v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v); }
+  uint64_t& length(uint64_t region);
+  std::vector<uint64_t> length_;  // by region id
+  Wide now_ = 0;
+  uint64_t peak_ = 0;
+};
+
 // What a replay relies on: regions mapped before use and numbered in order,
 // offsets inside their regions, calls in trace order. "" or the problem.
 std::string check_memory_events(const std::vector<MemoryEvent>& events);

@@ -15,16 +15,27 @@ size_t MemoryMap::push(const MemoryEvent& e, uint64_t order) {
   return events_.size() - 1;
 }
 
-uint64_t MemoryMap::new_region(const MemoryPosition& at, uint64_t addr, uint64_t len) {
-  const uint64_t id = regions_.size();
+// A call made at `at`.
+MemoryEvent MemoryMap::call(MemOp op, const MemoryPosition& at, uint64_t region, uint64_t offset, uint64_t len,
+                            uint64_t pages) {
   MemoryEvent e;
-  e.op = MemOp::map;
+  e.op = op;
   e.after = at.after;
   e.thread = at.thread;
   e.time = at.time;
-  e.region = id;
+  e.region = region;
+  e.offset = offset;
   e.length = len;
-  regions_.push_back(Region{push(e, uint64_t(events_.size()) << 1)});
+  e.pages = pages;
+  return e;
+}
+
+// An event in its own place in the order (not placed behind another).
+size_t MemoryMap::push(const MemoryEvent& e) { return push(e, uint64_t(events_.size()) << 1); }
+
+uint64_t MemoryMap::new_region(const MemoryPosition& at, uint64_t addr, uint64_t len) {
+  const uint64_t id = regions_.size();
+  regions_.push_back(Region{push(call(MemOp::map, at, id, 0, len, 0))});
   pieces_[addr] = Piece{addr + len, id, addr};
   mapped_ += len;
   ++counts_.regions;
@@ -107,19 +118,10 @@ void MemoryMap::release(const MemoryPosition& at, uint64_t addr, uint64_t len, u
     any = true;
     const uint64_t share = share_of(pages, lo, hi);
     touch(p.region, lo - p.base, hi - lo, share);
-    MemoryEvent e;
-    e.pages = share;
-    e.op = op;
-    e.after = at.after;
-    e.thread = at.thread;
-    e.time = at.time;
-    e.region = p.region;
-    e.offset = lo - p.base;
-    e.length = hi - lo;
-    out.push_back(e);
+    out.push_back(call(op, at, p.region, lo - p.base, hi - lo, share));
   });
   if (!any) ++counts_.unknown_releases;
-  for (MemoryEvent& e : out) regions_[e.region].last = push(e, uint64_t(events_.size()) << 1);
+  for (MemoryEvent& e : out) regions_[e.region].last = push(e);
   if (op == MemOp::unmap) cut(addr, addr + len);
 }
 
@@ -154,18 +156,10 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
   const uint64_t len = std::min(old_len, p.end - old);
   touch(p.region, old - p.base, len, pages);
   cut(old, old + len);
-  MemoryEvent e;
-  e.op = MemOp::remap;
-  e.after = at.after;
-  e.thread = at.thread;
-  e.time = at.time;
-  e.region = p.region;
-  e.offset = old - p.base;
-  e.length = len;
-  e.pages = pages;
+  MemoryEvent e = call(MemOp::remap, at, p.region, old - p.base, len, pages);
   e.new_region = regions_.size();
   e.new_length = new_len;
-  regions_[p.region].last = push(e, uint64_t(events_.size()) << 1);
+  regions_[p.region].last = push(e);
   // The new region: its own id, mapped by the remap itself (no map event),
   // over whatever was there (MREMAP_FIXED unmaps its target).
   regions_.push_back(Region{regions_[p.region].last});
@@ -228,7 +222,7 @@ void MemoryMap::latency(uint64_t seq, uint32_t thread, uint64_t ns) {
   e.after = seq;
   e.thread = thread;
   e.length = ns;
-  push(e, uint64_t(events_.size()) << 1);
+  push(e);
 }
 
 std::vector<MemoryEvent> MemoryMap::finish() {

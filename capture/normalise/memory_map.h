@@ -69,6 +69,9 @@ class MemoryMap {
   void touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages);
   static uint64_t share_of(uint64_t& pages, uint64_t lo, uint64_t hi);
   size_t push(const trace::MemoryEvent& e, uint64_t order);
+  size_t push(const trace::MemoryEvent& e);
+  static trace::MemoryEvent call(trace::MemOp op, const MemoryPosition& at, uint64_t region, uint64_t offset,
+                                 uint64_t len, uint64_t pages);
   uint64_t new_region(const MemoryPosition& at, uint64_t addr, uint64_t len);
 
   std::map<uint64_t, Piece> pieces_;  // by start address, disjoint

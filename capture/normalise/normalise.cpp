@@ -395,10 +395,6 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
 // The program's own memory (raw_format.h, kRawMmap ...).
 void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
   const MemoryPosition at{events_, st.index, time};
-  struct Peak {
-    Normaliser* n;
-    ~Peak() { n->note_peak(); }
-  } peak{this};
   switch (record_op(r.head)) {
     case kRawMmap:  // MAP_FIXED replaces what was there: its resident pages were measured before
       memory_.map(at, r.a, r.b, uint32_t(r.c) & 0x10 /* MAP_FIXED */, r.c >> 32);
@@ -426,8 +422,6 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
     case kRawBreak:
       memory_.brk(at, r.a, r.b, r.c);
       break;
-    default:
-      break;
     case kRawResident: {
       uint64_t* id = live_.find(r.a);
       if (id)
@@ -436,7 +430,10 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
         memory_.resident(r.a, r.c, r.b);
       break;
     }
+    default:
+      break;
   }
+  note_peak();
 }
 
 // Processes stream s's current record: writes its events, advances the
