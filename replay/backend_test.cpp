@@ -66,9 +66,11 @@ struct Plan {
     TempDir dir;
     trace::testutil::write_trace(dir.file("t.hlt"), events, trace::WriterOptions{});
     auto r = trace::TraceReader::open(dir.file("t.hlt"));
-    fd = build_plan(*r, PlanOptions{}, summary);
+    PlanOptions opt;
+    opt.reuse_slots = false;  // the test reads every object's pointer after the run
+    fd = build_plan(*r, opt, summary);
     mapped = std::make_unique<MappedPlan>(fd);
-    table.reset(new Slot[mapped->max_id() + 1]());
+    table.reset(new Slot[mapped->slots() + 1]());
     table[0].store(kNullObject);
   }
   ~Plan() {
@@ -81,7 +83,8 @@ struct Plan {
     prm.touch = touch;
     run_steps<B>(mapped->steps(t), mapped->steps(t) + mapped->step_count(t), prm, r);
   }
-  uintptr_t slot(uint64_t id) const { return table[id].load(); }
+  // Object `id`'s pointer (each object has its own slot, generation 1).
+  uintptr_t slot(uint64_t id) const { return table[id].load() & kPointerMask; }
 };
 
 class HEAPLAB_BACKEND_SUITE : public ::testing::Test {

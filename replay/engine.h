@@ -1,12 +1,16 @@
 // The replay loop: one replay thread runs its steps against backend B.
 //
-// Objects live in a table indexed by object id (dense, so a flat array of
-// pointers; mmap'd by the caller, never from the allocator under test).
-// A slot is 0 until its object was produced; the thread that consumes it
-// loads the slot with acquire order and, if it is still 0 (the producer is
-// another thread that has not got there yet), waits for it: spinning
-// briefly, then yielding. That is the only synchronisation between replay
-// threads, and the plan guarantees that it ends (replay/plan.h).
+// Objects live in a table of slots (a flat array; mmap'd by the caller,
+// never from the allocator under test). A step names an object by its ref:
+// slot and generation (replay/plan.h). A slot holds the pointer of its
+// latest object and that object's generation in the top 16 bits; the
+// thread that consumes an object loads its slot with acquire order and, if
+// the slot does not hold the generation it names yet (the producer is
+// another thread that has not got there), waits for it: spinning briefly,
+// then yielding. A slot is reused only by the thread that consumed its last
+// object, or after a handoff step that waits for that thread's progress.
+// Those are the only synchronisation between replay threads, and the plan
+// guarantees that they end (all waits are for steps earlier in the trace).
 #pragma once
 
 #include <sched.h>
@@ -32,6 +36,13 @@ using Slot = std::atomic<uintptr_t>;
 // A produced object whose call returned NULL in the replay (but not in the
 // trace): consumers then pass NULL.
 inline constexpr uintptr_t kNullObject = 1;
+// A slot's value: pointer (x86-64 user addresses are below 2^47) | the
+// generation of the ref that produced it << 48.
+inline constexpr unsigned kValueGenerationShift = 48;
+inline constexpr uintptr_t kPointerMask = (uintptr_t{1} << kValueGenerationShift) - 1;
+inline constexpr uintptr_t slot_value(uintptr_t pointer, uint64_t ref) {
+  return pointer | uintptr_t(ref_generation(ref)) << kValueGenerationShift;
+}
 
 struct ThreadResult {
   std::array<uint64_t, trace::kOpCount> calls{};
@@ -42,6 +53,10 @@ struct ThreadResult {
   uint64_t memory_failed = 0;                          // of them, mmap/mremap/madvise/munmap that failed
   uint64_t waits = 0;                                  // consumes that waited for another thread
   uint64_t wait_ns = 0;
+  uint64_t handoffs = 0;       // handoff steps made
+  uint64_t handoff_waits = 0;  // of them, those that waited
+  uint64_t handoff_wait_ns = 0;
+  uint64_t unrepresentable = 0;       // results at or above 2^48 (counted as NULL)
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
   int cpu = -1;                       // the CPU the thread finished on
   // Steps done so far, for samplers while the replay runs.
@@ -57,6 +72,9 @@ inline uint64_t monotonic_ns() {
 
 struct RunParams {
   Slot* table = nullptr;  // table[0] must hold kNullObject
+  // Every replay thread's result, by replay thread (for handoff steps:
+  // their progress).
+  const ThreadResult* peers = nullptr;
   // Latency (run_steps<B, kPaced, true>): every `sample_every`-th call is
   // timed, from just before the allocator call to just after it returns
   // (not the wait for another thread's object, not the touch), in TSC ticks
@@ -79,32 +97,50 @@ struct RunParams {
 
 namespace detail {
 
-[[gnu::noinline, gnu::cold]] inline uintptr_t wait_for(Slot* table, uint64_t id, ThreadResult& r) {
-  const uint64_t t0 = monotonic_ns();
-  uintptr_t v;
-  // Spin briefly (the producer is usually running on the other core),
-  // then yield (it may need this core), then sleep (it is far behind, or
-  // there are more replay threads than cores).
-  for (unsigned spins = 0; (v = table[id].load(std::memory_order_acquire)) == 0; ++spins) {
-    if (spins < 256) {
-      __builtin_ia32_pause();
-    } else if (spins < 4096) {
-      sched_yield();
-    } else {
-      timespec ts{0, 50000};
-      nanosleep(&ts, nullptr);
-    }
+// Spin briefly (the other thread is usually running on the other core),
+// then yield (it may need this core), then sleep (it is far behind, or
+// there are more replay threads than cores).
+inline void backoff(unsigned spins) {
+  if (spins < 256) {
+    __builtin_ia32_pause();
+  } else if (spins < 4096) {
+    sched_yield();
+  } else {
+    timespec ts{0, 50000};
+    nanosleep(&ts, nullptr);
   }
+}
+
+[[gnu::noinline, gnu::cold]] inline uintptr_t wait_for(Slot* table, uint64_t ref, ThreadResult& r) {
+  const uint64_t t0 = monotonic_ns();
+  const uint64_t want = ref_generation(ref);
+  uintptr_t v;
+  for (unsigned spins = 0;
+       ((v = table[ref_slot(ref)].load(std::memory_order_acquire)) >> kValueGenerationShift) != want; ++spins)
+    backoff(spins);
   ++r.waits;
   r.wait_ns += monotonic_ns() - t0;
   return v;
 }
 
-// table[0] holds kNullObject: a NULL pointer in the trace needs no test.
-inline void* obtain(Slot* table, uint64_t id, ThreadResult& r) {
-  uintptr_t v = table[id].load(std::memory_order_acquire);
-  if (__builtin_expect(v == 0, 0)) v = wait_for(table, id, r);
+// table[0] holds kNullObject (generation 0): a NULL pointer in the trace
+// (ref 0) needs no test.
+inline void* obtain(Slot* table, uint64_t ref, ThreadResult& r) {
+  uintptr_t v = table[ref_slot(ref)].load(std::memory_order_acquire);
+  if (__builtin_expect((v >> kValueGenerationShift) != ref_generation(ref), 0)) v = wait_for(table, ref, r);
+  v &= kPointerMask;
   return v == kNullObject ? nullptr : reinterpret_cast<void*>(v);
+}
+
+// A handoff step: wait until replay thread `giver` has made `steps` steps.
+[[gnu::noinline, gnu::cold]] inline void handoff(const ThreadResult* peers, uint64_t giver, uint64_t steps,
+                                                 ThreadResult& r) {
+  ++r.handoffs;
+  if (peers[giver].progress.load(std::memory_order_acquire) >= steps) return;
+  const uint64_t t0 = monotonic_ns();
+  for (unsigned spins = 0; peers[giver].progress.load(std::memory_order_acquire) < steps; ++spins) backoff(spins);
+  ++r.handoff_waits;
+  r.handoff_wait_ns += monotonic_ns() - t0;
 }
 
 inline void touch(void* p, uint64_t bytes, Touch mode) {
@@ -151,8 +187,9 @@ namespace detail {
     if (p) ++r.unexpected[op];  // kept: the trace never frees it
     return;
   }
+  if (p) ++r.unrepresentable;  // (an address the table cannot hold: never on x86-64 Linux)
   ++r.nulls[op];
-  table[id].store(kNullObject, std::memory_order_release);
+  table[ref_slot(id)].store(slot_value(kNullObject, id), std::memory_order_release);
 }
 
 // `touch_cap`: with --touch recorded, the bytes the program had resident (a
@@ -160,9 +197,10 @@ namespace detail {
 // a consumer on another thread never frees it under the writes.
 inline void made(Slot* table, uint64_t id, void* p, uint64_t bytes, unsigned op, Touch mode, ThreadResult& r,
                  uint64_t touch_cap) {
-  if (__builtin_expect(id != 0 && p != nullptr, 1)) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  if (__builtin_expect(id != 0 && v != 0 && (v & ~kPointerMask) == 0, 1)) {
     touch(p, bytes < touch_cap ? bytes : touch_cap, mode);
-    table[id].store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+    table[ref_slot(id)].store(slot_value(v, id), std::memory_order_release);
   } else {
     made_unusual(table, id, p, op, r);
   }
@@ -199,14 +237,17 @@ inline uint64_t tick_end(bool tsc) {
     unsigned op;
     ~Publish() {
       if (id != 0 && op != kStepMap && op != kStepRemap)
-        table[id].store(region ? reinterpret_cast<uintptr_t>(region) : kNullObject, std::memory_order_release);
+        table[ref_slot(id)].store(slot_value(region ? reinterpret_cast<uintptr_t>(region) : kNullObject, id),
+                                  std::memory_order_release);
     }
   } publish{table, st.id(), region, op};
   switch (op) {
     case kStepMap: {
       void* p = mmap(nullptr, st.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (p == MAP_FAILED) ++r.memory_failed;
-      table[st.id()].store(p == MAP_FAILED ? kNullObject : reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+      table[ref_slot(st.id())].store(
+          slot_value(p == MAP_FAILED ? kNullObject : reinterpret_cast<uintptr_t>(p), st.id()),
+          std::memory_order_release);
       break;
     }
     case kStepUnmap:
@@ -221,7 +262,9 @@ inline uint64_t tick_end(bool tsc) {
       char* b = base();
       void* p = b ? mremap(b + st.arg, arg, st.size, MREMAP_MAYMOVE) : MAP_FAILED;
       if (p == MAP_FAILED) ++r.memory_failed;
-      table[st.id()].store(p == MAP_FAILED ? kNullObject : reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+      table[ref_slot(st.id())].store(
+          slot_value(p == MAP_FAILED ? kNullObject : reinterpret_cast<uintptr_t>(p), st.id()),
+          std::memory_order_release);
       break;
     }
     case kStepDontneed:
@@ -266,7 +309,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       // The steps are known in advance: fetch the table slot a later step will
       // consume now, so that its cache miss overlaps this step's work.
 #ifndef HEAPLAB_NO_PREFETCH
-    __builtin_prefetch(&table[(s + 16 < last ? s + 16 : last)->old], 0, 3);
+    __builtin_prefetch(&table[ref_slot((s + 16 < last ? s + 16 : last)->old)], 0, 3);
 #endif
     const uint64_t head = s->head;
     const unsigned op = head & 0xff;
@@ -274,8 +317,11 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     const uint64_t id = head >> 16;
     const size_t n = s->size, a = s->arg;
     if (__builtin_expect(op >= kStepFirstMemory, 0)) {
-      detail::memory_step(*s, table, run_mode, remap_length, r);
-      r.progress.store(uint64_t(s - origin) + 1, std::memory_order_relaxed);
+      if (op == kStepHandoff)
+        detail::handoff(prm.peers, s->old, s->size, r);
+      else
+        detail::memory_step(*s, table, run_mode, remap_length, r);
+      r.progress.store(uint64_t(s - origin) + 1, std::memory_order_release);
       continue;
     }
     // With --touch recorded, an object whose resident pages the trace
@@ -333,7 +379,8 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
           // if the call succeeded here, else where it was).
           if (id != 0) {
             const void* now = p ? p : q;
-            table[id].store(now ? reinterpret_cast<uintptr_t>(now) : kNullObject, std::memory_order_release);
+            table[ref_slot(id)].store(slot_value(now ? reinterpret_cast<uintptr_t>(now) : kNullObject, id),
+                                      std::memory_order_release);
             if (p) ++r.moved_failed_reallocs;
           } else if (p) {
             ++r.unexpected[op];  // realloc(NULL, n) failed in the trace only
@@ -507,7 +554,9 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         prm.latency[op].add(d > prm.timer_overhead ? d - prm.timer_overhead : 0);
       }
     }
-    r.progress.store(uint64_t(s - origin) + 1, std::memory_order_relaxed);
+    // (Release: a handoff step on another thread that sees this progress
+    // may reuse the slots this thread's consumes read.)
+    r.progress.store(uint64_t(s - origin) + 1, std::memory_order_release);
   }
   r.end_ns = monotonic_ns();
   // The calls made, per op: every step executed makes exactly its call, so

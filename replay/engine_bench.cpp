@@ -227,7 +227,7 @@ RealTrace& real_trace() {
     t.plan = std::make_unique<heaplab::replay::MappedPlan>(fd);
     close(fd);
     if (!env || !*env) std::filesystem::remove(path);
-    t.table = static_cast<Slot*>(mmap(nullptr, (t.plan->max_id() + 1) * sizeof(Slot), PROT_READ | PROT_WRITE,
+    t.table = static_cast<Slot*>(mmap(nullptr, (t.plan->slots() + 1) * sizeof(Slot), PROT_READ | PROT_WRITE,
                                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
     t.table[0].store(heaplab::replay::kNullObject);
     return t;

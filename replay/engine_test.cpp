@@ -26,6 +26,7 @@
 #include "capture/format/trace_testutil.h"
 #include "capture/format/trace_writer.h"
 #include "replay/plan.h"
+#include "replay/plan_testutil.h"
 
 namespace heaplab::replay {
 namespace {
@@ -225,18 +226,38 @@ struct Plan {
     fd = build_plan(*r, opt, summary);
     mapped = std::make_unique<MappedPlan>(fd);
     reset_table();
+    dense = heaplab::replay::testutil::dense_steps(*mapped);
+    for (uint32_t t = 0; t < mapped->threads(); ++t) {
+      size_t j = 0;
+      for (const Step* s = begin(t); s != end(t); ++s) {
+        if ((s->head & 0xff) == heaplab::replay::kStepHandoff) continue;
+        if (s->id() != 0) ref_of[dense[t].at(j).id()] = s->id();
+        ++j;
+      }
+    }
   }
   ~Plan() {
     mapped.reset();
     if (fd >= 0) close(fd);
   }
   void reset_table() {
-    table.reset(new Slot[mapped->max_id() + 1]());
+    table.reset(new Slot[mapped->slots() + 1]());
     table[0].store(heaplab::replay::kNullObject);  // the engine's contract: slot 0 is NULL
   }
   const Step* begin(uint32_t t) const { return mapped->steps(t); }
   const Step* end(uint32_t t) const { return mapped->steps(t) + mapped->step_count(t); }
-  uintptr_t slot(uint64_t id) const { return table[id].load(); }
+  // The steps with dense ids (replay/plan_testutil.h), and each dense id's ref.
+  std::vector<std::vector<Step>> dense;
+  std::map<uint64_t, uint64_t> ref_of;
+  // What the slot of dense id `id` holds for it: its pointer (or
+  // kNullObject), or kOverwritten once a later object took the slot.
+  static constexpr uintptr_t kOverwritten = ~uintptr_t{0};
+  uintptr_t slot(uint64_t id) const {
+    const uint64_t ref = ref_of.at(id);
+    const uintptr_t v = table[heaplab::replay::ref_slot(ref)].load();
+    if ((v >> heaplab::replay::kValueGenerationShift) != heaplab::replay::ref_generation(ref)) return kOverwritten;
+    return v & heaplab::replay::kPointerMask;
+  }
 
   // Runs replay thread t's steps on the calling thread.
   template <class B = Recording>
@@ -374,7 +395,8 @@ TEST_F(Engine, EveryOpCallsItsBackendFunctionWithItsArguments) {
     EXPECT_EQ(c.b, want[i].b);
     if (trace::op_produces(want[i].op)) {
       ASSERT_NE(c.ret, nullptr);
-      EXPECT_EQ(plan.slot(next_id), reinterpret_cast<uintptr_t>(c.ret));
+      // (Unless a later object took its slot.)
+      EXPECT_TRUE(plan.slot(next_id) == reinterpret_cast<uintptr_t>(c.ret) || plan.slot(next_id) == Plan::kOverwritten);
       ptr_of[next_id++] = c.ret;
     }
   }
@@ -487,7 +509,7 @@ TEST_F(Engine, FailedReallocThatSucceedsMovesTheObject) {
   EXPECT_EQ(plan.summary.objects, 2u);
   ASSERT_EQ(plan.mapped->max_id(), 4u);
   ASSERT_EQ(plan.mapped->step_count(0), 7u);
-  const Step* st = plan.begin(0);
+  const Step* st = plan.dense[0].data();
   EXPECT_EQ(st[0].id(), 1u);
   EXPECT_EQ(st[1].id(), 2u);
   EXPECT_EQ(st[1].old, 1u);
@@ -515,9 +537,10 @@ TEST_F(Engine, FailedReallocThatSucceedsMovesTheObject) {
   EXPECT_EQ(log()[3].ptr, log()[2].ret);
   EXPECT_EQ(log()[4].ptr, nullptr);
   EXPECT_NE(log()[4].ret, nullptr);
-  EXPECT_EQ(log()[5].ptr, moved);                               // the free of object 1 gets the new pointer
-  EXPECT_EQ(log()[6].ptr, log()[2].ret);                        // object 2 did not move
-  EXPECT_EQ(plan.slot(1), reinterpret_cast<uintptr_t>(first));  // the old id: untouched
+  EXPECT_EQ(log()[5].ptr, moved);         // the free of object 1 gets the new pointer
+  EXPECT_EQ(log()[6].ptr, log()[2].ret);  // object 2 did not move
+  // The old id: untouched, unless a later object took its slot.
+  EXPECT_TRUE(plan.slot(1) == reinterpret_cast<uintptr_t>(first) || plan.slot(1) == Plan::kOverwritten);
   EXPECT_EQ(plan.slot(2), reinterpret_cast<uintptr_t>(moved));  // the new id: moved
   EXPECT_EQ(plan.slot(3), reinterpret_cast<uintptr_t>(log()[2].ret));
   EXPECT_EQ(plan.slot(4), reinterpret_cast<uintptr_t>(log()[2].ret));  // failed: old pointer
@@ -547,7 +570,7 @@ TEST_F(Engine, FailedReallocOfAnObjectThatIsNullHere) {
   };
   Plan plan(evs);
   ASSERT_EQ(plan.mapped->max_id(), 4u);
-  const Step* st = plan.begin(0);
+  const Step* st = plan.dense[0].data();
   ASSERT_EQ(plan.mapped->step_count(0), 6u);
   EXPECT_EQ(st[1].id(), 2u);
   EXPECT_EQ(st[1].old, 1u);
@@ -566,9 +589,9 @@ TEST_F(Engine, FailedReallocOfAnObjectThatIsNullHere) {
   ASSERT_NE(log()[3].ret, nullptr);
   EXPECT_EQ(log()[4].ptr, nullptr);
   EXPECT_EQ(log()[5].ptr, log()[3].ret);
-  EXPECT_EQ(plan.slot(1), kNullObject);
-  EXPECT_EQ(plan.slot(2), kNullObject);
-  EXPECT_EQ(plan.slot(3), kNullObject);
+  // (A slot a later object took says kOverwritten.)
+  for (uint64_t id : {1, 2, 3}) EXPECT_TRUE(plan.slot(id) == kNullObject || plan.slot(id) == Plan::kOverwritten) << id;
+  EXPECT_EQ(plan.slot(2), kNullObject);  // the kept object: NULL here
   EXPECT_EQ(plan.slot(4), reinterpret_cast<uintptr_t>(log()[3].ret));
 
   EXPECT_EQ(r.moved_failed_reallocs, 1u);
@@ -597,9 +620,9 @@ TEST_F(Engine, CrossThreadFreeWaitsForAFailedReallocThatMoves) {
   ASSERT_EQ(plan.mapped->max_id(), 2u);
   ASSERT_EQ(plan.mapped->step_count(0), 2u);
   ASSERT_EQ(plan.mapped->step_count(1), 1u);
-  EXPECT_EQ(plan.begin(0)[1].id(), 2u);
-  EXPECT_EQ(plan.begin(0)[1].old, 1u);
-  EXPECT_EQ(plan.begin(1)[0].old, 2u);
+  EXPECT_EQ(plan.dense[0][1].id(), 2u);
+  EXPECT_EQ(plan.dense[0][1].old, 1u);
+  EXPECT_EQ(plan.dense[1][0].old, 2u);
   EXPECT_EQ(plan.summary.cross_thread_consumes, 1u);
 
   uint64_t waits = 0;
@@ -611,6 +634,7 @@ TEST_F(Engine, CrossThreadFreeWaitsForAFailedReallocThatMoves) {
     std::array<ThreadResult, 2> r;
     RunParams prm;
     prm.table = plan.table.get();
+    prm.peers = r.data();
     prm.touch = Touch::pages;
     {
       std::thread a([&] {
@@ -737,8 +761,29 @@ std::vector<Event> ping_pong(int rounds) {
 // every consume gets exactly the pointer its producer returned, and the wait
 // counts are bounded by the consumes of the other thread's objects. The
 // backend has no locks, so TSan checks the engine's own handoff.
+void expect_every_consume_gets_its_pointer(std::vector<Event> evs, int iterations, uint64_t& handoffs);
+
 TEST_F(Engine, CrossThreadConsumesGetTheProducersPointer) {
-  auto evs = ping_pong(40);
+  uint64_t handoffs = 0;
+  expect_every_consume_gets_its_pointer(ping_pong(40), 200, handoffs);
+  EXPECT_EQ(handoffs, 0u);
+}
+
+// Thread 0 makes 5,000 objects that thread 1 frees 50 objects later: thread
+// 1's freed slots reach thread 0 in batches, after handoff steps that wait
+// for thread 1 to have freed them.
+TEST_F(Engine, SlotsHandedBetweenThreadsAreFreeWhenReused) {
+  std::vector<Event> evs;
+  for (uint64_t i = 1; i <= 5050; ++i) {
+    if (i <= 5000) evs.push_back(alloc(16 + i % 64, 0));
+    if (i > 50) evs.push_back(release(i - 50, 1));
+  }
+  uint64_t handoffs = 0;
+  expect_every_consume_gets_its_pointer(evs, 20, handoffs);
+  EXPECT_EQ(handoffs, 20u * 3u);  // a batch of 1,024 at 2,048, 3,072 and 4,096 of thread 1's frees
+}
+
+void expect_every_consume_gets_its_pointer(std::vector<Event> evs, int iterations, uint64_t& handoffs) {
   Plan plan(evs);
   ASSERT_EQ(plan.mapped->threads(), 2u);
   ASSERT_GT(plan.summary.cross_thread_consumes, 0u);
@@ -746,22 +791,23 @@ TEST_F(Engine, CrossThreadConsumesGetTheProducersPointer) {
   // For each thread: its steps, and how many of them consume the other's objects.
   std::vector<uint32_t> producer(plan.mapped->max_id() + 1, 0);
   for (uint32_t t = 0; t < 2; ++t)
-    for (const Step* s = plan.begin(t); s != plan.end(t); ++s)
-      if (s->id()) producer[s->id()] = t;
+    for (const Step& s : plan.dense[t])
+      if (s.id()) producer[s.id()] = t;
   std::array<uint64_t, 2> foreign{};
   for (uint32_t t = 0; t < 2; ++t)
-    for (const Step* s = plan.begin(t); s != plan.end(t); ++s)
-      if (s->old && producer[s->old] != t) ++foreign[t];
+    for (const Step& s : plan.dense[t])
+      if (s.old && producer[s.old] != t) ++foreign[t];
   EXPECT_EQ(foreign[0] + foreign[1], plan.summary.cross_thread_consumes);
 
   uint64_t total_waits = 0;
-  for (int iter = 0; iter < 200; ++iter) {
+  for (int iter = 0; iter < iterations; ++iter) {
     SCOPED_TRACE("iteration " + std::to_string(iter));
     Recording::reset();
     plan.reset_table();
     std::array<ThreadResult, 2> r;
     RunParams prm;
     prm.table = plan.table.get();
+    prm.peers = r.data();
     prm.touch = Touch::pages;
     {
       std::vector<std::thread> threads;
@@ -774,17 +820,17 @@ TEST_F(Engine, CrossThreadConsumesGetTheProducersPointer) {
     }
     std::map<uint64_t, void*> ret_of;
     for (uint32_t t = 0; t < 2; ++t) {
-      ASSERT_EQ(log(t).size(), plan.mapped->step_count(t));
-      for (size_t i = 0; i < log(t).size(); ++i)
-        if (const uint64_t id = plan.begin(t)[i].id()) {
-          ASSERT_NE(log(t)[i].ret, nullptr);
-          ret_of[id] = log(t)[i].ret;
+      ASSERT_EQ(Recording::logs[t].size(), plan.dense[t].size());
+      for (size_t i = 0; i < Recording::logs[t].size(); ++i)
+        if (const uint64_t id = plan.dense[t][i].id()) {
+          ASSERT_NE(Recording::logs[t][i].ret, nullptr);
+          ret_of[id] = Recording::logs[t][i].ret;
         }
     }
     for (uint32_t t = 0; t < 2; ++t) {
-      for (size_t i = 0; i < log(t).size(); ++i) {
-        if (const uint64_t old = plan.begin(t)[i].old) {
-          ASSERT_EQ(log(t)[i].ptr, ret_of.at(old)) << "thread " << t << " step " << i;
+      for (size_t i = 0; i < Recording::logs[t].size(); ++i) {
+        if (const uint64_t old = plan.dense[t][i].old) {
+          ASSERT_EQ(Recording::logs[t][i].ptr, ret_of.at(old)) << "thread " << t << " step " << i;
         }
       }
       EXPECT_LE(r[t].waits, foreign[t]);
@@ -794,11 +840,12 @@ TEST_F(Engine, CrossThreadConsumesGetTheProducersPointer) {
       EXPECT_EQ(r[t].progress.load(), plan.mapped->step_count(t));
       EXPECT_EQ(r[t].nulls, (std::array<uint64_t, trace::kOpCount>{}));
       total_waits += r[t].waits;
+      handoffs += r[t].handoffs;
     }
   }
   // Not asserted (it depends on scheduling), but shown: how often a consumer
   // actually had to wait for its producer.
-  RecordProperty("total_waits", std::to_string(total_waits));
+  ::testing::Test::RecordProperty("total_waits", std::to_string(total_waits));
 }
 
 // ------------------------------------------------------------ paced replay

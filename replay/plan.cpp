@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <numeric>
 
@@ -23,7 +24,7 @@ namespace {
 // thread; more pages if there are many threads), then per thread its steps,
 // then per thread its times (if any). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 4;
+constexpr uint32_t kPlanVersion = 5;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -31,6 +32,7 @@ struct PlanHeader {
   uint32_t version;
   uint32_t threads;
   uint64_t max_id;
+  uint64_t slots;
   uint64_t total_steps;
   uint64_t has_times;
   uint64_t has_live;
@@ -104,8 +106,93 @@ uint64_t saturate(uint128 v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v);
 
 struct Live {
   uint64_t bytes;
-  uint64_t plan_id;  // the id the replay knows it by
+  uint64_t plan_id;  // the ref the replay knows it by
   uint32_t thread;   // replay thread that produced it (or last moved it)
+};
+
+// The object table's slots (plan.h, refs). A consumed object's slot goes
+// back to the replay thread that consumed it, which reuses it first (last
+// in, first out: its own steps run in order, so no wait). A thread that
+// gives back far more than it takes (one that frees what another thread
+// made) passes its oldest free slots on, kBatch at a time, to a thread that
+// runs out; the taker's plan gets one handoff step for the batch: wait until
+// the giver has made the steps that freed them. They were freed at least
+// kBatch of the giver's consumes earlier, so the wait rarely waits. The
+// table is the peak of live objects plus at most 2 kBatch slots a thread.
+class SlotTable {
+ public:
+  static constexpr size_t kBatch = 1024;
+  SlotTable(size_t threads, bool reuse) : own_(threads), gen_(1, 0), reuse_(reuse) {}  // slot 0: NULL
+
+  // A ref for an object that replay thread k produces in its step `step`
+  // (its index); `handoff(giver, steps)` appends a handoff step before it,
+  // which moves the step to step + 1.
+  template <class Handoff>
+  uint64_t take(uint32_t k, uint64_t step, Handoff&& handoff) {
+    for (;;) {
+      uint32_t slot;
+      if (!own_[k].empty()) {
+        slot = own_[k].back().slot;
+        own_[k].pop_back();
+      } else if (!pool_.empty()) {
+        Batch b = std::move(pool_.front());
+        pool_.pop_front();
+        if (b.thread != k) {
+          handoff(b.thread, b.after);
+          ++handoffs_;
+          ++step;
+        }
+        for (uint32_t x : b.slots) own_[k].push_back(Free{x, step});
+        continue;
+      } else {
+        if (gen_.size() > kMaxSlot) throw PlanError("inconsistent trace: more than 2^32 objects live at once");
+        slot = uint32_t(gen_.size());
+        gen_.push_back(0);
+      }
+      return make_ref(slot, ++gen_[slot]);
+    }
+  }
+  // `ref`'s object was consumed by replay thread k's step `step`.
+  void give(uint64_t ref, uint32_t k, uint64_t step) {
+    if (!reuse_) return;
+    const uint32_t slot = uint32_t(ref_slot(ref));
+    if (gen_[slot] >= kMaxGeneration) {
+      ++retired_;
+      return;
+    }
+    own_[k].push_back(Free{slot, step + 1});
+    if (own_[k].size() >= 2 * kBatch) {
+      Batch b{k, 0, {}};
+      b.slots.reserve(kBatch);
+      for (size_t i = 0; i < kBatch; ++i) {
+        b.slots.push_back(own_[k].front().slot);
+        b.after = std::max(b.after, own_[k].front().after);
+        own_[k].pop_front();
+      }
+      pool_.push_back(std::move(b));
+    }
+  }
+  // `ref` is never reused (more than one step read it).
+  void retire(uint64_t) { ++retired_; }
+  uint64_t slots() const { return gen_.size() - 1; }
+  uint64_t retired() const { return retired_; }
+  uint64_t handoffs() const { return handoffs_; }
+
+ private:
+  struct Free {
+    uint32_t slot;
+    uint64_t after;  // free for another thread once this one has made `after` steps
+  };
+  struct Batch {
+    uint32_t thread;
+    uint64_t after;
+    std::vector<uint32_t> slots;
+  };
+  std::vector<std::deque<Free>> own_;
+  std::deque<Batch> pool_;
+  std::vector<uint16_t> gen_;
+  uint64_t retired_ = 0, handoffs_ = 0;
+  bool reuse_;
 };
 
 [[noreturn]] void inconsistent(const Event& e, const std::string& what) {
@@ -203,6 +290,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   for (size_t k = 0; k < nthreads; ++k) {
     for (uint32_t t : s.fold[k]) cap[k] += r.thread_event_count(t);
     cap[k] += object_pages.size();  // at most one touch step per object with a count
+    // Handoff steps: one per batch of SlotTable::kBatch slots taken.
+    cap[k] += cap[k] / SlotTable::kBatch + 1;
     table[k].steps_offset = off;
     off = page_up(off + cap[k] * sizeof(Step));
   }
@@ -254,18 +343,47 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     ++s.steps;
   };
 
+  SlotTable slots(nthreads, opt.reuse_slots);
+  // A ref for what replay thread k's next step produces (perhaps after a
+  // handoff step).
+  auto take = [&](uint32_t k, uint64_t time) {
+    return slots.take(k, table[k].steps, [&](uint32_t giver, uint64_t made) {
+      Step h{};
+      h.head = kStepHandoff;
+      h.old = giver;
+      h.size = made;
+      put(k, h, time, 0);
+    });
+  };
+
   // The program's own memory calls, in place: before heap event `seq`, the
   // calls recorded before it.
-  std::vector<uint64_t> region_id(1, 0);  // trace region -> replay id (0: unknown)
+  struct Region {
+    uint64_t ref = 0;        // 0: unknown
+    uint64_t pages = 0;      // pages it still maps
+    bool read_more = false;  // a remap read `ref` and left the rest of the region with it
+    bool gone = false;       // wholly unmapped
+  };
+  std::vector<Region> regions(1);  // by trace region
   trace::MappedBytes mapped;
   size_t next_call = 0;
   std::map<uint64_t, std::map<uint64_t, uint64_t>> unmapped;  // trace region -> unmapped [offset, end)
-  auto region = [&](uint64_t rgn) { return rgn < region_id.size() ? region_id[rgn] : 0; };
-  // Gives trace region `rgn` its next replay id (from the objects' counter).
-  auto next_region_id = [&](uint64_t rgn) {
+  auto region = [&](uint64_t rgn) -> Region& {
+    if (rgn >= regions.size()) regions.resize(rgn + 1);
+    return regions[rgn];
+  };
+  // Counts a replay id (objects, regions and kept objects share the count).
+  auto count_id = [&]() {
     if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
-    if (rgn >= region_id.size()) region_id.resize(rgn + 1, 0);
-    return region_id[rgn] = ++s.max_id;
+    ++s.max_id;
+  };
+  // Region `g`'s current ref is consumed by replay thread k's next step.
+  auto release_region = [&](Region& g, uint32_t k) {
+    if (g.read_more)
+      slots.retire(g.ref);  // another thread's remap may still read it
+    else
+      slots.give(g.ref, k, table[k].steps);
+    g.read_more = false;
   };
   auto memory_until = [&](uint64_t seq) {
     using trace::MemOp;
@@ -275,12 +393,16 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       Step st{};
       StepOp op = kStepMap;
       if (m.op == MemOp::map) {
-        st.head = uint64_t{kStepMap} | next_region_id(m.region) << 16;
+        count_id();
+        Region& g = region(m.region);
+        g = Region{take(k, m.time), page_up(m.length) / kPage, false, false};
+        st.head = uint64_t{kStepMap} | g.ref << 16;
         st.size = m.length;
         ++s.regions;
       } else {
-        const uint64_t old = region(m.region);
-        if (old == 0) {
+        Region& g = region(m.region);
+        const uint64_t old = g.ref;
+        if (old == 0 && !g.gone) {
           ++s.unknown_regions;
           continue;
         }
@@ -289,7 +411,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         auto& gone = unmapped[m.region];
         const uint64_t lo = m.offset, hi = m.offset + m.length;
         auto after_lo = gone.upper_bound(lo);
-        if ((after_lo != gone.end() && after_lo->first < hi) ||
+        if (g.gone || (after_lo != gone.end() && after_lo->first < hi) ||
             (after_lo != gone.begin() && std::prev(after_lo)->second > lo))
           throw PlanError("inconsistent trace: memory call " + std::to_string(next_call) + " (" +
                           std::string(trace::mem_op_name(m.op)) + ") on bytes " + std::to_string(lo) + ".." +
@@ -308,7 +430,6 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
             put(k, len, m.time, 0);
             ++s.memory_ops[kStepArg - kStepMap];
             op = kStepRemap;
-            st.head = next_region_id(m.new_region) << 16;
             st.size = m.new_length;
             ++s.regions;
             break;
@@ -326,14 +447,42 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           default:
             continue;
         }
-        if (m.op == MemOp::unmap || m.op == MemOp::remap) gone[lo] = hi;
-        // Every other call on a region takes its current id and gives it a
+        if (m.op == MemOp::unmap || m.op == MemOp::remap) {
+          gone[lo] = hi;
+          const uint64_t p = (page_up(hi) - (lo & ~(kPage - 1))) / kPage;
+          g.pages = g.pages > p ? g.pages - p : 0;
+        }
+        // Every other call on a region takes its current ref and gives it a
         // new one (the same base): they run in trace order even from
         // different threads (a touch never races the munmap after it). A
-        // remap takes it too; the rest of the old region, disjoint from the
-        // remapped bytes, keeps the id it had.
-        if (m.op != MemOp::remap) st.head = next_region_id(m.region) << 16;
-        st.head |= op;
+        // region wholly unmapped gives its ref back and takes none. A remap
+        // reads it too; the rest of the old region, disjoint from the
+        // remapped bytes, keeps the ref it had.
+        // (The new ref is taken first: a handoff step that comes with it
+        // goes before this call, whose index the old ref is given back at.)
+        const bool wholly_gone = m.op == MemOp::unmap && g.pages == 0;
+        uint64_t next = 0;
+        if (!wholly_gone) {
+          count_id();
+          next = take(k, m.time);
+        }
+        Region& h = region(m.region);
+        if (m.op == MemOp::remap) {
+          region(m.new_region) = Region{next, page_up(m.new_length) / kPage, false, false};
+          Region& o = region(m.region);  // (the line above may have moved it)
+          if (o.pages == 0) {
+            release_region(o, k);
+            o.ref = 0;
+            o.gone = true;
+          } else {
+            o.read_more = true;
+          }
+        } else {
+          release_region(h, k);
+          h.ref = next;
+          h.gone = wholly_gone;
+        }
+        st.head = next << 16 | op;
       }
       mapped.apply(m);
       s.mapped_peak = mapped.peak();
@@ -366,6 +515,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
       uint64_t old = 0;
       uint64_t id = 0;
+      bool give_old = false;  // the consumed object's slot goes back, once this step's ref is taken
       // Requested bytes this call makes live (or frees), modulo 2^64: sizes
       // near 2^64 (failed or absurd requests) must not overflow, and the
       // sum over threads comes out right whenever the true total fits.
@@ -388,6 +538,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           ++s.realloc_of_lost;
         } else {
           old = o.plan_id;
+          give_old = true;
           if (o.thread != k) ++s.cross_thread_consumes;
           if (!failed) {
             live_bytes -= o.bytes;
@@ -395,11 +546,12 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           } else {
             // The program kept the object, but in the replay the call may
             // succeed and move it: from here on the replay knows it by a
-            // new id that this step produces, so that a later consumer on
+            // new ref that this step produces, so that a later consumer on
             // another thread waits for this step and cannot free the old
             // block while it is being moved.
             if (s.max_id >= kMaxObjectId) inconsistent(e, "too many objects");
-            id = ++s.max_id;
+            ++s.max_id;
+            id = take(k, e.time);
             kept->plan_id = id;
             kept->thread = k;
           }
@@ -415,7 +567,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         // Replay ids are dense in order of creation (trace ids have gaps
         // where a truncated trace lost chunks).
         if (s.max_id >= kMaxObjectId) inconsistent(e, "too many objects");
-        id = ++s.max_id;
+        ++s.max_id;
+        id = take(k, e.time);
         const uint64_t b = e.requested_bytes();
         live.put(e.id, Live{b, id, k});
         live_bytes += b;
@@ -439,6 +592,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       const uint8_t flags = uint8_t(e.flags | (pages ? kStepTouchFollows : 0) | (timed ? kStepProgramTimed : 0));
       st.head = static_cast<uint64_t>(e.op) | uint64_t{flags} << 8 | id << 16;
       st.old = old;
+      if (give_old) slots.give(old, k, table[k].steps);
       put(k, st, e.time, delta);
       ++s.ops[static_cast<unsigned>(e.op)];
       if (pages) {
@@ -461,6 +615,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   h.version = kPlanVersion;
   h.threads = s.replay_threads;
   h.max_id = s.max_id;
+  h.slots = s.slots = slots.slots();
+  s.slots_retired = slots.retired();
+  s.handoffs = slots.handoffs();
   h.total_steps = s.steps;
   h.has_times = s.has_times;
   h.has_live = s.has_live;
@@ -502,9 +659,11 @@ void MappedPlan::load() {
     throw PlanError("plan: not a heaplab replay plan of version " + std::to_string(kPlanVersion));
   if (h.threads == 0 && h.total_steps != 0) throw PlanError("plan: steps without threads");
   if (h.max_id > kMaxObjectId) throw PlanError("plan: object ids beyond 2^48");
+  if (h.slots > kMaxSlot) throw PlanError("plan: more table slots than 2^32");
   if (sizeof h + uint64_t{h.threads} * sizeof(PlanThread) > len_) throw PlanError("plan: thread table past the end");
   threads_ = h.threads;
   max_id_ = h.max_id;
+  slots_ = h.slots;
   total_steps_ = h.total_steps;
   times_ = h.has_times;
   live_ = h.has_live;

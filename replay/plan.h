@@ -18,12 +18,18 @@
 namespace heaplab::replay {
 
 // One call to replay: 32 bytes.
-//   head = op | flags << 8 | id << 16   (op: trace::Op 0..29; flags: trace
-//                                        EventFlag; id: object produced, 0 none)
-//   old  = object consumed (0 = NULL pointer)
-// Ids are the replay's own, dense in order of creation: the trace's ids,
-// except that a realloc that failed in the trace produces a new id for the
-// object it kept (the replay's realloc may move it; see build_plan).
+//   head = op | flags << 8 | ref << 16  (op: trace::Op 0..29; flags: trace
+//                                        EventFlag; ref: object produced, 0 none)
+//   old  = ref of the object consumed (0 = NULL pointer)
+// A ref names a slot of the replay's object table and the slot's generation
+// while the object lives: ref = slot | generation << 32 (see make_ref). The
+// builder gives a slot back once its object is consumed, and the next object
+// that takes it has the next generation, so the table follows the live
+// objects, not every object the trace ever made. A consumer waits until its
+// slot holds the generation it names (replay/engine.h).
+// Every object, region and kept failed-realloc object gets a replay id as
+// well (dense, in order of creation: PlanSummary::max_id counts them); the
+// plan only keeps their refs.
 //   size = requested size (element size for calloc and reallocarray; the
 //          size argument of sized deletes)
 //   arg  = element count (calloc, reallocarray) or alignment (aligned calls)
@@ -35,9 +41,22 @@ struct Step {
 
   trace::Op op() const { return static_cast<trace::Op>(head & 0xff); }
   uint8_t flags() const { return static_cast<uint8_t>(head >> 8); }
-  uint64_t id() const { return head >> 16; }
+  uint64_t id() const { return head >> 16; }  // the ref produced
 };
 static_assert(sizeof(Step) == 32);
+
+// Refs: slot (< 2^32) | generation (1..kMaxGeneration) << 32, 48 bits. A
+// slot whose generation reaches kMaxGeneration is retired, never reused, so
+// a waiting consumer can never mistake an older generation for its own.
+inline constexpr unsigned kRefGenerationShift = 32;
+inline constexpr uint64_t kRefSlotMask = 0xffffffff;
+inline constexpr uint32_t kMaxGeneration = 0xffff;
+inline constexpr uint64_t kMaxSlot = 0xfffffffe;
+inline constexpr uint64_t make_ref(uint64_t slot, uint32_t generation) {
+  return slot | uint64_t{generation} << kRefGenerationShift;
+}
+inline constexpr uint64_t ref_slot(uint64_t ref) { return ref & kRefSlotMask; }
+inline constexpr uint32_t ref_generation(uint64_t ref) { return uint32_t(ref >> kRefGenerationShift); }
 
 // Steps of the program's own memory (trace format 1.1), after the calls'
 // op codes. Regions get replay ids from the same counter as objects.
@@ -61,6 +80,11 @@ enum StepOp : uint8_t {
   kStepTouch,
   kStepTouchObject,
   kStepEnd,
+  // Not a call: a slot another replay thread gave back is reused here, so
+  // wait until that thread has made `size` steps (its last consume of the
+  // slot is among them). old = that replay thread. The builder hands slots
+  // between threads in batches, long after they were freed: rarely a wait.
+  kStepHandoff = 80,
 };
 inline constexpr unsigned kStepFirstMemory = kStepMap;
 inline constexpr unsigned kMemorySteps = kStepEnd - kStepMap;
@@ -86,6 +110,10 @@ struct PlanOptions {
   // bytes produced minus consumed (signed): the live bytes at any moment
   // of a replay are the sum over threads at their progress.
   bool live = false;
+  // Reuse a consumed object's table slot (the table follows the live
+  // objects). Off: every object keeps its own slot to the end (tests that
+  // look at the table after a replay).
+  bool reuse_slots = true;
 };
 
 // What the plan builder learned about the trace, in trace order.
@@ -96,7 +124,10 @@ struct PlanSummary {
   uint64_t skipped_lost = 0;                    // consumes of objects a truncated trace lost, dropped
   uint64_t realloc_of_lost = 0;                 // reallocs of such objects, replayed with NULL
   uint64_t objects = 0;                         // objects the trace creates
-  uint64_t max_id = 0;                          // the replay's largest object id
+  uint64_t max_id = 0;                          // replay ids given (objects, kept objects, regions)
+  uint64_t slots = 0;                           // the object table's largest slot (its size less 1)
+  uint64_t slots_retired = 0;                   // slots never reused (a generation at its limit)
+  uint64_t handoffs = 0;                        // kStepHandoff steps
   uint64_t live_bytes_peak = 0;                 // peak of the live requested bytes, trace order
   uint64_t live_bytes_end = 0;
   // Where the live bytes first reach their peak (trace order): the replay
@@ -142,7 +173,8 @@ class MappedPlan {
   MappedPlan& operator=(const MappedPlan&) = delete;
 
   uint32_t threads() const { return threads_; }
-  uint64_t max_id() const { return max_id_; }
+  uint64_t max_id() const { return max_id_; }  // replay ids given
+  uint64_t slots() const { return slots_; }    // the object table's largest slot
   uint64_t total_steps() const { return total_steps_; }
   bool has_times() const { return times_; }
   bool has_live() const { return live_; }
@@ -166,7 +198,7 @@ class MappedPlan {
   void* map_ = nullptr;
   size_t len_ = 0;
   uint32_t threads_ = 0;
-  uint64_t max_id_ = 0, total_steps_ = 0;
+  uint64_t max_id_ = 0, slots_ = 0, total_steps_ = 0;
   bool times_ = false;
   std::vector<const Step*> steps_;
   std::vector<const uint64_t*> time_;

@@ -3,6 +3,7 @@
 // thread folding, timestamps, and the errors for inconsistent traces and for
 // files that are not plans.
 #include "replay/plan.h"
+#include "replay/plan_testutil.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -132,8 +133,11 @@ std::string plan_error(std::vector<Event>& events) {
   return "";
 }
 
-std::vector<Step> steps_of(const MappedPlan& p, uint32_t t) {
-  return std::vector<Step>(p.steps(t), p.steps(t) + p.step_count(t));
+// Replay thread t's steps with dense ids (replay/plan_testutil.h): named in
+// the order they run (one thread: of creation), or as `want` names them.
+std::vector<Step> steps_of(const MappedPlan& p, uint32_t t) { return testutil::dense_steps(p).at(t); }
+std::vector<Step> steps_of(const MappedPlan& p, uint32_t t, const std::vector<std::vector<Step>>& want) {
+  return testutil::dense_steps(p, &want).at(t);
 }
 
 bool is_call(const Event& e) { return e.op != Op::thread_start && e.op != Op::thread_end && e.op != Op::lost; }
@@ -342,7 +346,8 @@ TEST(PlanBuild, HandWrittenSingleThread) {
   EXPECT_EQ(p.mapped_bytes() % 4096, 0u);
   ASSERT_EQ(p.step_count(0), 12u);
 
-  const Step* st = p.steps(0);
+  const std::vector<Step> dense = steps_of(p, 0);
+  const Step* st = dense.data();
   expect_step(st[0], Op::malloc, 0, 1, 0, 100, 0, 0);
   expect_step(st[1], Op::calloc, 0, 2, 0, 40, 3, 1);  // size = element size, arg = count
   expect_step(st[2], Op::realloc, 0, 3, 1, 300, 0, 2);
@@ -383,7 +388,8 @@ TEST(PlanBuild, ReallocOfNullAndReallocToZero) {
   EXPECT_EQ(b->summary.live_bytes_peak, 64u);
   EXPECT_EQ(b->summary.live_bytes_end, 8u);
   EXPECT_EQ(b->summary.bytes_requested, 72u);
-  const Step* st = b->plan->steps(0);
+  const std::vector<Step> dense = steps_of(*b->plan, 0);
+  const Step* st = dense.data();
   expect_step(st[0], Op::realloc, 0, 1, 0, 64, 0, 0);
   expect_step(st[1], Op::realloc, trace::kNullResult, 0, 1, 0, 0, 1);
   expect_step(st[2], Op::malloc, 0, 2, 0, 8, 0, 2);
@@ -434,22 +440,25 @@ TEST(PlanBuild, FailedReallocGivesTheKeptObjectANewId) {
   ASSERT_EQ(p.threads(), 2u);
   ASSERT_EQ(p.step_count(0), 5u);
   ASSERT_EQ(p.step_count(1), 4u);
-  const Step* t0 = p.steps(0);
+  const Expected x = expected_of(b->events, {0, 1});
+  ASSERT_EQ(x.steps.size(), 2u);
+  const std::vector<Step> d0 = steps_of(p, 0, x.steps), d1 = steps_of(p, 1, x.steps);
+  ASSERT_EQ(d0.size(), 5u);
+  ASSERT_EQ(d1.size(), 4u);
+  const Step* t0 = d0.data();
   expect_step(t0[0], Op::malloc, 0, 1, 0, 8, 0, 0);
   expect_step(t0[1], Op::free, 0, 0, 4, 0, 0, 1);
   expect_step(t0[2], Op::realloc, kFailedFlags, 0, 0, huge, 0, 2);
   expect_step(t0[3], Op::realloc, 0, 6, 5, 32, 0, 3);
   expect_step(t0[4], Op::free, 0, 0, 6, 0, 0, 4);
-  const Step* t1 = p.steps(1);
+  const Step* t1 = d1.data();
   expect_step(t1[0], Op::realloc, kFailedFlags, 2, 1, huge, 0, 0);
   expect_step(t1[1], Op::malloc, 0, 3, 0, 16, 0, 1);
   expect_step(t1[2], Op::reallocarray, kFailedFlags, 4, 2, huge, 1 << 20, 2);
   expect_step(t1[3], Op::realloc, kFailedFlags, 5, 3, huge, 0, 3);
 
-  const Expected x = expected_of(b->events, {0, 1});
-  ASSERT_EQ(x.steps.size(), 2u);
-  expect_steps_eq(steps_of(p, 0), x.steps[0]);
-  expect_steps_eq(steps_of(p, 1), x.steps[1]);
+  expect_steps_eq(d0, x.steps[0]);
+  expect_steps_eq(d1, x.steps[1]);
   EXPECT_EQ(x.cross, 3u);
   EXPECT_EQ(x.max_id, 6u);
   EXPECT_EQ(x.failed_reallocs, 3u);
@@ -515,8 +524,8 @@ TEST(PlanBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
           EXPECT_EQ(x.steps[k][i].op(), calls[i].op());
           EXPECT_EQ(x.steps[k][i].size, calls[i].size);
         }
-        expect_steps_eq(steps_of(p, k), x.steps[k]);
-        if (!all_ops) expect_steps_eq(steps_of(p, k), calls);  // no failures: trace ids
+        expect_steps_eq(steps_of(p, k, x.steps), x.steps[k]);
+        if (!all_ops) expect_steps_eq(steps_of(p, k, x.steps), calls);  // no failures: trace ids
       }
 
       EXPECT_EQ(s.events, b->events.size());
@@ -625,7 +634,7 @@ void expect_folded_plan(const Built& b, uint32_t recorded) {
       if (replay_of[e.thread] == k && is_call(e)) ops.push_back(e.op);
     ASSERT_EQ(x.steps[k].size(), ops.size());
     for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(x.steps[k][i].op(), ops[i]) << i;
-    expect_steps_eq(steps_of(*b.plan, k), x.steps[k]);
+    expect_steps_eq(steps_of(*b.plan, k, x.steps), x.steps[k]);
   }
   EXPECT_EQ(b.summary.cross_thread_consumes, x.cross);
   EXPECT_EQ(b.summary.live_bytes_peak, x.peak);
@@ -707,9 +716,10 @@ TEST(PlanFold, ZeroOrEnoughThreadsIsIdentity) {
     EXPECT_EQ(b->summary.fold, identity);
     EXPECT_EQ(b->summary.replay_threads, 3u);
     ASSERT_EQ(b->plan->threads(), 3u);
-    expect_steps_eq(steps_of(*b->plan, 0), {step_of(b->events[2])});
-    expect_steps_eq(steps_of(*b->plan, 1), {step_of(b->events[1]), step_of(b->events[4])});
-    expect_steps_eq(steps_of(*b->plan, 2), {step_of(b->events[0]), step_of(b->events[3])});
+    const std::vector<std::vector<Step>> want = {{step_of(b->events[2])},
+                                                 {step_of(b->events[1]), step_of(b->events[4])},
+                                                 {step_of(b->events[0]), step_of(b->events[3])}};
+    for (uint32_t k = 0; k < 3; ++k) expect_steps_eq(steps_of(*b->plan, k, want), want[k]);
     EXPECT_EQ(b->summary.cross_thread_consumes, 2u);
     EXPECT_EQ(b->summary.objects, 3u);
     EXPECT_EQ(b->summary.max_id, 3u);
@@ -892,7 +902,8 @@ TEST(PlanErrors, TruncatedTraceDropsConsumesOfLostObjects) {
   EXPECT_EQ(b->plan->max_id(), 3u);
   EXPECT_EQ(s.live_bytes_end, 55u);
   ASSERT_EQ(b->plan->threads(), 1u);
-  const Step* st = b->plan->steps(0);
+  const std::vector<Step> dense = steps_of(*b->plan, 0);
+  const Step* st = dense.data();
   ASSERT_EQ(b->plan->step_count(0), 3u);
   expect_step(st[0], Op::malloc, 0, 1, 0, 20, 0, 0);
   expect_step(st[1], Op::realloc, 0, 2, 0, 30, 0, 1);  // replayed with NULL
@@ -943,7 +954,8 @@ TEST(PlanErrors, TruncatedTraceFailedReallocsTakeDenseIds) {
   EXPECT_EQ(s.live_bytes_end, 0u);
   ASSERT_EQ(b->plan->threads(), 1u);
   ASSERT_EQ(b->plan->step_count(0), 6u);
-  const Step* st = b->plan->steps(0);
+  const std::vector<Step> dense = steps_of(*b->plan, 0);
+  const Step* st = dense.data();
   expect_step(st[0], Op::malloc, 0, 1, 0, 20, 0, 0);
   expect_step(st[1], Op::realloc, kFailedFlags, 2, 1, 1u << 30, 0, 1);
   expect_step(st[2], Op::free, 0, 0, 2, 0, 0, 2);
@@ -956,6 +968,62 @@ TEST(PlanErrors, TruncatedTraceFailedReallocsTakeDenseIds) {
   EXPECT_EQ(x.max_id, 3u);
   EXPECT_EQ(x.objects, 2u);
   EXPECT_EQ(x.realloc_of_lost, 1u);
+}
+
+// ------------------------------------------------------------ table slots
+
+// Objects made on one thread and freed on another, `lag` objects later:
+// the consumer's freed slots go back to the producer in batches, each with
+// one handoff step, so the table follows the live objects (at most lag + 2
+// batches per thread + one), not the 20,000 the trace makes.
+std::vector<Event> producer_consumer_events(uint64_t objects, uint64_t lag) {
+  std::vector<Event> evs;
+  for (uint64_t i = 1; i <= objects + lag; ++i) {
+    if (i <= objects) evs.push_back(alloc(16 + i % 64, 0));
+    if (i > lag) evs.push_back(release(i - lag, 1));
+  }
+  return evs;
+}
+
+TEST(PlanSlots, FreedSlotsGoBackToTheProducerInBatches) {
+  std::vector<Event> evs = producer_consumer_events(20000, 100);
+  auto b = build(evs);
+  const PlanSummary& s = b->summary;
+  EXPECT_EQ(s.objects, 20000u);
+  EXPECT_EQ(s.max_id, 20000u);
+  EXPECT_EQ(b->plan->max_id(), 20000u);
+  EXPECT_LE(s.slots, 100 + 2 * 2 * 1024 + 1) << "the table grows with the trace";
+  EXPECT_EQ(b->plan->slots(), s.slots);
+  EXPECT_GT(s.handoffs, 0u);
+  EXPECT_EQ(s.slots_retired, 0u);
+  EXPECT_EQ(s.steps, 40000u + s.handoffs);
+  const Expected x = expected_of(b->events, {0, 1});
+  // Every consume gets its object, whichever way the threads interleave.
+  for (unsigned seed : {0u, 1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const auto dense = testutil::dense_steps(*b->plan, &x.steps, seed);
+    for (uint32_t k = 0; k < 2; ++k) expect_steps_eq(dense.at(k), x.steps[k]);
+  }
+}
+
+// One slot reused over and over: its generation reaches the limit and the
+// slot is retired, the next object takes a fresh one.
+TEST(PlanSlots, ASlotIsRetiredAtItsLastGeneration) {
+  std::vector<Event> evs;
+  for (uint64_t i = 1; i <= kMaxGeneration + 10; ++i) {
+    evs.push_back(alloc(32));
+    evs.push_back(release(i));
+  }
+  auto b = build(evs);
+  EXPECT_EQ(b->summary.slots, 2u);
+  EXPECT_EQ(b->summary.slots_retired, 1u);
+  EXPECT_EQ(b->summary.handoffs, 0u);
+  const Step* st = b->plan->steps(0);
+  EXPECT_EQ(st[0].id(), make_ref(1, 1));
+  EXPECT_EQ(st[2 * (kMaxGeneration - 1)].id(), make_ref(1, kMaxGeneration));
+  EXPECT_EQ(st[2 * kMaxGeneration].id(), make_ref(2, 1));
+  const Expected x = expected_of(b->events, {0});
+  expect_steps_eq(steps_of(*b->plan, 0), x.steps[0]);
 }
 
 // ------------------------------------------------------------ not a plan
@@ -985,7 +1053,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(PlanMapped, RejectsWhatIsNotAPlan) {
-  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 4");
+  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 5");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
@@ -1000,11 +1068,11 @@ TEST(PlanMapped, RejectsDamagedPlan) {
 
   std::string bad_version = img;
   bad_version[8] = 1;  // version, after the 8-byte magic: an older layout
-  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 4");
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 5");
 
   std::string bad_peak = img;  // the live peak's step (after the ops and the peak value) past the thread's end
-  const uint64_t step = 4;
-  std::memcpy(bad_peak.data() + 48 + 8 * trace::kOpCount + 8, &step, sizeof step);
+  const uint64_t step = 4;     // (after magic, version, threads, max_id, slots, steps, times, live: 56 bytes)
+  std::memcpy(bad_peak.data() + 56 + 8 * trace::kOpCount + 8, &step, sizeof step);
   EXPECT_EQ(mapped_plan_error(bad_peak), "plan: the live peak's step is not in the plan");
 
   std::string cut = img.substr(0, 4096);  // the header page only: steps lie past the end

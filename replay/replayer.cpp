@@ -159,8 +159,13 @@ nlohmann::json latency_json(const LogLinearHistogram* hists, uint32_t nthreads, 
   return j;
 }
 
-// Checks what the engine trusts: ops are calls, ids fit the table.
+// Checks what the engine trusts: ops are calls, refs fit the table, a
+// handoff waits for steps its thread has.
 void check_steps(const MappedPlan& plan) {
+  const auto ref_ok = [&](uint64_t ref) {
+    return ref == 0 || ((ref >> (kRefGenerationShift + 16)) == 0 && ref_slot(ref) != 0 &&
+                        ref_slot(ref) <= plan.slots() && ref_generation(ref) != 0);
+  };
   for (uint32_t t = 0; t < plan.threads(); ++t) {
     const Step* s = plan.steps(t);
     for (uint64_t i = 0; i < plan.step_count(t); ++i) {
@@ -168,7 +173,10 @@ void check_steps(const MappedPlan& plan) {
       const bool call = op <= static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow);
       const bool memory = op >= kStepFirstMemory && op < kStepEnd;
       const bool touch_follows = call && (s[i].flags() & kStepTouchFollows);
-      if (!(call || memory) || s[i].id() > plan.max_id() || s[i].old > plan.max_id() ||
+      const bool handoff = op == kStepHandoff;
+      if (!(call || memory || handoff) || !ref_ok(s[i].id()) || (!handoff && !ref_ok(s[i].old)) ||
+          (handoff &&
+           (s[i].old >= plan.threads() || s[i].old == t || s[i].size > plan.step_count(uint32_t(s[i].old)))) ||
           ((op == kStepMap || op == kStepRemap) && s[i].id() == 0) ||
           (touch_follows && (i + 1 >= plan.step_count(t) || (s[i + 1].head & 0xff) != kStepTouchObject)))
         throw PlanError("plan: thread " + std::to_string(t) + " step " + std::to_string(i) + " is not a valid call");
@@ -230,7 +238,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   Pinning pin(args.settings.pin, plan.threads(), args.settings.membind);
   pin.bind_memory();
   backend.init();
-  const size_t table_bytes = size_t(plan.max_id() + 1) * sizeof(Slot);  // max_id < 2^48
+  const size_t table_bytes = size_t(plan.slots() + 1) * sizeof(Slot);  // slots < 2^32
   auto* table = static_cast<Slot*>(map_anon(table_bytes, true, "the object table"));
   table[0].store(kNullObject);  // "object 0" is the NULL pointer
   const uint32_t nthreads = plan.threads();
@@ -278,6 +286,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
       prm.timer_overhead = timer.overhead_ticks;
     }
     prm.table = table;
+    prm.peers = results;
     prm.touch = args.settings.touch;
     prm.times = paced ? plan.times(t) : nullptr;
     prm.speed = args.settings.speed;
@@ -338,6 +347,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     total.memory_failed += r.memory_failed;
     total.waits += r.waits;
     total.wait_ns += r.wait_ns;
+    total.handoffs += r.handoffs;
+    total.handoff_waits += r.handoff_waits;
+    total.handoff_wait_ns += r.handoff_wait_ns;
+    total.unrepresentable += r.unrepresentable;
     total.moved_failed_reallocs += r.moved_failed_reallocs;
     per_thread.push_back({{"calls", calls},
                           {"wall_ns", r.end_ns - r.start_ns},
@@ -399,6 +412,11 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   j["results_match"] = results_match;
   j["faithful"] = calls_match && results_match;
   j["cross_thread_waits"] = {{"count", total.waits}, {"total_ns", total.wait_ns}};
+  // Table slots passed between threads (replay/plan.h, kStepHandoff): how
+  // often that made a thread wait.
+  j["slot_handoffs"] = {
+      {"count", total.handoffs}, {"waited", total.handoff_waits}, {"total_ns", total.handoff_wait_ns}};
+  if (total.unrepresentable) j["results_beyond_2^48"] = total.unrepresentable;
   j["moved_failed_reallocs"] = total.moved_failed_reallocs;
   j["threads"] = per_thread;
   j["bookkeeping_bytes"] = {{"plan", plan.mapped_bytes()}, {"object_table", table_bytes}};
