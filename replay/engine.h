@@ -56,7 +56,9 @@ struct ThreadResult {
   uint64_t handoffs = 0;       // handoff steps made
   uint64_t handoff_waits = 0;  // of them, those that waited
   uint64_t handoff_wait_ns = 0;
-  uint64_t unrepresentable = 0;       // results at or above 2^48 (counted as NULL)
+  uint64_t unrepresentable = 0;  // results at or above 2^48 (counted as NULL)
+  uint64_t plan_waits = 0;       // windows of the plan not mapped yet when due
+  uint64_t plan_wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
   int cpu = -1;                       // the CPU the thread finished on
   // Steps done so far, for samplers while the replay runs.

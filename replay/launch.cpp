@@ -222,7 +222,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   nlohmann::json trace_j = {{"path", opt.trace},
                             {"id", trace_id},
                             {"events", plan.events},
-                            {"calls", plan.steps - memory_steps},
+                            {"calls", plan.steps - memory_steps - plan.handoffs},
                             {"complete", reader->complete()},
                             {"recorded_threads", plan.recorded_threads},
                             {"objects", plan.objects},
@@ -230,6 +230,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                             {"live_bytes_peak", plan.live_bytes_peak},
                             {"live_bytes_end", plan.live_bytes_end},
                             {"cross_thread_consumes", plan.cross_thread_consumes},
+                            {"table_slots", plan.slots},
+                            {"slot_handoffs", plan.handoffs},
                             {"consumes_of_lost_objects_skipped", plan.skipped_lost},
                             {"reallocs_of_lost_objects", plan.realloc_of_lost}};
   if (memory_steps != 0)

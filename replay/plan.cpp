@@ -335,6 +335,15 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       populate(steps[k] + n_k, w * sizeof(Step));
       if (s.has_times) populate(times[k] + n_k, w * sizeof(uint64_t));
       if (s.has_live) populate(lives[k] + n_k, w * sizeof(int64_t));
+      // And unmap the window before the last one from this process (the
+      // plan's file keeps it): the builder's memory is a few windows a
+      // thread, whatever the plan's size.
+      if (n_k >= 2 * kWindowSteps) {
+        const uint64_t old = n_k - 2 * kWindowSteps;
+        madvise(steps[k] + old, kWindowSteps * sizeof(Step), MADV_DONTNEED);
+        if (s.has_times) madvise(times[k] + old, kWindowSteps * sizeof(uint64_t), MADV_DONTNEED);
+        if (s.has_live) madvise(lives[k] + old, kWindowSteps * sizeof(int64_t), MADV_DONTNEED);
+      }
     }
     steps[k][n_k] = st;
     if (s.has_times) times[k][n_k] = time;
@@ -636,8 +645,9 @@ MappedPlan::MappedPlan(int fd) {
   if (fstat(fd, &st) != 0) throw PlanError(std::string("plan: ") + std::strerror(errno));
   len_ = static_cast<size_t>(st.st_size);
   if (len_ < sizeof(PlanHeader)) throw PlanError("plan: too short to be a replay plan");
-  // MAP_POPULATE: the plan's pages are faulted in now, not during the replay.
-  map_ = mmap(nullptr, len_, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // Not populated: the replayer maps windows of it as the replay goes
+  // (replay/plan_pager.h).
+  map_ = mmap(nullptr, len_, PROT_READ, MAP_SHARED, fd, 0);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
     throw PlanError(std::string("plan: mmap: ") + std::strerror(errno));

@@ -89,8 +89,8 @@ inline std::vector<std::vector<Step>> dense_steps(const MappedPlan& p,
     if (!moved) {
       std::string where;
       for (uint32_t t = 0; t < p.threads(); ++t)
-        where += " thread " + std::to_string(t) + " at " + std::to_string(pos[t]) + "/" +
-                 std::to_string(p.step_count(t));
+        where +=
+            " thread " + std::to_string(t) + " at " + std::to_string(pos[t]) + "/" + std::to_string(p.step_count(t));
       ADD_FAILURE() << "the plan would wait forever:" << where;
       break;
     }

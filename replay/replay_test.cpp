@@ -421,6 +421,44 @@ TEST_F(ReplayTest, AllAllocatorsFailingIsNotSuccess) {
         << r.err;
 }
 
+// The replayer's bookkeeping follows the live set, not the trace's length:
+// two traces with the same live objects (thread 0 makes objects that thread
+// 1 frees 2,000 objects later), one with 10 times the calls of the other,
+// replay with bookkeeping (plan windows mapped, object table, the rest)
+// within 10% of each other, while the plan itself is 10 times the size.
+TEST_F(ReplayTest, BookkeepingDoesNotGrowWithTheTracesLength) {
+  const auto events = [](uint64_t objects) {
+    std::vector<Event> evs;
+    const uint64_t lag = 2000;
+    for (uint64_t i = 1; i <= objects + lag; ++i) {
+      if (i <= objects) evs.push_back(malloc_ev(16 + i % 200));
+      if (i > lag) {
+        evs.push_back(free_ev(i - lag));
+        evs.back().thread = 1;
+      }
+    }
+    return evs;
+  };
+  json r[2];
+  const uint64_t objects[2] = {50000, 500000};
+  for (int k = 0; k < 2; ++k) {
+    const std::string t = write_trace("length" + std::to_string(k), events(objects[k]), false);
+    r[k] = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_WINDOW_STEPS=4096");
+    ASSERT_TRUE(r[k].is_object());
+    ASSERT_TRUE(r[k]["replay"]["faithful"].get<bool>());
+    EXPECT_EQ(r[k]["trace"]["calls"].get<uint64_t>(), 2 * objects[k]);
+    EXPECT_EQ(r[k]["replay"]["plan_windows"]["steps_per_window"].get<uint64_t>(), 4096u);
+    EXPECT_GT(r[k]["replay"]["slot_handoffs"]["count"].get<uint64_t>(), 0u);
+  }
+  const auto book = [&](int k, const char* what) { return r[k]["replay"]["bookkeeping_bytes"][what].get<double>(); };
+  EXPECT_GT(book(1, "plan_total"), 9 * book(0, "plan_total"));
+  EXPECT_LE(book(0, "plan"), 2 * 4 * 4096 * 40.0);  // at most 4 windows a thread, 40 bytes a step
+  EXPECT_LE(book(1, "plan"), 2 * 4 * 4096 * 40.0);
+  EXPECT_LE(book(1, "object_table"), 8 * (2000 + 2 * 2 * 1024 + 2.0));
+  EXPECT_NEAR(book(1, "total"), book(0, "total"), 0.1 * book(0, "total"))
+      << r[0]["replay"]["bookkeeping_bytes"].dump() << " vs " << r[1]["replay"]["bookkeeping_bytes"].dump();
+}
+
 TEST_F(ReplayTest, FileSizeLimitIsAnErrorNotASignal) {
   const std::string t = producer_consumer();
   const Outcome r = run({kHeaplab, "replay", t}, "ulimit -f 100;");

@@ -2,6 +2,7 @@
 
 #include "replay/environment.h"
 #include "replay/pinning.h"
+#include "replay/plan_pager.h"
 #include "replay/sampler.h"
 
 #include <cpuid.h>
@@ -48,14 +49,15 @@ struct Worker {
   int index;
   const BackendHooks* backend;
   const Step* steps;
-  const Step* end;
+  uint64_t count;
   RunParams params;
   ThreadResult* result;
   const std::atomic<int>* go;
   // On the thread that makes the trace's live-peak call: the step after it,
-  // where the sampler takes its snapshot.
-  const Step* pause;
+  // where the sampler takes its snapshot (UINT64_MAX: none).
+  uint64_t pause;
   MemorySampler* sampler;
+  PlanPager* pager;
 };
 
 void* worker_main(void* arg) {
@@ -68,14 +70,16 @@ void* worker_main(void* arg) {
   const BackendHooks& b = *w->backend;
   const StepsFn fn =
       w->params.latency ? (w->params.times ? b.paced_timed : b.fast_timed) : (w->params.times ? b.paced : b.fast);
-  if (w->pause) {
-    RunParams prm = w->params;
-    prm.origin = w->steps;
-    fn(w->steps, w->pause, prm, *w->result);
-    w->sampler->snapshot();
-    fn(w->pause, w->end, prm, *w->result);
-  } else {
-    fn(w->steps, w->end, w->params, *w->result);
+  // A window of the plan at a time (replay/plan_pager.h), each once the
+  // pager has mapped and checked it.
+  RunParams prm = w->params;
+  prm.origin = w->steps;
+  for (uint64_t pos = 0; pos < w->count;) {
+    uint64_t end = w->pager->ready(uint32_t(w->index), pos, *w->result);
+    if (w->pause > pos && w->pause < end) end = w->pause;
+    fn(w->steps + pos, w->steps + end, prm, *w->result);
+    if (end == w->pause) w->sampler->snapshot();
+    pos = end;
   }
   w->result->cpu = sched_getcpu();
   return nullptr;
@@ -159,31 +163,6 @@ nlohmann::json latency_json(const LogLinearHistogram* hists, uint32_t nthreads, 
   return j;
 }
 
-// Checks what the engine trusts: ops are calls, refs fit the table, a
-// handoff waits for steps its thread has.
-void check_steps(const MappedPlan& plan) {
-  const auto ref_ok = [&](uint64_t ref) {
-    return ref == 0 || ((ref >> (kRefGenerationShift + 16)) == 0 && ref_slot(ref) != 0 &&
-                        ref_slot(ref) <= plan.slots() && ref_generation(ref) != 0);
-  };
-  for (uint32_t t = 0; t < plan.threads(); ++t) {
-    const Step* s = plan.steps(t);
-    for (uint64_t i = 0; i < plan.step_count(t); ++i) {
-      const unsigned op = s[i].head & 0xff;
-      const bool call = op <= static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow);
-      const bool memory = op >= kStepFirstMemory && op < kStepEnd;
-      const bool touch_follows = call && (s[i].flags() & kStepTouchFollows);
-      const bool handoff = op == kStepHandoff;
-      if (!(call || memory || handoff) || !ref_ok(s[i].id()) || (!handoff && !ref_ok(s[i].old)) ||
-          (handoff &&
-           (s[i].old >= plan.threads() || s[i].old == t || s[i].size > plan.step_count(uint32_t(s[i].old)))) ||
-          ((op == kStepMap || op == kStepRemap) && s[i].id() == 0) ||
-          (touch_follows && (i + 1 >= plan.step_count(t) || (s[i + 1].head & 0xff) != kStepTouchObject)))
-        throw PlanError("plan: thread " + std::to_string(t) + " step " + std::to_string(i) + " is not a valid call");
-    }
-  }
-}
-
 }  // namespace
 
 ReplayerArgs parse_replayer_args(int argc, char** argv) {
@@ -231,7 +210,6 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   if (!args.trace.empty()) close(plan_fd);
   if (paced && !plan.has_times())
     throw PlanError("--timing recorded: the plan has no timestamps (the trace has no clock)");
-  check_steps(plan);
 
   // Threads and memory placed (hwloc); memory bound before the allocator
   // under test allocates.
@@ -275,6 +253,21 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     sampler->exclude(tids, std::max<size_t>(1, nthreads) * sizeof(pthread_t));
     if (hists) sampler->exclude(hists, hist_bytes);
   }
+  // The plan in windows: a damaged step ends the replay with exit status 2
+  // (bad input), before any replay thread reaches it.
+  const int result_fd = args.result_fd;
+  PlanPager pager(plan, results, PlanPager::window_steps(plan), [result_fd](const std::string& why) {
+    const std::string out = "{\"error\": \"" + why + "\"}\n";
+    if (result_fd != 1) {
+      if (write(result_fd, out.data(), out.size()) < 0) {
+      }
+    }
+    const std::string line = "heaplab-replay: " + why + "\n";
+    if (write(2, line.data(), line.size()) < 0) {
+    }
+    _exit(2);
+  });
+  pager.prime();
   std::atomic<int> go{0};
   for (uint32_t t = 0; t < nthreads; ++t) {
     RunParams prm;
@@ -295,12 +288,13 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
                         int(t),
                         &backend,
                         plan.steps(t),
-                        plan.steps(t) + plan.step_count(t),
+                        plan.step_count(t),
                         prm,
                         &results[t],
                         &go,
-                        peak ? plan.steps(t) + plan.peak_step() + 1 : nullptr,
-                        sampler.get()};
+                        peak ? plan.peak_step() + 1 : UINT64_MAX,
+                        sampler.get(),
+                        &pager};
   }
   rusage ru0{}, ru1{};
   // Replay threads need little stack (the allocator's calls): 512 KiB lets
@@ -323,10 +317,12 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   getrusage(RUSAGE_SELF, &ru0);
   const uint64_t start = monotonic_ns();
   for (uint32_t t = 0; t < nthreads; ++t) workers[t].params.start_ns = start;
+  pager.start();
   if (sampler) sampler->start(start);
   go.store(1, std::memory_order_release);
   for (uint32_t t = 0; t < nthreads; ++t) pthread_join(tids[t], nullptr);
   if (sampler) sampler->stop();
+  pager.stop();
   uint64_t end = start;
   for (uint32_t t = 0; t < nthreads; ++t) end = std::max(end, results[t].end_ns);
   getrusage(RUSAGE_SELF, &ru1);
@@ -351,6 +347,8 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     total.handoff_waits += r.handoff_waits;
     total.handoff_wait_ns += r.handoff_wait_ns;
     total.unrepresentable += r.unrepresentable;
+    total.plan_waits += r.plan_waits;
+    total.plan_wait_ns += r.plan_wait_ns;
     total.moved_failed_reallocs += r.moved_failed_reallocs;
     per_thread.push_back({{"calls", calls},
                           {"wall_ns", r.end_ns - r.start_ns},
@@ -419,7 +417,19 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   if (total.unrepresentable) j["results_beyond_2^48"] = total.unrepresentable;
   j["moved_failed_reallocs"] = total.moved_failed_reallocs;
   j["threads"] = per_thread;
-  j["bookkeeping_bytes"] = {{"plan", plan.mapped_bytes()}, {"object_table", table_bytes}};
+  // The replayer's own memory: the plan's windows mapped at most at once
+  // (of the whole plan), the object table (its slots follow the live
+  // objects), results, thread table and histograms.
+  const uint64_t other_bookkeeping = bookkeeping - pages(table_bytes);
+  j["bookkeeping_bytes"] = {{"plan", pager.resident_peak_bytes()},
+                            {"plan_total", plan.mapped_bytes()},
+                            {"object_table", table_bytes},
+                            {"other", other_bookkeeping},
+                            {"total", pager.resident_peak_bytes() + pages(table_bytes) + other_bookkeeping}};
+  j["plan_windows"] = {{"steps_per_window", pager.window()},
+                       {"mapped", pager.windows_mapped()},
+                       {"waits", total.plan_waits},
+                       {"wait_ns", total.plan_wait_ns}};
   if (hists) {
     j["latency"] = latency_json(hists, nthreads, timer, args.settings.latency);
     if (args.settings.latency_program) j["latency"]["calls"] = "program";

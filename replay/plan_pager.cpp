@@ -1,0 +1,173 @@
+#include "replay/plan_pager.h"
+
+#include <sys/mman.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace heaplab::replay {
+
+namespace {
+
+constexpr uintptr_t kPage = 4096;
+
+// Maps [p, p + len) of the plan now (or, where the kernel cannot, reads a
+// byte of every page).
+void populate(const void* p, size_t len) {
+  if (len == 0) return;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + len + kPage - 1) & ~(kPage - 1);
+#ifdef MADV_POPULATE_READ
+  if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_READ) == 0) return;
+#endif
+  for (uintptr_t a = lo; a < hi; a += kPage) (void)*reinterpret_cast<const volatile char*>(a);
+}
+
+// Unmaps [p, p + len) (page-aligned) from this process; the plan keeps it.
+void release(const void* p, size_t len) {
+  if (len == 0) return;
+  madvise(const_cast<void*>(p), len, MADV_DONTNEED);
+}
+
+}  // namespace
+
+uint64_t PlanPager::window_steps(const MappedPlan& plan, uint64_t budget_bytes) {
+  if (const char* env = std::getenv("HEAPLAB_PLAN_WINDOW_STEPS"); env && *env) {
+    char* end = nullptr;
+    const unsigned long long w = std::strtoull(env, &end, 10);
+    if (*end || w < 512 || (w & (w - 1)) != 0)
+      throw std::invalid_argument(std::string("HEAPLAB_PLAN_WINDOW_STEPS: expected a power of two of at least 512, not '") +
+                                  env + "'");
+    return w;
+  }
+  const uint64_t step_bytes = sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0);
+  const uint64_t per_thread = budget_bytes / (std::max<uint64_t>(1, plan.threads()) * 4 * step_bytes);
+  uint64_t w = 512;
+  while (w * 2 <= per_thread && w < 131072) w *= 2;
+  return w;
+}
+
+PlanPager::PlanPager(const MappedPlan& plan, const ThreadResult* results, uint64_t window,
+                     std::function<void(const std::string&)> damaged)
+    : plan_(plan),
+      results_(results),
+      window_(window),
+      damaged_(std::move(damaged)),
+      lanes_(new Lane[std::max<uint32_t>(1, plan.threads())]),
+      step_bytes_(sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0)) {
+  for (uint32_t t = 0; t < plan.threads(); ++t) counts_.push_back(plan.step_count(t));
+}
+
+PlanPager::~PlanPager() { stop(); }
+
+void PlanPager::add_resident(int64_t bytes) {
+  resident_ = uint64_t(int64_t(resident_) + bytes);
+  if (resident_ > peak_.load(std::memory_order_relaxed)) peak_.store(resident_, std::memory_order_relaxed);
+}
+
+bool PlanPager::advance(uint32_t t) {
+  Lane& l = lanes_[t];
+  const uint64_t from = l.checked.load(std::memory_order_relaxed);
+  if (from >= counts_[t]) return false;
+  const uint64_t to = std::min(counts_[t], from + window_);
+  populate(plan_.steps(t) + from, (to - from) * sizeof(Step));
+  if (plan_.has_times()) populate(plan_.times(t) + from, (to - from) * sizeof(uint64_t));
+  if (plan_.has_live()) populate(plan_.live(t) + from, (to - from) * sizeof(int64_t));
+  check(t, from, to);
+  add_resident(int64_t((to - from) * step_bytes_));
+  windows_.fetch_add(1, std::memory_order_relaxed);
+  l.checked.store(to, std::memory_order_release);
+  return true;
+}
+
+void PlanPager::drop(uint32_t t, uint64_t upto) {
+  Lane& l = lanes_[t];
+  if (upto <= l.dropped) return;
+  const uint64_t from = l.dropped, n = upto - from;  // whole windows: page-aligned in every array
+  release(plan_.steps(t) + from, n * sizeof(Step));
+  if (plan_.has_times()) release(plan_.times(t) + from, n * sizeof(uint64_t));
+  if (plan_.has_live()) release(plan_.live(t) + from, n * sizeof(int64_t));
+  add_resident(-int64_t(n * step_bytes_));
+  l.dropped = upto;
+}
+
+// What the engine trusts: ops are calls, refs fit the table, a handoff
+// waits for another thread's steps that exist, a step flagged with a touch
+// to follow has it next.
+void PlanPager::check(uint32_t t, uint64_t from, uint64_t to) const {
+  const auto ref_ok = [&](uint64_t ref) {
+    return ref == 0 || ((ref >> (kRefGenerationShift + 16)) == 0 && ref_slot(ref) != 0 &&
+                        ref_slot(ref) <= plan_.slots() && ref_generation(ref) != 0);
+  };
+  const Step* s = plan_.steps(t);
+  for (uint64_t i = from; i < to; ++i) {
+    const unsigned op = s[i].head & 0xff;
+    const bool call = op <= static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow);
+    const bool memory = op >= kStepFirstMemory && op < kStepEnd;
+    const bool touch_follows = call && (s[i].flags() & kStepTouchFollows);
+    const bool handoff = op == kStepHandoff;
+    if (!(call || memory || handoff) || !ref_ok(s[i].id()) || (!handoff && !ref_ok(s[i].old)) ||
+        (handoff && (s[i].old >= plan_.threads() || s[i].old == t || s[i].size > counts_[s[i].old])) ||
+        ((op == kStepMap || op == kStepRemap) && s[i].id() == 0) ||
+        (touch_follows && (i + 1 >= counts_[t] || (s[i + 1].head & 0xff) != kStepTouchObject)))
+      damaged_("plan: thread " + std::to_string(t) + " step " + std::to_string(i) + " is not a valid call");
+  }
+}
+
+void PlanPager::prime() {
+  for (uint32_t t = 0; t < plan_.threads(); ++t)
+    for (int i = 0; i < 3 && advance(t); ++i) {
+    }
+}
+
+void PlanPager::run() {
+  const uint32_t n = plan_.threads();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool busy = false;
+    for (uint32_t t = 0; t < n; ++t) {
+      const uint64_t p = results_[t].progress.load(std::memory_order_relaxed);
+      const uint64_t w = p / window_;
+      // Keep the window in use and the two after it mapped, and the one
+      // before it (the sampler reads the live sum of the last step made).
+      if (w >= 2) drop(t, (w - 1) * window_);
+      if (lanes_[t].checked.load(std::memory_order_relaxed) < std::min(counts_[t], (w + 3) * window_))
+        busy |= advance(t);
+    }
+    if (!busy) {
+      timespec ts{0, 200000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+void* PlanPager::thread_main(void* self) {
+  static_cast<PlanPager*>(self)->run();
+  return nullptr;
+}
+
+void PlanPager::start() {
+  if (running_) return;
+  const int err = pthread_create(&thread_, nullptr, thread_main, this);
+  if (err != 0) throw std::runtime_error(std::string("cannot start the plan pager: ") + std::strerror(err));
+  running_ = true;
+}
+
+void PlanPager::stop() {
+  if (!running_) return;
+  stop_.store(true);
+  pthread_join(thread_, nullptr);
+  running_ = false;
+}
+
+void PlanPager::wait_ready(uint32_t t, uint64_t end, ThreadResult& r) {
+  const uint64_t t0 = monotonic_ns();
+  for (unsigned spins = 0; lanes_[t].checked.load(std::memory_order_acquire) < end; ++spins) detail::backoff(spins);
+  ++r.plan_waits;
+  r.plan_wait_ns += monotonic_ns() - t0;
+}
+
+}  // namespace heaplab::replay
