@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <fmt/format.h>
 
@@ -23,6 +24,7 @@
 #include "common/text.h"
 #include "replay/histogram.h"
 #include "replay/plan.h"
+#include "replay/plan_store.h"
 #include "replay/result.h"
 
 extern char** environ;
@@ -150,6 +152,37 @@ std::string plan_key(const std::string& trace, const PlanOptions& o) {
                      o.threads, o.times, o.live);
 }
 
+// This machine's MemAvailable (/proc/meminfo), bytes; 0 if unknown.
+uint64_t memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemAvailable:") return kib << 10;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
+// What the replay will need in memory, against what the machine has: the
+// replayer's object table and plan windows, and the trace's heap (its live
+// peak plus the program's own mappings) where the replay writes it. "" if
+// it fits.
+std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings) {
+  const uint64_t available = memory_available();
+  if (available == 0) return "";
+  const uint64_t table = (plan.slots + 1) * 8, windows = uint64_t{64} << 20;
+  const uint64_t heap = settings.touch == Touch::none ? 0 : plan.live_bytes_peak + plan.mapped_peak;
+  const uint64_t need = table + windows + heap;
+  if (need <= available) return "";
+  const auto gib = [](uint64_t b) { return fmt::format("{:.1f} GiB", double(b) / double(uint64_t{1} << 30)); };
+  return fmt::format(
+      "the replay needs {} of memory ({} for the trace's live heap at its peak, {} for the object table of {} "
+      "slots) and this machine has {} available: replay on a machine with more memory{}",
+      gib(need), gib(heap), gib(table), group_digits(plan.slots), gib(available),
+      heap > table ? ", or with --touch none (the heap's pages are then never written)" : "");
+}
+
 }  // namespace
 
 std::string file_id(const std::string& path) {
@@ -196,27 +229,44 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   const auto plan_start = std::chrono::steady_clock::now();
   const PlanOptions popt{opt.settings.threads, opt.settings.timing == Timing::recorded, opt.settings.memory};
   const std::string key = plan_key(opt.trace, popt);
-  bool reused = false;
+  // The plan: the one this process built last for this trace and options,
+  // else the one kept on disk for the trace's content (replay/plan_store.h),
+  // else built now (and kept if there is room).
+  bool reused = false, kept = false;
+  std::string source = "built", where;
   if (PlanCache& c = plan_cache(); !key.empty() && c.key == key) {
     plan_fd = fcntl(c.fd, F_DUPFD_CLOEXEC, 0);
     if (plan_fd >= 0) {
       plan = c.summary;
       reused = true;
-    }
-  }
-  if (!reused) {
-    try {
-      plan_fd = build_plan(*reader, popt, plan);
-    } catch (const trace::TraceError& e) {
-      throw ReplayError(e.what());
-    } catch (const PlanError& e) {
-      throw ReplayError(opt.trace + ": " + e.what());
+      source = "this command";
     }
   }
   const std::string trace_id = reused ? plan_cache().trace_id : file_id(opt.trace);
-  if (!reused) plan_cache().keep(key, plan_fd, plan, trace_id);
+  if (!reused) {
+    const PlanStore store;
+    where = store.dir();
+    plan_fd = store.find(trace_id, popt, plan);
+    if (plan_fd >= 0) {
+      reused = true;
+      source = "kept";
+    } else {
+      try {
+        plan_fd = store.build(*reader, popt, trace_id, plan, kept, where);
+      } catch (const trace::TraceError& e) {
+        throw ReplayError(e.what());
+      } catch (const PlanError& e) {
+        throw ReplayError(opt.trace + ": " + e.what());
+      }
+    }
+    plan_cache().keep(key, plan_fd, plan, trace_id);
+  }
   uint64_t memory_steps = 0;
   for (uint64_t m : plan.memory_ops) memory_steps += m;
+  if (std::string why = memory_check(plan, opt.settings); !why.empty()) {
+    close(plan_fd);
+    throw ReplayError(opt.trace + ": " + why);
+  }
 
   const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
   nlohmann::json trace_j = {{"path", opt.trace},
@@ -316,6 +366,11 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
       {"name", opt.allocator}, {"load", opt.load}, {"library", l.library}, {"settings", allocator_settings(opt.env)}};
   r["plan_build_s"] = plan_s;
   r["plan_reused"] = reused;
+  // built: now, for this replay; this command: by an earlier replay of this
+  // command; kept: by an earlier command (replay/plan_store.h).
+  r["plan_source"] = source;
+  if (!where.empty()) r["plan_dir"] = where;
+  if (source == "built") r["plan_kept"] = kept;
   r["replay_threads"] = plan.replay_threads;
   nlohmann::json fold = nlohmann::json::array();
   for (const auto& f : plan.fold) fold.push_back(f);

@@ -1,5 +1,6 @@
 #include "replay/plan.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,19 +67,28 @@ void populate(void* p, size_t len) {
 #endif
 }
 
-// A memfd of `len` bytes, mapped for writing; release() hands over the
-// descriptor (the mapping goes, the contents stay).
+// The plan's file, `len` bytes, mapped for writing: the caller's file (its
+// disk space reserved first: a full disk is an error now, not a SIGBUS
+// while writing), or a new memfd. release() hands over the descriptor (the
+// mapping goes, the contents stay).
 struct Memfd {
   int fd = -1;
   char* base = nullptr;
   size_t len = 0;
-  explicit Memfd(uint64_t bytes) : len(size_t(bytes)) {
-    fd = memfd_create("heaplab-plan", MFD_CLOEXEC);
+  Memfd(uint64_t bytes, int given) : len(size_t(bytes)) {
+    fd = given >= 0 ? given : memfd_create("heaplab-plan", MFD_CLOEXEC);
     if (fd < 0) throw PlanError(std::string("memfd_create: ") + std::strerror(errno));
     if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
       const int err = errno;
       close(fd);
       throw PlanError("sizing the replay plan (" + std::to_string(len) + " bytes): " + std::strerror(err));
+    }
+    if (given >= 0) {
+      if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(len)); err != 0 && err != EOPNOTSUPP) {
+        close(fd);
+        throw PlanError("reserving disk space for the replay plan (" + std::to_string(len) +
+                        " bytes): " + std::strerror(err));
+      }
     }
     void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -245,7 +255,76 @@ std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uin
   return fold;
 }
 
-int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s) {
+namespace {
+
+// Where each replay thread's arrays lie in the plan's file: sized for all
+// its recorded threads' events (a few markers more than its calls), its
+// memory calls, a touch step per object with a recorded count and a handoff
+// step per SlotTable::kBatch slots taken.
+struct Layout {
+  std::vector<PlanThread> table;
+  std::vector<uint64_t> cap;
+  uint64_t total = 0;
+};
+Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint32_t>>& fold,
+                 const std::vector<uint64_t>& memory_steps, uint64_t touch_steps, bool times, bool live) {
+  const size_t nthreads = fold.size();
+  Layout l;
+  l.table.resize(nthreads);
+  l.cap.assign(nthreads, 0);
+  uint64_t off = page_up(sizeof(PlanHeader) + sizeof(PlanThread) * nthreads);
+  for (size_t k = 0; k < nthreads; ++k) {
+    uint64_t& c = l.cap[k];
+    c = memory_steps[k] + touch_steps;
+    for (uint32_t t : fold[k]) c += r.thread_event_count(t);
+    c += c / SlotTable::kBatch + 1;
+    l.table[k].steps_offset = off;
+    off = page_up(off + c * sizeof(Step));
+  }
+  if (times)
+    for (size_t k = 0; k < nthreads; ++k) {
+      l.table[k].times_offset = off;
+      off = page_up(off + l.cap[k] * sizeof(uint64_t));
+    }
+  if (live)
+    for (size_t k = 0; k < nthreads; ++k) {
+      l.table[k].live_offset = off;
+      off = page_up(off + l.cap[k] * sizeof(int64_t));
+    }
+  l.total = std::max(off, kPage);
+  return l;
+}
+
+// Replay thread of each recorded thread (a thread that only mapped memory
+// has none of its own: the first one makes its calls).
+std::vector<uint32_t> replay_threads_of(const trace::TraceReader& r, const std::vector<std::vector<uint32_t>>& fold) {
+  std::vector<uint32_t> replay_of(r.thread_count(), 0);
+  for (uint32_t k = 0; k < fold.size(); ++k)
+    for (uint32_t t : fold[k]) replay_of[t] = k;
+  return replay_of;
+}
+
+}  // namespace
+
+uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt) {
+  std::vector<std::vector<uint32_t>> fold = fold_threads(r, opt.threads);
+  uint64_t touches = 0;
+  std::vector<const trace::MemoryEvent*> calls;
+  for (const trace::MemoryEvent& m : r.memory_events()) {
+    if (m.op == trace::MemOp::object)
+      touches += m.region != 0 && m.pages != trace::kUnknownPages;
+    else if (m.op != trace::MemOp::latency)
+      calls.push_back(&m);
+  }
+  if (!calls.empty() && fold.empty()) fold.push_back({});
+  const std::vector<uint32_t> replay_of = replay_threads_of(r, fold);
+  std::vector<uint64_t> memory_steps(fold.size(), 0);
+  for (const trace::MemoryEvent* m : calls)
+    memory_steps[m->thread < replay_of.size() ? replay_of[m->thread] : 0] += m->op == trace::MemOp::remap ? 2 : 1;
+  return layout_of(r, fold, memory_steps, touches, opt.times && r.has_time(), opt.live).total;
+}
+
+int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s, int fd) {
   s = PlanSummary{};
   s.fold = fold_threads(r, opt.threads);
   s.recorded_threads = static_cast<uint32_t>(r.active_threads().size());
@@ -273,40 +352,20 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     s.fold.push_back({});
     s.replay_threads = 1;
   }
-  std::vector<uint32_t> replay_of(r.thread_count(), 0);
-  for (uint32_t k = 0; k < s.fold.size(); ++k)
-    for (uint32_t t : s.fold[k]) replay_of[t] = k;
-  // A thread that only mapped memory has no replay thread of its own: the first one makes its calls.
+  const std::vector<uint32_t> replay_of = replay_threads_of(r, s.fold);
   auto replay_thread = [&](uint32_t t) { return t < replay_of.size() ? replay_of[t] : 0u; };
 
-  // The plan is written straight into its memfd: each replay thread's
-  // arrays sized for all its recorded threads' events (a few markers more
-  // than its calls), the header and thread table filled in at the end.
+  // The plan is written straight into its file, the header and thread
+  // table filled in at the end.
   const size_t nthreads = s.fold.size();
-  std::vector<PlanThread> table(nthreads);
-  uint64_t off = page_up(sizeof(PlanHeader) + sizeof(PlanThread) * nthreads);
-  std::vector<uint64_t> cap(nthreads, 0);
-  for (const trace::MemoryEvent* m : calls) cap[replay_thread(m->thread)] += m->op == trace::MemOp::remap ? 2 : 1;
-  for (size_t k = 0; k < nthreads; ++k) {
-    for (uint32_t t : s.fold[k]) cap[k] += r.thread_event_count(t);
-    cap[k] += object_pages.size();  // at most one touch step per object with a count
-    // Handoff steps: one per batch of SlotTable::kBatch slots taken.
-    cap[k] += cap[k] / SlotTable::kBatch + 1;
-    table[k].steps_offset = off;
-    off = page_up(off + cap[k] * sizeof(Step));
-  }
-  if (s.has_times)
-    for (size_t k = 0; k < nthreads; ++k) {
-      table[k].times_offset = off;
-      off = page_up(off + cap[k] * sizeof(uint64_t));
-    }
-  if (s.has_live)
-    for (size_t k = 0; k < nthreads; ++k) {
-      table[k].live_offset = off;
-      off = page_up(off + cap[k] * sizeof(int64_t));
-    }
-  const uint64_t total = std::max(off, kPage);
-  Memfd plan(total);
+  std::vector<uint64_t> memory_steps(nthreads, 0);
+  for (const trace::MemoryEvent* m : calls)
+    memory_steps[replay_thread(m->thread)] += m->op == trace::MemOp::remap ? 2 : 1;
+  Layout layout = layout_of(r, s.fold, memory_steps, object_pages.size(), s.has_times, s.has_live);
+  std::vector<PlanThread>& table = layout.table;
+  const std::vector<uint64_t>& cap = layout.cap;
+  const uint64_t total = layout.total;
+  Memfd plan(total, fd);
   std::vector<Step*> steps(nthreads);
   std::vector<uint64_t*> times(nthreads, nullptr);
   std::vector<int64_t*> lives(nthreads, nullptr);

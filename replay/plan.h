@@ -152,11 +152,17 @@ struct PlanSummary {
   std::vector<std::pair<uint8_t, uint64_t>> program_latency;
 };
 
-// Builds the plan of `r` into a new memfd and returns its descriptor (the
-// caller owns it). Throws PlanError for an inconsistent trace (a call on an
-// object that is not live, ids out of order), naming the event; the replay
-// would otherwise wait forever or free garbage.
-int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& summary);
+// Builds the plan of `r` into `fd` (an empty file the caller made; its
+// disk space is reserved first) or, with -1, into a new memfd, and returns
+// the descriptor (the caller owns it). Throws PlanError for an inconsistent
+// trace (a call on an object that is not live, ids out of order), naming
+// the event; the replay would otherwise wait forever or free garbage; or
+// for a file that cannot take the plan (closing `fd`).
+int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& summary, int fd = -1);
+
+// The size of `r`'s plan file, from the trace's index alone (no decoding):
+// what build_plan will ask of the disk.
+uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt);
 
 class PlanError : public std::runtime_error {
  public:

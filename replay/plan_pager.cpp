@@ -40,8 +40,8 @@ uint64_t PlanPager::window_steps(const MappedPlan& plan, uint64_t budget_bytes) 
     char* end = nullptr;
     const unsigned long long w = std::strtoull(env, &end, 10);
     if (*end || w < 512 || (w & (w - 1)) != 0)
-      throw std::invalid_argument(std::string("HEAPLAB_PLAN_WINDOW_STEPS: expected a power of two of at least 512, not '") +
-                                  env + "'");
+      throw std::invalid_argument(
+          std::string("HEAPLAB_PLAN_WINDOW_STEPS: expected a power of two of at least 512, not '") + env + "'");
     return w;
   }
   const uint64_t step_bytes = sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0);
@@ -127,8 +127,9 @@ void PlanPager::prime() {
 void PlanPager::run() {
   const uint32_t n = plan_.threads();
   while (!stop_.load(std::memory_order_relaxed)) {
-    bool busy = false;
+    bool busy = false, all_checked = true;
     for (uint32_t t = 0; t < n; ++t) {
+      all_checked = all_checked && lanes_[t].checked.load(std::memory_order_relaxed) == counts_[t];
       const uint64_t p = results_[t].progress.load(std::memory_order_relaxed);
       const uint64_t w = p / window_;
       // Keep the window in use and the two after it mapped, and the one
@@ -137,6 +138,9 @@ void PlanPager::run() {
       if (lanes_[t].checked.load(std::memory_order_relaxed) < std::min(counts_[t], (w + 3) * window_))
         busy |= advance(t);
     }
+    // Every window mapped (the last three of each thread): nothing left to
+    // do that would matter.
+    if (all_checked) break;
     if (!busy) {
       timespec ts{0, 200000};
       nanosleep(&ts, nullptr);

@@ -3,6 +3,7 @@
 // in both load modes, with and without folding threads; the result JSON is
 // checked against `heaplab stats`' figures for the same trace.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +125,11 @@ class ReplayTest : public ::testing::Test {
 // The scratch directory goes when every suite is done (suites share its traces).
 class CleanUp : public ::testing::Environment {
  public:
+  // Kept plans go to the scratch directory, not the user's cache.
+  void SetUp() override {
+    const fs::path plans = fs::temp_directory_path() / ("heaplab_replay_test." + std::to_string(getpid())) / "plans";
+    setenv("HEAPLAB_PLAN_DIR", plans.c_str(), 1);
+  }
   void TearDown() override {
     fs::remove_all(fs::temp_directory_path() / ("heaplab_replay_test." + std::to_string(getpid())));
   }
@@ -459,9 +465,87 @@ TEST_F(ReplayTest, BookkeepingDoesNotGrowWithTheTracesLength) {
       << r[0]["replay"]["bookkeeping_bytes"].dump() << " vs " << r[1]["replay"]["bookkeeping_bytes"].dump();
 }
 
+// A plan is kept on disk for the next command on the same trace content
+// (replay/plan_store.h); with no room in the cache (HEAPLAB_PLAN_CACHE_MIB=0)
+// it is built for the command alone and built again next time.
+TEST_F(ReplayTest, PlanIsKeptForTheNextCommand) {
+  const std::string plans = (dir() / "kept-plans").string();
+  const std::string t = write_trace("kept", big_and_small(), false);
+  const json a = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+  EXPECT_EQ(a["plan_source"], "built");
+  EXPECT_EQ(a["plan_kept"], true);
+  EXPECT_EQ(a["plan_dir"], plans);
+  const json b = replay(t, {"--allocator", "jemalloc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+  EXPECT_EQ(b["plan_source"], "kept");
+  EXPECT_EQ(b["plan_reused"], true);
+  EXPECT_TRUE(b["replay"]["faithful"].get<bool>());
+  EXPECT_EQ(b["trace"]["live_bytes_peak"], a["trace"]["live_bytes_peak"]);
+  EXPECT_EQ(b["trace"]["calls"], a["trace"]["calls"]);
+  // Another plan option (fold onto one thread) is another plan.
+  const json c = replay(t, {"--allocator", "glibc", "--threads", "1"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+  EXPECT_EQ(c["plan_source"], "built");
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(plans)) kept += e.path().extension() == ".plan";
+  EXPECT_EQ(kept, 2);
+
+  const std::string none = (dir() / "no-kept-plans").string();
+  for (int i = 0; i < 2; ++i) {
+    const json d = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_CACHE_MIB=0 HEAPLAB_PLAN_DIR=" + none);
+    EXPECT_EQ(d["plan_source"], "built");
+    EXPECT_EQ(d["plan_kept"], false);
+    EXPECT_TRUE(d["replay"]["faithful"].get<bool>());
+  }
+  EXPECT_TRUE(fs::is_empty(none));
+}
+
+// A plan its file system cannot hold: one line naming both sizes and what
+// to do, at once (from the trace's index, before anything is built), exit 2.
+// Needs a small file system: a 4 MiB tmpfs, mounted where that is allowed.
+TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
+  const fs::path tiny = dir() / "tiny";
+  fs::create_directories(tiny);
+  if (mount("heaplab-test", tiny.c_str(), "tmpfs", 0, "size=4m") != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
+  const std::string t = write_trace("no_room", big_and_small(), false);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, "HEAPLAB_PLAN_DIR=" + tiny.string());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  umount(tiny.c_str());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(t + ": the replay plan needs 0.5 GiB on disk and " + tiny.string() +
+                       " has 0.0 GiB free (set HEAPLAB_PLAN_DIR to a file system with more room, or replay a "
+                       "shorter trace)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(s, 1.0);
+}
+
+// A trace whose heap is bigger than this machine's memory (a 1 TiB block
+// the program had): one line before any replay starts, and the way out.
+TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
+  const std::string t = write_trace("terabyte", {malloc_ev(uint64_t{1} << 40), free_ev(1)}, false);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(t + ": the replay needs 1024.1 GiB of memory (1024.0 GiB for the trace's live heap at its "
+                           "peak, 0.0 GiB for the object table of 1 slots) and this machine has "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("available: replay on a machine with more memory, or with --touch none"), std::string::npos)
+      << r.err;
+  EXPECT_LT(s, 1.0);
+  // Untouched, the block costs nothing: the replay runs (and the allocator
+  // may refuse the terabyte: a NULL result, counted).
+  const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"});
+  EXPECT_EQ(ok["exit"]["status"], "ok");
+}
+
 TEST_F(ReplayTest, FileSizeLimitIsAnErrorNotASignal) {
   const std::string t = producer_consumer();
-  const Outcome r = run({kHeaplab, "replay", t}, "ulimit -f 100;");
+  const Outcome r = run({kHeaplab, "replay", t}, "ulimit -f 100; HEAPLAB_PLAN_DIR=" + (dir() / "fsize").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err.rfind("heaplab: error: replay: " + t + ": sizing the replay plan (", 0), 0u) << r.err;
   EXPECT_NE(r.err.find("bytes): File too large\n"), std::string::npos) << r.err;
@@ -653,12 +737,15 @@ TEST_F(ReplayTest, MemoryCallOnUnmappedBytesIsRefused) {
 // Several allocators in one command build the plan once: the first replay
 // builds it, the others reuse it (and report the same trace figures).
 TEST_F(ReplayTest, SeveralAllocatorsBuildThePlanOnce) {
-  const json r = replay(producer_consumer(), {"--allocator", "glibc,jemalloc,mimalloc"});
+  const json r = replay(producer_consumer(), {"--allocator", "glibc,jemalloc,mimalloc"}, 0,
+                        "HEAPLAB_PLAN_DIR=" + (dir() / "once").string());  // (none kept yet)
   ASSERT_TRUE(r.is_array()) << r.dump();
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0]["plan_reused"], false);
   EXPECT_EQ(r[1]["plan_reused"], true);
   EXPECT_EQ(r[2]["plan_reused"], true);
+  EXPECT_EQ(r[0]["plan_source"], "built");
+  EXPECT_EQ(r[1]["plan_source"], "this command");
   for (const json& one : r) {
     EXPECT_EQ(one["replay"]["faithful"], true) << one["allocator"];
     EXPECT_EQ(one["trace"], r[0]["trace"]);
@@ -839,7 +926,7 @@ TEST_F(ReplayTest, FreeingEveryOtherSmallObjectDoublesFragmentation) {
   const std::string t = write_trace("half_freed", ev, false);
   for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"}) {
     SCOPED_TRACE(a);
-    const json r = replay(t, {"--allocator", a});
+    const json r = replay(t, {"--allocator", a, "--sample-ms", "1"});  // (a replay of ~10 ms)
     ASSERT_TRUE(r.is_object());
     const json& m = r["replay"]["memory"];
     const json& f = m["fragmentation"];
@@ -852,7 +939,7 @@ TEST_F(ReplayTest, FreeingEveryOtherSmallObjectDoublesFragmentation) {
     EXPECT_LT(end, 2.2 * peak) << f.dump();
     const double tw = f["time_weighted"].get<double>();
     EXPECT_GE(tw, peak * 0.9) << f.dump();
-    EXPECT_LE(tw, end * 1.1) << f.dump();
+    EXPECT_LE(tw, end * 1.1) << f.dump() << m["timeline"].dump();
   }
 }
 

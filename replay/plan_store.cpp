@@ -1,0 +1,197 @@
+#include "replay/plan_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+#include <fmt/format.h>
+
+namespace heaplab::replay {
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PlanSummary, events, steps, ops, skipped_lost, realloc_of_lost, objects, max_id,
+                                   slots, slots_retired, handoffs, live_bytes_peak, live_bytes_end, peak_thread,
+                                   peak_step, bytes_requested, cross_thread_consumes, recorded_threads, replay_threads,
+                                   fold, has_times, has_live, duration_ns, memory_ops, regions, mapped_peak,
+                                   recorded_touches, unknown_regions, program_latency)
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+// What a plan must leave free on its file system.
+constexpr uint64_t kMargin = 512 * kMiB;
+// The plan file's layout version, in the names of kept plans (plan.cpp's kPlanVersion).
+constexpr int kLayout = 5;
+
+std::string gib(uint64_t bytes) { return fmt::format("{:.1f} GiB", double(bytes) / double(kGiB)); }
+
+uint64_t free_bytes_of(const std::string& dir) {
+  struct statvfs v {};
+  if (statvfs(dir.c_str(), &v) != 0) return 0;
+  return uint64_t(v.f_bavail) * uint64_t(v.f_frsize);
+}
+
+struct Entry {
+  fs::path plan;
+  uint64_t bytes;
+  int64_t used;  // modification time (set on each use)
+};
+
+std::vector<Entry> entries(const std::string& dir) {
+  std::vector<Entry> v;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(dir, ec)) {
+    if (d.path().extension() != ".plan") continue;
+    struct stat st {};
+    if (stat(d.path().c_str(), &st) != 0) continue;
+    v.push_back({d.path(), uint64_t(st.st_blocks) * 512, int64_t(st.st_mtim.tv_sec)});
+  }
+  std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  return v;
+}
+
+void remove_entry(const fs::path& plan) {
+  std::error_code ec;
+  fs::remove(plan, ec);
+  fs::path json = plan;
+  json.replace_extension(".json");
+  fs::remove(json, ec);
+}
+
+}  // namespace
+
+std::string PlanStore::default_dir() {
+  if (const char* d = std::getenv("HEAPLAB_PLAN_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/heaplab/plans";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/heaplab/plans";
+  return "/var/tmp/heaplab-plans";
+}
+
+PlanStore::PlanStore(std::string dir) : dir_(std::move(dir)) {}
+
+std::string PlanStore::name(const std::string& id, const PlanOptions& opt) const {
+  return fmt::format("{}/{}-t{}-{}{}{}-v{}", dir_, id, opt.threads, opt.times ? "times" : "untimed",
+                     opt.live ? "-live" : "", opt.reuse_slots ? "" : "-noreuse", kLayout);
+}
+
+int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& summary) const {
+  if (id.empty()) return -1;
+  const std::string base = name(id, opt);
+  std::ifstream in(base + ".json");
+  if (!in) return -1;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  struct stat st {};
+  const int fd = open((base + ".plan").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  try {
+    if (!j.is_object() || fstat(fd, &st) != 0 || j.value("plan_bytes", uint64_t{0}) != uint64_t(st.st_size))
+      throw std::runtime_error("damaged");
+    summary = j.at("summary").get<PlanSummary>();
+  } catch (const std::exception&) {
+    close(fd);
+    remove_entry(base + ".plan");  // half written or damaged: built again
+    return -1;
+  }
+  utimensat(AT_FDCWD, (base + ".plan").c_str(), nullptr, 0);  // used now
+  return fd;
+}
+
+bool PlanStore::make_room(uint64_t need, uint64_t& free_bytes) const {
+  std::vector<Entry> v = entries(dir_);
+  uint64_t kept = 0;
+  for (const Entry& e : v) kept += e.bytes;
+  free_bytes = free_bytes_of(dir_);
+  uint64_t limit = std::min<uint64_t>(64 * kGiB, (free_bytes + kept) / 2);
+  if (const char* l = std::getenv("HEAPLAB_PLAN_CACHE_MIB"); l && *l) limit = std::strtoull(l, nullptr, 10) * kMiB;
+  if (need > limit) return false;
+  for (const Entry& e : v) {
+    if (kept + need <= limit) break;
+    remove_entry(e.plan);
+    kept -= e.bytes;
+    free_bytes += e.bytes;
+  }
+  return kept + need <= limit;
+}
+
+int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const std::string& id, PlanSummary& summary,
+                     bool& kept, std::string& where) const {
+  kept = false;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (access(dir_.c_str(), W_OK) != 0) {
+    where = "memory (" + dir_ + " cannot be written: " + std::strerror(errno) + ")";
+    return build_plan(r, opt, summary);
+  }
+  const uint64_t need = plan_bytes(r, opt);
+  uint64_t free_bytes = 0;
+  const bool keep = !id.empty() && make_room(need, free_bytes);
+  if (!keep) {
+    // Not kept: older kept plans may still have to go to make room.
+    for (const Entry& e : entries(dir_)) {
+      if (free_bytes >= need + kMargin) break;
+      remove_entry(e.plan);
+      free_bytes = free_bytes_of(dir_);
+    }
+  }
+  if (free_bytes < need + kMargin)
+    throw PlanError(fmt::format("the replay plan needs {} on disk and {} has {} free (set HEAPLAB_PLAN_DIR to a "
+                                "file system with more room, or replay a shorter trace)",
+                                gib(need + kMargin), dir_, gib(free_bytes)));
+  const std::string base = name(id, opt);
+  const std::string tmp = fmt::format("{}.{}.tmp", base, getpid());
+  int fd = keep ? open((tmp + ".plan").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
+                : open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && !keep) {  // a file system without O_TMPFILE: a named file, unlinked at once
+    std::string t = dir_ + "/plan.XXXXXX";
+    fd = mkostemp(t.data(), O_CLOEXEC);
+    if (fd >= 0) unlink(t.c_str());
+  }
+  if (fd < 0) throw PlanError("creating the replay plan in " + dir_ + ": " + std::strerror(errno));
+  try {
+    fd = build_plan(r, opt, summary, fd);
+  } catch (...) {
+    if (keep) fs::remove(tmp + ".plan", ec);
+    throw;
+  }
+  where = dir_;
+  if (!keep) return fd;
+  struct stat st {};
+  fstat(fd, &st);
+  const nlohmann::json j = {{"trace_id", id}, {"plan_bytes", uint64_t(st.st_size)}, {"summary", summary}};
+  {
+    std::ofstream out(tmp + ".json");
+    out << j.dump() << "\n";
+    if (!out) {
+      fs::remove(tmp + ".json", ec);
+      fs::remove(tmp + ".plan", ec);
+      return fd;  // not kept; this command still has it
+    }
+  }
+  // The plan's pages go to disk in the background; renamed into place,
+  // summary first, so that a plan found always has its summary.
+  fs::rename(tmp + ".json", base + ".json", ec);
+  if (!ec) fs::rename(tmp + ".plan", base + ".plan", ec);
+  if (ec) {
+    fs::remove(tmp + ".json", ec);
+    fs::remove(tmp + ".plan", ec);
+    return fd;
+  }
+  kept = true;
+  return fd;
+}
+
+}  // namespace heaplab::replay

@@ -1,0 +1,50 @@
+// Where replay plans live: on disk, built once per trace content and plan
+// options and kept for later commands (`heaplab replay` run again, another
+// allocator, an experiment's next run), in a cache directory with a size
+// limit, least recently used first out. A plan too big for the cache is
+// built into an unnamed file in the same directory, for this command only.
+//
+//   directory: $HEAPLAB_PLAN_DIR, else $XDG_CACHE_HOME/heaplab/plans, else
+//              ~/.cache/heaplab/plans
+//   limit:     $HEAPLAB_PLAN_CACHE_MIB (0: keep none), else the smaller of
+//              64 GiB and half of what the cache and the free space add up to
+//   entry:     TRACEID-tTHREADS-OPTIONS-vVERSION.plan and .json (the plan's
+//              summary); the .plan is renamed into place last
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "capture/format/trace_reader.h"
+#include "replay/plan.h"
+
+namespace heaplab::replay {
+
+class PlanStore {
+ public:
+  static std::string default_dir();
+  explicit PlanStore(std::string dir = default_dir());
+
+  // The plan kept for the trace whose content id is `id`, built with `opt`:
+  // its descriptor (read-only) and summary; -1 if there is none.
+  int find(const std::string& id, const PlanOptions& opt, PlanSummary& summary) const;
+
+  // Builds `r`'s plan here and returns its descriptor; `kept` says whether
+  // it stays for later commands. Throws PlanError, in one line, when the
+  // directory's file system cannot hold the plan (naming both sizes), or
+  // for an inconsistent trace. Where the directory cannot be used at all,
+  // the plan goes into memory (a memfd), as `where` then says.
+  int build(const trace::TraceReader& r, const PlanOptions& opt, const std::string& id, PlanSummary& summary,
+            bool& kept, std::string& where) const;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string name(const std::string& id, const PlanOptions& opt) const;
+  // Removes kept plans, least recently used first, until `need` more bytes
+  // fit under the limit; returns whether they do.
+  bool make_room(uint64_t need, uint64_t& free_bytes) const;
+  std::string dir_;
+};
+
+}  // namespace heaplab::replay
