@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace heaplab::replay {
@@ -57,12 +58,22 @@ PlanPager::PlanPager(const MappedPlan& plan, const ThreadResult* results, uint64
       results_(results),
       window_(window),
       damaged_(std::move(damaged)),
-      lanes_(new Lane[std::max<uint32_t>(1, plan.threads())]),
       step_bytes_(sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0)) {
-  for (uint32_t t = 0; t < plan.threads(); ++t) counts_.push_back(plan.step_count(t));
+  const size_t n = std::max<uint32_t>(1, plan.threads());
+  own_bytes_ = (n * sizeof(Lane) + n * sizeof(uint64_t) + kPage - 1) & ~(kPage - 1);
+  void* m = mmap(nullptr, own_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (m == MAP_FAILED)
+    throw std::runtime_error(std::string("cannot map the plan pager's table: ") + std::strerror(errno));
+  lanes_ = static_cast<Lane*>(m);
+  for (size_t t = 0; t < n; ++t) new (&lanes_[t]) Lane();
+  counts_ = reinterpret_cast<uint64_t*>(lanes_ + n);
+  for (uint32_t t = 0; t < plan.threads(); ++t) counts_[t] = plan.step_count(t);
 }
 
-PlanPager::~PlanPager() { stop(); }
+PlanPager::~PlanPager() {
+  stop();
+  munmap(lanes_, own_bytes_);
+}
 
 void PlanPager::add_resident(int64_t bytes) {
   resident_ = uint64_t(int64_t(resident_) + bytes);
@@ -155,7 +166,12 @@ void* PlanPager::thread_main(void* self) {
 
 void PlanPager::start() {
   if (running_) return;
-  const int err = pthread_create(&thread_, nullptr, thread_main, this);
+  // A small stack: its memory counts in the process's anonymous pages.
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t{64} << 10);
+  const int err = pthread_create(&thread_, &attr, thread_main, this);
+  pthread_attr_destroy(&attr);
   if (err != 0) throw std::runtime_error(std::string("cannot start the plan pager: ") + std::strerror(err));
   running_ = true;
 }

@@ -17,9 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include "replay/engine.h"
 #include "replay/plan.h"
@@ -56,6 +54,9 @@ class PlanPager {
   }
 
   uint64_t window() const { return window_; }
+  // Its own memory (from mmap, never from the allocator under test).
+  const void* own_memory() const { return lanes_; }
+  size_t own_bytes() const { return own_bytes_; }
   // The most plan bytes mapped at once (what the pager populated and had
   // not dropped yet), and how many windows it mapped.
   uint64_t resident_peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
@@ -79,8 +80,9 @@ class PlanPager {
   const ThreadResult* results_;
   uint64_t window_;
   std::function<void(const std::string&)> damaged_;
-  std::vector<uint64_t> counts_;
-  std::unique_ptr<Lane[]> lanes_;
+  uint64_t* counts_ = nullptr;  // per thread: its steps (in the mapping after the lanes)
+  Lane* lanes_ = nullptr;
+  size_t own_bytes_ = 0;
   uint64_t step_bytes_;  // bytes of plan per step (steps, times, live sums)
   std::atomic<uint64_t> peak_{0}, windows_{0};
   uint64_t resident_ = 0;  // (the pager thread's, or prime()'s before it starts)

@@ -148,9 +148,10 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     }
   }
   if (free_bytes < need + kMargin)
-    throw PlanError(fmt::format("the replay plan needs {} on disk and {} has {} free (set HEAPLAB_PLAN_DIR to a "
-                                "file system with more room, or replay a shorter trace)",
-                                gib(need + kMargin), dir_, gib(free_bytes)));
+    throw PlanError(
+        fmt::format("the replay plan needs {} on disk and {} has {} free (set HEAPLAB_PLAN_DIR to a "
+                    "file system with more room, or replay a shorter trace)",
+                    gib(need + kMargin), dir_, gib(free_bytes)));
   const std::string base = name(id, opt);
   const std::string tmp = fmt::format("{}.{}.tmp", base, getpid());
   int fd = keep ? open((tmp + ".plan").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)

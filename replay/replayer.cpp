@@ -238,21 +238,6 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     hists = static_cast<LogLinearHistogram*>(map_anon(std::max<size_t>(1, hist_bytes), true, "the latency histograms"));
     for (size_t i = 0; i < size_t(nthreads) * trace::kOpCount; ++i) new (&hists[i]) LogLinearHistogram();
   }
-  // Memory over time (needs the plan's live-bytes sums). The bookkeeping
-  // above is all anonymous and populated: a constant to subtract.
-  const auto pages = [](uint64_t bytes) { return (bytes + 4095) & ~uint64_t{4095}; };
-  const uint64_t bookkeeping =
-      pages(table_bytes) + pages(results_bytes) + pages(std::max<size_t>(1, nthreads) * sizeof(Worker)) +
-      pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0);
-  std::unique_ptr<MemorySampler> sampler;
-  if (plan.has_live()) {
-    sampler = std::make_unique<MemorySampler>(args.settings.sample_ms, plan, results, bookkeeping, &pin);
-    sampler->exclude(table, table_bytes);
-    sampler->exclude(results, results_bytes);
-    sampler->exclude(workers, std::max<size_t>(1, nthreads) * sizeof(Worker));
-    sampler->exclude(tids, std::max<size_t>(1, nthreads) * sizeof(pthread_t));
-    if (hists) sampler->exclude(hists, hist_bytes);
-  }
   // The plan in windows: a damaged step ends the replay with exit status 2
   // (bad input), before any replay thread reaches it.
   const int result_fd = args.result_fd;
@@ -268,6 +253,22 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     _exit(2);
   });
   pager.prime();
+  // Memory over time (needs the plan's live-bytes sums). The bookkeeping
+  // above is all anonymous and populated: a constant to subtract.
+  const auto pages = [](uint64_t bytes) { return (bytes + 4095) & ~uint64_t{4095}; };
+  const uint64_t bookkeeping =
+      pages(table_bytes) + pages(results_bytes) + pages(std::max<size_t>(1, nthreads) * sizeof(Worker)) +
+      pages(std::max<size_t>(1, nthreads) * sizeof(pthread_t)) + (hists ? pages(hist_bytes) : 0) + pager.own_bytes();
+  std::unique_ptr<MemorySampler> sampler;
+  if (plan.has_live()) {
+    sampler = std::make_unique<MemorySampler>(args.settings.sample_ms, plan, results, bookkeeping, &pin);
+    sampler->exclude(table, table_bytes);
+    sampler->exclude(results, results_bytes);
+    sampler->exclude(workers, std::max<size_t>(1, nthreads) * sizeof(Worker));
+    sampler->exclude(tids, std::max<size_t>(1, nthreads) * sizeof(pthread_t));
+    if (hists) sampler->exclude(hists, hist_bytes);
+    sampler->exclude(pager.own_memory(), pager.own_bytes());
+  }
   std::atomic<int> go{0};
   for (uint32_t t = 0; t < nthreads; ++t) {
     RunParams prm;
