@@ -1,4 +1,5 @@
 #include "analysis/trace_check.h"
+#include "common/progress.h"
 
 #include <nlohmann/json.hpp>
 
@@ -36,7 +37,9 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
 
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
+  common::Progress progress("heaplab check", r.event_count());
   while (size_t n = cur.next(buf.data(), buf.size())) {
+    progress.update(rep.events);
     for (size_t i = 0; i < n; ++i) {
       const Event& e = buf[i];
       ++rep.events;

@@ -1,4 +1,5 @@
 #include "analysis/trace_stats.h"
+#include "common/progress.h"
 
 #include <algorithm>
 #include <cmath>
@@ -109,7 +110,9 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
   bool first = true;
+  common::Progress progress("heaplab stats", r.event_count());
   while (size_t n = cur.next(buf.data(), buf.size())) {
+    progress.update(s.events);
     for (size_t i = 0; i < n; ++i) {
       const Event& e = buf[i];
       if (next_memory < memory.size()) memory_until(e.seq);

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "capture/format/flat_map.h"
+#include "common/progress.h"
 
 namespace heaplab::replay {
 
@@ -561,7 +562,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
 
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
+  common::Progress progress("building the replay plan", r.event_count());
   for (;;) {
+    progress.update(s.events);
     const size_t n = cur.next(buf.data(), buf.size());
     if (n == 0) break;
     for (size_t i = 0; i < n; ++i) {

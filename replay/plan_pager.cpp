@@ -53,12 +53,14 @@ uint64_t PlanPager::window_steps(const MappedPlan& plan, uint64_t budget_bytes) 
 }
 
 PlanPager::PlanPager(const MappedPlan& plan, const ThreadResult* results, uint64_t window,
-                     std::function<void(const std::string&)> damaged)
+                     std::function<void(const std::string&)> damaged, const std::string& label)
     : plan_(plan),
       results_(results),
       window_(window),
       damaged_(std::move(damaged)),
-      step_bytes_(sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0)) {
+      step_bytes_(sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0)),
+      label_(label),
+      progress_(label_.c_str(), plan.total_steps(), "steps") {
   const size_t n = std::max<uint32_t>(1, plan.threads());
   own_bytes_ = (n * sizeof(Lane) + n * sizeof(uint64_t) + kPage - 1) & ~(kPage - 1);
   void* m = mmap(nullptr, own_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -139,9 +141,11 @@ void PlanPager::run() {
   const uint32_t n = plan_.threads();
   while (!stop_.load(std::memory_order_relaxed)) {
     bool busy = false, all_checked = true;
+    uint64_t done = 0;
     for (uint32_t t = 0; t < n; ++t) {
       all_checked = all_checked && lanes_[t].checked.load(std::memory_order_relaxed) == counts_[t];
       const uint64_t p = results_[t].progress.load(std::memory_order_relaxed);
+      done += p;
       const uint64_t w = p / window_;
       // Keep the window in use and the two after it mapped, and the one
       // before it (the sampler reads the live sum of the last step made).
@@ -149,11 +153,11 @@ void PlanPager::run() {
       if (lanes_[t].checked.load(std::memory_order_relaxed) < std::min(counts_[t], (w + 3) * window_))
         busy |= advance(t);
     }
-    // Every window mapped (the last three of each thread): nothing left to
-    // do that would matter.
-    if (all_checked) break;
+    progress_.update(done);
+    // Every window mapped (the last three of each thread): only the
+    // progress line is left to do, now and then.
     if (!busy) {
-      timespec ts{0, 200000};
+      timespec ts{0, all_checked ? 50000000 : 200000};
       nanosleep(&ts, nullptr);
     }
   }
@@ -181,6 +185,7 @@ void PlanPager::stop() {
   stop_.store(true);
   pthread_join(thread_, nullptr);
   running_ = false;
+  progress_.finish();
 }
 
 void PlanPager::wait_ready(uint32_t t, uint64_t end, ThreadResult& r) {

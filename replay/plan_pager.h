@@ -19,6 +19,7 @@
 #include <functional>
 #include <string>
 
+#include "common/progress.h"
 #include "replay/engine.h"
 #include "replay/plan.h"
 
@@ -34,8 +35,9 @@ class PlanPager {
 
   // `damaged(message)` is called (from any thread) when a window holds a step
   // the replay cannot run; it must not return (the replayer reports and exits).
+  // `label`: what the progress line on a terminal says (common/progress.h).
   PlanPager(const MappedPlan& plan, const ThreadResult* results, uint64_t window,
-            std::function<void(const std::string&)> damaged);
+            std::function<void(const std::string&)> damaged, const std::string& label = "replaying");
   ~PlanPager();
   PlanPager(const PlanPager&) = delete;
   PlanPager& operator=(const PlanPager&) = delete;
@@ -86,6 +88,8 @@ class PlanPager {
   uint64_t step_bytes_;  // bytes of plan per step (steps, times, live sums)
   std::atomic<uint64_t> peak_{0}, windows_{0};
   uint64_t resident_ = 0;  // (the pager thread's, or prime()'s before it starts)
+  std::string label_;
+  common::Progress progress_;
   std::atomic<bool> stop_{false};
   pthread_t thread_{};
   bool running_ = false;

@@ -81,6 +81,7 @@ void* worker_main(void* arg) {
     if (end == w->pause) w->sampler->snapshot();
     pos = end;
   }
+  if (w->count == 0) w->result->end_ns = monotonic_ns();  // (run_steps sets it otherwise)
   w->result->cpu = sched_getcpu();
   return nullptr;
 }
@@ -241,17 +242,20 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   // The plan in windows: a damaged step ends the replay with exit status 2
   // (bad input), before any replay thread reaches it.
   const int result_fd = args.result_fd;
-  PlanPager pager(plan, results, PlanPager::window_steps(plan), [result_fd](const std::string& why) {
-    const std::string out = "{\"error\": \"" + why + "\"}\n";
-    if (result_fd != 1) {
-      if (write(result_fd, out.data(), out.size()) < 0) {
-      }
-    }
-    const std::string line = "heaplab-replay: " + why + "\n";
-    if (write(2, line.data(), line.size()) < 0) {
-    }
-    _exit(2);
-  });
+  PlanPager pager(
+      plan, results, PlanPager::window_steps(plan),
+      [result_fd](const std::string& why) {
+        const std::string out = "{\"error\": \"" + why + "\"}\n";
+        if (result_fd != 1) {
+          if (write(result_fd, out.data(), out.size()) < 0) {
+          }
+        }
+        const std::string line = "heaplab-replay: " + why + "\n";
+        if (write(2, line.data(), line.size()) < 0) {
+        }
+        _exit(2);
+      },
+      std::string("replaying on ") + backend.name);
   pager.prime();
   // Memory over time (needs the plan's live-bytes sums). The bookkeeping
   // above is all anonymous and populated: a constant to subtract.

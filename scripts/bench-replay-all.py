@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """What `heaplab replay --allocator all` costs beyond its replays (issue 16):
 a program is captured once (default capture/testprogs/churn, 2 threads),
-then `heaplab replay TRACE --allocator all` runs --reps times; each run's
-wall time is set against the sum of its four replays' own wall times (the
-replayer's measurement, calls only), with the time spent building plans.
+then `heaplab replay TRACE --allocator all` runs --reps times, each time
+twice: first with an empty plan directory (the plan is built, once, for all
+four replays: "cold"), then again (the plan kept by the first command is
+used: "warm"). Each run's wall time is set against the sum of its four
+replays' own wall times (the replayer's measurement, calls only), with the
+time spent building the plan and the replayer's bookkeeping.
 
 Usage: scripts/bench-replay-all.py [--reps N] [--threads T] [--ops N]
 Needs a build (scripts/bootstrap.sh).
@@ -11,6 +14,7 @@ Needs a build (scripts/bootstrap.sh).
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,6 +26,27 @@ BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
 HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
 
 
+def run_all(trace, out, plans):
+    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans)
+    t0 = time.monotonic()
+    r = subprocess.run([HEAPLAB, "replay", trace, "-q", "--allocator", "all", "-o", out], capture_output=True,
+                       text=True, env=env)
+    wall = time.monotonic() - t0
+    if r.returncode != 0:
+        sys.exit(f"bench-replay-all: replay failed: {r.stderr.strip()}")
+    results = json.load(open(out))
+    return {
+        "wall": wall,
+        "replays": sum(x["replay"]["wall_s"] for x in results),
+        "build": sum(x.get("plan_build_s", 0) for x in results),
+        "sources": [x.get("plan_source", "?") for x in results],
+        "calls": results[0]["trace"]["calls"],
+        "bookkeeping": max(x["replay"]["bookkeeping_bytes"].get("total", 0) for x in results),
+        "plan_total": results[0]["replay"]["bookkeeping_bytes"].get("plan_total", 0),
+        "n": len(results),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -29,32 +54,32 @@ def main():
     ap.add_argument("--ops", type=int, default=2000000)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="heaplab-replay-all-")
-    trace = os.path.join(work, "churn.hlt")
-    churn = os.path.join(BUILD, "capture", "testprogs", "churn")
-    subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)], check=True,
-                   stdout=subprocess.DEVNULL)
-    rows = []
-    for _ in range(a.reps):
+    try:
+        trace = os.path.join(work, "churn.hlt")
+        churn = os.path.join(BUILD, "capture", "testprogs", "churn")
+        subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)], check=True,
+                       stdout=subprocess.DEVNULL)
         out = os.path.join(work, "all.json")
-        t0 = time.monotonic()
-        r = subprocess.run([HEAPLAB, "replay", trace, "-q", "--allocator", "all", "-o", out], capture_output=True,
-                           text=True)
-        wall = time.monotonic() - t0
-        if r.returncode != 0:
-            sys.exit(f"bench-replay-all: replay failed: {r.stderr.strip()}")
-        results = json.load(open(out))
-        replays = sum(x["replay"]["wall_s"] for x in results)
-        builds = sum(x.get("plan_build_s", 0) for x in results)
-        reused = sum(1 for x in results if x.get("plan_reused"))
-        rows.append((wall, replays, builds, reused, len(results), results[0]["trace"]["calls"]))
-    wall = statistics.median(r[0] for r in rows)
-    replays = statistics.median(r[1] for r in rows)
-    builds = statistics.median(r[2] for r in rows)
-    print(f"{rows[0][5]:,} calls, {rows[0][4]} allocators, medians of {a.reps} runs")
-    print(f"  heaplab replay --allocator all   {wall:8.2f} s")
-    print(f"  the replays' own wall times      {replays:8.2f} s")
-    print(f"  ratio                            {wall / replays:8.2f}x")
-    print(f"  plan building (all replays)      {builds:8.2f} s  ({rows[0][3]} of {rows[0][4]} reused the first plan)")
+        rows = {"cold": [], "warm": []}
+        for _ in range(a.reps):
+            plans = os.path.join(work, "plans")
+            shutil.rmtree(plans, ignore_errors=True)
+            rows["cold"].append(run_all(trace, out, plans))
+            rows["warm"].append(run_all(trace, out, plans))
+        first = rows["cold"][0]
+        print(f"{first['calls']:,} calls, {first['n']} allocators, medians of {a.reps} runs; "
+              f"plan {first['plan_total'] / 2**30:.2f} GiB, replayer bookkeeping at most "
+              f"{first['bookkeeping'] / 2**20:.1f} MiB")
+        print(f"  {'':6} {'whole command':>14} {'replays':>9} {'ratio':>7} {'plan building':>14}  plans")
+        for kind in ("cold", "warm"):
+            r = rows[kind]
+            wall = statistics.median(x["wall"] for x in r)
+            replays = statistics.median(x["replays"] for x in r)
+            build = statistics.median(x["build"] for x in r)
+            print(f"  {kind:6} {wall:12.2f} s {replays:7.2f} s {wall / replays:6.2f}x {build:12.2f} s  "
+                  f"{', '.join(r[0]['sources'])}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 #include "capture/normalise/normalise.h"
+#include "common/progress.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -547,7 +548,10 @@ NormaliseReport Normaliser::run() {
     Stream& st = streams_[s];
     if (st.rec) heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
   }
+  // (An estimate: blocks are full but for each thread's last.)
+  common::Progress progress("normalising", in_.blocks() * raw::kRecordsPerBlock, "records");
   while (!heap_.empty()) {
+    progress.update(rep_.records);
     Key k = heap_.top();
     heap_.pop();
     Stream& st = streams_[k.stream];
