@@ -55,28 +55,15 @@ struct PlanThread {
 
 uint64_t page_up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
 
-// Steps per populated window (4 MiB of steps; page-aligned since the
-// arrays are).
-constexpr uint64_t kWindowSteps = 131072;
-
-void populate(void* p, size_t len) {
-#ifdef MADV_POPULATE_WRITE
-  madvise(p, (len + kPage - 1) & ~(kPage - 1), MADV_POPULATE_WRITE);  // else: faults as it goes
-#else
-  (void)p;
-  (void)len;
-#endif
-}
-
-// The plan's file, `len` bytes, mapped for writing: the caller's file (its
-// disk space reserved first: a full disk is an error now, not a SIGBUS
-// while writing), or a new memfd. release() hands over the descriptor (the
-// mapping goes, the contents stay).
-struct Memfd {
+// The plan's file, `len` bytes: the caller's file (its disk space reserved
+// first: a full disk is an error now), or a new memfd. It is written with
+// pwrite from a buffer per array (writing through a mapping would make the
+// kernel read, or zero, each new page before it is overwritten).
+// release() hands over the descriptor.
+struct PlanFile {
   int fd = -1;
-  char* base = nullptr;
   size_t len = 0;
-  Memfd(uint64_t bytes, int given) : len(size_t(bytes)) {
+  PlanFile(uint64_t bytes, int given) : len(size_t(bytes)) {
     fd = given >= 0 ? given : memfd_create("heaplab-plan", MFD_CLOEXEC);
     if (fd < 0) throw PlanError(std::string("memfd_create: ") + std::strerror(errno));
     if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
@@ -91,24 +78,40 @@ struct Memfd {
                         " bytes): " + std::strerror(err));
       }
     }
-    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      close(fd);
-      throw PlanError("mapping the replay plan (" + std::to_string(len) + " bytes): " + std::strerror(err));
-    }
-    base = static_cast<char*>(p);
   }
-  ~Memfd() {
-    if (base) munmap(base, len);
+  ~PlanFile() {
     if (fd >= 0) close(fd);
   }
+  void write(uint64_t off, const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = pwrite(fd, p, n, static_cast<off_t>(off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw PlanError(std::string("writing the replay plan: ") + std::strerror(w < 0 ? errno : ENOSPC));
+      p += w;
+      off += uint64_t(w);
+      n -= size_t(w);
+    }
+  }
   int release() {
-    munmap(base, len);
-    base = nullptr;
     const int f = fd;
     fd = -1;
     return f;
+  }
+};
+
+// One array of a replay thread's (steps, times or live sums), appended
+// through a buffer of `cap` entries.
+template <class T>
+struct ArrayOut {
+  uint64_t offset = 0;   // where the array starts in the file
+  uint64_t flushed = 0;  // entries written out
+  std::vector<T> buf;
+  void flush(PlanFile& f) {
+    if (buf.empty()) return;
+    f.write(offset + flushed * sizeof(T), buf.data(), buf.size() * sizeof(T));
+    flushed += buf.size();
+    buf.clear();
   }
 };
 
@@ -366,14 +369,16 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   std::vector<PlanThread>& table = layout.table;
   const std::vector<uint64_t>& cap = layout.cap;
   const uint64_t total = layout.total;
-  Memfd plan(total, fd);
-  std::vector<Step*> steps(nthreads);
-  std::vector<uint64_t*> times(nthreads, nullptr);
-  std::vector<int64_t*> lives(nthreads, nullptr);
+  PlanFile plan(total, fd);
+  // Buffers of about 16 MiB in all (1,024 to 32,768 entries an array).
+  const size_t per = std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 48), 1024, 32768);
+  std::vector<ArrayOut<Step>> steps(nthreads);
+  std::vector<ArrayOut<uint64_t>> times(nthreads);
+  std::vector<ArrayOut<int64_t>> lives(nthreads);
   for (size_t k = 0; k < nthreads; ++k) {
-    steps[k] = reinterpret_cast<Step*>(plan.base + table[k].steps_offset);
-    if (s.has_times) times[k] = reinterpret_cast<uint64_t*>(plan.base + table[k].times_offset);
-    if (s.has_live) lives[k] = reinterpret_cast<int64_t*>(plan.base + table[k].live_offset);
+    steps[k].offset = table[k].steps_offset;
+    times[k].offset = table[k].times_offset;
+    lives[k].offset = table[k].live_offset;
   }
   std::vector<uint64_t> thread_live(nthreads, 0);
 
@@ -386,28 +391,14 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   auto put = [&](uint32_t k, const Step& st, uint64_t time, uint64_t delta) {
     uint64_t& n_k = table[k].steps;
     if (n_k == cap[k]) throw PlanError("trace: thread event counts do not match its events");
-    if (n_k % kWindowSteps == 0) {
-      // Fault in the next window of the arrays in one call: much cheaper
-      // than a page fault per 4 KiB, and, unlike populating the whole
-      // file up front, bounded by the events actually there (a corrupt
-      // chunk header can claim billions).
-      const uint64_t w = std::min<uint64_t>(kWindowSteps, cap[k] - n_k);
-      populate(steps[k] + n_k, w * sizeof(Step));
-      if (s.has_times) populate(times[k] + n_k, w * sizeof(uint64_t));
-      if (s.has_live) populate(lives[k] + n_k, w * sizeof(int64_t));
-      // And unmap the window before the last one from this process (the
-      // plan's file keeps it): the builder's memory is a few windows a
-      // thread, whatever the plan's size.
-      if (n_k >= 2 * kWindowSteps) {
-        const uint64_t old = n_k - 2 * kWindowSteps;
-        madvise(steps[k] + old, kWindowSteps * sizeof(Step), MADV_DONTNEED);
-        if (s.has_times) madvise(times[k] + old, kWindowSteps * sizeof(uint64_t), MADV_DONTNEED);
-        if (s.has_live) madvise(lives[k] + old, kWindowSteps * sizeof(int64_t), MADV_DONTNEED);
-      }
+    steps[k].buf.push_back(st);
+    if (s.has_times) times[k].buf.push_back(time);
+    if (s.has_live) lives[k].buf.push_back(int64_t(thread_live[k] += delta));  // modular (C++20)
+    if (steps[k].buf.size() == per) {
+      steps[k].flush(plan);
+      times[k].flush(plan);
+      lives[k].flush(plan);
     }
-    steps[k][n_k] = st;
-    if (s.has_times) times[k][n_k] = time;
-    if (s.has_live) lives[k][n_k] = int64_t(thread_live[k] += delta);  // modular (C++20)
     ++n_k;
     ++s.steps;
   };
@@ -697,8 +688,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   h.peak_thread = s.peak_thread;
   std::copy(s.ops.begin(), s.ops.end(), h.ops);
   std::copy(s.memory_ops.begin(), s.memory_ops.end(), h.memory_ops);
-  std::memcpy(plan.base, &h, sizeof h);
-  std::memcpy(plan.base + sizeof h, table.data(), table.size() * sizeof(PlanThread));
+  for (size_t k = 0; k < nthreads; ++k) {
+    steps[k].flush(plan);
+    times[k].flush(plan);
+    lives[k].flush(plan);
+  }
+  plan.write(0, &h, sizeof h);
+  plan.write(sizeof h, table.data(), table.size() * sizeof(PlanThread));
   return plan.release();
 }
 
