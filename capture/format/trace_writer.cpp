@@ -52,8 +52,9 @@ struct ThreadEncoder {
 // Staged bytes per event (op byte and seven 64-bit values).
 constexpr size_t kStagedBytesPerEvent = 1 + 8 * kColumnCount;
 // Bound on staging memory over all threads: past it, the thread with the
-// most staged events is flushed early (many threads, large chunks).
-constexpr size_t kStagingBudget = size_t{256} << 20;
+// most staged events is flushed early (many threads, large chunks), and
+// flushed threads give their staging arrays back.
+constexpr size_t kStagingBudget = size_t{32} << 20;
 constexpr size_t kMaxStagedEvents = kStagingBudget / kStagedBytesPerEvent;
 
 // Writes the low W bytes of each value (8-byte stores; 8 bytes of slack).
@@ -119,6 +120,10 @@ struct TraceWriter::Impl {
   uint32_t cached_thread = UINT32_MAX;      // the last thread appended to,
   ThreadEncoder* cached_encoder = nullptr;  // and its encoder
   size_t staged_events = 0;
+  size_t staged_capacity = 0;  // events the staging arrays of all threads can hold
+  // The staging budget in events; one thread's full chunk always fits (an
+  // import's chunks of 2^20 events stay whole).
+  size_t max_staged() const { return std::max<size_t>(kMaxStagedEvents, opt.chunk_events); }
   std::map<uint32_t, ThreadInfo> infos;
   std::vector<IndexEntry> index;
   std::string final_meta;
@@ -232,6 +237,19 @@ struct TraceWriter::Impl {
     staged_events -= te.n;
     for (auto& m : te.max) m = 0;
     te.n = 0;
+    // Staging arrays stay allocated for the next chunk, while all threads'
+    // together fit the staging budget; past it (many threads), a flushed
+    // thread gives its arrays back, so the writer's memory is the budget
+    // however many threads there are, not a full chunk's arrays a thread.
+    if (staged_capacity > max_staged()) {
+      staged_capacity -= te.cap;
+      te.cap = 0;
+      std::vector<uint8_t>().swap(te.ops);
+      for (unsigned k = 0; k < kColumnCount; ++k) {
+        std::vector<uint64_t>().swap(te.col[k]);
+        te.colp[k] = nullptr;
+      }
+    }
   }
 
   // Flushes the thread with the most staged events.
@@ -250,7 +268,9 @@ struct TraceWriter::Impl {
       te.ref_start = te.ref;
     }
     if (te.n == te.cap) [[unlikely]] {
+      staged_capacity -= te.cap;
       te.cap = std::min<uint32_t>(opt.chunk_events, std::max<uint32_t>(256, te.cap * 2));
+      staged_capacity += te.cap;
       te.ops.resize(te.cap);
       for (unsigned k = 0; k < kColumnCount; ++k) {
         te.col[k].resize(te.cap);
@@ -374,7 +394,7 @@ uint64_t TraceWriter::append(Event& e) {
   m.encode(te, e, fields);
   if (te.n >= m.opt.chunk_events) {
     m.flush_thread(e.thread);
-  } else if (m.staged_events > kMaxStagedEvents) [[unlikely]] {
+  } else if (m.staged_events > m.max_staged()) [[unlikely]] {
     m.flush_largest();
   }
   return e.id;
