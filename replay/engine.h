@@ -57,6 +57,7 @@ struct ThreadResult {
   uint64_t handoff_waits = 0;  // of them, those that waited
   uint64_t handoff_wait_ns = 0;
   uint64_t unrepresentable = 0;  // results at or above 2^48 (counted as NULL)
+  uint64_t remap_length = 0;     // the engine's: the last kStepArg's length
   uint64_t plan_waits = 0;       // windows of the plan not mapped yet when due
   uint64_t plan_wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
@@ -296,7 +297,9 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
   using trace::Op;
   Slot* const table = prm.table;
   const Touch run_mode = prm.touch;
-  uint64_t remap_length = 0;
+  // (A remap's old length, from its kStepArg step: kept in the thread's
+  // result, since a window of the plan can end between the two.)
+  uint64_t& remap_length = r.remap_length;
   [[maybe_unused]] uint32_t countdown = 1;
   [[maybe_unused]] const bool tsc = prm.tsc;
   const Step* const first = s;

@@ -164,15 +164,24 @@ uint64_t memory_available() {
   return 0;
 }
 
-// What the replay will need in memory, against what the machine has: the
-// replayer's object table and plan windows, and the trace's heap (its live
-// peak plus the program's own mappings) where the replay writes it. "" if
-// it fits.
+// What the replay will surely need in memory, against what the machine
+// has: the replayer's object table and plan windows, and the part of the
+// trace's live heap at its peak that the replay writes (all of it with
+// --touch pages, all or recorded, which writes at least the recorded
+// pages; a page an object with --touch first; nothing with none). The
+// program's own mappings are left out: they are made with MAP_NORESERVE
+// and only their recorded pages are written. "" if it fits.
 std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings) {
   const uint64_t available = memory_available();
   if (available == 0) return "";
   const uint64_t table = (plan.slots + 1) * 8, windows = uint64_t{64} << 20;
-  const uint64_t heap = settings.touch == Touch::none ? 0 : plan.live_bytes_peak + plan.mapped_peak;
+  uint64_t heap = 0;
+  if (settings.touch == Touch::first)
+    heap = std::min<uint64_t>(plan.live_bytes_peak, plan.slots * uint64_t{4096});
+  else if (settings.touch == Touch::pages || settings.touch == Touch::all)
+    heap = plan.live_bytes_peak;
+  else if (settings.touch == Touch::recorded)
+    heap = plan.recorded_touches ? 0 : plan.live_bytes_peak;  // (recorded counts: only those pages)
   const uint64_t need = table + windows + heap;
   if (need <= available) return "";
   const auto gib = [](uint64_t b) { return fmt::format("{:.1f} GiB", double(b) / double(uint64_t{1} << 30)); };

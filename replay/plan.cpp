@@ -279,8 +279,10 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
   uint64_t off = page_up(sizeof(PlanHeader) + sizeof(PlanThread) * nthreads);
   for (size_t k = 0; k < nthreads; ++k) {
     uint64_t& c = l.cap[k];
-    c = memory_steps[k] + touch_steps;
-    for (uint32_t t : fold[k]) c += r.thread_event_count(t);
+    uint64_t events = 0;
+    for (uint32_t t : fold[k]) events += r.thread_event_count(t);
+    // (At most one touch step per object the thread makes.)
+    c = memory_steps[k] + events + std::min(touch_steps, events);
     c += c / SlotTable::kBatch + 1;
     l.table[k].steps_offset = off;
     off = page_up(off + c * sizeof(Step));
@@ -420,7 +422,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   // calls recorded before it.
   struct Region {
     uint64_t ref = 0;        // 0: unknown
-    uint64_t pages = 0;      // pages it still maps
+    uint64_t length = 0;     // bytes from its base it mapped
     bool read_more = false;  // a remap read `ref` and left the rest of the region with it
     bool gone = false;       // wholly unmapped
   };
@@ -455,7 +457,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       if (m.op == MemOp::map) {
         count_id();
         Region& g = region(m.region);
-        g = Region{take(k, m.time), page_up(m.length) / kPage, false, false};
+        g = Region{take(k, m.time), m.length, false, false};
         st.head = uint64_t{kStepMap} | g.ref << 16;
         st.size = m.length;
         ++s.regions;
@@ -507,10 +509,23 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           default:
             continue;
         }
+        // Whether the region is now wholly unmapped: its unmapped ranges
+        // (merged as they come) cover [0, length). (In bytes: a region of
+        // the break has neither an aligned base nor an aligned length.)
+        bool all_gone = false;
         if (m.op == MemOp::unmap || m.op == MemOp::remap) {
-          gone[lo] = hi;
-          const uint64_t p = (page_up(hi) - (lo & ~(kPage - 1))) / kPage;
-          g.pages = g.pages > p ? g.pages - p : 0;
+          uint64_t a = lo, b = hi;
+          auto next = gone.lower_bound(lo);
+          if (next != gone.begin() && std::prev(next)->second == lo) {
+            a = std::prev(next)->first;
+            gone.erase(std::prev(next));
+          }
+          if (next = gone.find(hi); next != gone.end()) {
+            b = next->second;
+            gone.erase(next);
+          }
+          gone[a] = b;
+          all_gone = gone.begin()->first == 0 && gone.begin()->second >= g.length;
         }
         // Every other call on a region takes its current ref and gives it a
         // new one (the same base): they run in trace order even from
@@ -520,7 +535,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         // remapped bytes, keeps the ref it had.
         // (The new ref is taken first: a handoff step that comes with it
         // goes before this call, whose index the old ref is given back at.)
-        const bool wholly_gone = m.op == MemOp::unmap && g.pages == 0;
+        const bool wholly_gone = m.op == MemOp::unmap && all_gone;
         uint64_t next = 0;
         if (!wholly_gone) {
           count_id();
@@ -528,9 +543,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         }
         Region& h = region(m.region);
         if (m.op == MemOp::remap) {
-          region(m.new_region) = Region{next, page_up(m.new_length) / kPage, false, false};
+          region(m.new_region) = Region{next, m.new_length, false, false};
           Region& o = region(m.region);  // (the line above may have moved it)
-          if (o.pages == 0) {
+          if (all_gone) {
             release_region(o, k);
             o.ref = 0;
             o.gone = true;

@@ -29,10 +29,7 @@ void populate(const void* p, size_t len) {
 }
 
 // Unmaps [p, p + len) (page-aligned) from this process; the plan keeps it.
-void release(const void* p, size_t len) {
-  if (len == 0) return;
-  madvise(const_cast<void*>(p), len, MADV_DONTNEED);
-}
+bool release(const void* p, size_t len) { return len == 0 || madvise(const_cast<void*>(p), len, MADV_DONTNEED) == 0; }
 
 }  // namespace
 
@@ -101,10 +98,10 @@ void PlanPager::drop(uint32_t t, uint64_t upto) {
   Lane& l = lanes_[t];
   if (upto <= l.dropped) return;
   const uint64_t from = l.dropped, n = upto - from;  // whole windows: page-aligned in every array
-  release(plan_.steps(t) + from, n * sizeof(Step));
-  if (plan_.has_times()) release(plan_.times(t) + from, n * sizeof(uint64_t));
-  if (plan_.has_live()) release(plan_.live(t) + from, n * sizeof(int64_t));
-  add_resident(-int64_t(n * step_bytes_));
+  bool ok = release(plan_.steps(t) + from, n * sizeof(Step));
+  if (plan_.has_times()) ok = release(plan_.times(t) + from, n * sizeof(uint64_t)) && ok;
+  if (plan_.has_live()) ok = release(plan_.live(t) + from, n * sizeof(int64_t)) && ok;
+  if (ok) add_resident(-int64_t(n * step_bytes_));  // (else they stay mapped, and counted)
   l.dropped = upto;
 }
 

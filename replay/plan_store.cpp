@@ -1,6 +1,7 @@
 #include "replay/plan_store.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -52,10 +53,19 @@ struct Entry {
 std::vector<Entry> entries(const std::string& dir) {
   std::vector<Entry> v;
   std::error_code ec;
+  const int64_t now = int64_t(time(nullptr));
   for (const auto& d : fs::directory_iterator(dir, ec)) {
-    if (d.path().extension() != ".plan") continue;
     struct stat st {};
     if (stat(d.path().c_str(), &st) != 0) continue;
+    // Plans being written are named NAME.tmp.XXXXXX (and .json): not
+    // entries yet; one nobody has written to for an hour was left by a
+    // command that died, and goes.
+    if (d.path().string().find(".tmp.") != std::string::npos) {
+      std::error_code gone;
+      if (now - int64_t(st.st_mtim.tv_sec) > 3600) fs::remove(d.path(), gone);
+      continue;
+    }
+    if (d.path().extension() != ".plan") continue;
     v.push_back({d.path(), uint64_t(st.st_blocks) * 512, int64_t(st.st_mtim.tv_sec)});
   }
   std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
@@ -101,6 +111,8 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
     if (!j.is_object() || fstat(fd, &st) != 0 || j.value("plan_bytes", uint64_t{0}) != uint64_t(st.st_size))
       throw std::runtime_error("damaged");
     summary = j.at("summary").get<PlanSummary>();
+    const MappedPlan check(fd);  // its header and thread table (the pager checks the steps)
+    if (check.total_steps() != summary.steps || check.slots() != summary.slots) throw std::runtime_error("damaged");
   } catch (const std::exception&) {
     close(fd);
     remove_entry(base + ".plan");  // half written or damaged: built again
@@ -137,15 +149,15 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     return build_plan(r, opt, summary);
   }
   const uint64_t need = plan_bytes(r, opt);
-  uint64_t free_bytes = 0;
-  const bool keep = !id.empty() && make_room(need, free_bytes);
-  if (!keep) {
-    // Not kept: older kept plans may still have to go to make room.
-    for (const Entry& e : entries(dir_)) {
-      if (free_bytes >= need + kMargin) break;
-      remove_entry(e.plan);
-      free_bytes = free_bytes_of(dir_);
-    }
+  uint64_t free_bytes = free_bytes_of(dir_);
+  bool keep = !id.empty() && make_room(need, free_bytes);
+  // Kept plans may still have to go to make room on the disk (least
+  // recently used first; a plan another command has open frees its space
+  // only when it closes it).
+  for (const Entry& e : entries(dir_)) {
+    if (free_bytes >= need + kMargin) break;
+    remove_entry(e.plan);
+    free_bytes = free_bytes_of(dir_);
   }
   if (free_bytes < need + kMargin)
     throw PlanError(
@@ -153,10 +165,13 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
                     "file system with more room, or replay a shorter trace)",
                     gib(need + kMargin), dir_, gib(free_bytes)));
   const std::string base = name(id, opt);
-  const std::string tmp = fmt::format("{}.{}.tmp", base, getpid());
-  int fd = keep ? open((tmp + ".plan").c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
-                : open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0 && !keep) {  // a file system without O_TMPFILE: a named file, unlinked at once
+  std::string tmp = base + ".tmp.XXXXXX";
+  int fd = keep ? mkostemp(tmp.data(), O_CLOEXEC) : -1;
+  if (fd < 0) {
+    keep = false;
+    fd = open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) {  // a file system without O_TMPFILE: a named file, unlinked at once
     std::string t = dir_ + "/plan.XXXXXX";
     fd = mkostemp(t.data(), O_CLOEXEC);
     if (fd >= 0) unlink(t.c_str());
@@ -165,7 +180,7 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   try {
     fd = build_plan(r, opt, summary, fd);
   } catch (...) {
-    if (keep) fs::remove(tmp + ".plan", ec);
+    if (keep) fs::remove(tmp, ec);
     throw;
   }
   where = dir_;
@@ -176,19 +191,22 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   {
     std::ofstream out(tmp + ".json");
     out << j.dump() << "\n";
-    if (!out) {
+    out.flush();
+    // On disk before it is named: a plan found after a crash of the
+    // machine is whole, never a file of the right size full of zeros.
+    if (!out || fdatasync(fd) != 0) {
       fs::remove(tmp + ".json", ec);
-      fs::remove(tmp + ".plan", ec);
+      fs::remove(tmp, ec);
       return fd;  // not kept; this command still has it
     }
   }
-  // The plan's pages go to disk in the background; renamed into place,
-  // summary first, so that a plan found always has its summary.
+  // Renamed into place, summary first, so that a plan found always has
+  // its summary.
   fs::rename(tmp + ".json", base + ".json", ec);
-  if (!ec) fs::rename(tmp + ".plan", base + ".plan", ec);
+  if (!ec) fs::rename(tmp, base + ".plan", ec);
   if (ec) {
     fs::remove(tmp + ".json", ec);
-    fs::remove(tmp + ".plan", ec);
+    fs::remove(tmp, ec);
     return fd;
   }
   kept = true;

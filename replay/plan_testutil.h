@@ -56,8 +56,9 @@ inline std::vector<std::vector<Step>> dense_steps(const MappedPlan& p,
     Step d = s;
     if (reads) {
       d.old = name_of(s.old);
-      // Consumed: every step but a touch_object (the engine never reads it)
-      // and a remap that leaves part of its region (the region keeps its ref).
+      // Consumed: every step but a touch_object (the engine never reads
+      // it). (A remap that leaves part of its region reads the ref, and the
+      // region keeps it: such a slot is retired, never produced into again.)
       if (s.old != 0 && op != kStepTouchObject) slot[ref_slot(s.old)].consumed = true;
     }
     if (const uint64_t ref = s.id(); ref != 0) {

@@ -463,6 +463,10 @@ TEST_F(ReplayTest, BookkeepingDoesNotGrowWithTheTracesLength) {
   EXPECT_LE(book(1, "object_table"), 8 * (2000 + 2 * 2 * 1024 + 2.0));
   EXPECT_NEAR(book(1, "total"), book(0, "total"), 0.1 * book(0, "total"))
       << r[0]["replay"]["bookkeeping_bytes"].dump() << " vs " << r[1]["replay"]["bookkeeping_bytes"].dump();
+  // And measured, not only counted: the replayer's peak RSS (its heap, the
+  // same live set, plus its bookkeeping and the plan pages it has mapped).
+  const double rss0 = r[0]["replay"]["max_rss_kib"].get<double>(), rss1 = r[1]["replay"]["max_rss_kib"].get<double>();
+  EXPECT_NEAR(rss1, rss0, 0.1 * rss0);
 }
 
 // A plan is kept on disk for the next command on the same trace content
@@ -541,6 +545,98 @@ TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
   // may refuse the terabyte: a NULL result, counted).
   const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"});
   EXPECT_EQ(ok["exit"]["status"], "ok");
+}
+
+// A trace with the program's own memory calls (format 1.1): `events`, and
+// `memory` placed among them.
+std::string write_memory_trace(const fs::path& path, std::vector<Event> events,
+                               std::vector<heaplab::trace::MemoryEvent> memory) {
+  heaplab::trace::TraceWriter w(path.string(), heaplab::trace::WriterOptions{});
+  for (Event& e : events) w.append(e);
+  w.set_memory_events(std::move(memory));
+  w.close();
+  return path.string();
+}
+
+// An mremap is two steps (its old length, then the call): a window of the
+// plan that ends between them must not lose the length. Twelve remaps in a
+// row around step 512 (twice, one step apart, so that one of them has its
+// length step last in the window), replayed with windows of 512 steps:
+// none fails, and each region is where the remap put it.
+TEST_F(ReplayTest, RemapAcrossAPlanWindowKeepsItsLength) {
+  using heaplab::trace::MemOp;
+  using heaplab::trace::MemoryEvent;
+  for (int shift = 0; shift < 2; ++shift) {
+    SCOPED_TRACE("shift " + std::to_string(shift));
+    std::vector<Event> ev;
+    for (int i = 0; i < 600 + shift; ++i) ev.push_back(malloc_ev(32));
+    for (uint64_t id = 1; id <= uint64_t(600 + shift); ++id) ev.push_back(free_ev(id));
+    std::vector<MemoryEvent> mem;
+    for (uint64_t r = 1; r <= 12; ++r) mem.push_back({MemOp::map, 0, 0, 0, r, 0, 8192, 0, 0, 0});
+    for (uint64_t r = 1; r <= 12; ++r)
+      mem.push_back({MemOp::remap, 0, uint64_t(488 + shift), 0, r, 0, 8192, 0, 12 + r, 16384});
+    for (uint64_t r = 1; r <= 12; ++r) mem.push_back({MemOp::touch, 0, 1100, 0, 12 + r, 0, 16384, 4, 0, 0});
+    for (uint64_t r = 1; r <= 12; ++r) mem.push_back({MemOp::unmap, 0, 1100, 0, 12 + r, 0, 16384, 0, 0, 0});
+    const std::string t = write_memory_trace(dir() / ("remap_window" + std::to_string(shift) + ".hlt"), ev, mem);
+    const json r = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_WINDOW_STEPS=512");
+    ASSERT_TRUE(r.contains("replay")) << r.dump();
+    EXPECT_EQ(r["replay"]["plan_windows"]["steps_per_window"], 512);
+    EXPECT_EQ(r["replay"]["memory_calls"]["mremap"]["calls"], 12);
+    EXPECT_EQ(r["replay"]["memory_calls_failed"], 0);
+    EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  }
+}
+
+// A region of the break has neither an aligned base nor an aligned length:
+// unmapped in two halves, it is wholly gone after the second (its bytes,
+// not its pages, decide), which is not a call on unmapped bytes.
+TEST_F(ReplayTest, UnalignedRegionUnmappedInHalvesIsConsistent) {
+  using heaplab::trace::MemOp;
+  std::vector<heaplab::trace::MemoryEvent> mem = {{MemOp::map, 0, 0, 0, 1, 0, 100, 0, 0, 0},
+                                                  {MemOp::unmap, 0, 1, 0, 1, 50, 50, 0, 0, 0},
+                                                  {MemOp::unmap, 0, 1, 0, 1, 0, 50, 0, 0, 0}};
+  const std::string t = write_memory_trace(dir() / "brk_halves.hlt", {malloc_ev(8), free_ev(1)}, mem);
+  const json r = replay(t, {"--allocator", "glibc"});
+  ASSERT_TRUE(r.contains("replay")) << r.dump();
+  EXPECT_EQ(r["exit"]["status"], "ok");
+  EXPECT_EQ(r["replay"]["memory_calls"]["munmap"]["calls"], 2);
+}
+
+// A mapping the program never wrote costs the replay nothing (MAP_NORESERVE,
+// no recorded pages): a 1 TiB one is replayed, not refused for memory.
+TEST_F(ReplayTest, HugeUntouchedMappingIsNotRefused) {
+  using heaplab::trace::MemOp;
+  std::vector<heaplab::trace::MemoryEvent> mem = {{MemOp::map, 0, 0, 0, 1, 0, uint64_t{1} << 40, 0, 0, 0},
+                                                  {MemOp::unmap, 0, 2, 0, 1, 0, uint64_t{1} << 40, 0, 0, 0}};
+  const std::string t = write_memory_trace(dir() / "reserve.hlt", {malloc_ev(8), free_ev(1)}, mem);
+  for (const char* touch : {"recorded", "first", "pages"}) {
+    const json r = replay(t, {"--allocator", "glibc", "--touch", touch});
+    EXPECT_EQ(r["exit"]["status"], "ok") << touch << " " << r.dump();
+  }
+}
+
+// A kept plan that was damaged (here: its header zeroed, its size kept) is
+// noticed when it is found, deleted and built again.
+TEST_F(ReplayTest, DamagedKeptPlanIsBuiltAgain) {
+  const std::string plans = (dir() / "damaged-plans").string();
+  const std::string t = write_trace("damaged_kept", big_and_small(), false);
+  const json a = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+  ASSERT_EQ(a["plan_kept"], true);
+  std::string plan;
+  for (const auto& e : fs::directory_iterator(plans))
+    if (e.path().extension() == ".plan") plan = e.path().string();
+  ASSERT_FALSE(plan.empty());
+  {
+    std::fstream f(plan, std::ios::in | std::ios::out | std::ios::binary);
+    const std::string zeros(4096, '\0');
+    f.write(zeros.data(), std::streamsize(zeros.size()));
+  }
+  const json b = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+  EXPECT_EQ(b["plan_source"], "built");
+  EXPECT_EQ(b["plan_kept"], true);
+  EXPECT_TRUE(b["replay"]["faithful"].get<bool>());
+  const json c = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+  EXPECT_EQ(c["plan_source"], "kept");
 }
 
 TEST_F(ReplayTest, FileSizeLimitIsAnErrorNotASignal) {
