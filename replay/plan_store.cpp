@@ -151,6 +151,7 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   const uint64_t need = plan_bytes(r, opt);
   uint64_t free_bytes = free_bytes_of(dir_);
   bool keep = !id.empty() && make_room(need, free_bytes);
+  free_bytes = free_bytes_of(dir_);  // (what eviction really freed: a plan still open elsewhere frees nothing yet)
   // Kept plans may still have to go to make room on the disk (least
   // recently used first; a plan another command has open frees its space
   // only when it closes it).
