@@ -413,6 +413,19 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   } else {
     corrupt("unknown compression codec");
   }
+  // The chunk's bytes are decoded: unmap their pages from this process (the
+  // file keeps them; a neighbour's page dropped with them faults back in
+  // from the page cache). Reading a trace longer than memory keeps its
+  // resident set at the chunks being decoded, not the whole file.
+  // (Only a file the reader mapped: memory given to from_memory() is the
+  // caller's, and would be lost.)
+  if (r.map_) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(h) & ~uintptr_t{4095};
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
+    const uintptr_t map_end = (reinterpret_cast<uintptr_t>(d) + size + 4095) & ~uintptr_t{4095};
+    const uintptr_t hi = std::min((end + 4095) & ~uintptr_t{4095}, map_end);
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  }
   const uint8_t* raw = buf_.data();
   ops_ = raw;
   const uint8_t* q = raw + c.events;
