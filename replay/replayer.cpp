@@ -6,6 +6,7 @@
 #include "replay/sampler.h"
 
 #include <cpuid.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -87,6 +88,20 @@ void* worker_main(void* arg) {
 }
 
 double seconds(const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; }
+
+// VmHWM of /proc/self/status (KiB): the peak RSS of this process image
+// only; `fallback` if it cannot be read.
+long own_peak_rss_kib(long fallback) {
+  const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fallback;
+  char buf[8192];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return fallback;
+  buf[n] = 0;
+  const char* p = std::strstr(buf, "\nVmHWM:");
+  return p ? std::strtol(p + 7, nullptr, 10) : fallback;
+}
 
 bool invariant_tsc() {
   unsigned a, b, c, d;
@@ -401,7 +416,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   // all, minor faults count the pages the replay made resident (again after
   // the allocator gave them back).
   j["page_faults"] = {{"minor", ru1.ru_minflt - ru0.ru_minflt}, {"major", ru1.ru_majflt - ru0.ru_majflt}};
-  j["max_rss_kib"] = ru1.ru_maxrss;
+  // The replayer's own peak (VmHWM): getrusage's also counts what the
+  // process held before it exec'd the replayer (heaplab's pages, shared
+  // after its fork), which has nothing to do with the replay.
+  j["max_rss_kib"] = own_peak_rss_kib(ru1.ru_maxrss);
   j["calls"] = calls;
   j["calls_per_s"] = wall_s > 0 ? double(calls) / wall_s : 0.0;
   j["ops"] = ops;

@@ -188,7 +188,10 @@ nlohmann::json MemorySampler::to_json() const {
     if (s.live_bytes > all[at_live_peak].live_bytes || (i == snap_at && s.live_bytes == all[at_live_peak].live_bytes))
       at_live_peak = i;
     heap_peak = std::max(heap_peak, heap(s));
-    if (i + 1 < all.size()) {  // time-weighted: each sample holds until the next
+    // Time-weighted: each sample holds until the next, over the time
+    // something is live (before the first allocation the heap is the
+    // allocator's own start-up, and the ratio has no meaning).
+    if (i + 1 < all.size() && s.live_bytes > 0) {
       const double dt = double(all[i + 1].t_ns - s.t_ns);
       heap_area += double(heap(s)) * dt;
       live_area += double(std::max<int64_t>(s.live_bytes, 0)) * dt;
