@@ -152,10 +152,19 @@ void TraceReader::load() {
     if (std::memcmp(f, kFooterMagic, 8) == 0 && load_u64(f + 24) == plain_checksum(f, 24)) {
       load_from_index(load_u64(f + 8), load_u64(f + 16));
       complete_ = true;
+      release_pages();
       return;
     }
   }
   scan();
+  release_pages();
+}
+
+// Reading the index (or scanning the blocks) touched a page of every block
+// and the kernel mapped its neighbours: none of it is needed until a chunk
+// is decoded, which maps what it reads (and lets it go again).
+void TraceReader::release_pages() const {
+  if (map_) madvise(map_, map_len_, MADV_DONTNEED);
 }
 
 // Parses the summary of a CHNK block's payload at `off` (block header offset).
@@ -249,11 +258,13 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
   // 1.1: a MEMX block sits between the last chunk and the thread table.
   if (minor_ >= 1) {
     uint64_t off = kFileHeaderSize + kBlockHeaderSize + load_u32(d + kFileHeaderSize + 4);  // after the first META
-    for (const ChunkRef& c : chunks_) {
-      if (c.offset > threads_off || threads_off - c.offset < kBlockHeaderSize) continue;
-      const uint64_t end = c.offset + kBlockHeaderSize + load_u32(d + c.offset + 4);
-      if (end > off) off = end;
-    }
+    // After the last chunk in the file (only its header is read: reading
+    // every chunk's would map a page, and its neighbours, of each).
+    const ChunkRef* last = nullptr;
+    for (const ChunkRef& c : chunks_)
+      if (c.offset <= threads_off && threads_off - c.offset >= kBlockHeaderSize && (!last || c.offset > last->offset))
+        last = &c;
+    if (last) off = std::max<uint64_t>(off, last->offset + kBlockHeaderSize + load_u32(d + last->offset + 4));
     if (off > threads_off) fail(threads_off, "the chunks run past the thread table");
     while (off < threads_off && threads_off - off >= kBlockHeaderSize) {
       const uint32_t t = load_u32(d + off), len = load_u32(d + off + 4);
@@ -420,9 +431,14 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
   // (Only a file the reader mapped: memory given to from_memory() is the
   // caller's, and would be lost.)
   if (r.map_) {
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(h) & ~uintptr_t{4095};
-    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
-    const uintptr_t map_end = (reinterpret_cast<uintptr_t>(d) + size + 4095) & ~uintptr_t{4095};
+    // (64 KiB more on each side: the kernel maps up to 64 KiB around a
+    // faulting page, which would otherwise stay.)
+    constexpr uintptr_t kAround = 65536;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(d);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(h);
+    const uintptr_t lo = (start - base > kAround ? start - kAround : base) & ~uintptr_t{4095};
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len + kAround;
+    const uintptr_t map_end = (base + size + 4095) & ~uintptr_t{4095};
     const uintptr_t hi = std::min((end + 4095) & ~uintptr_t{4095}, map_end);
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
   }

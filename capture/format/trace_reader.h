@@ -64,6 +64,7 @@ class TraceReader {
  private:
   TraceReader() = default;
   void load();
+  void release_pages() const;
   void load_from_index(uint64_t index_offset, uint64_t total);
   void scan();
   void add_chunk(const ChunkRef& c);
