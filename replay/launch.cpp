@@ -203,6 +203,7 @@ std::string file_id(const std::string& path) {
   XXH3_state_t* state = XXH3_createState();
   std::string id;
   if (state && XXH3_64bits_reset(state) == XXH_OK) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     std::vector<char> buf(size_t{4} << 20);
     bool ok = true;
     for (;;) {
@@ -213,7 +214,6 @@ std::string file_id(const std::string& path) {
       XXH3_64bits_update(state, buf.data(), size_t(n));
     }
     if (ok) id = fmt::format("{:016x}", XXH3_64bits_digest(state));
-    posix_fadvise(fd, 0, 0, POSIX_FADV_NORMAL);
   }
   XXH3_freeState(state);
   close(fd);

@@ -60,7 +60,7 @@ std::vector<Entry> entries(const std::string& dir) {
     // Plans being written are named NAME.tmp.XXXXXX (and .json): not
     // entries yet; one nobody has written to for an hour was left by a
     // command that died, and goes.
-    if (d.path().string().find(".tmp.") != std::string::npos) {
+    if (d.path().filename().string().find(".tmp.") != std::string::npos) {
       std::error_code gone;
       if (now - int64_t(st.st_mtim.tv_sec) > 3600) fs::remove(d.path(), gone);
       continue;

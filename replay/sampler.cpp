@@ -176,6 +176,7 @@ nlohmann::json MemorySampler::to_json() const {
   size_t at_live_peak = 0;
   uint64_t heap_peak = 0;
   double heap_area = 0, live_area = 0;
+  bool weighing = false;
   for (size_t i = 0; i < all.size(); ++i) {
     const MemorySample& s = all[i];
     t.push_back(double(s.t_ns) / 1e6);
@@ -188,10 +189,11 @@ nlohmann::json MemorySampler::to_json() const {
     if (s.live_bytes > all[at_live_peak].live_bytes || (i == snap_at && s.live_bytes == all[at_live_peak].live_bytes))
       at_live_peak = i;
     heap_peak = std::max(heap_peak, heap(s));
-    // Time-weighted: each sample holds until the next, over the time
-    // something is live (before the first allocation the heap is the
+    // Time-weighted: each sample holds until the next, from the first
+    // sample with something live on (before it, the heap is the
     // allocator's own start-up, and the ratio has no meaning).
-    if (i + 1 < all.size() && s.live_bytes > 0) {
+    if (s.live_bytes > 0) weighing = true;
+    if (i + 1 < all.size() && weighing) {
       const double dt = double(all[i + 1].t_ns - s.t_ns);
       heap_area += double(heap(s)) * dt;
       live_area += double(std::max<int64_t>(s.live_bytes, 0)) * dt;

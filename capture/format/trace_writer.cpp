@@ -237,27 +237,35 @@ struct TraceWriter::Impl {
     staged_events -= te.n;
     for (auto& m : te.max) m = 0;
     te.n = 0;
-    // Staging arrays stay allocated for the next chunk, while all threads'
-    // together fit the staging budget; past it (many threads), a flushed
-    // thread gives its arrays back, so the writer's memory is the budget
-    // however many threads there are, not a full chunk's arrays a thread.
-    if (staged_capacity > max_staged()) {
-      staged_capacity -= te.cap;
-      te.cap = 0;
-      std::vector<uint8_t>().swap(te.ops);
-      for (unsigned k = 0; k < kColumnCount; ++k) {
-        std::vector<uint64_t>().swap(te.col[k]);
-        te.colp[k] = nullptr;
-      }
+  }
+
+  // Gives thread encoder te's staging arrays back (it grows them again
+  // from 256 events when it next has any).
+  void release_arrays(ThreadEncoder& te) {
+    staged_capacity -= te.cap;
+    te.cap = 0;
+    std::vector<uint8_t>().swap(te.ops);
+    for (unsigned k = 0; k < kColumnCount; ++k) {
+      std::vector<uint64_t>().swap(te.col[k]);
+      te.colp[k] = nullptr;
     }
   }
 
   // Flushes the thread with the most staged events.
+  // The staged events are over the budget: the thread with the most is
+  // written early. Staging arrays stay allocated for the next chunk (a
+  // busy thread keeps its own); past the budget, the flushed thread's and
+  // idle threads' arrays go back, so the writer's memory is about the
+  // budget however many threads there are, not a full chunk's arrays a
+  // thread.
   void flush_largest() {
     uint32_t best = active.front();
     for (uint32_t t : active)
       if (encoder_slot(t)->n > encoder_slot(best)->n) best = t;
     flush_thread(best);
+    if (staged_capacity > max_staged())
+      for (uint32_t t : active)
+        if (ThreadEncoder& te = *encoder_slot(t); te.n == 0 && te.cap != 0) release_arrays(te);
   }
 
   void encode(ThreadEncoder& te, const Event& e, uint8_t fields) {
