@@ -615,6 +615,17 @@ TEST_F(ReplayTest, HugeUntouchedMappingIsNotRefused) {
   }
 }
 
+// A plan directory that cannot be made or written: the plan goes into
+// memory for this command, and the result says where and why.
+TEST_F(ReplayTest, UnwritablePlanDirectoryFallsBackToMemory) {
+  const std::string t = write_trace("no_plan_dir", big_and_small(), false);
+  const json r = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=/proc/heaplab-no-such-dir");
+  EXPECT_EQ(r["plan_source"], "built");
+  EXPECT_EQ(r["plan_kept"], false);
+  EXPECT_EQ(r["plan_dir"], "memory (/proc/heaplab-no-such-dir cannot be written: No such file or directory)");
+  EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+}
+
 // A kept plan that was damaged (here: its header zeroed, its size kept) is
 // noticed when it is found, deleted and built again.
 TEST_F(ReplayTest, DamagedKeptPlanIsBuiltAgain) {
