@@ -29,6 +29,9 @@ total_failed=0
 problems=()
 logdir="$(mktemp -d "${TMPDIR:-/tmp}/heaplab-test.XXXXXX")"
 trap 'rm -rf "$logdir"' EXIT
+# Replay plans the tests build are kept here, not in the user's cache
+# (~/.cache/heaplab/plans), and go with the logs.
+export HEAPLAB_PLAN_DIR="$logdir/plans"
 
 # run_ctest NAME BUILD_DIR [extra ctest args...]; environment is inherited.
 run_ctest() {
