@@ -43,7 +43,8 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     for (size_t i = 0; i < n; ++i) {
       const Event& e = buf[i];
       ++rep.events;
-      const std::string op(trace::op_name(e.op));
+      // (Its name, for the messages of the rare events that have a problem.)
+      const auto op = [&e] { return std::string(trace::op_name(e.op)); };
       if (have_prev && e.seq <= prev_seq) {
         problem(e.seq, e.thread, "seq " + std::to_string(e.seq) + " appears more than once");
       } else if (e.seq != expected_seq) {
@@ -59,7 +60,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
         tsp = threads.find(uint64_t{e.thread} + 1);
       }
       ThreadState& ts = *tsp;
-      if (ts.ended) problem(e.seq, e.thread, op + " after thread_end");
+      if (ts.ended) problem(e.seq, e.thread, op() + " after thread_end");
       if (e.op == Op::thread_start && ts.events != 0)
         problem(e.seq, e.thread, "thread_start is not the thread's first event");
       if (e.op == Op::thread_end) ts.ended = true;
@@ -72,9 +73,9 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
 
       if (e.op == Op::lost) rep.lost_events += e.count;
       const bool produces = trace::op_produces(e.op);
-      if (!produces && e.flags != 0) problem(e.seq, e.thread, op + " carries result flags, but it returns nothing");
+      if (!produces && e.flags != 0) problem(e.seq, e.thread, op() + " carries result flags, but it returns nothing");
       if ((e.flags & trace::kFailed) && !(e.flags & trace::kNullResult))
-        problem(e.seq, e.thread, op + " failed but has a result");
+        problem(e.seq, e.thread, op() + " failed but has a result");
       const bool complete = r.complete();
       if (trace::op_consumes(e.op) && e.old != 0) {
         // A failed call (realloc returning NULL) leaves its object live, but
@@ -85,10 +86,10 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
           if (!complete) {
             ++rep.refs_to_lost_objects;  // produced in a chunk the truncation lost
           } else if (e.old > max_id) {
-            problem(e.seq, e.thread, op + " of object " + std::to_string(e.old) + ", which does not exist yet");
+            problem(e.seq, e.thread, op() + " of object " + std::to_string(e.old) + ", which does not exist yet");
           } else {
             problem(e.seq, e.thread,
-                    op + " of object " + std::to_string(e.old) +
+                    op() + " of object " + std::to_string(e.old) +
                         (failed ? ", which was already freed (use after free)"
                                 : ", which was already freed (double free)"));
           }
@@ -97,13 +98,13 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
       if (produces && !(e.flags & trace::kNullResult)) {
         if (e.id != max_id + 1 && complete)
           problem(e.seq, e.thread,
-                  op + " produced object " + std::to_string(e.id) + ", expected the next dense id " +
+                  op() + " produced object " + std::to_string(e.id) + ", expected the next dense id " +
                       std::to_string(max_id + 1));
         max_id = std::max(max_id, e.id);
         live.put(e.id, 1);
         ++rep.objects;
       } else if (e.id != 0) {
-        problem(e.seq, e.thread, op + " has object id " + std::to_string(e.id) + " but no result");
+        problem(e.seq, e.thread, op() + " has object id " + std::to_string(e.id) + " but no result");
       }
     }
   }
