@@ -301,73 +301,76 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
   return l;
 }
 
-// Replay thread of each recorded thread (a thread that only mapped memory
-// has none of its own: the first one makes its calls).
-std::vector<uint32_t> replay_threads_of(const trace::TraceReader& r, const std::vector<std::vector<uint32_t>>& fold) {
-  std::vector<uint32_t> replay_of(r.thread_count(), 0);
-  for (uint32_t k = 0; k < fold.size(); ++k)
-    for (uint32_t t : fold[k]) replay_of[t] = k;
-  return replay_of;
+// What a plan is made of besides the heap calls, and where everything
+// goes, from the trace's index and its memory events (no decoding): the
+// fold (plus a replay thread for a program that only mapped memory), the
+// program's own memory calls in trace order and how many steps each
+// replay thread gets of them, the objects' recorded resident pages, and the
+// calls the program timed. build_plan and plan_bytes both start here.
+struct Shape {
+  std::vector<std::vector<uint32_t>> fold;
+  std::vector<uint32_t> replay_of;  // by recorded thread
+  std::vector<const trace::MemoryEvent*> calls;
+  std::vector<uint64_t> memory_steps;                     // by replay thread
+  FlatMap<uint64_t> object_pages;                         // trace id -> resident pages
+  std::vector<std::pair<uint64_t, uint64_t>> timed_seqs;  // calls the program timed: seq, ns
+
+  // The replay thread of recorded thread t (one that only mapped memory has
+  // none of its own: the first one makes its calls).
+  uint32_t replay_thread(uint32_t t) const { return t < replay_of.size() ? replay_of[t] : 0u; }
+};
+
+Shape shape_of(const trace::TraceReader& r, const PlanOptions& opt) {
+  Shape sh;
+  sh.fold = fold_threads(r, opt.threads);
+  for (const trace::MemoryEvent& m : r.memory_events()) {
+    if (m.op == trace::MemOp::object) {
+      if (m.region != 0 && m.pages != trace::kUnknownPages) sh.object_pages.put(m.region, m.pages);
+    } else if (m.op == trace::MemOp::latency) {
+      sh.timed_seqs.emplace_back(m.after, m.length);
+    } else {
+      sh.calls.push_back(&m);
+    }
+  }
+  std::sort(sh.timed_seqs.begin(), sh.timed_seqs.end());
+  if (!sh.calls.empty() && sh.fold.empty()) sh.fold.push_back({});  // a program that never called malloc
+  sh.replay_of.assign(r.thread_count(), 0);
+  for (uint32_t k = 0; k < sh.fold.size(); ++k)
+    for (uint32_t t : sh.fold[k]) sh.replay_of[t] = k;
+  sh.memory_steps.assign(sh.fold.size(), 0);
+  for (const trace::MemoryEvent* m : sh.calls)
+    sh.memory_steps[sh.replay_thread(m->thread)] += m->op == trace::MemOp::remap ? 2 : 1;
+  return sh;
+}
+
+Layout layout_of(const trace::TraceReader& r, const Shape& sh, bool times, bool live) {
+  return layout_of(r, sh.fold, sh.memory_steps, sh.object_pages.size(), times, live);
 }
 
 }  // namespace
 
 uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt) {
-  std::vector<std::vector<uint32_t>> fold = fold_threads(r, opt.threads);
-  uint64_t touches = 0;
-  std::vector<const trace::MemoryEvent*> calls;
-  for (const trace::MemoryEvent& m : r.memory_events()) {
-    if (m.op == trace::MemOp::object)
-      touches += m.region != 0 && m.pages != trace::kUnknownPages;
-    else if (m.op != trace::MemOp::latency)
-      calls.push_back(&m);
-  }
-  if (!calls.empty() && fold.empty()) fold.push_back({});
-  const std::vector<uint32_t> replay_of = replay_threads_of(r, fold);
-  std::vector<uint64_t> memory_steps(fold.size(), 0);
-  for (const trace::MemoryEvent* m : calls)
-    memory_steps[m->thread < replay_of.size() ? replay_of[m->thread] : 0] += m->op == trace::MemOp::remap ? 2 : 1;
-  return layout_of(r, fold, memory_steps, touches, opt.times && r.has_time(), opt.live).total;
+  return layout_of(r, shape_of(r, opt), opt.times && r.has_time(), opt.live).total;
 }
 
 int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s, int fd) {
   s = PlanSummary{};
-  s.fold = fold_threads(r, opt.threads);
+  Shape sh = shape_of(r, opt);
+  s.fold = sh.fold;
   s.recorded_threads = static_cast<uint32_t>(r.active_threads().size());
   s.replay_threads = static_cast<uint32_t>(s.fold.size());
   s.has_times = opt.times && r.has_time();
   s.has_live = opt.live;
-  // The program's own memory: calls in trace order, and the objects'
-  // recorded resident pages (by trace id).
-  const std::vector<trace::MemoryEvent>& memory = r.memory_events();
-  FlatMap<uint64_t> object_pages;
-  std::vector<const trace::MemoryEvent*> calls;
-  std::vector<std::pair<uint64_t, uint64_t>> timed_seqs;  // calls the program timed: seq, ns
-  for (const trace::MemoryEvent& m : memory) {
-    if (m.op == trace::MemOp::object) {
-      if (m.region != 0 && m.pages != trace::kUnknownPages) object_pages.put(m.region, m.pages);
-    } else if (m.op == trace::MemOp::latency) {
-      timed_seqs.emplace_back(m.after, m.length);
-    } else {
-      calls.push_back(&m);
-    }
-  }
-  std::sort(timed_seqs.begin(), timed_seqs.end());
+  const std::vector<const trace::MemoryEvent*>& calls = sh.calls;
+  FlatMap<uint64_t>& object_pages = sh.object_pages;
+  const std::vector<std::pair<uint64_t, uint64_t>>& timed_seqs = sh.timed_seqs;
   size_t next_timed = 0;
-  if (!calls.empty() && s.fold.empty()) {  // a program that never called malloc
-    s.fold.push_back({});
-    s.replay_threads = 1;
-  }
-  const std::vector<uint32_t> replay_of = replay_threads_of(r, s.fold);
-  auto replay_thread = [&](uint32_t t) { return t < replay_of.size() ? replay_of[t] : 0u; };
+  auto replay_thread = [&](uint32_t t) { return sh.replay_thread(t); };
 
   // The plan is written straight into its file, the header and thread
   // table filled in at the end.
   const size_t nthreads = s.fold.size();
-  std::vector<uint64_t> memory_steps(nthreads, 0);
-  for (const trace::MemoryEvent* m : calls)
-    memory_steps[replay_thread(m->thread)] += m->op == trace::MemOp::remap ? 2 : 1;
-  Layout layout = layout_of(r, s.fold, memory_steps, object_pages.size(), s.has_times, s.has_live);
+  Layout layout = layout_of(r, sh, s.has_times, s.has_live);
   std::vector<PlanThread>& table = layout.table;
   const std::vector<uint64_t>& cap = layout.cap;
   const uint64_t total = layout.total;
@@ -581,7 +584,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       if (!trace::op_valid(static_cast<unsigned>(e.op)) || e.op == Op::thread_start || e.op == Op::thread_end ||
           e.op == Op::lost)
         continue;
-      const uint32_t k = replay_of[e.thread];
+      const uint32_t k = sh.replay_of[e.thread];
       // Flags the engine relies on: only calls with a result carry them,
       // and a failure never has a result. (A free marked failed would make
       // the plan wait for an object no step produces.)
