@@ -174,7 +174,7 @@ uint64_t memory_available() {
 std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings) {
   const uint64_t available = memory_available();
   if (available == 0) return "";
-  const uint64_t table = (plan.slots + 1) * 8, windows = uint64_t{64} << 20;
+  const uint64_t table = (plan.slots + 1) * 8, windows = kPlanWindowBudget;
   uint64_t heap = 0;
   if (settings.touch == Touch::first)
     heap = std::min<uint64_t>(plan.live_bytes_peak, plan.slots * uint64_t{4096});

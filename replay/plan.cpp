@@ -385,6 +385,12 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     times[k].offset = table[k].times_offset;
     lives[k].offset = table[k].live_offset;
   }
+  // Writes replay thread k's buffered steps, times and live sums.
+  auto flush = [&](size_t k) {
+    steps[k].flush(plan);
+    times[k].flush(plan);
+    lives[k].flush(plan);
+  };
   std::vector<uint64_t> thread_live(nthreads, 0);
 
   FlatMap<Live> live;  // by trace id
@@ -399,11 +405,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     steps[k].buf.push_back(st);
     if (s.has_times) times[k].buf.push_back(time);
     if (s.has_live) lives[k].buf.push_back(int64_t(thread_live[k] += delta));  // modular (C++20)
-    if (steps[k].buf.size() == per) {
-      steps[k].flush(plan);
-      times[k].flush(plan);
-      lives[k].flush(plan);
-    }
+    if (steps[k].buf.size() == per) flush(k);
     ++n_k;
     ++s.steps;
   };
@@ -706,11 +708,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   h.peak_thread = s.peak_thread;
   std::copy(s.ops.begin(), s.ops.end(), h.ops);
   std::copy(s.memory_ops.begin(), s.memory_ops.end(), h.memory_ops);
-  for (size_t k = 0; k < nthreads; ++k) {
-    steps[k].flush(plan);
-    times[k].flush(plan);
-    lives[k].flush(plan);
-  }
+  for (size_t k = 0; k < nthreads; ++k) flush(k);
   plan.write(0, &h, sizeof h);
   plan.write(sizeof h, table.data(), table.size() * sizeof(PlanThread));
   return plan.release();

@@ -97,6 +97,9 @@ inline constexpr uint8_t kStepProgramTimed = 0x40;
 const char* memory_step_name(unsigned op);
 
 inline constexpr uint64_t kMaxObjectId = (uint64_t{1} << 48) - 1;
+// About how many bytes of plan a replayer maps at once, all threads
+// together (replay/plan_pager.h).
+inline constexpr uint64_t kPlanWindowBudget = uint64_t{64} << 20;
 inline constexpr uint64_t kNoPeak = ~uint64_t{0};
 
 struct PlanOptions {
@@ -184,6 +187,8 @@ class MappedPlan {
   uint64_t total_steps() const { return total_steps_; }
   bool has_times() const { return times_; }
   bool has_live() const { return live_; }
+  // Bytes of plan per step: the step, and its recorded time and live sum if any.
+  uint64_t step_bytes() const { return sizeof(Step) + (times_ ? 8 : 0) + (live_ ? 8 : 0); }
   const Step* steps(uint32_t t) const { return steps_[t]; }
   uint64_t step_count(uint32_t t) const { return counts_[t]; }
   // Recorded time of each step (ns since capture start), or nullptr.

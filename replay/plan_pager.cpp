@@ -42,8 +42,7 @@ uint64_t PlanPager::window_steps(const MappedPlan& plan, uint64_t budget_bytes) 
           std::string("HEAPLAB_PLAN_WINDOW_STEPS: expected a power of two of at least 512, not '") + env + "'");
     return w;
   }
-  const uint64_t step_bytes = sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0);
-  const uint64_t per_thread = budget_bytes / (std::max<uint64_t>(1, plan.threads()) * 4 * step_bytes);
+  const uint64_t per_thread = budget_bytes / (std::max<uint64_t>(1, plan.threads()) * 4 * plan.step_bytes());
   uint64_t w = 512;
   while (w * 2 <= per_thread && w < 131072) w *= 2;
   return w;
@@ -55,7 +54,7 @@ PlanPager::PlanPager(const MappedPlan& plan, const ThreadResult* results, uint64
       results_(results),
       window_(window),
       damaged_(std::move(damaged)),
-      step_bytes_(sizeof(Step) + (plan.has_times() ? 8 : 0) + (plan.has_live() ? 8 : 0)),
+      step_bytes_(plan.step_bytes()),
       label_(label),
       progress_(label_.c_str(), plan.total_steps(), "steps") {
   const size_t n = std::max<uint32_t>(1, plan.threads());

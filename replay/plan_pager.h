@@ -31,7 +31,7 @@ class PlanPager {
   // plan mapped in all (at most 4 windows a thread), a power of two between
   // 512 and 131072 steps. HEAPLAB_PLAN_WINDOW_STEPS (a power of two, at
   // least 512) sets it instead.
-  static uint64_t window_steps(const MappedPlan& plan, uint64_t budget_bytes = uint64_t{64} << 20);
+  static uint64_t window_steps(const MappedPlan& plan, uint64_t budget_bytes = kPlanWindowBudget);
 
   // `damaged(message)` is called (from any thread) when a window holds a step
   // the replay cannot run; it must not return (the replayer reports and exits).

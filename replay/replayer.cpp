@@ -87,6 +87,17 @@ void* worker_main(void* arg) {
   return nullptr;
 }
 
+// A replay that cannot go on: {"error": WHAT} on the result pipe (heaplab
+// reports it), or where there is none (or it cannot be written) a line on
+// stderr.
+void report_error(int result_fd, const char* prog, const std::string& what) {
+  if (result_fd != 1) {
+    const std::string out = nlohmann::json{{"error", what}}.dump() + "\n";
+    if (write(result_fd, out.data(), out.size()) == ssize_t(out.size())) return;
+  }
+  std::fprintf(stderr, "%s: %s\n", prog, what.c_str());
+}
+
 double seconds(const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; }
 
 // VmHWM of /proc/self/status (KiB): the peak RSS of this process image
@@ -260,14 +271,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   PlanPager pager(
       plan, results, PlanPager::window_steps(plan),
       [result_fd](const std::string& why) {
-        const std::string out = "{\"error\": \"" + why + "\"}\n";
-        if (result_fd != 1) {
-          if (write(result_fd, out.data(), out.size()) < 0) {
-          }
-        }
-        const std::string line = "heaplab-replay: " + why + "\n";
-        if (write(2, line.data(), line.size()) < 0) {
-        }
+        report_error(result_fd, "heaplab-replay", why);
         _exit(2);
       },
       std::string("replaying on ") + backend.name);
@@ -489,11 +493,7 @@ int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn s
     const bool input = dynamic_cast<const std::invalid_argument*>(&e) || dynamic_cast<const PlanError*>(&e) ||
                        dynamic_cast<const trace::TraceError*>(&e);
     const int code = input ? 2 : 1;
-    if (result_fd != 1) {
-      const std::string out = nlohmann::json{{"error", e.what()}}.dump() + "\n";
-      if (write(result_fd, out.data(), out.size()) == ssize_t(out.size())) return code;
-    }
-    std::fprintf(stderr, "%s: %s\n", prog, e.what());
+    report_error(result_fd, prog, e.what());
     return code;
   }
 }
