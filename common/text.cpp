@@ -4,6 +4,12 @@
 
 namespace heaplab::common {
 
+std::string gib_text(uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / double(uint64_t{1} << 30));
+  return buf;
+}
+
 std::string group_digits(uint64_t v) {
   const std::string digits = std::to_string(v);
   std::string s;

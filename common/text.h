@@ -9,6 +9,9 @@ namespace heaplab::common {
 // 1234567 -> "1,234,567".
 std::string group_digits(uint64_t v);
 
+// Bytes in GiB with one decimal: "37.6 GiB".
+std::string gib_text(uint64_t bytes);
+
 // Below this share of the program's peak anonymous memory, and with more
 // than kCoverageSlackBytes unexplained, a trace does not explain the
 // program's memory, and capture, stats and replay say so. (A small program's

@@ -7,6 +7,12 @@
 namespace heaplab::common {
 namespace {
 
+TEST(Text, GibText) {
+  EXPECT_EQ(gib_text(0), "0.0 GiB");
+  EXPECT_EQ(gib_text(uint64_t{512} << 20), "0.5 GiB");
+  EXPECT_EQ(gib_text(uint64_t{1} << 40), "1024.0 GiB");
+}
+
 TEST(Text, GroupDigits) {
   EXPECT_EQ(group_digits(0), "0");
   EXPECT_EQ(group_digits(7), "7");

@@ -184,11 +184,11 @@ std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings
     heap = plan.recorded_touches ? 0 : plan.live_bytes_peak;  // (recorded counts: only those pages)
   const uint64_t need = table + windows + heap;
   if (need <= available) return "";
-  const auto gib = [](uint64_t b) { return fmt::format("{:.1f} GiB", double(b) / double(uint64_t{1} << 30)); };
   return fmt::format(
       "the replay needs {} of memory ({} for the trace's live heap at its peak, {} for the object table of {} "
       "slots) and this machine has {} available: replay on a machine with more memory{}",
-      gib(need), gib(heap), gib(table), group_digits(plan.slots), gib(available),
+      common::gib_text(need), common::gib_text(heap), common::gib_text(table), group_digits(plan.slots),
+      common::gib_text(available),
       heap > table ? ", or with --touch none (the heap's pages are then never written)" : "");
 }
 

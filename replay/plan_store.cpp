@@ -1,5 +1,7 @@
 #include "replay/plan_store.h"
 
+#include "common/text.h"
+
 #include <fcntl.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -35,8 +37,6 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 constexpr uint64_t kMargin = 512 * kMiB;
 // The plan file's layout version, in the names of kept plans (plan.cpp's kPlanVersion).
 constexpr int kLayout = 5;
-
-std::string gib(uint64_t bytes) { return fmt::format("{:.1f} GiB", double(bytes) / double(kGiB)); }
 
 uint64_t free_bytes_of(const std::string& dir) {
   struct statvfs v {};
@@ -164,7 +164,7 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     throw PlanError(
         fmt::format("the replay plan needs {} on disk and {} has {} free (set HEAPLAB_PLAN_DIR to a "
                     "file system with more room, or replay a shorter trace)",
-                    gib(need + kMargin), dir_, gib(free_bytes)));
+                    common::gib_text(need + kMargin), dir_, common::gib_text(free_bytes)));
   const std::string base = name(id, opt);
   std::string tmp = base + ".tmp.XXXXXX";
   int fd = keep ? mkostemp(tmp.data(), O_CLOEXEC) : -1;
