@@ -706,21 +706,15 @@ TEST_F(ReplayTest, TouchModesDecideWhatBecomesResident) {
 // resident: a 16 MiB block of which it used 1 MiB, and a 32 MiB mapping of
 // which it used 8 MiB.
 TEST_F(ReplayTest, ProgramsOwnMemoryIsReplayedOnEveryAllocator) {
-  const std::string path = (dir() / "own_memory.hlt").string();
-  {
-    heaplab::trace::WriterOptions o;
-    heaplab::trace::TraceWriter w(path, o);
-    std::vector<Event> ev = {malloc_ev(16 << 20), malloc_ev(100), free_ev(1), free_ev(2)};
-    for (Event& e : ev) w.append(e);
-    using heaplab::trace::MemOp;
-    using heaplab::trace::MemoryEvent;
-    MemoryEvent map{MemOp::map, 0, 1, 0, 1, 0, 32 << 20, 0, 0, 0};
-    MemoryEvent touch{MemOp::touch, 0, 1, 0, 1, 0, 32 << 20, 2048, 0, 0};
-    MemoryEvent unmap{MemOp::unmap, 0, 3, 0, 1, 0, 32 << 20, 2048, 0, 0};
-    MemoryEvent object{MemOp::object, 0, 0, 0, 1, 0, 16 << 20, 256, 0, 0};
-    w.set_memory_events({map, touch, unmap, object});
-    w.close();
-  }
+  using heaplab::trace::MemOp;
+  using heaplab::trace::MemoryEvent;
+  MemoryEvent map{MemOp::map, 0, 1, 0, 1, 0, 32 << 20, 0, 0, 0};
+  MemoryEvent touch{MemOp::touch, 0, 1, 0, 1, 0, 32 << 20, 2048, 0, 0};
+  MemoryEvent unmap{MemOp::unmap, 0, 3, 0, 1, 0, 32 << 20, 2048, 0, 0};
+  MemoryEvent object{MemOp::object, 0, 0, 0, 1, 0, 16 << 20, 256, 0, 0};
+  const std::string path =
+      write_memory_trace(dir() / "own_memory.hlt", {malloc_ev(16 << 20), malloc_ev(100), free_ev(1), free_ev(2)},
+                         {map, touch, unmap, object});
   for (const char* alloc : {"glibc", "jemalloc", "mimalloc", "tcmalloc"}) {
     SCOPED_TRACE(alloc);
     const json rec = replay(path, {"--allocator", alloc, "--sample-ms", "1"});
@@ -789,26 +783,20 @@ TEST_F(ReplayTest, LatencyOfTheProgramsOwnTimedCalls) {
 // on thread 0 finishes before thread 1 unmaps the region, and a block that
 // thread 0 writes (its recorded pages) is freed by thread 1 only after.
 TEST_F(ReplayTest, RegionCallsAcrossThreadsRunInOrder) {
-  const std::string path = (dir() / "region_threads.hlt").string();
-  {
-    heaplab::trace::TraceWriter w(path, heaplab::trace::WriterOptions{});
-    Event a = malloc_ev(64 << 20);  // seq 0, thread 0
-    Event b = malloc_ev(16);        // seq 1, thread 1
-    b.thread = 1;
-    Event f = free_ev(1);  // seq 2, thread 1: frees thread 0's 64 MiB block
-    f.thread = 1;
-    Event g = free_ev(2);  // seq 3, thread 1
-    g.thread = 1;
-    for (Event* e : {&a, &b, &f, &g}) w.append(*e);
-    using heaplab::trace::MemOp;
-    using heaplab::trace::MemoryEvent;
-    MemoryEvent map{MemOp::map, 0, 0, 0, 1, 0, 64 << 20, 0, 0, 0};
-    MemoryEvent touch{MemOp::touch, 0, 0, 0, 1, 0, 64 << 20, 16384, 0, 0};
-    MemoryEvent unmap{MemOp::unmap, 1, 2, 0, 1, 0, 64 << 20, 16384, 0, 0};
-    MemoryEvent object{MemOp::object, 0, 0, 0, 1, 0, 64 << 20, 16384, 0, 0};
-    w.set_memory_events({map, touch, unmap, object});
-    w.close();
-  }
+  Event a = malloc_ev(64 << 20);  // seq 0, thread 0
+  Event b = malloc_ev(16);        // seq 1, thread 1
+  b.thread = 1;
+  Event f = free_ev(1);  // seq 2, thread 1: frees thread 0's 64 MiB block
+  f.thread = 1;
+  Event g = free_ev(2);  // seq 3, thread 1
+  g.thread = 1;
+  using heaplab::trace::MemOp;
+  using heaplab::trace::MemoryEvent;
+  MemoryEvent map{MemOp::map, 0, 0, 0, 1, 0, 64 << 20, 0, 0, 0};
+  MemoryEvent touch{MemOp::touch, 0, 0, 0, 1, 0, 64 << 20, 16384, 0, 0};
+  MemoryEvent unmap{MemOp::unmap, 1, 2, 0, 1, 0, 64 << 20, 16384, 0, 0};
+  MemoryEvent object{MemOp::object, 0, 0, 0, 1, 0, 64 << 20, 16384, 0, 0};
+  const std::string path = write_memory_trace(dir() / "region_threads.hlt", {a, b, f, g}, {map, touch, unmap, object});
   for (int i = 0; i < 5; ++i) {
     const json r = replay(path, {"--allocator", "glibc"});
     ASSERT_TRUE(r.contains("replay")) << r.dump();
