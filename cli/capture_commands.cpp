@@ -16,12 +16,14 @@ struct CaptureArgs {
   std::string codec = "zstd";
   int level = 0;
   bool follow = false;
+  std::string normalise = "live";
   bool quiet = false;
 };
 
 int run_capture(CaptureArgs& a, std::vector<std::string> command) {
   a.opt.argv = std::move(command);
   if (a.follow) a.opt.follow_fork = a.opt.follow_exec = true;
+  a.opt.live = a.normalise == "live";
   if (a.opt.output.empty() && !a.opt.argv.empty())
     a.opt.output = std::filesystem::path(a.opt.argv[0]).filename().string() + ".hlt";
   a.opt.normalise.codec = parse_codec(a.codec);
@@ -56,6 +58,11 @@ void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& 
   cap->add_option("--raw-dir", cap_args.opt.raw_dir, "Where raw capture files go (default: OUTPUT.raw.PID)");
   cap->add_flag("--keep-raw", cap_args.opt.keep_raw,
                 "Keep the raw files (heaplab import --from heaplab-raw reads them)");
+  cap->add_option("--normalise", cap_args.normalise,
+                  "When raw events become the trace: live (while the program runs; scratch disk stays under "
+                  "about 64 MiB) or after (once it has exited; needs scratch disk of 32 bytes a call)")
+      ->check(CLI::IsMember({"live", "after"}))
+      ->capture_default_str();
   cap->add_option("--latency", cap_args.opt.latency,
                   "Time one call in N inside the allocator, in the program (0: none); `heaplab replay --latency-of "
                   "program` then times the same calls for a side-by-side comparison")

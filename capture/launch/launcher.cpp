@@ -89,17 +89,24 @@ std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bo
   return (p.parent_path() / name).string();
 }
 
-TraceResult normalise_to(const normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,
+nlohmann::json capture_metadata(const CaptureOptions& opt, const CaptureResult& res, bool root,
+                                const nlohmann::json& meta) {
+  nlohmann::json m = opt.normalise.capture_metadata;
+  m["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
+  if (root) {
+    m["exit_code"] = res.exit_code;
+    if (res.signal) m["signal"] = res.signal;
+    if (res.anon_rss_peak_kib) m["anon_rss_peak_kib"] = res.anon_rss_peak_kib;
+    m["wall_ns"] = uint64_t(res.wall_seconds * 1e9);
+  }
+  m.update(meta);
+  return m;
+}
+
+TraceResult normalise_to(normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,
                          const CaptureResult& res, bool root, const nlohmann::json& meta) {
   normalise::NormaliseOptions nopt = opt.normalise;
-  nopt.capture_metadata["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
-  if (root) {
-    nopt.capture_metadata["exit_code"] = res.exit_code;
-    if (res.signal) nopt.capture_metadata["signal"] = res.signal;
-    if (res.anon_rss_peak_kib) nopt.capture_metadata["anon_rss_peak_kib"] = res.anon_rss_peak_kib;
-    nopt.capture_metadata["wall_ns"] = uint64_t(res.wall_seconds * 1e9);
-  }
-  nopt.capture_metadata.update(meta);
+  nopt.capture_metadata = capture_metadata(opt, res, root, meta);
   TraceResult tr;
   common::write_then_rename(out, [&](const std::string& tmp) { tr.report = normalise::normalise(raw, tmp, nopt); });
   tr.path = out;
@@ -342,6 +349,7 @@ CaptureResult run_capture(CaptureOptions opt) {
     process::Child child = process::spawn(spec);
     run.pid = child.pid();
     g_child = run.pid;
+    method->started(opt, run);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);  // a SIGTERM that came meanwhile is forwarded now
     // The program's anonymous RSS (on the PT route the child is perf, whose
     // memory says nothing of the program's: no coverage there).

@@ -27,6 +27,7 @@ struct CaptureOptions {
                                   // (either: heaplab waits for all descendants to exit)
   std::string raw_dir;            // where raw files go; empty: OUTPUT.raw.PID next to the output
   bool keep_raw = false;          // keep raw files after normalising
+  bool live = true;               // software method: normalise while the program runs (else after it)
   bool raw_dir_created = false;   // set by validate(): heaplab made raw_dir (and may remove it)
   std::string clock = "auto";     // auto (TSC if invariant), tsc, monotonic
   uint32_t latency = 0;           // time one call in N inside the allocator (0: none)

@@ -50,6 +50,8 @@ class CaptureMethod {
   // LD_PRELOAD list with the shim first. May name its outputs in res.
   virtual void command(const CaptureOptions& opt, CaptureResult& res, const std::string& preload,
                        process::Spec& spec) const = 0;
+  // The program has started (run.pid known): work to do while it runs.
+  virtual void started(const CaptureOptions&, const RunInfo&) {}
   // After the program (and followed descendants) exited: its raw data into
   // res.traces, res.failed and res.notes (run_capture then removes the raw
   // files unless they are kept).
@@ -75,7 +77,11 @@ void remove_raw(const CaptureOptions& opt);
 std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root);
 // Normalises `raw` into the trace `out` (written whole: common::write_then_rename);
 // the capture's metadata (allocator; for the program's own trace its exit status) plus `meta`.
-TraceResult normalise_to(const normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,
+TraceResult normalise_to(normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,
                          const CaptureResult& res, bool root, const nlohmann::json& meta);
+// The capture's metadata for a trace: the allocator; for the program's own
+// trace its exit status, wall time and peak anonymous RSS; plus `meta`.
+nlohmann::json capture_metadata(const CaptureOptions& opt, const CaptureResult& res, bool root,
+                                const nlohmann::json& meta);
 
 }  // namespace heaplab::launch

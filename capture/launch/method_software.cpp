@@ -1,9 +1,20 @@
 // The software method: the shim writes each thread's events into per-process
-// raw files (DIR/PID.GEN.hlraw), which are normalised, in parallel, into a
-// trace each once the program has exited.
+// raw files (DIR/PID.GEN.hlraw), which are normalised into a trace each:
+// while the program runs (a thread per process image, the raw blocks given
+// back as they are consumed), or, with --normalise after, in parallel once
+// the program has exited.
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -11,10 +22,207 @@
 #include <vector>
 
 #include "capture/launch/method.h"
+#include "capture/normalise/raw_live.h"
 #include "capture/normalise/raw_reader.h"
+#include "common/files.h"
 
 namespace heaplab::launch {
 namespace {
+
+void nap_ms(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&ts, nullptr);
+}
+
+// Whether process PID has exited (gone, or a zombie not yet reaped).
+bool process_gone(uint32_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return true;
+  buf[n] = 0;
+  const char* paren = std::strrchr(buf, ')');  // the name may hold anything, ')' included
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+// Root first, then by pid and image.
+void sort_raws(std::vector<RawName>& raws, pid_t root) {
+  std::sort(raws.begin(), raws.end(), [&](const RawName& a, const RawName& b) {
+    bool ra = a.pid == uint32_t(root) && a.gen == 0, rb = b.pid == uint32_t(root) && b.gen == 0;
+    if (ra != rb) return ra;
+    return std::tie(a.pid, a.gen) < std::tie(b.pid, b.gen);
+  });
+}
+
+// Normalises every process image's raw file while the program runs: a
+// watcher looks for new raw files every 10 ms and starts a thread for each,
+// which normalises it live (normalise::normalise_live) until its image has
+// ended: when the next image of the same process appears (exec), when the
+// process has exited, or, for the program itself, when heaplab has waited
+// for it. Then the metadata known only at the end is added and the trace
+// is renamed into place.
+class LiveCollector {
+ public:
+  LiveCollector(const CaptureOptions& opt, const RunInfo& run) : opt_(opt), run_(run) {
+    watcher_ = std::thread([this] { watch(); });
+  }
+  ~LiveCollector() {
+    stop_watcher();
+    for (auto& j : jobs_) end(*j, nlohmann::json::object());
+    for (auto& j : jobs_)
+      if (j->thread.joinable()) j->thread.join();
+  }
+
+  // After the program (and followed descendants) exited: the rest of every
+  // raw file, the results into res in root-first order.
+  void finish(const CaptureOptions& opt, CaptureResult& res) {
+    stop_watcher();
+    add_new();  // files that appeared after the last look
+    for (auto& j : jobs_) end(*j, capture_metadata(opt, res, j->root, nlohmann::json::object()));
+    for (auto& j : jobs_)
+      if (j->thread.joinable()) j->thread.join();
+    std::vector<RawName> raws;
+    for (auto& j : jobs_) raws.push_back(j->name);
+    sort_raws(raws, run_.pid);
+    for (const RawName& r : raws) {
+      for (auto& j : jobs_) {
+        if (j->name.path != r.path) continue;
+        if (j->result) res.traces.push_back(std::move(*j->result));
+        if (!j->error.empty()) res.failed.push_back(j->error);
+        if (!j->note.empty()) res.notes.push_back(j->note);
+      }
+    }
+  }
+
+ private:
+  struct Job {
+    RawName name;
+    bool root = false;
+    std::atomic<bool> ended{false};
+    nlohmann::json meta;  // written before `ended`
+    std::optional<TraceResult> result;
+    std::string error, note;
+    std::thread thread;
+  };
+
+  void end(Job& j, nlohmann::json meta) {
+    if (j.ended.load(std::memory_order_acquire)) return;
+    j.meta = std::move(meta);
+    j.ended.store(true, std::memory_order_release);
+  }
+
+  void stop_watcher() {
+    stop_.store(true);
+    if (watcher_.joinable()) watcher_.join();
+  }
+
+  void watch() {
+    while (!stop_.load()) {
+      add_new();
+      for (auto& j : jobs_) {
+        if (j->root || j->ended.load(std::memory_order_acquire)) continue;
+        std::error_code ec;
+        const std::string next_image =
+            opt_.raw_dir + "/" + std::to_string(j->name.pid) + "." + std::to_string(j->name.gen + 1) + ".hlraw";
+        if (std::filesystem::exists(next_image, ec) || process_gone(j->name.pid)) {
+          CaptureResult none;
+          end(*j, capture_metadata(opt_, none, false, nlohmann::json::object()));
+        }
+      }
+      nap_ms(10);
+    }
+  }
+
+  void add_new() {
+    std::vector<RawName> raws;
+    try {
+      raws = list_raw(opt_.raw_dir);
+    } catch (const std::exception&) {
+      return;  // the directory is being removed: nothing new
+    }
+    for (const RawName& r : raws) {
+      if (known_.count(r.path)) continue;
+      known_.insert({r.path, true});
+      auto j = std::make_unique<Job>();
+      j->name = r;
+      j->root = r.pid == uint32_t(run_.pid) && r.gen == 0;
+      Job* job = j.get();
+      jobs_.push_back(std::move(j));
+      job->thread = std::thread([this, job] { run(*job); });
+    }
+  }
+
+  void run(Job& j) {
+    const std::string out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root);
+    auto ended = [&] { return j.ended.load(std::memory_order_acquire); };
+    try {
+      // The shim writes the header's magic last: wait for a valid header.
+      std::unique_ptr<normalise::LiveRawFile> raw;
+      while (!raw && !ended()) {
+        try {
+          raw = std::make_unique<normalise::LiveRawFile>(j.name.path, !opt_.keep_raw);
+        } catch (const normalise::RawError&) {
+          nap_ms(2);
+        }
+      }
+      // Timestamps need the TSC's rate, measured over the first 20 ms.
+      while (raw && raw->ns_per_tick() == 0 && !ended()) nap_ms(1);
+      if (!raw || raw->ns_per_tick() == 0) {
+        // Ended before it could start: after the fact, as with --normalise after.
+        raw.reset();
+        normalise::RawFile file(j.name.path);
+        CaptureOptions o = opt_;
+        o.normalise.fallback_ns_per_tick = fallback_ns_per_tick();
+        j.result = normalise_after(file, out, o, j);
+        return;
+      }
+      normalise::NormaliseOptions nopt = opt_.normalise;
+      TraceResult tr;
+      common::write_then_rename(out, [&](const std::string& tmp) {
+        tr.report = normalise::normalise_live(*raw, tmp, nopt, ended, [&] { return j.meta; });
+      });
+      tr.path = out;
+      tr.pid = j.name.pid;
+      tr.exec_generation = j.name.gen;
+      tr.command_line = raw->command_line();
+      if (!raw->punch_error().empty())
+        j.note = j.name.path + ".blocks: consumed blocks could not be deleted (" + raw->punch_error() +
+                 "): scratch disk was not bounded";
+      j.result = std::move(tr);
+    } catch (const std::exception& e) {
+      j.error = e.what();
+    }
+  }
+
+  TraceResult normalise_after(normalise::RawFile& file, const std::string& out, const CaptureOptions& o, Job& j) {
+    normalise::NormaliseOptions nopt = o.normalise;
+    nopt.capture_metadata = j.meta;
+    TraceResult tr;
+    common::write_then_rename(out, [&](const std::string& tmp) { tr.report = normalise::normalise(file, tmp, nopt); });
+    tr.path = out;
+    tr.pid = j.name.pid;
+    tr.exec_generation = j.name.gen;
+    tr.command_line = file.command_line();
+    return tr;
+  }
+
+  // ns per tick from the program's start to now, for an image too short-lived to measure its own.
+  double fallback_ns_per_tick() const {
+    const ClockPair c1 = clock_pair();
+    const ClockPair& c0 = run_.start;
+    return c1.ticks > c0.ticks ? double(c1.mono - c0.mono) / double(c1.ticks - c0.ticks) : 0;
+  }
+
+  const CaptureOptions& opt_;
+  RunInfo run_;
+  std::atomic<bool> stop_{false};
+  std::map<std::string, bool> known_;
+  std::vector<std::unique_ptr<Job>> jobs_;  // touched by the watcher, then (after it stopped) by finish()
+  std::thread watcher_;
+};
 
 class SoftwareMethod : public CaptureMethod {
  public:
@@ -27,7 +235,17 @@ class SoftwareMethod : public CaptureMethod {
     spec.argv = opt.argv;
   }
 
+  void started(const CaptureOptions& opt, const RunInfo& run) override {
+    if (opt.live) live_ = std::make_unique<LiveCollector>(opt, run);
+  }
+
   void collect(CaptureOptions& opt, CaptureResult& res, const RunInfo& run) const override {
+    if (live_) {
+      auto t1 = std::chrono::steady_clock::now();
+      live_->finish(opt, res);
+      res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+      return;
+    }
     // A TSC rate for processes too short-lived to calibrate on their own.
     auto elapsed = std::chrono::steady_clock::now() - run.t0;
     if (elapsed < std::chrono::milliseconds(20)) std::this_thread::sleep_for(std::chrono::milliseconds(20) - elapsed);
@@ -38,11 +256,7 @@ class SoftwareMethod : public CaptureMethod {
 
     auto t1 = std::chrono::steady_clock::now();
     std::vector<RawName> raws = list_raw(opt.raw_dir);
-    std::sort(raws.begin(), raws.end(), [&](const RawName& a, const RawName& b) {
-      bool ra = a.pid == uint32_t(run.pid) && a.gen == 0, rb = b.pid == uint32_t(run.pid) && b.gen == 0;
-      if (ra != rb) return ra;
-      return std::tie(a.pid, a.gen) < std::tie(b.pid, b.gen);
-    });
+    sort_raws(raws, run.pid);
     // One trace per raw file, normalised in parallel (a `make -j` capture has
     // many), results kept in the sorted order.
     std::vector<std::optional<TraceResult>> done(raws.size());
@@ -77,6 +291,9 @@ class SoftwareMethod : public CaptureMethod {
     }
     res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
+
+ private:
+  mutable std::unique_ptr<LiveCollector> live_;
 };
 
 }  // namespace

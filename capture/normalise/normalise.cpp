@@ -1,6 +1,8 @@
 #include "capture/normalise/normalise.h"
 #include "common/progress.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -13,6 +15,7 @@
 #include "capture/format/flat_map.h"
 #include "capture/import/metadata.h"
 #include "capture/normalise/memory_map.h"
+#include "capture/normalise/raw_live.h"
 #include "common/files.h"
 
 namespace heaplab::normalise {
@@ -23,20 +26,27 @@ using namespace heaplab::raw;
 
 namespace {
 
+struct Obj {  // a live object: its id, its requested bytes
+  uint64_t id = 0, bytes = 0;
+};
+
 struct Pending {  // a realloc between its two records
-  uint64_t old = 0, id = 0, size = 0, count = 0;
+  uint64_t old = 0;
+  Obj obj;  // the object at `old`
+  uint64_t size = 0, count = 0;
   bool known = false;
 };
 
 struct Stream {
-  explicit Stream(RawThreadCursor c) : cursor(std::move(c)) {}
-  RawThreadCursor cursor;
+  explicit Stream(std::unique_ptr<RecordCursor> c) : cursor(std::move(c)) {}
+  std::unique_ptr<RecordCursor> cursor;
   const Record* rec = nullptr;
   uint64_t ticks = 0;  // of rec, unwrapped and never decreasing
   uint64_t gen = 0;    // records advanced past: tells stale heap entries
   uint32_t index = 0;  // output thread index
   bool started = false;
-  bool busy = false;  // its record is being processed
+  bool busy = false;    // its record is being processed
+  bool closed = false;  // ended: thread_end written (or never started)
   uint64_t holes_reported = 0;
   uint64_t ticks_of_current = 0;  // of the record being processed
   uint64_t overhead = 0;          // the shim's timed cost on this thread so far (kRawOverhead), ticks
@@ -163,12 +173,27 @@ class WriterPipe {
 
 class Normaliser {
  public:
-  Normaliser(const RawFile& in, const std::string& out, const NormaliseOptions& opt)
-      : in_(in), opt_(opt), writer_(out, writer_options()), pipe_(writer_) {}
+  Normaliser(RecordSource& in, const std::string& out, const NormaliseOptions& opt)
+      : in_(in), opt_(opt), writer_(out, writer_options()), pipe_(writer_) {
+    constexpr double kWindowNs = 10000;  // 10 us; the real skew is well under 1 us
+    window_ticks_ = uint64_t(kWindowNs / (ns_per_tick_ > 0 ? ns_per_tick_ : 1.0 / 3));
+  }
 
+  // Everything, from a source that is complete.
   NormaliseReport run();
+  // What is safe to write from a source still being written: the records
+  // no thread can still write one before. `now`: the source's clock read
+  // before it was last polled. Returns the records processed.
+  uint64_t step(uint64_t now);
+  // The source is complete: the rest, and the trace closed.
+  NormaliseReport finish(const nlohmann::json& capture_metadata);
 
  private:
+  void add_streams();
+  void refill();
+  void end_stream(Stream& st, uint64_t time);
+  uint64_t bound(const Stream& st) const;
+  uint64_t drain(bool all);
   trace::WriterOptions writer_options();
   nlohmann::json metadata();
   void advance(size_t s);
@@ -176,8 +201,9 @@ class Normaliser {
   bool resolve(uint64_t addr, bool want_release);
   void handle(Stream& st, const Record& r, uint64_t time);
   void handle_memory(Stream& st, const Record& r, uint64_t time);
-  uint64_t append(Event& e);
-  void produce(Event& e, uint64_t addr);
+  // old_bytes: the requested bytes of the object e consumes (e.old).
+  uint64_t append(Event& e, uint64_t old_bytes = 0);
+  void produce(Event& e, uint64_t addr, uint64_t old_bytes = 0);
   uint64_t ns(uint64_t ticks) const;
   uint64_t shim_cost_ns(const Stream& st) const {
     const double ticks = double(st.overhead) + double(st.records) * double(in_.header().event_cost_x1024) / 1024.0;
@@ -185,8 +211,8 @@ class Normaliser {
   }
   uint64_t last_raw_ = 0, first_raw_ = 0;  // uncorrected times
 
-  const RawFile& in_;
-  const NormaliseOptions& opt_;
+  RecordSource& in_;
+  NormaliseOptions opt_;
   double ns_per_tick_ = 0;
   NormaliseReport rep_;  // before writer_: writer_options() fills rep_.clock
   trace::TraceWriter writer_;
@@ -194,16 +220,17 @@ class Normaliser {
   uint64_t next_id_ = 0;  // ids the writer will assign (dense, in order)
   uint64_t events_ = 0;
   std::vector<Stream> streams_;
-  FlatMap<uint64_t> live_;  // address -> object id
+  FlatMap<Obj> live_;  // address -> live object
   std::priority_queue<Key, std::vector<Key>, std::greater<>> heap_;
   uint64_t first_time_ = 0, last_time_ = 0;
   bool any_ = false;
   uint64_t written_time_ = 0;
   uint64_t now_ticks_ = 0;     // ticks of the record being processed
   uint64_t window_ticks_ = 0;  // how far ahead resolve() may look
+  uint64_t live_now_ = 0;      // step(): the source's clock before its last poll
+  uint64_t watermark_ = 0;     // step(): records up to this may be processed
   uint32_t next_thread_ = 0;
   MemoryMap memory_;
-  FlatMap<uint64_t> sizes_;  // live object id -> requested bytes
   uint64_t heap_live_ = 0;
   uint64_t heap_footprint_ = 0;
   std::vector<uint64_t> last_seq_;  // per output thread: the seq of its latest call  // the live objects' smallest
@@ -226,7 +253,7 @@ class Normaliser {
 };
 
 trace::WriterOptions Normaliser::writer_options() {
-  ns_per_tick_ = in_.ns_per_tick();
+  ns_per_tick_ = opt_.ns_per_tick > 0 ? opt_.ns_per_tick : in_.ns_per_tick();
   if (ns_per_tick_ == 0) ns_per_tick_ = opt_.fallback_ns_per_tick;
   trace::WriterOptions w;
   w.codec = opt_.codec;
@@ -254,13 +281,13 @@ nlohmann::json Normaliser::metadata() {
 }
 
 // Writes a successful producing call whose result is `addr`.
-void Normaliser::produce(Event& e, uint64_t addr) {
-  if (live_.find(addr) && !resolve(addr, true)) ++rep_.reused_live;  // the old object leaks
-  live_.erase(addr);
-  live_.put(addr, append(e));
+void Normaliser::produce(Event& e, uint64_t addr, uint64_t old_bytes) {
+  if (live_.find(addr) && !resolve(addr, true)) ++rep_.reused_live;  // the old object leaks (its bytes stay counted)
+  const uint64_t id = append(e, old_bytes);
+  live_.put(addr, Obj{id, e.requested_bytes()});
 }
 
-uint64_t Normaliser::append(Event& e) {
+uint64_t Normaliser::append(Event& e, uint64_t old_bytes) {
   e.time = std::max(e.time, written_time_);  // a record processed early by resolve()
   written_time_ = e.time;
   // The writer numbers produced objects 1, 2, 3 ... in append order; the
@@ -273,14 +300,12 @@ uint64_t Normaliser::append(Event& e) {
   last_seq_[e.thread] = unsigned(e.op) < unsigned(Op::thread_start) ? events_ - 1 : UINT64_MAX;
   // The live requested bytes, for the share of the program's memory the
   // trace explains.
-  uint64_t bytes = 0;
-  if (e.old != 0 && trace::op_consumes(e.op) && !(e.flags & trace::kFailed) && sizes_.erase(e.old, &bytes)) {
-    heap_live_ -= bytes;
-    heap_footprint_ -= footprint(bytes);
+  if (e.old != 0 && trace::op_consumes(e.op) && !(e.flags & trace::kFailed)) {
+    heap_live_ -= old_bytes;
+    heap_footprint_ -= footprint(old_bytes);
   }
   if (produces) {
-    bytes = e.requested_bytes();
-    sizes_.put(e.id, bytes);
+    const uint64_t bytes = e.requested_bytes();
     heap_live_ += bytes;
     heap_footprint_ += footprint(bytes);
     note_peak();
@@ -291,8 +316,9 @@ uint64_t Normaliser::append(Event& e) {
 
 void Normaliser::advance(size_t s) {
   Stream& st = streams_[s];
-  st.rec = st.cursor.next();
+  st.rec = st.cursor->next();
   if (!st.rec) return;
+  live_.prefetch(st.rec->a);  // looked up when processed, after other streams' records
   // 56-bit ticks, unwrapped around the start: up to 2^55 ticks before it (a
   // thread's unfenced TSC read just before capture started) or after.
   uint64_t base = in_.header().start_ticks - (uint64_t{1} << 55);
@@ -308,8 +334,8 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
   e.time = time;
   e.thread = st.index;
   if (op == kRawReallocBegin || op == kRawReallocarrayBegin) {
-    Pending p{r.a, 0, r.b, r.c, false};
-    if (r.a) p.known = live_.erase(r.a, &p.id) || (resolve(r.a, false) && live_.erase(r.a, &p.id));
+    Pending p{r.a, Obj{}, r.b, r.c, false};
+    if (r.a) p.known = live_.erase(r.a, &p.obj) || (resolve(r.a, false) && live_.erase(r.a, &p.obj));
     st.pending.push_back(p);
     return;
   }
@@ -351,24 +377,24 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
     } else {  // its first record was lost (a hole)
       p.old = r.b;
       p.size = e.op == Op::realloc ? r.c : 0;
-      if (r.b) p.known = live_.erase(r.b, &p.id);
+      if (r.b) p.known = live_.erase(r.b, &p.obj);
     }
     e.size = e.op == Op::realloc ? r.c : p.size;
     e.count = e.op == Op::reallocarray ? r.c : 0;
     if (p.old && !p.known) ++rep_.unknown_reallocs;
-    e.old = p.known ? p.id : 0;
+    e.old = p.known ? p.obj.id : 0;
     if (r.a == 0) {
       bool zero = e.op == Op::realloc ? e.size == 0 : e.size == 0 || e.count == 0;
       if (p.known && zero) {
         e.flags = trace::kNullResult;  // glibc: realloc(p, 0) frees p
       } else {
         e.flags = trace::kNullResult | trace::kFailed;
-        if (p.known) live_.put(p.old, p.id);  // a failed realloc keeps its object
+        if (p.known) live_.put(p.old, p.obj);  // a failed realloc keeps its object
       }
-      append(e);
+      append(e, p.obj.bytes);
       return;
     }
-    produce(e, r.a);
+    produce(e, r.a, p.obj.bytes);
     return;
   }
   if (trace::op_produces(e.op)) {
@@ -385,12 +411,14 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
   }
   if (trace::op_has(e.op, trace::kSize)) e.size = r.b;
   if (trace::op_has(e.op, trace::kAlign)) e.align = r.c;
-  if (r.a && !live_.erase(r.a, &e.old) && !(resolve(r.a, false) && live_.erase(r.a, &e.old))) {
+  Obj o;
+  if (r.a && !live_.erase(r.a, &o) && !(resolve(r.a, false) && live_.erase(r.a, &o))) {
     ++rep_.unknown_frees;  // allocated before capture started
     --rep_.calls;
     return;
   }
-  append(e);
+  e.old = o.id;
+  append(e, o.bytes);
 }
 
 // The program's own memory (raw_format.h, kRawMmap ...).
@@ -424,9 +452,9 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
       memory_.brk(at, r.a, r.b, r.c);
       break;
     case kRawResident: {
-      uint64_t* id = live_.find(r.a);
-      if (id)
-        memory_.object(*id, r.c, r.b);
+      const Obj* o = live_.find(r.a);
+      if (o)
+        memory_.object(o->id, r.c, r.b);
       else
         memory_.resident(r.a, r.c, r.b);
       break;
@@ -461,8 +489,7 @@ void Normaliser::process(size_t s) {
   if (!st.started) {
     st.started = true;
     st.index = next_thread_++;
-    const RawThread& rt = in_.threads()[s];
-    pipe_.set_thread_info(st.index, trace::ThreadInfo{rt.tid, rt.name});
+    pipe_.set_thread_info(st.index, trace::ThreadInfo{in_.thread_tid(s), in_.thread_name(s)});
     Event e;
     e.op = Op::thread_start;
     e.time = time;
@@ -470,8 +497,8 @@ void Normaliser::process(size_t s) {
     append(e);
   }
   // Holes before this record (found when the stream advanced to it).
-  if (uint64_t lost = st.cursor.holes() - st.holes_reported) {
-    st.holes_reported = st.cursor.holes();
+  if (uint64_t lost = st.cursor->holes() - st.holes_reported) {
+    st.holes_reported = st.cursor->holes();
     Event e;
     e.op = Op::lost;
     e.count = lost;
@@ -491,18 +518,87 @@ void Normaliser::process(size_t s) {
   now_ticks_ = saved_now;
   if (st.rec) {
     heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
-  } else {
-    rep_.unfinished_reallocs += st.pending.size();
-    rep_.blocks_missing += st.cursor.changed();
-    for (const Pending& p : st.pending)
-      if (p.known) live_.put(p.old, p.id);
-    Event e;
-    e.op = Op::thread_end;
-    e.time = time;
-    e.thread = st.index;
-    append(e);
+  } else if (st.cursor->ended()) {
+    end_stream(st, time);
+  } else {  // waiting for the thread's next record: nothing may pass it
+    const uint64_t b = bound(st);
+    watermark_ = std::min(watermark_, b - std::min(b, window_ticks_));
   }
   st.busy = false;
+}
+
+void Normaliser::end_stream(Stream& st, uint64_t time) {
+  st.closed = true;
+  if (!st.started) return;
+  rep_.unfinished_reallocs += st.pending.size();
+  rep_.blocks_missing += st.cursor->changed();
+  for (const Pending& p : st.pending)
+    if (p.known) live_.put(p.old, p.obj);
+  st.pending.clear();
+  Event e;
+  e.op = Op::thread_end;
+  e.time = time;
+  e.thread = st.index;
+  append(e);
+}
+
+// The earliest its next record can be stamped: not before its last one; and,
+// if it had written nothing more when the source was polled, not before
+// then (a record is stamped just before it is written: a thread preempted
+// in between gets its stamp moved up, never its order with another's).
+uint64_t Normaliser::bound(const Stream& st) const {
+  constexpr double kMarginNs = 20e6;
+  if (!st.cursor->caught_up()) return st.ticks;
+  const uint64_t margin = uint64_t(kMarginNs / (ns_per_tick_ > 0 ? ns_per_tick_ : 1.0 / 3));
+  return std::max(st.ticks, live_now_ - std::min(live_now_, margin));
+}
+
+void Normaliser::add_streams() {
+  while (streams_.size() < in_.thread_count()) {
+    const size_t s = streams_.size();
+    streams_.emplace_back(in_.cursor(s));
+  }
+}
+
+// Streams without a record look again; ended ones are closed.
+void Normaliser::refill() {
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    Stream& st = streams_[s];
+    if (st.rec || st.closed) continue;
+    advance(s);
+    if (st.rec)
+      heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
+    else if (st.cursor->ended())
+      end_stream(st, last_time_);
+  }
+}
+
+// Processes records in time order: all of them, or up to watermark_.
+uint64_t Normaliser::drain(bool all) {
+  uint64_t done = 0;
+  while (!heap_.empty()) {
+    const Key k = heap_.top();
+    if (!all && k.ticks > watermark_) break;
+    heap_.pop();
+    Stream& st = streams_[k.stream];
+    if (k.gen != st.gen || !st.rec) continue;  // processed early by resolve()
+    process(k.stream);
+    ++done;
+  }
+  return done;
+}
+
+uint64_t Normaliser::step(uint64_t now) {
+  live_now_ = now;
+  add_streams();
+  refill();
+  watermark_ = UINT64_MAX;
+  for (const Stream& st : streams_) {
+    if (st.rec || st.closed) continue;
+    const uint64_t b = bound(st);
+    watermark_ = std::min(watermark_, b - std::min(b, window_ticks_));
+  }
+  return drain(false);
 }
 
 // The TSC is read without fences (sink.h), so a record can be stamped a few
@@ -538,26 +634,29 @@ uint64_t Normaliser::ns(uint64_t ticks) const {
 }
 
 NormaliseReport Normaliser::run() {
-  const auto& threads = in_.threads();
-  constexpr double kWindowNs = 10000;  // 10 us; the real skew is well under 1 us
-  window_ticks_ = uint64_t(kWindowNs / (ns_per_tick_ > 0 ? ns_per_tick_ : 1.0 / 3));
-  streams_.reserve(threads.size());
-  for (const RawThread& t : threads) streams_.emplace_back(RawThreadCursor(in_, t));
-  for (size_t s = 0; s < streams_.size(); ++s) {
-    advance(s);
-    Stream& st = streams_[s];
-    if (st.rec) heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
-  }
+  add_streams();
+  refill();
   // (An estimate: blocks are full but for each thread's last.)
   common::Progress progress("normalising", in_.blocks() * raw::kRecordsPerBlock, "records");
   while (!heap_.empty()) {
     progress.update(rep_.records);
-    Key k = heap_.top();
+    const Key k = heap_.top();
     heap_.pop();
     Stream& st = streams_[k.stream];
     if (k.gen != st.gen || !st.rec) continue;  // processed early by resolve()
     process(k.stream);
   }
+  return finish(opt_.capture_metadata);
+}
+
+NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
+  opt_.capture_metadata = capture_metadata;
+  add_streams();
+  refill();
+  drain(true);
+  refill();  // streams whose last record was processed before they ended
+  for (size_t s = 0; s < streams_.size(); ++s)
+    if (streams_[s].started) pipe_.set_thread_info(streams_[s].index, {in_.thread_tid(s), in_.thread_name(s)});
   pipe_.finish();
   if (writer_.objects() != next_id_ || writer_.events() != events_)
     throw trace::TraceError("normaliser: object ids out of step with the writer");
@@ -596,9 +695,28 @@ NormaliseReport Normaliser::run() {
 
 }  // namespace
 
-NormaliseReport normalise(const RawFile& in, const std::string& out_path, const NormaliseOptions& opt) {
+NormaliseReport normalise(RecordSource& in, const std::string& out_path, const NormaliseOptions& opt) {
   Normaliser n(in, out_path, opt);
   return n.run();
+}
+
+NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, const NormaliseOptions& opt,
+                               const std::function<bool()>& ended,
+                               const std::function<nlohmann::json()>& final_metadata) {
+  auto nap = [](long us) {
+    timespec ts{0, us * 1000};
+    nanosleep(&ts, nullptr);
+  };
+  // Timestamps need the TSC's rate: measured over the first 20 ms.
+  while (in.ns_per_tick() == 0 && !ended()) nap(1000);
+  Normaliser n(in, out_path, opt);
+  while (!ended()) {
+    const uint64_t now = in.poll();
+    // Few records: let more gather (each poll reads every thread's block header).
+    if (n.step(now) < 4096) nap(1000);
+  }
+  in.finish();
+  return n.finish(final_metadata());
 }
 
 nlohmann::json report_to_json(const NormaliseReport& r) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct NormaliseOptions {
   // ns per TSC tick to use when the file's own clock pairs are too close
   // together (a process that ran for under a millisecond). 0 = none.
   double fallback_ns_per_tick = 0;
+  // ns per TSC tick to use whatever the file says (0 = the file's own):
+  // tests that compare a live normalising with one after the fact.
+  double ns_per_tick = 0;
 };
 
 struct NormaliseReport {
@@ -69,7 +73,20 @@ struct NormaliseReport {
 };
 
 // Writes `out_path`. Throws RawError / trace::TraceError naming the file.
-NormaliseReport normalise(const RawFile& in, const std::string& out_path, const NormaliseOptions& opt);
+NormaliseReport normalise(RecordSource& in, const std::string& out_path, const NormaliseOptions& opt);
+
+class LiveRawFile;
+
+// Normalises a raw capture while its process writes it (raw_live.h) into
+// `out_path`: polls it every millisecond or two, writes the records no
+// thread can still write one before, and returns once `ended()` said the
+// process image has ended and everything is written. `final_metadata()`
+// (called then) is merged into the metadata's "capture" object, as
+// opt.capture_metadata would be. Memory and scratch disk follow the live set
+// and the thread count, not the length of the run.
+NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, const NormaliseOptions& opt,
+                               const std::function<bool()>& ended,
+                               const std::function<nlohmann::json()>& final_metadata);
 
 // Normalises the raw capture file at `raw_path` into `output`, written whole
 // (common::write_then_rename: a failure leaves no partial trace).

@@ -130,10 +130,14 @@ void RawFile::read_block(const BlockRef& b, uint8_t* buf) const {
   }
 }
 
-std::vector<std::string> RawFile::command_line() const {
+std::unique_ptr<RecordCursor> RawFile::cursor(size_t thread) {
+  return std::make_unique<RawThreadCursor>(*this, threads_[thread]);
+}
+
+std::vector<std::string> argv_of(const FileHeader& h) {
   std::vector<std::string> argv;
-  uint32_t len = std::min<uint32_t>(header_->cmdline_len, uint32_t(kCmdlineMax));
-  const char* p = header_->cmdline;
+  uint32_t len = std::min<uint32_t>(h.cmdline_len, uint32_t(kCmdlineMax));
+  const char* p = h.cmdline;
   const char* end = p + len;
   while (p < end) {
     const char* z = static_cast<const char*>(std::memchr(p, 0, size_t(end - p)));
@@ -143,6 +147,8 @@ std::vector<std::string> RawFile::command_line() const {
   }
   return argv;
 }
+
+std::vector<std::string> RawFile::command_line() const { return argv_of(*header_); }
 
 double RawFile::ns_per_tick() const {
   const FileHeader& h = *header_;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,7 +35,49 @@ struct RawThread {
   std::vector<BlockRef> blocks;  // in thread_block_seq order
 };
 
-class RawFile {
+// The program's argv from a raw file's header.
+std::vector<std::string> argv_of(const raw::FileHeader& h);
+
+// One thread's records, in order, as the normaliser takes them: from a
+// finished raw file (RawThreadCursor) or from one still being written
+// (raw_live.h).
+class RecordCursor {
+ public:
+  virtual ~RecordCursor() = default;
+  // The next complete record, or nullptr if there is none yet (none ever,
+  // once ended()). The record stays valid until the next call.
+  virtual const raw::Record* next() = 0;
+  // No record will come after the last one returned.
+  virtual bool ended() const = 0;
+  // After next() returned nullptr: whether it returned every record the
+  // thread had written when it last looked (so the thread's next record is
+  // written after that), rather than waiting for a block not yet readable.
+  virtual bool caught_up() const = 0;
+  // Records lost inside blocks (zero records followed by complete ones).
+  virtual uint64_t holes() const = 0;
+  // Mapped blocks that changed while being read (the process was still running).
+  virtual uint64_t changed() const = 0;
+};
+
+// What the normaliser reads: a finished raw file (RawFile), or one the
+// process is still writing (raw_live.h).
+class RecordSource {
+ public:
+  virtual ~RecordSource() = default;
+  virtual const raw::FileHeader& header() const = 0;
+  virtual std::vector<std::string> command_line() const = 0;
+  virtual size_t thread_count() const = 0;  // grows while the process runs
+  virtual std::unique_ptr<RecordCursor> cursor(size_t thread) = 0;
+  virtual uint64_t thread_tid(size_t thread) const = 0;
+  virtual std::string thread_name(size_t thread) const = 0;  // its latest
+  virtual uint64_t blocks() const = 0;                       // blocks found so far
+  virtual uint64_t blocks_missing() const = 0;               // gaps in a thread's block sequence
+  virtual bool clean_exit() const = 0;
+  // TSC rate (ns per tick); 1.0 for the monotonic clock; 0 if unknown.
+  virtual double ns_per_tick() const = 0;
+};
+
+class RawFile final : public RecordSource {
  public:
   // Maps and validates `path` (PID.GEN.hlraw) and `path`.blocks beside it.
   // Throws RawError naming the path.
@@ -44,19 +87,23 @@ class RawFile {
   RawFile& operator=(const RawFile&) = delete;
 
   const std::string& path() const { return path_; }
-  const raw::FileHeader& header() const { return *header_; }
+  const raw::FileHeader& header() const override { return *header_; }
   const std::vector<RawThread>& threads() const { return threads_; }
-  std::vector<std::string> command_line() const;        // argv from the header
-  uint64_t blocks() const { return blocks_; }           // blocks read
-  uint64_t blocks_missing() const { return missing_; }  // gaps in a thread's block sequence
-  bool clean_exit() const { return header_->flags & raw::kFlagCleanExit; }
+  std::vector<std::string> command_line() const override;        // argv from the header
+  uint64_t blocks() const override { return blocks_; }           // blocks read
+  uint64_t blocks_missing() const override { return missing_; }  // gaps in a thread's block sequence
+  bool clean_exit() const override { return header_->flags & raw::kFlagCleanExit; }
+  size_t thread_count() const override { return threads_.size(); }
+  std::unique_ptr<RecordCursor> cursor(size_t thread) override;
+  uint64_t thread_tid(size_t thread) const override { return threads_[thread].tid; }
+  std::string thread_name(size_t thread) const override { return threads_[thread].name; }
 
   // Reads an appended block into buf (kBlockSize bytes). Throws RawError.
   void read_block(const BlockRef& b, uint8_t* buf) const;
 
   // TSC rate (ns per tick) from the clock pairs in the header and block
   // headers; 1.0 for the monotonic clock. 0 if there is no usable pair.
-  double ns_per_tick() const;
+  double ns_per_tick() const override;
 
  private:
   struct Mapping {
@@ -74,14 +121,15 @@ class RawFile {
 
 // Walks one thread's records across its blocks. Zero records inside a block
 // that are followed by complete ones are holes: counted, skipped.
-class RawThreadCursor {
+class RawThreadCursor final : public RecordCursor {
  public:
   RawThreadCursor(const RawFile& f, const RawThread& t) : f_(&f), t_(&t), buf_(raw::kBlockSize) { load_block(); }
   // The next complete record, or nullptr at the end.
-  const raw::Record* next();
-  uint64_t holes() const { return holes_; }
-  // Mapped blocks that changed while being read (the process was still running).
-  uint64_t changed() const { return changed_; }
+  const raw::Record* next() override;
+  bool ended() const override { return true; }
+  bool caught_up() const override { return true; }
+  uint64_t holes() const override { return holes_; }
+  uint64_t changed() const override { return changed_; }
 
  private:
   void load_block();

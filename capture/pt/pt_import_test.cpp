@@ -97,7 +97,7 @@ Decoded decode(const std::string& perf_data, Decoder dec, const std::string& dir
   fs::create_directories(sub);
   std::string raw;
   d.report = decode_perf_pt(perf_data, sub, opt, &raw);
-  const normalise::RawFile rf(raw);
+  normalise::RawFile rf(raw);
   normalise::NormaliseOptions no;
   d.norm = normalise::normalise(rf, sub + "/out.hlt", no);
   auto r = trace::TraceReader::open(sub + "/out.hlt");

@@ -38,6 +38,8 @@ inline constexpr uint64_t kRecordSize = 32;
 inline constexpr uint64_t kRecordsPerBlock = (kBlockSize - kBlockHeaderSize) / kRecordSize;
 inline constexpr uint64_t kBlocksPerSegment = 64;    // the shim maps 64 thread slots at a time
 inline constexpr uint32_t kBlockMagic = 0x4B4C4248;  // "HBLK"
+inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended blocks
+inline constexpr uint64_t kLiveTimeoutNs = 2000000000;
 inline constexpr uint64_t kTicksMask = (uint64_t{1} << 56) - 1;
 
 // FileHeader::clock
@@ -146,7 +148,14 @@ struct FileHeader {
   // the timed costs (kRawOverhead), off each thread's timeline.
   uint64_t event_cost_x1024;
   uint64_t timer_overhead;  // clock ticks a timed call's two fenced reads add (kRawLatency is less it)
-  uint64_t reserved[6];
+  // A live normaliser (heaplab capture) reads blocks while the program runs
+  // and deletes the ones it has consumed. It stores CLOCK_MONOTONIC ns here
+  // every few ms (0 = none), and counts the appended blocks it consumed. The
+  // shim waits before appending while kLiveAheadBlocks are unconsumed, unless
+  // the heartbeat is older than kLiveTimeoutNs: scratch disk stays bounded.
+  uint64_t consumer_ns;      // (atomic)
+  uint64_t consumed_blocks;  // (atomic)
+  uint64_t reserved[4];
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };

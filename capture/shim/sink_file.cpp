@@ -206,9 +206,28 @@ bool switch_block() {
   return true;
 }
 
+// A live normaliser consumes appended blocks while the program runs: wait
+// while it is kLiveAheadBlocks behind, so that scratch disk stays bounded,
+// but never for one that stopped answering. (The wait is the shim's cost:
+// the caller times it.)
+void wait_for_consumer() {
+  for (;;) {
+    const uint64_t alive = __atomic_load_n(&g_header->consumer_ns, __ATOMIC_ACQUIRE);
+    if (alive == 0) return;
+    const uint64_t appended = __atomic_load_n(&g_header->data_blocks, __ATOMIC_RELAXED);
+    const uint64_t consumed = __atomic_load_n(&g_header->consumed_blocks, __ATOMIC_ACQUIRE);
+    if (appended < consumed + kLiveAheadBlocks) return;
+    const uint64_t now = mono_ns();
+    if (now > alive && now - alive > kLiveTimeoutNs) return;
+    timespec ts{0, 200000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
 // The thread's block is full: append it to .blocks, clear it, start the next.
 bool next_block() {
   ThreadSink& t = t_sink;
+  wait_for_consumer();
   if (!same_file(g_data_fd, g_data_ino)) {
     stop_capture("the program closed or replaced the capture's file descriptor; capture stopped", 0);
     return false;

@@ -1,0 +1,365 @@
+#include "capture/normalise/raw_live.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <optional>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace heaplab::normalise {
+
+using namespace heaplab::raw;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw RawError(path + ": " + what); }
+
+uint64_t mono_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+template <typename T>
+T acquire(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+// A block left in the mapping whose thread moved on without appending it
+// (the shim's switch_block: a signal handler interrupted a write) fills up
+// when the interrupted write completes; after this long, what is still
+// missing is taken for holes (the thread died meanwhile).
+constexpr std::chrono::seconds kStuckLimit{1};
+
+}  // namespace
+
+// A thread's records as far as they are written (raw_live.h).
+class LiveCursor final : public RecordCursor {
+ public:
+  LiveCursor(LiveRawFile& f, size_t thread) : f_(&f), thread_(uint32_t(thread)), buf_(kBlockSize) {}
+
+  const Record* next() override {
+    for (;;) {
+      if (pos_ < n_) {
+        const Record* r = records() + pos_;
+        if (r->head != 0) {
+          ++pos_;
+          return r;
+        }
+        // Zero records followed by complete ones (only in a final block): holes.
+        uint64_t z = pos_;
+        while (z < n_ && records()[z].head == 0) ++z;
+        holes_ += z - pos_;
+        pos_ = z;
+        continue;
+      }
+      if (done_with_block_) {
+        next_block();
+        continue;
+      }
+      if (!load()) return nullptr;
+    }
+  }
+  bool ended() const override { return ended_; }
+  bool caught_up() const override { return caught_up_; }
+  uint64_t holes() const override { return holes_; }
+  uint64_t changed() const override { return 0; }
+
+ private:
+  const Record* records() const { return reinterpret_cast<const Record*>(buf_.data() + kBlockHeaderSize); }
+  Record* records() { return reinterpret_cast<Record*>(buf_.data() + kBlockHeaderSize); }
+  LiveRawFile::Thread& t() { return f_->threads_[thread_]; }
+
+  void next_block() {
+    LiveRawFile::Thread& th = t();
+    auto it = th.appended.find(seq_);
+    if (it != th.appended.end()) {
+      f_->consume(it->second);
+      th.appended.erase(it);
+    }
+    ++seq_;
+    th.next_seq = seq_;
+    pos_ = n_ = 0;
+    done_with_block_ = false;
+    stuck_since_.reset();
+  }
+
+  // More records of block seq_ into buf_ (beyond n_). False if there are
+  // none now; sets caught_up_ and ended_.
+  bool load() {
+    LiveRawFile::Thread& th = t();
+    const bool final = f_->final_;
+    const bool moved_on = final || th.top_seq > seq_;
+    const LiveRawFile::Slot* slot = nullptr;
+    for (const LiveRawFile::Slot& s : th.mapped)
+      if (s.seq == seq_) slot = &s;
+    auto app = th.appended.find(seq_);
+    // A block the thread moved past was appended whole before it moved on;
+    // at the end, a mapped copy of the same seq is the complete one (the
+    // append may have been cut short).
+    if (app != th.appended.end() && moved_on && !(final && slot)) {
+      f_->read_appended(app->second, buf_.data());
+      BlockHeader h;
+      std::memcpy(&h, buf_.data(), sizeof h);
+      if (h.magic == kBlockMagic && h.thread == thread_ && h.thread_block_seq == seq_) {
+        n_ = kRecordsPerBlock;
+        done_with_block_ = true;  // once its records are returned
+        return pos_ < n_;
+      }
+      th.appended.erase(app);  // rewritten since it was indexed: not this block
+      return load();
+    }
+    if (slot) {
+      const uint8_t* block = f_->slot_block(slot->index);
+      const auto* src = reinterpret_cast<const Record*>(block + kBlockHeaderSize);
+      uint64_t n = n_;
+      uint64_t last = n_;  // one past the last complete record copied
+      for (; n < kRecordsPerBlock; ++n) {
+        const uint64_t head = acquire(&src[n].head);
+        if (head == 0 && !moved_on) break;
+        Record& r = records()[n];
+        r.a = src[n].a;
+        r.b = src[n].b;
+        r.c = src[n].c;
+        r.head = head;
+        if (head) last = n + 1;
+      }
+      // Still the block we meant (the shim clears the magic first when it reuses one)?
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      BlockHeader h;
+      if (!f_->read_header(block, &h) || h.thread != thread_ || h.thread_block_seq != seq_) {
+        caught_up_ = false;  // it moved on since the poll: the next poll finds the appended copy
+        return false;
+      }
+      if (moved_on) {
+        // Left in the mapping: complete when every record is written, or at the end.
+        if (last < kRecordsPerBlock && !final) {
+          if (!stuck_since_) stuck_since_ = std::chrono::steady_clock::now();
+          if (std::chrono::steady_clock::now() - *stuck_since_ < kStuckLimit) {
+            caught_up_ = false;
+            return false;
+          }
+        }
+        n_ = last;
+        done_with_block_ = true;
+        return true;
+      }
+      const bool more = n > n_;
+      n_ = n;
+      if (n_ == kRecordsPerBlock) done_with_block_ = true;  // full: the thread appends it next
+      if (more) return true;
+      caught_up_ = true;
+      return false;
+    }
+    if (final) {
+      // Not anywhere: a gap (the process died while appending), or the end.
+      uint64_t next = UINT64_MAX;
+      for (const auto& [seq, off] : th.appended)
+        if (seq > seq_) next = std::min(next, seq);
+      for (const LiveRawFile::Slot& s : th.mapped)
+        if (s.seq > seq_) next = std::min(next, s.seq);
+      if (next == UINT64_MAX) {
+        ended_ = true;
+        caught_up_ = true;
+        return false;
+      }
+      f_->missing_ += next - seq_;
+      seq_ = next - 1;
+      next_block();
+      return true;
+    }
+    // The thread moved past a block not appended yet, or has no block yet.
+    caught_up_ = !th.seen;
+    return false;
+  }
+
+  LiveRawFile* f_;
+  uint32_t thread_;
+  std::vector<uint8_t> buf_;
+  uint64_t seq_ = 0;
+  uint64_t pos_ = 0, n_ = 0;  // records returned, records copied, of block seq_
+  bool done_with_block_ = false;
+  bool ended_ = false, caught_up_ = true;
+  uint64_t holes_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> stuck_since_;
+};
+
+LiveRawFile::LiveRawFile(const std::string& path, bool consume) : path_(path), consume_(consume) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd_ < 0) fail(path, std::strerror(errno));
+  struct stat st;
+  if (fstat(fd_, &st) != 0) fail(path, std::strerror(errno));
+  if (uint64_t(st.st_size) < kBlockSize)
+    fail(path, "not a heaplab raw capture (file too short: " + std::to_string(st.st_size) + " bytes)");
+  void* h = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (h == MAP_FAILED) fail(path, std::string("cannot map: ") + std::strerror(errno));
+  header_ = static_cast<FileHeader*>(h);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (std::memcmp(header_->magic, kFileMagic, sizeof header_->magic) != 0)
+    fail(path, "not a heaplab raw capture (bad magic)");
+  if (header_->version != kVersion)
+    fail(path, "unsupported raw capture version " + std::to_string(header_->version) + " (this heaplab reads " +
+                   std::to_string(kVersion) + ")");
+  if (header_->header_size != kBlockSize || header_->block_size != kBlockSize || header_->record_size != kRecordSize)
+    fail(path, "raw capture has an unexpected block layout");
+  if (header_->clock != kClockTsc && header_->clock != kClockMonotonic)
+    fail(path, "raw capture names an unknown clock " + std::to_string(header_->clock));
+#if !defined(__x86_64__)
+  if (header_->clock == kClockTsc) fail(path, "raw capture uses the TSC, which this machine cannot read");
+#endif
+  const std::string blocks = path + ".blocks";
+  blocks_fd_ = ::open(blocks.c_str(), (consume ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (blocks_fd_ < 0) fail(blocks, std::strerror(errno));
+}
+
+LiveRawFile::~LiveRawFile() {
+  if (header_) {
+    __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);  // never hold the shim back
+    munmap(header_, kBlockSize);
+  }
+  if (ring_) munmap(const_cast<uint8_t*>(ring_), ring_size_);
+  if (fd_ >= 0) ::close(fd_);
+  if (blocks_fd_ >= 0) ::close(blocks_fd_);
+}
+
+uint64_t LiveRawFile::now() const {
+#if defined(__x86_64__)
+  if (header_->clock == kClockTsc) return __rdtsc();
+#endif
+  return mono_now();
+}
+
+double LiveRawFile::ns_per_tick() const {
+  if (header_->clock == kClockMonotonic) return 1.0;
+  const uint64_t m1 = mono_now(), t1 = now();
+  const uint64_t m0 = header_->start_mono_ns, t0 = header_->start_ticks;
+  if (m1 < m0 + 20000000 || t1 <= t0) return 0;
+  return double(m1 - m0) / double(t1 - t0);
+}
+
+bool LiveRawFile::clean_exit() const { return acquire(&header_->flags) & kFlagCleanExit; }
+
+std::vector<std::string> LiveRawFile::command_line() const { return argv_of(*header_); }
+
+void LiveRawFile::map_ring() {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) fail(path_, std::strerror(errno));
+  const uint64_t size = uint64_t(st.st_size);
+  if (size <= ring_size_) return;
+  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) fail(path_, std::string("cannot map: ") + std::strerror(errno));
+  if (ring_) munmap(const_cast<uint8_t*>(ring_), ring_size_);
+  ring_ = static_cast<const uint8_t*>(p);
+  ring_size_ = size;
+  slots_ = uint32_t(std::min<uint64_t>(UINT32_MAX, (size - kBlockSize) / kBlockSize));
+}
+
+// A block's header if it is whole: the magic read before and after the rest.
+bool LiveRawFile::read_header(const uint8_t* block, BlockHeader* out) const {
+  const auto* h = reinterpret_cast<const BlockHeader*>(block);
+  if (acquire(&h->magic) != kBlockMagic) return false;
+  std::memcpy(out, block, sizeof *out);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return acquire(&h->magic) == kBlockMagic && out->magic == kBlockMagic &&
+         __atomic_load_n(&h->thread_block_seq, __ATOMIC_RELAXED) == out->thread_block_seq &&
+         out->thread < threads_.size();
+}
+
+void LiveRawFile::note_block(const BlockHeader& h) {
+  Thread& t = threads_[h.thread];
+  if (!t.seen || h.thread_block_seq >= t.top_seq) {
+    t.name.assign(h.name, strnlen(h.name, sizeof h.name));
+    if (!t.seen) t.tid = h.tid;
+  }
+  t.seen = true;
+  t.top_seq = std::max(t.top_seq, h.thread_block_seq);
+}
+
+void LiveRawFile::read_appended(uint64_t offset, uint8_t* buf) const {
+  uint64_t done = 0;
+  while (done < kBlockSize) {
+    ssize_t n = pread(blocks_fd_, buf + done, kBlockSize - done, off_t(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path_ + ".blocks", "cannot read block at offset " + std::to_string(offset));
+    if (n == 0) {  // cut short (the process died appending it): the rest reads as zero
+      std::memset(buf + done, 0, kBlockSize - done);
+      return;
+    }
+    done += uint64_t(n);
+  }
+}
+
+// Appended blocks [scanned_, upto) and those not readable before.
+void LiveRawFile::index_appended(uint64_t upto) {
+  std::vector<uint64_t> retry;
+  retry.swap(unreadable_);
+  for (uint64_t b = scanned_; b < upto; ++b) retry.push_back(b);
+  scanned_ = std::max(scanned_, upto);
+  for (uint64_t b : retry) {
+    BlockHeader h;
+    ssize_t n = pread(blocks_fd_, &h, sizeof h, off_t(b * kBlockSize));
+    if (n != ssize_t(sizeof h) || h.magic != kBlockMagic || h.thread >= threads_.size()) {
+      if (!final_) unreadable_.push_back(b);  // reserved, not written yet
+      continue;
+    }
+    ++blocks_;
+    Thread& t = threads_[h.thread];
+    note_block(h);
+    if (h.thread_block_seq < t.next_seq && !final_) {
+      consume(b * kBlockSize);  // its records were read from the mapping
+      continue;
+    }
+    t.appended[h.thread_block_seq] = b * kBlockSize;
+  }
+}
+
+void LiveRawFile::consume(uint64_t offset) {
+  if (!consume_) return;
+  if (punch_error_.empty() &&
+      fallocate(blocks_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(kBlockSize)) != 0)
+    punch_error_ = std::strerror(errno);
+  ++consumed_;
+  __atomic_store_n(&header_->consumed_blocks, consumed_, __ATOMIC_RELEASE);
+}
+
+uint64_t LiveRawFile::poll() {
+  const uint64_t t = now();
+  if (consume_ && !final_) __atomic_store_n(&header_->consumer_ns, mono_now(), __ATOMIC_RELEASE);
+  const uint32_t nthreads = acquire(&header_->next_thread);
+  map_ring();
+  const uint32_t slots = std::min(nthreads, slots_);
+  if (threads_.size() < slots) threads_.resize(slots);
+  // Appended blocks first: a thread's block moves from the mapping to
+  // .blocks, never back.
+  index_appended(acquire(&header_->data_blocks));
+  for (Thread& th : threads_) th.mapped.clear();
+  for (uint32_t s = 0; s < slots; ++s) {
+    BlockHeader h;
+    if (!read_header(slot_block(s), &h)) continue;
+    note_block(h);
+    threads_[h.thread].mapped.push_back(Slot{h.thread_block_seq, s});
+  }
+  // Blocks counted: appended ones, and mapped ones never appended.
+  return t;
+}
+
+void LiveRawFile::finish() {
+  final_ = true;
+  __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);
+  poll();
+}
+
+std::unique_ptr<RecordCursor> LiveRawFile::cursor(size_t thread) {
+  return std::make_unique<LiveCursor>(*this, thread);
+}
+
+}  // namespace heaplab::normalise

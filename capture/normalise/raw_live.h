@@ -1,0 +1,103 @@
+// Reads a raw capture (capture/shim/raw_format.h) while the process is
+// still writing it, for `heaplab capture`'s normalising as the program runs.
+//
+// poll() looks at what the process has written: the header's counters, the
+// appended blocks not seen before, and the header of every thread slot's
+// current block. A thread's cursor then reads its records in order: a block
+// the thread has moved past from .blocks (a block is appended before its
+// thread starts the next one), its current block from the shared mapping,
+// record by record up to the first one not yet written. Appended blocks
+// whose records were all returned are consumed: their disk space is given
+// back (fallocate's hole punching) and counted in the header, where the
+// shim waits while kLiveAheadBlocks are unconsumed. So scratch disk stays
+// bounded by that plus a block per thread.
+//
+// finish(), once the process image has ended, reads everything left as
+// RawFile would: holes counted, gaps in a thread's blocks skipped.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/normalise/raw_reader.h"
+
+namespace heaplab::normalise {
+
+class LiveRawFile final : public RecordSource {
+ public:
+  // Opens PATH and PATH.blocks. Throws RawError if the header is not valid
+  // (yet: the shim writes its magic last) or not readable by this reader.
+  // `consume`: give consumed blocks' disk space back and hold the shim to
+  // kLiveAheadBlocks (else the raw files stay whole: --keep-raw).
+  LiveRawFile(const std::string& path, bool consume);
+  ~LiveRawFile() override;
+  LiveRawFile(const LiveRawFile&) = delete;
+  LiveRawFile& operator=(const LiveRawFile&) = delete;
+
+  // Looks at what the process has written since the last poll; returns the
+  // file's clock (TSC ticks or monotonic ns) read before looking: a record
+  // a caught-up cursor has not returned yet is written after it.
+  uint64_t poll();
+  // The process image has ended: everything is read as final.
+  void finish();
+  bool finished() const { return final_; }
+  // The file's clock now.
+  uint64_t now() const;
+  // Consumed blocks' space could not be given back (a file system without
+  // hole punching): "" or why.
+  const std::string& punch_error() const { return punch_error_; }
+  uint64_t blocks_consumed() const { return consumed_; }
+
+  const raw::FileHeader& header() const override { return *header_; }
+  std::vector<std::string> command_line() const override;
+  size_t thread_count() const override { return threads_.size(); }
+  std::unique_ptr<RecordCursor> cursor(size_t thread) override;
+  uint64_t thread_tid(size_t thread) const override { return threads_[thread].tid; }
+  std::string thread_name(size_t thread) const override { return threads_[thread].name; }
+  uint64_t blocks() const override { return blocks_; }
+  uint64_t blocks_missing() const override { return missing_; }
+  bool clean_exit() const override;
+  // From the header's clock pair to one taken now (0 while under 20 ms apart).
+  double ns_per_tick() const override;
+
+ private:
+  friend class LiveCursor;
+  struct Slot {  // a block in the mapping, as last polled
+    uint64_t seq;
+    uint32_t index;
+  };
+  struct Thread {
+    uint64_t tid = 0;
+    std::string name;
+    std::map<uint64_t, uint64_t> appended;  // seq -> offset in .blocks, not yet consumed
+    std::vector<Slot> mapped;               // its blocks in the mapping
+    uint64_t top_seq = 0;                   // the highest seq seen anywhere
+    uint64_t next_seq = 0;                  // the cursor's block
+    bool seen = false;
+  };
+  const uint8_t* slot_block(uint32_t index) const { return ring_ + raw::kBlockSize * (index + 1); }
+  bool read_header(const uint8_t* block, raw::BlockHeader* out) const;
+  void note_block(const raw::BlockHeader& h);
+  void index_appended(uint64_t upto);
+  void map_ring();
+  void consume(uint64_t offset);
+  void read_appended(uint64_t offset, uint8_t* buf) const;
+
+  std::string path_;
+  bool consume_ = false, final_ = false;
+  int fd_ = -1, blocks_fd_ = -1;
+  raw::FileHeader* header_ = nullptr;  // its own writable mapping (the heartbeat and consumed count)
+  const uint8_t* ring_ = nullptr;
+  uint64_t ring_size_ = 0;
+  uint32_t slots_ = 0;                // slots the ring mapping covers
+  uint64_t scanned_ = 0;              // appended blocks indexed
+  std::vector<uint64_t> unreadable_;  // appended blocks whose header was not written yet
+  std::vector<Thread> threads_;       // by slot
+  uint64_t blocks_ = 0, missing_ = 0, consumed_ = 0;
+  std::string punch_error_;
+};
+
+}  // namespace heaplab::normalise
