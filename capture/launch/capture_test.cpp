@@ -539,6 +539,63 @@ TEST(Capture, ThreadsCrossThreadFrees) {
   EXPECT_GE(st.objects_freed_by_other_thread, cross);
 }
 
+// Normalising while the program runs gives the trace normalising afterwards
+// gives, on a real multi-threaded program long enough (about 780 blocks) for
+// the shim to wait for the reader (kLiveAheadBlocks) and for blocks to be
+// given back as they are consumed.
+TEST(Capture, LiveNormalisingMatchesAfter) {
+  auto strip = [](std::vector<Event> evs) {
+    std::vector<Event> out;
+    for (Event& e : evs) {
+      if (e.op == Op::thread_end) continue;  // live: written when the process ended
+      e.seq = e.time = 0;
+      out.push_back(e);
+    }
+    return out;
+  };
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_cpp"), "threads", "2", "2", "400000"});
+  opt.keep_raw = true;  // live, the raw files left whole
+  CaptureResult kept = heaplab::launch::run_capture(opt);
+  ASSERT_EQ(kept.exit_code, 0);
+  ASSERT_TRUE(kept.failed.empty()) << failed_list(kept);
+  ASSERT_EQ(kept.traces.size(), 1u);
+  std::vector<std::string> raws;
+  for (const auto& e : std::filesystem::directory_iterator(kept.raw_dir))
+    if (e.path().extension() == ".hlraw") raws.push_back(e.path().string());
+  ASSERT_EQ(raws.size(), 1u);
+  heaplab::normalise::NormaliseOptions nopt;
+  heaplab::normalise::normalise_file(raws[0], dir.file("after.hlt"), nopt);
+  const std::vector<Event> live = strip(read_events(kept.traces[0].path));
+  const std::vector<Event> after = strip(read_events(dir.file("after.hlt")));
+  ASSERT_EQ(live.size(), after.size());
+  for (size_t i = 0; i < live.size(); ++i)
+    ASSERT_TRUE(live[i].op == after[i].op && live[i].thread == after[i].thread && live[i].id == after[i].id &&
+                live[i].old == after[i].old && live[i].size == after[i].size && live[i].flags == after[i].flags)
+        << "event " << i << ": live " << describe(live[i]) << ", after " << describe(after[i]);
+
+  // Blocks consumed as the program runs: every call still there, exactly.
+  TempDir dir2;
+  CaptureOptions opt2 = options(dir2, {victim("victim_cpp"), "threads", "2", "2", "400000"});
+  CaptureResult r = heaplab::launch::run_capture(opt2);
+  ASSERT_EQ(r.exit_code, 0);
+  ASSERT_TRUE(r.failed.empty()) << failed_list(r);
+  for (const std::string& n : r.notes) EXPECT_EQ(n.find("could not be deleted"), std::string::npos) << n;
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_EQ(r.traces[0].report.holes, 0u);
+  EXPECT_EQ(r.traces[0].report.reused_live, 0u);
+  auto mid = between_markers(read_events(r.traces[0].path), false);
+  ASSERT_TRUE(mid);
+  uint64_t mallocs = 0, frees = 0;
+  for (const Event& e : *mid) {
+    mallocs += e.op == Op::malloc && e.size >= 16 && e.size <= 79 && e.id;
+    frees += e.op == Op::free && e.old;
+  }
+  EXPECT_EQ(mallocs, 800000u);
+  EXPECT_EQ(frees, 800000u);
+  expect_trace_ok(r.traces[0].path);
+}
+
 TEST(Capture, ForkWithoutFollow) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_c"), "fork"});

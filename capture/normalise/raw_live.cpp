@@ -177,8 +177,11 @@ class LiveCursor final : public RecordCursor {
       next_block();
       return true;
     }
-    // The thread moved past a block not appended yet, or has no block yet.
-    caught_up_ = !th.seen;
+    // Block seq_ was not started when the poll looked (the thread is
+    // appending its last one, or waiting for us to consume): its records are
+    // written after the poll. Unless the thread has moved past it: then it is
+    // appended but was not indexed yet (the next poll finds it).
+    caught_up_ = !moved_on;
     return false;
   }
 
@@ -358,8 +361,6 @@ void LiveRawFile::finish() {
   poll();
 }
 
-std::unique_ptr<RecordCursor> LiveRawFile::cursor(size_t thread) {
-  return std::make_unique<LiveCursor>(*this, thread);
-}
+std::unique_ptr<RecordCursor> LiveRawFile::cursor(size_t thread) { return std::make_unique<LiveCursor>(*this, thread); }
 
 }  // namespace heaplab::normalise

@@ -1,0 +1,300 @@
+// Tests of normalising while the raw files are written (LiveRawFile,
+// normalise_live). A fake shim in the test writes the files exactly as the
+// real one lays them out (raw_format.h: a shared mapping of per-thread
+// blocks, full blocks appended to .blocks with the index reserved first),
+// a batch at a time from normalise_live's `ended` callback, so every
+// interleaving of writing and reading is deterministic. The live trace must
+// hold the same events as the trace normalised afterwards from the same files.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "capture/format/event.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_testutil.h"
+#include "capture/normalise/normalise.h"
+#include "capture/normalise/raw_live.h"
+#include "capture/normalise/raw_reader.h"
+#include "capture/shim/raw_format.h"
+
+namespace heaplab::normalise {
+namespace {
+
+using trace::Event;
+using trace::Op;
+using trace::testutil::TempDir;
+
+constexpr uint64_t kStart = 1000;
+
+// Writes a raw capture as the shim does: records into each thread's block in
+// the mapping (head last), full blocks appended to .blocks. With
+// `slow_appends`, a full block's index is reserved at once but its pwrite,
+// clearing and the thread's next block wait for the next batch (a thread
+// preempted inside the shim's append).
+class FakeShim {
+ public:
+  FakeShim(const std::string& path, uint32_t threads, bool slow_appends)
+      : path_(path), threads_(threads), slow_(slow_appends) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    data_fd_ = ::open((path + ".blocks").c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const uint64_t size = raw::kBlockSize * (1 + raw::kBlocksPerSegment);
+    EXPECT_EQ(ftruncate(fd_, off_t(size)), 0);
+    map_ = static_cast<uint8_t*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+    header_ = reinterpret_cast<raw::FileHeader*>(map_);
+    header_->version = raw::kVersion;
+    header_->header_size = header_->block_size = uint32_t(raw::kBlockSize);
+    header_->record_size = uint32_t(raw::kRecordSize);
+    header_->pid = 4321;
+    header_->clock = raw::kClockMonotonic;
+    header_->start_ticks = kStart;
+    std::memcpy(header_->magic, raw::kFileMagic, sizeof header_->magic);
+    state_.resize(threads);
+  }
+  ~FakeShim() {
+    munmap(map_, raw::kBlockSize * (1 + raw::kBlocksPerSegment));
+    ::close(fd_);
+    ::close(data_fd_);
+  }
+
+  // One record of thread t; false if the thread is inside a slow append.
+  bool emit(uint32_t t, const raw::Record& r) {
+    State& s = state_[t];
+    if (s.appending) return false;
+    if (!s.started) {
+      s.started = true;
+      __atomic_store_n(&header_->next_thread, std::max(header_->next_thread, t + 1), __ATOMIC_RELEASE);
+      start_block(t);
+    }
+    auto* rec = reinterpret_cast<raw::Record*>(block(t) + raw::kBlockHeaderSize) + s.used;
+    rec->a = r.a;
+    rec->b = r.b;
+    rec->c = r.c;
+    __atomic_store_n(&rec->head, r.head, __ATOMIC_RELEASE);
+    if (++s.used == raw::kRecordsPerBlock) {
+      s.index = __atomic_fetch_add(&header_->data_blocks, 1u, __ATOMIC_RELAXED);
+      s.appending = true;
+      if (!slow_) finish_append(t);
+    }
+    return true;
+  }
+  // The slow appends of the last batch complete.
+  void next_batch() {
+    for (uint32_t t = 0; t < threads_; ++t)
+      if (state_[t].appending) finish_append(t);
+  }
+  uint64_t appended() const { return header_->data_blocks; }
+  uint64_t consumed() const { return __atomic_load_n(&header_->consumed_blocks, __ATOMIC_ACQUIRE); }
+
+ private:
+  struct State {
+    bool started = false, appending = false;
+    uint64_t seq = 0, used = 0, index = 0;
+  };
+  uint8_t* block(uint32_t t) { return map_ + raw::kBlockSize * (t + 1); }
+  void start_block(uint32_t t) {
+    auto* h = reinterpret_cast<raw::BlockHeader*>(block(t));
+    h->thread = t;
+    h->thread_block_seq = state_[t].seq++;
+    h->tid = 100 + t;
+    std::snprintf(h->name, sizeof h->name, "worker%u", t);
+    __atomic_store_n(&h->magic, raw::kBlockMagic, __ATOMIC_RELEASE);
+    state_[t].used = 0;
+  }
+  void finish_append(uint32_t t) {
+    State& s = state_[t];
+    ASSERT_EQ(pwrite(data_fd_, block(t), raw::kBlockSize, off_t(s.index * raw::kBlockSize)), ssize_t(raw::kBlockSize));
+    auto* h = reinterpret_cast<raw::BlockHeader*>(block(t));
+    __atomic_store_n(&h->magic, 0u, __ATOMIC_RELEASE);
+    std::memset(block(t) + sizeof(uint32_t), 0, raw::kBlockSize - sizeof(uint32_t));
+    s.appending = false;
+    start_block(t);
+  }
+
+  std::string path_;
+  uint32_t threads_;
+  bool slow_;
+  int fd_ = -1, data_fd_ = -1;
+  uint8_t* map_ = nullptr;
+  raw::FileHeader* header_ = nullptr;
+  std::vector<State> state_;
+};
+
+struct Step {
+  uint32_t thread;
+  raw::Record rec;
+};
+
+// A program of 3 threads: each allocates and frees, and hands a share of its
+// objects to the next thread to free; addresses are reused once freed. Ticks
+// rise by one per record, in the order the records are listed.
+std::vector<Step> script(uint64_t records_per_thread) {
+  std::vector<Step> out;
+  std::vector<std::deque<uint64_t>> own(3), handed(3);
+  uint64_t ticks = kStart + 10, next_addr = 0x10000;
+  std::vector<uint64_t> free_addrs;
+  auto take_addr = [&] {
+    if (!free_addrs.empty()) {
+      const uint64_t a = free_addrs.back();
+      free_addrs.pop_back();
+      return a;
+    }
+    return next_addr += 0x40;
+  };
+  for (uint64_t i = 0; i < records_per_thread; ++i) {
+    for (uint32_t t = 0; t < 3; ++t) {
+      const uint64_t r = (i * 7 + t * 13) % 10;
+      if (r < 5 || own[t].empty()) {
+        const uint64_t a = take_addr();
+        out.push_back({t, raw::Record{raw::record_head(uint32_t(Op::malloc), ticks++), a, 16 + r * 8, 0}});
+        (r == 3 ? handed[(t + 1) % 3] : own[t]).push_back(a);
+      } else {
+        std::deque<uint64_t>& q = !handed[t].empty() && r > 7 ? handed[t] : own[t];
+        if (q.empty()) continue;
+        const uint64_t a = q.front();
+        q.pop_front();
+        out.push_back({t, raw::Record{raw::record_head(uint32_t(Op::free), ticks++), a, 0, 0}});
+        free_addrs.push_back(a);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Event> read_events(const std::string& path) {
+  auto r = trace::TraceReader::open(path);
+  std::vector<Event> all = trace::testutil::read_all(*r), out;
+  for (Event& e : all) {
+    if (e.op == Op::thread_end) continue;  // live: written once the image ended
+    e.seq = 0;
+    e.time = 0;
+    out.push_back(e);
+  }
+  return out;
+}
+
+bool same(const Event& a, const Event& b) {
+  return a.op == b.op && a.thread == b.thread && a.id == b.id && a.old == b.old && a.size == b.size &&
+         a.flags == b.flags;
+}
+
+struct LiveRun {
+  NormaliseReport rep;
+  std::vector<Event> events;
+  uint64_t polls = 0, appended = 0, consumed = 0;
+  uint64_t blocks_disk_bytes = 0;  // .blocks's allocated size at the end
+};
+
+// Writes `steps` through a FakeShim, `batch` records per call of `ended`,
+// normalising live into DIR/live.hlt.
+LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batch, bool slow, bool consume) {
+  const std::string path = dir.file("4321.0.hlraw");
+  FakeShim shim(path, 3, slow);
+  LiveRawFile raw(path, consume);
+  LiveRun out;
+  size_t next = 0;
+  std::vector<Step> waiting;  // records of threads inside a slow append
+  auto ended = [&] {
+    ++out.polls;
+    shim.next_batch();
+    std::vector<Step> retry;
+    retry.swap(waiting);
+    for (const Step& s : retry)
+      if (!shim.emit(s.thread, s.rec)) waiting.push_back(s);
+    for (size_t n = 0; n < batch && next < steps.size(); ++n, ++next) {
+      // A thread's records stay in order: behind one that waits, they wait too.
+      bool blocked = false;
+      for (const Step& w : waiting) blocked |= w.thread == steps[next].thread;
+      if (blocked || !shim.emit(steps[next].thread, steps[next].rec)) waiting.push_back(steps[next]);
+    }
+    return next == steps.size() && waiting.empty() && out.polls > 2;
+  };
+  NormaliseOptions opt;
+  out.rep = normalise_live(raw, dir.file("live.hlt"), opt, ended, [] { return nlohmann::json::object(); });
+  out.events = read_events(dir.file("live.hlt"));
+  out.appended = shim.appended();
+  out.consumed = shim.consumed();
+  struct stat st;
+  if (stat((path + ".blocks").c_str(), &st) == 0) out.blocks_disk_bytes = uint64_t(st.st_blocks) * 512;
+  return out;
+}
+
+std::vector<Event> normalise_after(const TempDir& dir) {
+  RawFile f(dir.file("4321.0.hlraw"));
+  normalise(f, dir.file("after.hlt"), NormaliseOptions{});
+  return read_events(dir.file("after.hlt"));
+}
+
+void expect_same(const std::vector<Event>& live, const std::vector<Event>& after) {
+  ASSERT_EQ(live.size(), after.size());
+  for (size_t i = 0; i < live.size(); ++i)
+    ASSERT_TRUE(same(live[i], after[i])) << "event " << i << ": live op " << trace::op_name(live[i].op) << " t"
+                                         << live[i].thread << " id " << live[i].id << " old " << live[i].old
+                                         << ", after op " << trace::op_name(after[i].op) << " t" << after[i].thread
+                                         << " id " << after[i].id << " old " << after[i].old;
+}
+
+TEST(LiveNormalise, SameEventsAsAfterTheFact) {
+  const std::vector<Step> steps = script(30000);  // about 14 blocks per thread
+  for (size_t batch : {size_t(1000), size_t(2046), size_t(5000)}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    TempDir dir;
+    LiveRun live = run_live(dir, steps, batch, false, false);
+    EXPECT_EQ(live.rep.records, steps.size());
+    EXPECT_EQ(live.rep.calls, steps.size());
+    EXPECT_EQ(live.rep.unknown_frees, 0u);
+    EXPECT_EQ(live.rep.reused_live, 0u);
+    EXPECT_EQ(live.rep.holes, 0u);
+    EXPECT_EQ(live.rep.threads, 3u);
+    EXPECT_GT(live.appended, 30u);
+    EXPECT_EQ(live.consumed, 0u);  // the raw files stay whole
+    expect_same(live.events, normalise_after(dir));
+  }
+}
+
+TEST(LiveNormalise, SlowAppendsKeepTheOrder) {
+  // A thread's full block is counted in .blocks before it is written; the
+  // thread waits meanwhile and the reader must not pass it.
+  const std::vector<Step> steps = script(30000);
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 1500, true, false);
+  EXPECT_EQ(live.rep.records, steps.size());
+  EXPECT_EQ(live.rep.reused_live, 0u);
+  EXPECT_EQ(live.rep.unknown_frees, 0u);
+  expect_same(live.events, normalise_after(dir));
+}
+
+TEST(LiveNormalise, ConsumedBlocksAreGivenBack) {
+  const std::vector<Step> steps = script(60000);  // about 29 blocks per thread
+  TempDir keep_dir, dir;
+  LiveRun kept = run_live(keep_dir, steps, 3000, false, false);
+  LiveRun live = run_live(dir, steps, 3000, false, true);
+  EXPECT_EQ(live.rep.records, steps.size());
+  EXPECT_EQ(live.consumed, live.appended) << "every appended block consumed and counted for the shim";
+  EXPECT_GT(live.appended, 80u);
+  // Holes punched: what stays allocated is far less than the file's length.
+  EXPECT_LT(live.blocks_disk_bytes, 8 * raw::kBlockSize) << "of " << live.appended * raw::kBlockSize;
+  expect_same(live.events, kept.events);
+}
+
+TEST(LiveNormalise, NotARawFileYet) {
+  TempDir dir;
+  const std::string path = dir.file("1.0.hlraw");
+  trace::testutil::write_file(path, std::string(raw::kBlockSize, '\0'));  // the shim writes the magic last
+  try {
+    LiveRawFile raw(path, true);
+    FAIL() << "opened a file without its magic";
+  } catch (const RawError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": not a heaplab raw capture (bad magic)");
+  }
+}
+
+}  // namespace
+}  // namespace heaplab::normalise
