@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Whole `heaplab capture` against the program run natively (issue 16):
+normalising while the program runs (`--normalise live`, the default) and
+once it has exited (`--normalise after`), with the scratch disk each needs.
+
+For each program (`churn 1 4000000` leaves a core free, `churn 2 2000000`
+keeps both busy), runs are interleaved (native, live, after, native, ...)
+--reps times; medians of the wall times are printed, start to finish of each
+command. While a capture runs, a sampler reads the disk space its raw
+directory holds (allocated blocks, so punched holes do not count) and
+heaplab's own peak RSS (VmHWM) every 2 ms.
+
+Then one long capture (`churn 2 --long-ops`, 16 M calls per million ops)
+shows scratch disk staying bounded whatever the length.
+
+Usage: scripts/bench-capture-live.py [--reps 5] [--long-ops 20000000] [--skip-long]
+HEAPLAB_BUILD_DIR picks the build to measure (default: build/).
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
+HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
+CHURN = os.path.join(BUILD, "capture", "testprogs", "churn")
+
+
+def dir_bytes(path):
+    total = 0
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                try:
+                    total += e.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    return total
+
+
+def hwm_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            m = re.search(r"VmHWM:\s+(\d+)", f.read())
+            return int(m.group(1)) if m else 0
+    except OSError:
+        return 0
+
+
+def run_capture(work, prog, mode):
+    """Returns (wall seconds, peak scratch bytes, heaplab peak RSS KiB, stderr)."""
+    out = os.path.join(work, "t.hlt")
+    raw = os.path.join(work, "raw")
+    shutil.rmtree(raw, ignore_errors=True)
+    cmd = [HEAPLAB, "capture", "--normalise", mode, "--raw-dir", raw, "-o", out, "--"] + prog
+    peak = {"disk": 0, "rss": 0}
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak["disk"] = max(peak["disk"], dir_bytes(raw))
+            peak["rss"] = max(peak["rss"], hwm_kib(p.pid))
+            time.sleep(0.002)
+
+    th = threading.Thread(target=sample)
+    th.start()
+    err = p.communicate()[1]
+    dt = time.monotonic() - t0
+    done.set()
+    th.join()
+    if p.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} exited {p.returncode}: {err.strip()[-500:]}")
+    return dt, peak["disk"], peak["rss"], err
+
+
+def timed(cmd):
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} exited {r.returncode}")
+    return time.monotonic() - t0
+
+
+def mib(n):
+    return f"{n / 1048576:.1f} MiB"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--long-ops", type=int, default=20000000)
+    ap.add_argument("--skip-long", action="store_true")
+    a = ap.parse_args()
+    for p in (HEAPLAB, CHURN):
+        if not os.path.exists(p):
+            sys.exit(f"bench: {p} not found: build first (scripts/bootstrap.sh)")
+    work = tempfile.mkdtemp(prefix="heaplab-bench-live-")
+    try:
+        print("| program | native | capture, live | vs native | capture, after | vs native "
+              "| scratch peak, live | scratch peak, after | heaplab RSS, live |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for prog in (["1", "4000000"], ["2", "2000000"]):
+            cmdline = [CHURN] + prog
+            nat, live, after, disk_live, disk_after, rss_live = [], [], [], [], [], []
+            for _ in range(a.reps):
+                nat.append(timed(cmdline))
+                dt, disk, rss, _ = run_capture(work, cmdline, "live")
+                live.append(dt)
+                disk_live.append(disk)
+                rss_live.append(rss)
+                dt, disk, _, _ = run_capture(work, cmdline, "after")
+                after.append(dt)
+                disk_after.append(disk)
+            n, l, f = statistics.median(nat), statistics.median(live), statistics.median(after)
+            print(f"| `churn {' '.join(prog)}` | {n:.3f} s | {l:.3f} s | **{l / n:.2f}x** | {f:.3f} s | {f / n:.2f}x "
+                  f"| {mib(max(disk_live))} | {mib(max(disk_after))} | {max(rss_live) / 1024:.1f} MiB |",
+                  flush=True)
+        if not a.skip_long:
+            prog = [CHURN, "2", str(a.long_ops)]
+            dt, disk, rss, err = run_capture(work, prog, "live")
+            m = re.search(r": ([0-9,]+) calls in", err)
+            calls = m.group(1) if m else "?"
+            print(f"\nlong: `churn 2 {a.long_ops}` ({calls} calls) captured live in {dt:.1f} s: "
+                  f"scratch disk peak {mib(disk)}, heaplab peak RSS {rss / 1024:.1f} MiB "
+                  f"(after the fact it would need {int(calls.replace(',', '')) * 32 / 1073741824:.1f} GiB of scratch)"
+                  if calls != "?" else f"long: {err}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
