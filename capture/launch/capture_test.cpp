@@ -596,6 +596,27 @@ TEST(Capture, LiveNormalisingMatchesAfter) {
   expect_trace_ok(r.traces[0].path);
 }
 
+// A followed child whose main thread calls pthread_exit runs on: its image
+// has not ended while another thread of it runs (its trace is whole).
+TEST(Capture, LiveChildWhoseMainThreadExits) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_c"), "mainexit", "1000000"});
+  opt.follow_fork = true;
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  ASSERT_EQ(r.exit_code, 0);
+  ASSERT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 2u);
+  auto mid = between_markers(read_events(r.traces[1].path), true);
+  ASSERT_TRUE(mid);
+  uint64_t mallocs = 0, frees = 0;
+  for (const Event& e : *mid) {
+    mallocs += e.op == Op::malloc && e.size == 48 && e.id;
+    frees += e.op == Op::free && e.old;
+  }
+  EXPECT_EQ(mallocs, 1000000u);
+  EXPECT_EQ(frees, 1000000u);
+}
+
 TEST(Capture, ForkWithoutFollow) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_c"), "fork"});

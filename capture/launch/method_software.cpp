@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -34,18 +36,37 @@ void nap_ms(long ms) {
   nanosleep(&ts, nullptr);
 }
 
-// Whether process PID has exited (gone, or a zombie not yet reaped).
-bool process_gone(uint32_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;
+// Whether a task's /proc stat file says it has exited: 1 yes, 0 no, -1
+// cannot tell (not a "no such process").
+int task_exited(const std::string& stat_path) {
+  int fd = ::open(stat_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH ? 1 : -1;
   char buf[512];
   const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  const int err = errno;
   ::close(fd);
-  if (n <= 0) return true;
+  if (n < 0) return err == ESRCH ? 1 : -1;
+  if (n == 0) return 1;
   buf[n] = 0;
   const char* paren = std::strrchr(buf, ')');  // the name may hold anything, ')' included
-  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  if (!paren || paren[1] != ' ') return -1;
+  return paren[2] == 'Z' || paren[2] == 'X' ? 1 : 0;
+}
+
+// Whether process PID has exited: every thread of it gone or a zombie (its
+// main thread alone may have called pthread_exit while others run on).
+// Anything heaplab cannot tell (out of descriptors) counts as running.
+bool process_gone(uint32_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  if (task_exited(dir + "/stat") != 1) return false;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir + "/task", ec);
+  if (ec) return ec == std::errc::no_such_file_or_directory || ec == std::errc::no_such_process;
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) return false;
+    if (task_exited(it->path().string() + "/stat") != 1) return false;
+  }
+  return !ec;
 }
 
 // Root first, then by pid and image.
@@ -84,6 +105,8 @@ class LiveCollector {
     for (auto& j : jobs_) end(*j, capture_metadata(opt, res, j->root, nlohmann::json::object()));
     for (auto& j : jobs_)
       if (j->thread.joinable()) j->thread.join();
+    for (auto& j : jobs_)
+      if (!j->live_failed.empty()) run(*j);  // ended: normalised as with --normalise after
     std::vector<RawName> raws;
     for (auto& j : jobs_) raws.push_back(j->name);
     sort_raws(raws, run_.pid);
@@ -105,6 +128,7 @@ class LiveCollector {
     nlohmann::json meta;  // written before `ended`
     std::optional<TraceResult> result;
     std::string error, note;
+    std::string live_failed;  // why it had no thread of its own
     std::thread thread;
   };
 
@@ -121,6 +145,18 @@ class LiveCollector {
 
   void watch() {
     while (!stop_.load()) {
+      try {
+        look();
+      } catch (const std::exception&) {
+        // (A thread that cannot be started is reported by its job; anything
+        // else is tried again in 10 ms.)
+      }
+      nap_ms(10);
+    }
+  }
+
+  void look() {
+    {
       add_new();
       for (auto& j : jobs_) {
         if (j->root || j->ended.load(std::memory_order_acquire)) continue;
@@ -132,7 +168,6 @@ class LiveCollector {
           end(*j, capture_metadata(opt_, none, false, nlohmann::json::object()));
         }
       }
-      nap_ms(10);
     }
   }
 
@@ -151,13 +186,19 @@ class LiveCollector {
       j->root = r.pid == uint32_t(run_.pid) && r.gen == 0;
       Job* job = j.get();
       jobs_.push_back(std::move(j));
-      job->thread = std::thread([this, job] { run(*job); });
+      try {
+        job->thread = std::thread([this, job] { run(*job); });
+      } catch (const std::system_error& e) {
+        // No thread for it: normalised after the program exits (finish()).
+        job->live_failed = e.what();
+      }
     }
   }
 
   void run(Job& j) {
     const std::string out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root);
     auto ended = [&] { return j.ended.load(std::memory_order_acquire); };
+    uint64_t consumed = 0;
     try {
       // The shim writes the header's magic last: wait for a valid header.
       std::unique_ptr<normalise::LiveRawFile> raw;
@@ -181,9 +222,14 @@ class LiveCollector {
       }
       normalise::NormaliseOptions nopt = opt_.normalise;
       TraceResult tr;
-      common::write_then_rename(out, [&](const std::string& tmp) {
-        tr.report = normalise::normalise_live(*raw, tmp, nopt, ended, [&] { return j.meta; });
-      });
+      try {
+        common::write_then_rename(out, [&](const std::string& tmp) {
+          tr.report = normalise::normalise_live(*raw, tmp, nopt, ended, [&] { return j.meta; });
+        });
+      } catch (...) {
+        consumed = raw->blocks_consumed();
+        throw;
+      }
       tr.path = out;
       tr.pid = j.name.pid;
       tr.exec_generation = j.name.gen;
@@ -194,6 +240,9 @@ class LiveCollector {
       j.result = std::move(tr);
     } catch (const std::exception& e) {
       j.error = e.what();
+      if (consumed > 0)
+        j.error += " (" + std::to_string(consumed) +
+                   " raw blocks were already normalised and deleted: the raw files left hold only the rest)";
     }
   }
 

@@ -590,6 +590,10 @@ uint64_t Normaliser::drain(bool all) {
 
 uint64_t Normaliser::step(uint64_t now) {
   live_now_ = now;
+  // The TSC's rate, measured over ever longer: a clock pair's error shrinks
+  // in proportion (timestamps never go back: process() holds them).
+  if (opt_.ns_per_tick == 0)
+    if (const double r = in_.ns_per_tick(); r > 0) ns_per_tick_ = r;
   add_streams();
   refill();
   watermark_ = UINT64_MAX;

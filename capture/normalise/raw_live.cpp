@@ -197,6 +197,16 @@ class LiveCursor final : public RecordCursor {
 };
 
 LiveRawFile::LiveRawFile(const std::string& path, bool consume) : path_(path), consume_(consume) {
+  try {
+    open();
+  } catch (...) {
+    release();  // (no destructor runs for a constructor that throws)
+    throw;
+  }
+}
+
+void LiveRawFile::open() {
+  const std::string& path = path_;
   fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd_ < 0) fail(path, std::strerror(errno));
   struct stat st;
@@ -220,19 +230,24 @@ LiveRawFile::LiveRawFile(const std::string& path, bool consume) : path_(path), c
   if (header_->clock == kClockTsc) fail(path, "raw capture uses the TSC, which this machine cannot read");
 #endif
   const std::string blocks = path + ".blocks";
-  blocks_fd_ = ::open(blocks.c_str(), (consume ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  blocks_fd_ = ::open(blocks.c_str(), (consume_ ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (blocks_fd_ < 0) fail(blocks, std::strerror(errno));
 }
 
-LiveRawFile::~LiveRawFile() {
+void LiveRawFile::release() {
   if (header_) {
-    __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);  // never hold the shim back
+    if (heartbeat_) __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);  // never hold the shim back
     munmap(header_, kBlockSize);
+    header_ = nullptr;
   }
   if (ring_) munmap(const_cast<uint8_t*>(ring_), ring_size_);
+  ring_ = nullptr;
   if (fd_ >= 0) ::close(fd_);
   if (blocks_fd_ >= 0) ::close(blocks_fd_);
+  fd_ = blocks_fd_ = -1;
 }
+
+LiveRawFile::~LiveRawFile() { release(); }
 
 uint64_t LiveRawFile::now() const {
 #if defined(__x86_64__)
@@ -243,7 +258,16 @@ uint64_t LiveRawFile::now() const {
 
 double LiveRawFile::ns_per_tick() const {
   if (header_->clock == kClockMonotonic) return 1.0;
-  const uint64_t m1 = mono_now(), t1 = now();
+  // The clock pair read closest together of a few (a preempted read is off by far more).
+  uint64_t m1 = 0, t1 = 0, best = UINT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    const uint64_t a = now(), m = mono_now(), b = now();
+    if (b >= a && b - a < best) {
+      best = b - a;
+      m1 = m;
+      t1 = a + (b - a) / 2;
+    }
+  }
   const uint64_t m0 = header_->start_mono_ns, t0 = header_->start_ticks;
   if (m1 < m0 + 20000000 || t1 <= t0) return 0;
   return double(m1 - m0) / double(t1 - t0);
@@ -336,7 +360,10 @@ void LiveRawFile::consume(uint64_t offset) {
 
 uint64_t LiveRawFile::poll() {
   const uint64_t t = now();
-  if (consume_ && !final_) __atomic_store_n(&header_->consumer_ns, mono_now(), __ATOMIC_RELEASE);
+  if (consume_ && !final_) {
+    __atomic_store_n(&header_->consumer_ns, mono_now(), __ATOMIC_RELEASE);
+    heartbeat_ = true;
+  }
   const uint32_t nthreads = acquire(&header_->next_thread);
   map_ring();
   const uint32_t slots = std::min(nthreads, slots_);
@@ -357,7 +384,7 @@ uint64_t LiveRawFile::poll() {
 
 void LiveRawFile::finish() {
   final_ = true;
-  __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);
+  if (heartbeat_) __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);
   poll();
 }
 

@@ -60,7 +60,8 @@ class LiveRawFile final : public RecordSource {
   uint64_t blocks() const override { return blocks_; }
   uint64_t blocks_missing() const override { return missing_; }
   bool clean_exit() const override;
-  // From the header's clock pair to one taken now (0 while under 20 ms apart).
+  // From the header's clock pair to one taken now (0 while under 20 ms
+  // apart): more exact the longer the process has run.
   double ns_per_tick() const override;
 
  private:
@@ -85,9 +86,12 @@ class LiveRawFile final : public RecordSource {
   void map_ring();
   void consume(uint64_t offset);
   void read_appended(uint64_t offset, uint8_t* buf) const;
+  void open();
+  void release();
 
   std::string path_;
   bool consume_ = false, final_ = false;
+  bool heartbeat_ = false;  // consumer_ns was set: cleared when done
   int fd_ = -1, blocks_fd_ = -1;
   raw::FileHeader* header_ = nullptr;  // its own writable mapping (the heartbeat and consumed count)
   const uint8_t* ring_ = nullptr;

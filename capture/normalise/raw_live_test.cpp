@@ -35,10 +35,10 @@ using trace::testutil::TempDir;
 constexpr uint64_t kStart = 1000;
 
 // Writes a raw capture as the shim does: records into each thread's block in
-// the mapping (head last), full blocks appended to .blocks. With
-// `slow_appends`, a full block's index is reserved at once but its pwrite,
-// clearing and the thread's next block wait for the next batch (a thread
-// preempted inside the shim's append).
+// the mapping (head last); a full block is appended to .blocks when the
+// thread's next record comes. With `slow_appends`, the block's index is
+// reserved at once but its pwrite, clearing and the thread's next block wait
+// for the next batch (a thread preempted inside the shim's append).
 class FakeShim {
  public:
   FakeShim(const std::string& path, uint32_t threads, bool slow_appends)
@@ -73,16 +73,18 @@ class FakeShim {
       __atomic_store_n(&header_->next_thread, std::max(header_->next_thread, t + 1), __ATOMIC_RELEASE);
       start_block(t);
     }
+    if (s.used == raw::kRecordsPerBlock) {
+      s.index = __atomic_fetch_add(&header_->data_blocks, 1u, __ATOMIC_RELAXED);
+      s.appending = true;
+      if (slow_) return false;
+      finish_append(t);
+    }
     auto* rec = reinterpret_cast<raw::Record*>(block(t) + raw::kBlockHeaderSize) + s.used;
     rec->a = r.a;
     rec->b = r.b;
     rec->c = r.c;
     __atomic_store_n(&rec->head, r.head, __ATOMIC_RELEASE);
-    if (++s.used == raw::kRecordsPerBlock) {
-      s.index = __atomic_fetch_add(&header_->data_blocks, 1u, __ATOMIC_RELAXED);
-      s.appending = true;
-      if (!slow_) finish_append(t);
-    }
+    ++s.used;
     return true;
   }
   // The slow appends of the last batch complete.
@@ -189,6 +191,7 @@ struct LiveRun {
   NormaliseReport rep;
   std::vector<Event> events;
   uint64_t polls = 0, appended = 0, consumed = 0;
+  uint64_t most_unconsumed = 0;    // appended blocks not yet consumed, at worst
   uint64_t blocks_disk_bytes = 0;  // .blocks's allocated size at the end
 };
 
@@ -203,6 +206,7 @@ LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batc
   std::vector<Step> waiting;  // records of threads inside a slow append
   auto ended = [&] {
     ++out.polls;
+    out.most_unconsumed = std::max(out.most_unconsumed, shim.appended() - shim.consumed());
     shim.next_batch();
     std::vector<Step> retry;
     retry.swap(waiting);
@@ -282,6 +286,29 @@ TEST(LiveNormalise, ConsumedBlocksAreGivenBack) {
   // Holes punched: what stays allocated is far less than the file's length.
   EXPECT_LT(live.blocks_disk_bytes, 8 * raw::kBlockSize) << "of " << live.appended * raw::kBlockSize;
   expect_same(live.events, kept.events);
+}
+
+TEST(LiveNormalise, ThreadIdleAfterAFullBlockHoldsNothingUp) {
+  // Thread 0 fills its block exactly, then makes no more calls: its block
+  // stays in the mapping, full, never appended. Its next record can only
+  // come after the reader looked: thread 1's blocks are consumed as they come.
+  std::vector<Step> steps;
+  uint64_t ticks = kStart + 10;
+  for (uint64_t i = 0; i < raw::kRecordsPerBlock / 2; ++i) {
+    steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::malloc), ticks++), 0x1000 + i * 64, 32, 0}});
+    steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::free), ticks++), 0x1000 + i * 64, 0, 0}});
+  }
+  for (uint64_t i = 0; i < 60 * raw::kRecordsPerBlock / 2; ++i) {
+    steps.push_back({1, raw::Record{raw::record_head(uint32_t(Op::malloc), ticks++), 0x900000 + i * 64, 48, 0}});
+    steps.push_back({1, raw::Record{raw::record_head(uint32_t(Op::free), ticks++), 0x900000 + i * 64, 0, 0}});
+  }
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 2000, false, true);
+  EXPECT_EQ(live.rep.records, steps.size());
+  EXPECT_EQ(live.rep.unknown_frees, 0u);
+  EXPECT_GE(live.appended, 59u);
+  EXPECT_EQ(live.consumed, live.appended);
+  EXPECT_LE(live.most_unconsumed, 2u) << "blocks waited for thread 0, which had nothing more to write";
 }
 
 TEST(LiveNormalise, NotARawFileYet) {

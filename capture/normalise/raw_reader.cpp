@@ -53,6 +53,9 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     fail(path, "raw capture has an unexpected block layout");
   if (h.clock != kClockTsc && h.clock != kClockMonotonic)
     fail(path, "raw capture names an unknown clock " + std::to_string(h.clock));
+  if (h.consumed_blocks != 0)
+    fail(path, "raw capture partly normalised already while the program ran (" + std::to_string(h.consumed_blocks) +
+                   " blocks deleted): normalising the rest would lose calls silently");
   std::string blocks_path = path + ".blocks";
   appended_fd_ = ::open(blocks_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (appended_fd_ < 0 && errno != ENOENT) fail(blocks_path, std::strerror(errno));

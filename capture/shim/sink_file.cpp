@@ -208,17 +208,20 @@ bool switch_block() {
 
 // A live normaliser consumes appended blocks while the program runs: wait
 // while it is kLiveAheadBlocks behind, so that scratch disk stays bounded,
-// but never for one that stopped answering. (The wait is the shim's cost:
-// the caller times it.)
-void wait_for_consumer() {
-  for (;;) {
-    const uint64_t alive = __atomic_load_n(&g_header->consumer_ns, __ATOMIC_ACQUIRE);
-    if (alive == 0) return;
-    const uint64_t appended = __atomic_load_n(&g_header->data_blocks, __ATOMIC_RELAXED);
-    const uint64_t consumed = __atomic_load_n(&g_header->consumed_blocks, __ATOMIC_ACQUIRE);
-    if (appended < consumed + kLiveAheadBlocks) return;
+// but never for one that stopped answering. Returns whether it waited.
+// (Called with signals open, so that Ctrl-C is not held up; the wait is the
+// shim's cost: the caller times it.)
+bool wait_for_consumer() {
+  FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
+  if (!h) return false;
+  for (bool waited = false;; waited = true) {
+    const uint64_t alive = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE);
+    if (alive == 0) return waited;
+    const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED);
+    const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
+    if (appended < consumed + kLiveAheadBlocks) return waited;
     const uint64_t now = mono_ns();
-    if (now > alive && now - alive > kLiveTimeoutNs) return;
+    if (now > alive && now - alive > kLiveTimeoutNs) return waited;
     timespec ts{0, 200000};
     nanosleep(&ts, nullptr);
   }
@@ -227,7 +230,6 @@ void wait_for_consumer() {
 // The thread's block is full: append it to .blocks, clear it, start the next.
 bool next_block() {
   ThreadSink& t = t_sink;
-  wait_for_consumer();
   if (!same_file(g_data_fd, g_data_ino)) {
     stop_capture("the program closed or replaced the capture's file descriptor; capture stopped", 0);
     return false;
@@ -248,7 +250,9 @@ bool next_block() {
     done += uint64_t(n);
   }
   // Clear the magic first: a copy in the mapping without it is never read.
+  // (The fence keeps the clearing stores after it on weakly ordered CPUs too.)
   __atomic_store_n(&reinterpret_cast<BlockHeader*>(t.block)->magic, 0u, __ATOMIC_RELEASE);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   memset(t.block + sizeof(uint32_t), 0, kBlockSize - sizeof(uint32_t));
   start_block(t.block);
   return true;
@@ -272,6 +276,10 @@ void read_proc_file(const char* path, char* buf, uint64_t cap, uint32_t* len) {
 
 void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) {
   const uint64_t t0 = stamp();
+  // A full block (not the thread's first): wait for a live reader first. A
+  // record stamped before a long wait is stamped again: an allocation's still
+  // after its call returned, a release's still before its call starts.
+  if (t_sink.slot != 0 && __atomic_load_n(&g_capturing, __ATOMIC_RELAXED) && wait_for_consumer()) ticks = stamp();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);

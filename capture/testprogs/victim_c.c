@@ -9,10 +9,14 @@
  *                          allocates on: the capture must never write into FILE
  *   victim_c signal N      N malloc/free pairs while a timer signal handler
  *                          also mallocs and frees; prints both counts
+ *   victim_c mainexit N    forks; the child's main thread starts a thread that
+ *                          makes N malloc/free pairs of 48 bytes, then calls
+ *                          pthread_exit (the process runs on without it)
  * Every scenario brackets its calls with malloc(777001)/free and
  * malloc(777002)/free markers, so tests ignore what libc does around them. */
 #define _GNU_SOURCE
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +47,30 @@ static int single(void) {
   free(a);
   END();
   return 0;
+}
+
+static void* pairs(void* arg) {
+  long n = (long)arg;
+  BEGIN();
+  for (long i = 0; i < n; ++i) {
+    sink = malloc(48);
+    free(sink);
+  }
+  END();
+  return NULL;
+}
+
+static int main_exits(long n) {
+  pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, pairs, (void*)n) != 0) _exit(1);
+    pthread_exit(NULL);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 static int do_fork(void) {
@@ -141,5 +169,6 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
   if (!strcmp(argv[1], "signal") && argc == 3) return signals(atol(argv[2]));
   if (!strcmp(argv[1], "closefds") && argc == 3) return closefds(argv[2]);
+  if (!strcmp(argv[1], "mainexit") && argc == 3) return main_exits(atol(argv[2]));
   return 2;
 }
