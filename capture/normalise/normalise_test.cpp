@@ -111,6 +111,7 @@ struct Capture {
   uint64_t end_ticks = 0, end_mono_ns = 0;
   uint32_t flags = raw::kFlagCleanExit;
   uint64_t event_cost_x1024 = 0, timer_overhead = 0;
+  uint64_t consumed_blocks = 0;         // by a live normaliser
   std::optional<uint32_t> next_thread;  // default: slots.size()
 
   std::vector<std::optional<Block>> slots;  // mapped blocks, by slot
@@ -149,6 +150,7 @@ struct Capture {
     h->flags = flags;
     h->event_cost_x1024 = event_cost_x1024;
     h->timer_overhead = timer_overhead;
+    h->consumed_blocks = consumed_blocks;
     static const char kCmd[] = "prog\0arg1";
     std::memcpy(h->cmdline, kCmd, sizeof kCmd - 1);
     h->cmdline_len = sizeof kCmd - 1;
@@ -959,6 +961,19 @@ TEST(Normalise, HoleAtTheStartOfALaterBlock) {
 }
 
 // ===================================================================== 7. blocks
+
+TEST(RawFile, PartlyConsumedByALiveNormaliserIsRefused) {
+  // Its consumed blocks are gone from .blocks: what is left would make a
+  // trace missing calls, with nothing to say so.
+  TempDir dir;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1010, 0x1000, 16)});
+  c.consumed_blocks = 7;
+  const std::string path = c.write(dir);
+  EXPECT_EQ(raw_error(path), path +
+                                 ": raw capture partly normalised already while the program ran (7 blocks deleted): "
+                                 "normalising the rest would lose calls silently");
+}
 
 TEST(RawFile, BlocksInSeqOrder) {
   TempDir dir;
