@@ -4,7 +4,7 @@ normalising while the program runs (`--normalise live`, the default) and
 once it has exited (`--normalise after`), with the scratch disk each needs.
 
 For each program (`churn 1 4000000` leaves a core free, `churn 2 2000000`
-keeps both busy), runs are interleaved (native, live, after, native, ...)
+keeps both busy, `churn 512 4000` has 512 threads), runs are interleaved (native, live, after, native, ...)
 --reps times; medians of the wall times are printed, start to finish of each
 command. While a capture runs, a sampler reads the disk space its raw
 directory holds (allocated blocks, so punched holes do not count) and
@@ -110,7 +110,7 @@ def main():
         print("| program | native | capture, live | vs native | capture, after | vs native "
               "| scratch peak, live | scratch peak, after | heaplab RSS, live |")
         print("|---|---|---|---|---|---|---|---|---|")
-        for prog in (["1", "4000000"], ["2", "2000000"]):
+        for prog in (["1", "4000000"], ["2", "2000000"], ["512", "4000"]):
             cmdline = [CHURN] + prog
             nat, live, after, disk_live, disk_after, rss_live = [], [], [], [], [], []
             for _ in range(a.reps):
