@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -236,7 +239,11 @@ void LiveRawFile::open() {
 
 void LiveRawFile::release() {
   if (header_) {
-    if (heartbeat_) __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);  // never hold the shim back
+    if (heartbeat_) {
+      __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);  // never hold the shim back
+      woken_ = false;
+      wake_waiters();
+    }
     munmap(header_, kBlockSize);
     header_ = nullptr;
   }
@@ -356,9 +363,20 @@ void LiveRawFile::consume(uint64_t offset) {
     punch_error_ = std::strerror(errno);
   ++consumed_;
   __atomic_store_n(&header_->consumed_blocks, consumed_, __ATOMIC_RELEASE);
+  woken_ = false;
+}
+
+// Threads of the program waiting for consumed blocks (the shim's
+// wait_for_consumer) sleep on the count's low half.
+void LiveRawFile::wake_waiters() {
+  if (woken_ || !header_) return;
+  woken_ = true;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->consumed_blocks), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+          0);
 }
 
 uint64_t LiveRawFile::poll() {
+  wake_waiters();  // for what the last steps consumed
   const uint64_t t = now();
   if (consume_ && !final_) {
     __atomic_store_n(&header_->consumer_ns, mono_now(), __ATOMIC_RELEASE);
@@ -383,6 +401,7 @@ uint64_t LiveRawFile::poll() {
 }
 
 void LiveRawFile::finish() {
+  wake_waiters();
   final_ = true;
   if (heartbeat_) __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);
   poll();

@@ -88,10 +88,12 @@ class LiveRawFile final : public RecordSource {
   void read_appended(uint64_t offset, uint8_t* buf) const;
   void open();
   void release();
+  void wake_waiters();
 
   std::string path_;
   bool consume_ = false, final_ = false;
   bool heartbeat_ = false;  // consumer_ns was set: cleared when done
+  bool woken_ = true;       // no block consumed since the shim's waiters were woken
   int fd_ = -1, blocks_fd_ = -1;
   raw::FileHeader* header_ = nullptr;  // its own writable mapping (the heartbeat and consumed count)
   const uint8_t* ring_ = nullptr;

@@ -39,7 +39,9 @@ inline constexpr uint64_t kRecordsPerBlock = (kBlockSize - kBlockHeaderSize) / k
 inline constexpr uint64_t kBlocksPerSegment = 64;    // the shim maps 64 thread slots at a time
 inline constexpr uint32_t kBlockMagic = 0x4B4C4248;  // "HBLK"
 inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended blocks
-inline constexpr uint64_t kLiveTimeoutNs = 2000000000;
+// Long enough for a reader starved of CPU by a program of many busy threads
+// (the waiting threads give it the CPU back); a dead reader costs a stop this long.
+inline constexpr uint64_t kLiveTimeoutNs = 10000000000;
 inline constexpr uint64_t kTicksMask = (uint64_t{1} << 56) - 1;
 
 // FileHeader::clock

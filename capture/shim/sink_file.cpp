@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -222,8 +223,12 @@ bool wait_for_consumer() {
     if (appended < consumed + kLiveAheadBlocks) return waited;
     const uint64_t now = mono_ns();
     if (now > alive && now - alive > kLiveTimeoutNs) return waited;
-    timespec ts{0, 200000};
-    nanosleep(&ts, nullptr);
+    // Sleep until the reader counts a consumed block (it wakes the count's
+    // futex: the low half of the 64-bit count), or 5 ms at most: hundreds of
+    // threads waiting must not take the CPU the reader needs.
+    timespec ts{0, 5000000};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->consumed_blocks), FUTEX_WAIT, uint32_t(consumed), &ts, nullptr,
+            0);
   }
 }
 
