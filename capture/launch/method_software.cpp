@@ -4,8 +4,6 @@
 // back as they are consumed), or, with --normalise after, in parallel once
 // the program has exited.
 #include <fcntl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -198,10 +196,6 @@ class LiveCollector {
   }
 
   void run(Job& j) {
-    // Ahead of the program's threads where allowed (root, CAP_SYS_NICE): a
-    // program of hundreds of busy threads otherwise leaves this thread (and
-    // the writer thread it starts, which inherits it) a sliver of the CPU.
-    setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), -10);
     const std::string out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root);
     auto ended = [&] { return j.ended.load(std::memory_order_acquire); };
     uint64_t consumed = 0;

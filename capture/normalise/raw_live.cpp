@@ -241,7 +241,6 @@ void LiveRawFile::release() {
   if (header_) {
     if (heartbeat_) {
       __atomic_store_n(&header_->consumer_ns, uint64_t{0}, __ATOMIC_RELEASE);  // never hold the shim back
-      woken_ = false;
       wake_waiters();
     }
     munmap(header_, kBlockSize);
@@ -363,20 +362,21 @@ void LiveRawFile::consume(uint64_t offset) {
     punch_error_ = std::strerror(errno);
   ++consumed_;
   __atomic_store_n(&header_->consumed_blocks, consumed_, __ATOMIC_RELEASE);
-  woken_ = false;
+  // One waiting thread may append one more block: wake one (a system call
+  // per 2,046 records; waking them all would wake hundreds to append one).
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->consumed_blocks), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
 // Threads of the program waiting for consumed blocks (the shim's
-// wait_for_consumer) sleep on the count's low half.
+// wait_for_consumer) sleep on the count's low half: all woken when the
+// reader stops.
 void LiveRawFile::wake_waiters() {
-  if (woken_ || !header_) return;
-  woken_ = true;
+  if (!header_) return;
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->consumed_blocks), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
           0);
 }
 
 uint64_t LiveRawFile::poll() {
-  wake_waiters();  // for what the last steps consumed
   const uint64_t t = now();
   if (consume_ && !final_) {
     __atomic_store_n(&header_->consumer_ns, mono_now(), __ATOMIC_RELEASE);

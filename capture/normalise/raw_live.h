@@ -93,7 +93,6 @@ class LiveRawFile final : public RecordSource {
   std::string path_;
   bool consume_ = false, final_ = false;
   bool heartbeat_ = false;  // consumer_ns was set: cleared when done
-  bool woken_ = true;       // no block consumed since the shim's waiters were woken
   int fd_ = -1, blocks_fd_ = -1;
   raw::FileHeader* header_ = nullptr;  // its own writable mapping (the heartbeat and consumed count)
   const uint8_t* ring_ = nullptr;
