@@ -87,7 +87,7 @@ fi
 # The replay engine (threads waiting on each other's objects) and the
 # normaliser (a writer thread), built with -fsanitize=thread; only these test
 # programs, so the step stays short.
-TSAN_TARGETS="engine_test plan_test normalise_test"
+TSAN_TARGETS="engine_test plan_test normalise_test raw_live_test"
 if ((quick)); then
   echo "test: --quick: skipping the thread sanitizer build"
 else
