@@ -37,6 +37,10 @@ int run_capture(CaptureArgs& a, std::vector<std::string> command) {
   if (!a.quiet || !r.failed.empty() || r.traces.empty() || !r.notes.empty())
     fmt::print(stderr, "{}", launch::summary(r, a.opt));
   if (!r.failed.empty() || r.traces.empty()) return kExitBadInput;
+  // Calls lost because capture stopped (a full disk ...): the trace is not
+  // the program's whole run. (The program's own status is in the summary.)
+  for (const launch::TraceResult& t : r.traces)
+    if (t.report.dropped_calls) return kExitIncomplete;
   return r.exit_code;
 }
 
@@ -45,10 +49,12 @@ int run_capture(CaptureArgs& a, std::vector<std::string> command) {
 void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& line) {
   auto cap_args_ = std::make_shared<CaptureArgs>();
   CaptureArgs& cap_args = *cap_args_;
-  auto* cap = app.add_subcommand("capture",
-                                 "Run a program under the capture shim and write its heap trace\n"
-                                 "  heaplab capture [options] [--] PROGRAM [ARGS...]\n"
-                                 "Exits with the program's status (128+N if killed by signal N), 2 on errors.");
+  auto* cap =
+      app.add_subcommand("capture",
+                         "Run a program under the capture shim and write its heap trace\n"
+                         "  heaplab capture [options] [--] PROGRAM [ARGS...]\n"
+                         "Exits with the program's status (128+N if killed by signal N), 2 on errors, 3 when capture "
+                         "stopped early (a full disk) and calls are missing from the trace.");
   cap->add_option("-o,--output", cap_args.opt.output, "Output trace (default: PROGRAM.hlt)");
   cap->add_option("--allocator", cap_args.opt.allocator,
                   "Allocator to run the program on: glibc (default), jemalloc, mimalloc, tcmalloc or a .so path");

@@ -14,8 +14,9 @@
 
 namespace heaplab::cli {
 
-inline constexpr int kExitProblems = 1;  // check found problems
-inline constexpr int kExitBadInput = 2;  // bad usage or unreadable input
+inline constexpr int kExitProblems = 1;    // check found problems
+inline constexpr int kExitBadInput = 2;    // bad usage or unreadable input
+inline constexpr int kExitIncomplete = 3;  // capture: calls are missing (capture stopped on an error)
 
 // A one-line error for the user ("heaplab: error: MESSAGE", exit 2).
 struct Failure {

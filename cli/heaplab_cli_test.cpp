@@ -258,6 +258,21 @@ TEST_F(Cli, CaptureTakesTheProgramWithOrWithoutDashes) {
   EXPECT_EQ(r.err, "heaplab: error: capture: no program given (heaplab capture [options] -- PROGRAM [ARGS...])\n");
 }
 
+// Capture stopped on an error while the program ran on: capture says how
+// many calls are missing and exits 3; check fails on the trace.
+TEST_F(Cli, CaptureThatStoppedEarlyExitsThree) {
+  const std::string victim = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/victim_c";
+  Result r = run({"capture", "-o", "d.hlt", "--", victim, "closefds", "mine.txt"}, dir_);
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_NE(r.err.find("heaplab capture: victim_c exited with status 0 after"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("heaplab capture:   capture stopped: [0-9,]+ calls made after it are "
+                                                  "missing from the trace \\(a `lost` event says so\\)\n")))
+      << r.err;
+  r = run({"check", "d.hlt"}, dir_);
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("heaplab check: d.hlt: [0-9,]+ events lost in capture\n"))) << r.err;
+}
+
 TEST_F(Cli, CaptureRefusesBeforeRunning) {
   Result r = run({"capture", "-o", "x.hlt", "--", "no-such-program-xyz"}, dir_);
   EXPECT_EQ(r.status, 2);
@@ -418,10 +433,14 @@ TEST_F(Cli, ImportPerfPt) {
             "heaplab: note: 5 events lost (lost markers in the trace): 0 overflow packets, 0 truncated AUX records, "
             "0 AUX gaps\n"
             "heaplab: note: 1 frees of memory whose allocation is not in the trace (made before capture, or lost) "
-            "were skipped\n");  // malloc #14 was lost, its free #15 was not
-  r = run({"check", "direct.hlt"}, dir_);
-  EXPECT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("direct.hlt: note: the capture lost 5 events (lost markers)\n"), std::string::npos) << r.out;
+            "were skipped\n");             // malloc #14 was lost, its free #15 was not
+  r = run({"check", "direct.hlt"}, dir_);  // consistent, but not the whole run: fails
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("direct.hlt: the capture lost 5 events (lost markers): the trace is not the program's whole "
+                       "run\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.err, "heaplab check: direct.hlt: 5 events lost in capture\n");
   const std::string direct = run({"cat", "direct.hlt"}, dir_).out;
   EXPECT_NE(direct.find("lost(5)"), std::string::npos) << direct.substr(0, 2000);
   for (const char* dec : {"dlfilter", "text"}) {

@@ -155,13 +155,18 @@ int run_check(const std::string& path, size_t max_listed) {
   if (rep.problems > rep.listed.size())
     fmt::print("{}: ... and {} more problems\n", path, rep.problems - rep.listed.size());
   if (rep.lost_events)
-    fmt::print("{}: note: the capture lost {} events (lost markers)\n", path, group_digits(rep.lost_events));
+    fmt::print("{}: the capture lost {} events (lost markers): the trace is not the program's whole run\n", path,
+               group_digits(rep.lost_events));
   if (rep.refs_to_lost_objects)
     fmt::print("{}: note: {} events refer to objects created in chunks the truncation lost\n", path,
                group_digits(rep.refs_to_lost_objects));
   if (!rep.ok()) {
     fmt::print(stderr, "heaplab check: {}: {} problem{} found\n", path, group_digits(rep.problems),
                rep.problems == 1 ? "" : "s");
+    return kExitProblems;
+  }
+  if (rep.lost_events) {  // a consistent trace, but not all of what the program did
+    fmt::print(stderr, "heaplab check: {}: {} events lost in capture\n", path, group_digits(rep.lost_events));
     return kExitProblems;
   }
   fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events), r->active_threads().size(),
@@ -265,7 +270,8 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   auto check_ = std::make_shared<std::pair<std::string, size_t>>("", 20);
   std::string& check_path = check_->first;
   size_t& check_max = check_->second;
-  auto* ck = app.add_subcommand("check", "Validate a trace; exit 1 if it has problems");
+  auto* ck =
+      app.add_subcommand("check", "Validate a trace; exit 1 if it has problems or lost events (an incomplete capture)");
   ck->add_option("trace", check_path, "Trace file")->required();
   ck->add_option("--max-problems", check_max, "How many problems to list")->capture_default_str();
 

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -205,6 +206,21 @@ std::map<std::string, uint64_t> expect_sequence(const std::vector<Event>& got, c
   }
   if (!had_failure && ::testing::Test::HasFailure()) ADD_FAILURE() << listing;
   return ids;
+}
+
+// The events `lost` markers say were lost, and the thread "(lost)" holds them.
+uint64_t lost_in(const std::string& path) {
+  auto r = TraceReader::open(path);
+  uint64_t n = 0;
+  for (const Event& e : heaplab::trace::testutil::read_all(*r)) {
+    if (e.op != Op::lost) continue;
+    n += e.count;
+    std::string name = "?";
+    for (const auto& [index, info] : r->thread_table())
+      if (index == e.thread) name = info.name;
+    EXPECT_EQ(name, "(lost)");
+  }
+  return n;
 }
 
 void expect_trace_ok(const std::string& path) {
@@ -1330,9 +1346,79 @@ TEST(Capture, FileSizeLimitStopsCaptureNotTheProgram) {
     found = true;
     EXPECT_GT(t.report.calls, 100000u);   // what fitted under the limit
     EXPECT_LT(t.report.calls, 1200000u);  // not all of it
+    // The rest counted, in the trace: every call accounted for.
+    EXPECT_EQ(t.report.stop_error, EFBIG);
+    EXPECT_GT(t.report.dropped_calls, 0u);
+    EXPECT_GE(t.report.calls + t.report.dropped_calls, 1200004u);  // the pairs and the markers, at least
+    EXPECT_EQ(lost_in(t.path), t.report.dropped_calls);
     expect_trace_ok(t.path);
   }
   EXPECT_TRUE(found);
+}
+
+// A 16 MiB file system for the raw files (tmpfs; skipped where mounting is
+// not allowed): normalising live, its blocks given back as they are consumed,
+// a capture of ~50 MiB of raw blocks fits; normalised after, the disk fills
+// mid-run and every call after is counted, not lost silently; full before
+// the start, the program runs uncaptured and capture says so.
+TEST(Capture, SmallAndFullDisk) {
+  TempDir dir;
+  const std::string mnt = dir.file("fs");
+  std::filesystem::create_directory(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  const std::vector<std::string> prog = {victim("churn"), "1", "400000"};  // one thread: the same calls each run
+
+  CaptureOptions live = options(dir, prog);
+  live.raw_dir = mnt + "/live";
+  CaptureResult r1 = heaplab::launch::run_capture(live);
+  ASSERT_EQ(r1.exit_code, 0);
+  ASSERT_TRUE(r1.failed.empty()) << failed_list(r1);
+  ASSERT_EQ(r1.traces.size(), 1u);
+  EXPECT_EQ(r1.traces[0].report.dropped_calls, 0u);
+  EXPECT_EQ(r1.traces[0].report.holes, 0u);
+  EXPECT_GT(r1.traces[0].report.calls, 1600000u);
+
+  CaptureOptions after = options(dir, prog);
+  after.output = dir.file("after.hlt");
+  after.raw_dir = mnt + "/after";
+  after.live = false;
+  CaptureResult r2 = heaplab::launch::run_capture(after);
+  ASSERT_EQ(r2.exit_code, 0);
+  ASSERT_TRUE(r2.failed.empty()) << failed_list(r2);
+  ASSERT_EQ(r2.traces.size(), 1u);
+  const auto& rep = r2.traces[0].report;
+  EXPECT_EQ(rep.stop_error, ENOSPC);
+  EXPECT_GT(rep.dropped_calls, 1000000u);
+  EXPECT_EQ(rep.calls + rep.dropped_calls, r1.traces[0].report.calls);  // every call accounted for
+  EXPECT_EQ(lost_in(r2.traces[0].path), rep.dropped_calls);
+  std::filesystem::remove_all(mnt + "/after");
+
+  // Full before the start.
+  {
+    std::ofstream fill(mnt + "/fill", std::ios::binary);
+    std::string mib(1 << 20, 'x');
+    while (fill.write(mib.data(), std::streamsize(mib.size()))) {
+    }
+  }
+  CaptureOptions full = options(dir, {victim("victim_c"), "single"});
+  full.output = dir.file("full.hlt");
+  full.raw_dir = mnt + "/full";
+  CaptureResult r3;
+  try {
+    r3 = heaplab::launch::run_capture(full);
+  } catch (const LaunchError& e) {
+    FAIL() << e.what();
+  }
+  EXPECT_EQ(r3.exit_code, 0);  // the program ran as it would have
+  ASSERT_EQ(r3.failed.size(), 1u);
+  EXPECT_NE(r3.failed[0].find(": capture never started in this process (the shim could not set up its raw file: a "
+                              "full disk? its message is above)"),
+            std::string::npos)
+      << r3.failed[0];
 }
 
 // A program that closes every descriptor it did not open (as daemons do) and
@@ -1346,6 +1432,12 @@ TEST(Capture, ProgramClosingOurDescriptorsKeepsItsFiles) {
   EXPECT_EQ(heaplab::trace::testutil::read_file(file), "mine");
   ASSERT_EQ(r.traces.size(), 1u);
   EXPECT_GE(r.traces[0].report.calls, 11u);  // at least what came before the descriptors went
+  // Every call after the capture stopped is counted, and the trace says so.
+  const auto& rep = r.traces[0].report;
+  EXPECT_EQ(rep.stop_error, -1);
+  EXPECT_GE(rep.calls + rep.dropped_calls, 40014u);  // the loop's 40,000, the mallocs and markers at least
+  EXPECT_GT(rep.dropped_calls, 40000u - 2046u);
+  EXPECT_EQ(lost_in(r.traces[0].path), rep.dropped_calls);
   expect_trace_ok(r.traces[0].path);
 }
 

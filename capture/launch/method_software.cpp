@@ -26,6 +26,7 @@
 #include "capture/launch/method.h"
 #include "capture/normalise/raw_live.h"
 #include "capture/normalise/raw_reader.h"
+#include "capture/shim/raw_format.h"
 #include "common/files.h"
 
 namespace heaplab::launch {
@@ -67,6 +68,20 @@ bool process_gone(uint32_t pid) {
     if (task_exited(it->path().string() + "/stat") != 1) return false;
   }
   return !ec;
+}
+
+// A raw file the shim created but could not set up (its header never
+// written: a full disk, a write error): the process ran uncaptured.
+void check_started(const std::string& path) {
+  char magic[sizeof raw::kFileMagic] = {};
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // RawFile says why
+  const ssize_t n = ::pread(fd, magic, sizeof magic, 0);
+  ::close(fd);
+  if (n != ssize_t(sizeof magic) || std::memcmp(magic, raw::kFileMagic, sizeof magic) != 0)
+    throw std::runtime_error(path +
+                             ": capture never started in this process (the shim could not set up its raw file: "
+                             "a full disk? its message is above)");
 }
 
 // Root first, then by pid and image.
@@ -214,6 +229,7 @@ class LiveCollector {
       if (!raw || raw->ns_per_tick() == 0) {
         // Ended before it could start: after the fact, as with --normalise after.
         raw.reset();
+        check_started(j.name.path);
         normalise::RawFile file(j.name.path);
         CaptureOptions o = opt_;
         o.normalise.fallback_ns_per_tick = fallback_ns_per_tick();
@@ -315,6 +331,7 @@ class SoftwareMethod : public CaptureMethod {
       bool root = r.pid == uint32_t(run.pid) && r.gen == 0;
       std::string out = trace_name(opt.output, r.pid, r.gen, root);
       try {
+        check_started(r.path);
         normalise::RawFile raw(r.path);
         TraceResult tr = normalise_to(raw, out, opt, res, root, nlohmann::json::object());
         tr.pid = r.pid;

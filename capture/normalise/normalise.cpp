@@ -3,6 +3,8 @@
 
 #include <time.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -661,6 +663,27 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
   refill();  // streams whose last record was processed before they ended
   for (size_t s = 0; s < streams_.size(); ++s)
     if (streams_[s].started) pipe_.set_thread_info(streams_[s].index, {in_.thread_tid(s), in_.thread_name(s)});
+  // Calls the shim counted instead of recording, once capture stopped on an
+  // error: which threads made them is not known, so a thread of their own
+  // (named "(lost)") holds one `lost` event with their count, at the end.
+  rep_.stop_error = in_.header().stop_error;
+  if (const uint64_t dropped = __atomic_load_n(&in_.header().dropped_calls, __ATOMIC_ACQUIRE)) {
+    const uint32_t index = next_thread_++;
+    pipe_.set_thread_info(index, trace::ThreadInfo{0, "(lost)"});
+    Event e;
+    e.time = last_time_;
+    e.thread = index;
+    e.op = Op::thread_start;
+    append(e);
+    e.op = Op::lost;
+    e.count = dropped;
+    append(e);
+    e.op = Op::thread_end;
+    e.count = 0;
+    append(e);
+    rep_.holes += dropped;
+    rep_.dropped_calls = dropped;
+  }
   pipe_.finish();
   if (writer_.objects() != next_id_ || writer_.events() != events_)
     throw trace::TraceError("normaliser: object ids out of step with the writer");
@@ -751,7 +774,9 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
                       {"heap_live_peak_bytes", r.heap_peak},
                       {"mapped_peak_bytes", r.mapped_peak},
                       {"explained_peak_bytes", r.explained_peak},
-                      {"clean_exit", r.clean_exit}};
+                      {"clean_exit", r.clean_exit},
+                      {"dropped_calls", r.dropped_calls}};
+  if (r.stop_error) j["stop_error"] = r.stop_error > 0 ? std::strerror(int(r.stop_error)) : "stopped";
   if (r.coverage >= 0) j["coverage"] = r.coverage;
   if (r.corrected_wall_ns) j["corrected_wall_ns"] = r.corrected_wall_ns;
   return j;

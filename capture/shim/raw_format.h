@@ -157,7 +157,12 @@ struct FileHeader {
   // the heartbeat is older than kLiveTimeoutNs: scratch disk stays bounded.
   uint64_t consumer_ns;      // (atomic)
   uint64_t consumed_blocks;  // (atomic)
-  uint64_t reserved[4];
+  // Capture stopped on an error (a full disk, a file grown past its limit, a
+  // descriptor the program closed): the errno (or -1 without one), and the
+  // heap calls made afterwards, counted instead of recorded (atomic).
+  int64_t stop_error;
+  uint64_t dropped_calls;
+  uint64_t reserved[2];
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };

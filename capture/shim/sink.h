@@ -137,8 +137,14 @@ inline void emit_ptwrite(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
 
 // Records one event, stamped now: hooks call it after an allocating call
 // returns and before a releasing call starts.
+extern bool g_stopped;  // capture stopped on an error: calls are counted, not recorded
+void count_dropped(uint32_t op);
+
 inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
-  if (__builtin_expect(!g_capturing, 0)) return;
+  if (__builtin_expect(!g_capturing, 0)) {
+    if (__builtin_expect(__atomic_load_n(&g_stopped, __ATOMIC_RELAXED), 0)) count_dropped(op);
+    return;
+  }
   if (__builtin_expect(g_ptwrite, 0)) {
     emit_ptwrite(op, a, b, c);
     return;

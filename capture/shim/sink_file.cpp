@@ -32,6 +32,7 @@ uint64_t g_event_cost_x1024 = 0, g_timer_overhead = 0;
 __thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
 bool g_capturing = false;
+bool g_stopped = false;
 
 namespace {
 
@@ -64,7 +65,10 @@ uint64_t g_fsize_limit = ~uint64_t{0};  // RLIMIT_FSIZE: never write past it (SI
 pid_t g_pid = 0;                        // the process the sink was opened in
 
 // Capture off first, then the message: nothing the report does may record.
+// Calls made from now on are counted in the header (count_dropped).
 void stop_capture(const char* what, int err) {
+  if (g_header) __atomic_store_n(&g_header->stop_error, err ? int64_t(err) : int64_t(-1), __ATOMIC_RELAXED);
+  __atomic_store_n(&g_stopped, true, __ATOMIC_RELEASE);
   __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
   shim_error(what, err);
 }
@@ -232,6 +236,25 @@ bool wait_for_consumer() {
   }
 }
 
+// The disk is full: if a live reader is consuming blocks (and giving their
+// space back), wait until it has consumed another one. False if there is no
+// reader, or it consumed nothing for kLiveTimeoutNs.
+bool space_freed() {
+  FileHeader* h = g_header;
+  const uint64_t before = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
+  const uint64_t start = mono_ns();
+  for (;;) {
+    const uint64_t alive = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE);
+    const uint64_t now = mono_ns();
+    if (alive == 0 || (now > alive && now - alive > kLiveTimeoutNs) || now - start > kLiveTimeoutNs) return false;
+    const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
+    if (consumed != before) return true;
+    timespec ts{0, 5000000};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->consumed_blocks), FUTEX_WAIT, uint32_t(consumed), &ts, nullptr,
+            0);
+  }
+}
+
 // The thread's block is full: append it to .blocks, clear it, start the next.
 bool next_block() {
   ThreadSink& t = t_sink;
@@ -248,6 +271,7 @@ bool next_block() {
   while (done < kBlockSize) {
     ssize_t n = pwrite(g_data_fd, t.block + done, kBlockSize - done, off_t(index * kBlockSize + done));
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == ENOSPC || errno == EDQUOT) && space_freed()) continue;
     if (n <= 0) {
       stop_capture("cannot append to the raw capture file", n < 0 ? errno : ENOSPC);
       return false;
@@ -279,6 +303,11 @@ void read_proc_file(const char* path, char* buf, uint64_t cap, uint32_t* len) {
 
 }  // namespace
 
+void count_dropped(uint32_t op) {
+  FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
+  if (h && op < kRawReallocBegin) __atomic_fetch_add(&h->dropped_calls, 1u, __ATOMIC_RELAXED);
+}
+
 void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) {
   const uint64_t t0 = stamp();
   // A full block (not the thread's first): wait for a live reader first. A
@@ -300,6 +329,7 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
     bool ok = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
     if (!ok) t.cur = 0;
   }
+  if (!t.cur && __atomic_load_n(&g_stopped, __ATOMIC_ACQUIRE)) count_dropped(op);  // this one too
   if (t.cur) {
     auto* r = reinterpret_cast<Record*>(t.cur);
     t.cur += kRecordSize;
@@ -359,8 +389,10 @@ bool sink_open(const SinkConfig& cfg) {
     close(fd);
     return false;
   }
-  if (ftruncate(fd, off_t(kBlockSize)) != 0) {
-    shim_error_path("cannot size raw capture file", path, errno);
+  // The header page's disk space now: a sparse page written through the
+  // mapping on a full disk would be a SIGBUS in the program.
+  if (int rc = posix_fallocate(fd, 0, off_t(kBlockSize)); rc != 0) {
+    shim_error_path("cannot size raw capture file", path, rc);
     close(fd);
     close(data_fd);
     return false;
@@ -411,6 +443,7 @@ void sink_after_fork(bool follow, const char* dir) {
   // The child must never write into the parent's mapping; its timeline
   // starts without the parent's costs.
   g_capturing = false;
+  g_stopped = false;
   t_sink = ThreadSink{};
   t_overhead = 0;
   t_latency_left = 0;
