@@ -2,6 +2,7 @@
 // golden outputs (one per output format). HEAPLAB_UPDATE_GOLDEN=1 rewrites
 // the golden files from the current output.
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -271,6 +272,40 @@ TEST_F(Cli, CaptureThatStoppedEarlyExitsThree) {
   r = run({"check", "d.hlt"}, dir_);
   EXPECT_EQ(r.status, 1) << r.out << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex("heaplab check: d.hlt: [0-9,]+ events lost in capture\n"))) << r.err;
+}
+
+// `heaplab capture` killed (SIGKILL: nothing of it runs on): its program
+// runs on, but stops recording at its next block, so the raw files stop
+// growing instead of filling the disk.
+TEST_F(Cli, KilledCaptureStopsTheProgramsRecording) {
+  const std::string churn = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/churn";
+  process::Spec spec;
+  spec.argv = {kHeaplab, "capture", "--normalise", "after", "--raw-dir", "raw",
+               "-o",     "k.hlt",   "--",          churn,   "1",         "400000000"};
+  spec.cwd = dir_;
+  spec.out = process::Stdio::null;
+  spec.err = process::Stdio::null;
+  process::Child heaplab = process::spawn(spec);
+  auto blocks_bytes = [&]() -> uint64_t {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_ + "/raw", ec))
+      if (e.path().string().ends_with(".hlraw.blocks")) return fs::file_size(e.path(), ec);
+    return 0;
+  };
+  for (int i = 0; i < 1000 && blocks_bytes() < (8u << 20); ++i) usleep(10000);
+  ASSERT_GE(blocks_bytes(), 8u << 20) << "the capture never got going";
+  uint32_t program = 0;
+  for (const auto& e : fs::directory_iterator(dir_ + "/raw"))
+    if (e.path().extension() == ".hlraw") program = uint32_t(std::stoul(e.path().filename().string()));
+  ASSERT_GT(program, 0u);
+  kill(heaplab.pid(), SIGKILL);
+  heaplab.wait();
+  usleep(200000);  // the program's threads reach their next block
+  const uint64_t after_kill = blocks_bytes();
+  usleep(500000);
+  EXPECT_EQ(blocks_bytes(), after_kill) << "the orphaned program went on recording";
+  EXPECT_EQ(kill(pid_t(program), 0), 0) << "the program itself should run on";
+  kill(pid_t(program), SIGKILL);
 }
 
 TEST_F(Cli, CaptureRefusesBeforeRunning) {

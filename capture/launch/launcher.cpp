@@ -306,7 +306,8 @@ CaptureResult run_capture(CaptureOptions opt) {
   process::Spec spec;
   spec.env = {{"HEAPLAB_CAPTURE_DIR", opt.raw_dir},
               {"HEAPLAB_CAPTURE_FOLLOW", std::string(opt.follow_fork ? "fork," : "") + (opt.follow_exec ? "exec" : "")},
-              {"HEAPLAB_CAPTURE_CLOCK", opt.clock}};
+              {"HEAPLAB_CAPTURE_CLOCK", opt.clock},
+              {"HEAPLAB_CAPTURE_LAUNCHER", std::to_string(getpid())}};
   if (opt.latency) spec.env.emplace_back("HEAPLAB_CAPTURE_LATENCY", std::to_string(opt.latency));
   method->command(opt, res, preload, spec);
   bool following = opt.follow_fork || opt.follow_exec;

@@ -210,6 +210,7 @@ void start_capture() {
     return;
   }
   if (const char* every = getenv("HEAPLAB_CAPTURE_LATENCY")) g_latency_every = uint32_t(strtoul(every, nullptr, 10));
+  if (const char* launcher = getenv("HEAPLAB_CAPTURE_LAUNCHER")) g_launcher = pid_t(strtol(launcher, nullptr, 10));
 }
 
 // The fast path's cost per event: malloc+free pairs through the hooks

@@ -16,6 +16,7 @@
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
+#include <sys/types.h>
 #include <time.h>
 
 namespace heaplab::shim {
@@ -174,6 +175,10 @@ inline void note_overhead(uint64_t t0) {
 }
 
 // Process lifecycle of the sink (shim.cpp calls these).
+// The `heaplab capture` process (HEAPLAB_CAPTURE_LAUNCHER; 0: none, the
+// shim used on its own): when it has gone, recording stops.
+extern pid_t g_launcher;
+
 struct SinkConfig {
   const char* dir;  // where raw files go
   bool tsc;         // use the TSC (else CLOCK_MONOTONIC)

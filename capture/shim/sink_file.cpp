@@ -33,6 +33,7 @@ __thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
 bool g_capturing = false;
 bool g_stopped = false;
+pid_t g_launcher = 0;
 
 namespace {
 
@@ -73,6 +74,10 @@ void stop_capture(const char* what, int err) {
   shim_error(what, err);
 }
 int g_grow_lock = 0;
+
+// Whether `heaplab capture` (which reads what we write) has gone: killed,
+// it can no longer stop us, and recording on would only fill its disk.
+bool launcher_gone() { return g_launcher > 0 && kill(g_launcher, 0) != 0 && errno == ESRCH; }
 
 uint64_t real_ns() {
   timespec ts;
@@ -226,7 +231,7 @@ bool wait_for_consumer() {
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (appended < consumed + kLiveAheadBlocks) return waited;
     const uint64_t now = mono_ns();
-    if (now > alive && now - alive > kLiveTimeoutNs) return waited;
+    if ((now > alive && now - alive > kLiveTimeoutNs) || launcher_gone()) return waited;
     // Sleep until the reader counts a consumed block (it wakes the count's
     // futex: the low half of the 64-bit count), or 5 ms at most: hundreds of
     // threads waiting must not take the CPU the reader needs.
@@ -258,6 +263,10 @@ bool space_freed() {
 // The thread's block is full: append it to .blocks, clear it, start the next.
 bool next_block() {
   ThreadSink& t = t_sink;
+  if (launcher_gone()) {
+    stop_capture("heaplab capture has gone (killed?): recording stopped; the program runs on", 0);
+    return false;
+  }
   if (!same_file(g_data_fd, g_data_ino)) {
     stop_capture("the program closed or replaced the capture's file descriptor; capture stopped", 0);
     return false;
