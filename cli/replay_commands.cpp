@@ -123,6 +123,10 @@ void add_replay_commands(CLI::App& app, Commands& commands) {
     if (info.key != std::string("threads") && info.key != std::string("latency") && info.key != std::string("speed"))
       g.option->capture_default_str();
   }
+  rp->add_option("--timeout", ra.opt.timeout_s,
+                 "Kill a replay that runs longer than this many seconds and count it failed (default: 2 minutes "
+                 "plus 2 us a call, plus twice the recorded duration with --timing recorded)")
+      ->check(CLI::PositiveNumber);
   rp->add_option("-o,--out", ra.out, "Write the result JSON here");
   rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
   rp->add_flag("-q,--quiet", ra.quiet, "No summary");

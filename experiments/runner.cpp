@@ -338,6 +338,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     ro.env = a.env;
     ro.settings = spec.replay;
     ro.replayer_dir = opt.replayer_dir;
+    ro.timeout_s = spec.timeout_s;
     RunRow row;
     row.started = utc_now_iso();
     replay::ReplayOutcome o;

@@ -12,8 +12,10 @@ warm-up and three measured rounds: 8 runs).
   - `--shard 1/2` and `--shard 2/2` into two stores, merged: the same cells,
     traces and outcomes as the one-piece run
   - two experiments writing to one store at once: both complete
+  - an allocator that hangs: its run is killed at the timeout and stored as
+    failed, the others run, and the whole takes bounded time
 
-Usage: runner_test.py HEAPLAB VICTIM WORKDIR
+Usage: runner_test.py HEAPLAB VICTIM WORKDIR TEST_ALLOC_NULL
 """
 import csv
 import io
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import time
 
-HEAPLAB, VICTIM, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+HEAPLAB, VICTIM, WORK, TEST_ALLOC = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 CELLS = 8
 
 
@@ -303,6 +305,30 @@ def concurrent():
     check(len(got) == 2 * CELLS and len({g[0] for g in got}) == 2, f"{len(got)} runs from two experiments")
 
 
+def hung_allocator():
+    path = os.path.join(WORK, "hang.yaml")
+    with open(path, "w") as f:
+        f.write(f"""name: hang
+traces:
+  - name: threads
+    capture: [{VICTIM}, threads, "2", "2", "3000"]
+allocators:
+  - glibc
+  - {{name: {TEST_ALLOC}, label: hangs, env: {{HEAPLAB_TEST_HANG_AT: "2000"}}}}
+repetitions: 1
+warmup: 0
+timeout: 3
+""")
+    results = os.path.join(WORK, "hang-results")
+    t0 = time.monotonic()
+    r = heaplab("run", path, "--results", results, expect=1)
+    took = time.monotonic() - t0
+    check(took < 60, f"a hung allocator held the experiment up for {took:.0f} s")
+    got = {(row[5], row[8]) for row in rows(results)}
+    check(got == {("glibc", "ok"), ("hangs", "timeout")}, f"runs stored: {got}")
+    check("timeout" in r.stderr, f"the timeout is not reported: {r.stderr[-600:]}")
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -313,6 +339,7 @@ def main():
     sharded(one)
     progress_on_a_terminal()
     concurrent()
+    hung_allocator()
     print("PASS")
 
 

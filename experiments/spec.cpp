@@ -96,7 +96,8 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
   }
   if (!root.IsMap()) c.fail_line(0, "expected a map of keys (name, traces, allocators, ...), not " + what_is(root));
   check_keys(c, root, "",
-             {"name", "description", "traces", "allocators", "replay", "metrics", "repetitions", "warmup", "baseline"});
+             {"name", "description", "traces", "allocators", "replay", "metrics", "repetitions", "warmup", "baseline",
+              "timeout"});
   ExperimentSpec s;
   s.path = path;
   s.text = src;
@@ -228,6 +229,7 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
   }
   if (root["repetitions"]) s.repetitions = uint32_t(integer(c, root["repetitions"], "repetitions", 1, 10000));
   if (root["warmup"]) s.warmup = uint32_t(integer(c, root["warmup"], "warmup", 0, 1000));
+  if (root["timeout"]) s.timeout_s = double(integer(c, root["timeout"], "timeout", 1, 7 * 24 * 3600));
   if (root["baseline"]) {
     s.baseline = text(c, root["baseline"], "baseline");
     if (std::none_of(s.allocators.begin(), s.allocators.end(),

@@ -75,6 +75,9 @@ struct ExperimentSpec {
   uint32_t repetitions = 5;
   uint32_t warmup = 1;
   std::string baseline;
+  // Seconds a run may take before it is killed and counted failed (a hung
+  // allocator); 0: replay::default_timeout_s of its trace.
+  double timeout_s = 0;
 };
 
 // Reads and validates `path`; throws SpecError("PATH:LINE: ...").

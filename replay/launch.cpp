@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -35,7 +36,33 @@ namespace fs = std::filesystem;
 using common::group_digits;
 using common::self_dir;
 
+double default_timeout_s(uint64_t calls, double paced_duration_s) {
+  return 120.0 + double(calls) * 2e-6 + 2.0 * paced_duration_s;
+}
+
 namespace {
+
+// Reads `fd` to its end into `out`, for at most `seconds`. False if the
+// time ran out first.
+bool read_until(int fd, std::string& out, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  char buf[65536];
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) throw ReplayError(std::string("waiting for the replayer: ") + std::strerror(errno));
+    if (rc == 0) continue;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ReplayError(std::string("reading the replayer's result: ") + std::strerror(errno));
+    if (n == 0) return true;
+    out.append(buf, size_t(n));
+  }
+}
 
 std::string replayer_dir(const std::string& given) {
   if (!given.empty()) return given;
@@ -356,6 +383,13 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   spec.default_signals = {SIGXFSZ};
   std::string out, exec_error;
   int status = 0;
+  const uint64_t calls = plan.steps - memory_steps - plan.handoffs;
+  const double timeout_s = opt.timeout_s > 0
+                               ? opt.timeout_s
+                               : default_timeout_s(calls, opt.settings.timing == Timing::recorded
+                                                              ? double(plan.duration_ns) / 1e9 / opt.settings.speed
+                                                              : 0);
+  bool timed_out = false;
   try {
     process::Pipe result;
     spec.fds = {{3, plan_fd}, {4, result.write}};
@@ -363,7 +397,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     close(plan_fd);
     plan_fd = -1;
     result.close_write();
-    process::read_all(result.read, out);
+    timed_out = !read_until(result.read, out, timeout_s);
+    if (timed_out) child.kill(SIGKILL);
     status = child.wait();
   } catch (const process::SpawnError& e) {
     if (plan_fd >= 0) close(plan_fd);
@@ -429,6 +464,15 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     r["replay"] = replay;
   }
   nlohmann::json exit_j;
+  if (timed_out) {
+    r["exit"] = {{"status", "timeout"}, {"after_s", timeout_s}};
+    o.error = fmt::format(
+        "the replay did not finish within {:.0f} s on allocator '{}' ({}): killed (a hung allocator? --timeout "
+        "sets the limit)",
+        timeout_s, opt.allocator, opt.load);
+    o.exit_code = 1;
+    return o;
+  }
   if (WIFEXITED(status)) {
     const int code = WEXITSTATUS(status);
     exit_j = {{"status", code == 0 ? "ok" : code == 3 ? "unfaithful" : "error"}, {"code", code}};

@@ -22,7 +22,15 @@ struct ReplayOptions {
   // Environment set for the replayer only (an allocator's settings, e.g.
   // MALLOC_CONF), on top of heaplab's own.
   std::vector<std::pair<std::string, std::string>> env;
+  // The replayer is killed, and the replay failed, if it runs longer than
+  // this (a hung allocator). 0: default_timeout_s() of the trace.
+  double timeout_s = 0;
 };
+
+// The default limit on one replay's wall time: generous for the trace's
+// calls (2 us a call, 100x a slow replay), plus twice its recorded duration
+// at `speed` when paced, plus two minutes.
+double default_timeout_s(uint64_t calls, double paced_duration_s);
 
 // A replay that could not start (bad option, unknown allocator, corrupt
 // trace...): what() is one line.

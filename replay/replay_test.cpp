@@ -329,6 +329,22 @@ TEST_F(ReplayTest, CrashingAllocatorIsReportedWithTheSignal) {
   EXPECT_FALSE(j.contains("replay"));
 }
 
+TEST_F(ReplayTest, HungAllocatorIsKilledAtTheTimeout) {
+  const std::string out = (dir() / "hang.json").string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r =
+      run({kHeaplab, "replay", producer_consumer(), "-q", "--allocator", TEST_ALLOC_NULL, "--timeout", "2", "-o", out},
+          "HEAPLAB_TEST_HANG_AT=2000");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, std::string("heaplab: error: replay: the replay did not finish within 2 s on allocator '") +
+                       TEST_ALLOC_NULL + "' (preload): killed (a hung allocator? --timeout sets the limit)\n");
+  EXPECT_LT(took, 30.0);
+  const json j = json::parse(slurp(out));
+  EXPECT_EQ(j["exit"]["status"], "timeout");
+  EXPECT_EQ(j["exit"]["after_s"], 2.0);
+}
+
 // --- Bad input: one line, non-zero exit -------------------------------------
 
 TEST_F(ReplayTest, BadInputGivesOneLine) {

@@ -3,13 +3,16 @@
  *   - requests above HEAPLAB_TEST_NULL_ABOVE bytes (if set) return NULL
  *     with errno ENOMEM, and
  *   - the Nth malloc aborts if HEAPLAB_TEST_ABORT_AT=N is set (an allocator
- *     that crashes).
+ *     that crashes), and
+ *   - the Nth malloc never returns if HEAPLAB_TEST_HANG_AT=N is set (an
+ *     allocator that deadlocks).
  * It lacks reallocarray, valloc, pvalloc and the C++ operators on purpose:
  * the direct load mode builds those from what it has. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 extern void* __libc_malloc(size_t);
 extern void __libc_free(void*);
@@ -43,6 +46,13 @@ static void maybe_abort(void) {
     at = v ? atol(v) : 0;
   }
   if (at > 0 && __atomic_add_fetch(&n, 1, __ATOMIC_RELAXED) == at) abort();
+  static long m = 0, hang = -1;
+  if (hang < 0) {
+    const char* v = getenv("HEAPLAB_TEST_HANG_AT");
+    hang = v ? atol(v) : 0;
+  }
+  if (hang > 0 && __atomic_add_fetch(&m, 1, __ATOMIC_RELAXED) == hang)
+    for (;;) pause();
 }
 
 void* malloc(size_t n) {
