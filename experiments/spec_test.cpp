@@ -92,7 +92,9 @@ TEST(Spec, MistakesNameTheLineAndKey) {
       "exp.yaml:2: cannot make a label of './a|b.so' (give it a 'label': letters, digits, '.', '_', '-' and '/')");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetiton: 3\n"),
             "exp.yaml:3: unknown key 'repetiton' (known: name, description, traces, allocators, replay, metrics, "
-            "repetitions, warmup, baseline)");
+            "repetitions, warmup, baseline, timeout)");
+  EXPECT_EQ(error_of(ok_traces + ok_allocs + "timeout: 0\n"),
+            "exp.yaml:3: 'timeout': expected a whole number from 1 to 604800, not '0'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetitions: five\n"),
             "exp.yaml:3: 'repetitions': expected a whole number from 1 to 10000, not 'five'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetitions: 0\n"),
