@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -306,6 +307,20 @@ TEST_F(Cli, KilledCaptureStopsTheProgramsRecording) {
   EXPECT_EQ(blocks_bytes(), after_kill) << "the orphaned program went on recording";
   EXPECT_EQ(kill(pid_t(program), 0), 0) << "the program itself should run on";
   kill(pid_t(program), SIGKILL);
+}
+
+// A FIFO with no writer (or a device) given as a trace: refused at once,
+// never a wait in open() for a writer that may not come.
+TEST_F(Cli, TraceThatIsAFifoIsRefusedAtOnce) {
+  const std::string fifo = dir_ + "/fifo.hlt";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  for (const char* cmd : {"stats", "check", "cat", "replay"}) {
+    const Result r = run({cmd, fifo}, dir_);
+    EXPECT_EQ(r.status, 2) << cmd;
+    EXPECT_NE(r.err.find(fifo + ": not a regular file (a trace is read from a file, not a pipe or device)\n"),
+              std::string::npos)
+        << cmd << ": " << r.err;
+  }
 }
 
 TEST_F(Cli, CaptureRefusesBeforeRunning) {

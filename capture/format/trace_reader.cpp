@@ -29,7 +29,9 @@ std::string fmt_bytes(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte"
 // ---------------------------------------------------------------- opening
 
 std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (or a device) is refused below instead of waiting in
+  // open() for a writer that may never come; a regular file reads as ever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw TraceError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -39,7 +41,7 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw TraceError(path + ": not a regular file");
+    throw TraceError(path + ": not a regular file (a trace is read from a file, not a pipe or device)");
   }
   std::unique_ptr<TraceReader> r(new TraceReader());
   r->name_ = path;
