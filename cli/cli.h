@@ -39,6 +39,13 @@ struct CommandLine {
   bool dashes = false;
 };
 
+// For a count or a position read into an unsigned integer: "-3" would wrap
+// to a huge number and be taken silently.
+inline CLI::Validator not_negative() {
+  return CLI::Validator(
+      [](std::string& s) { return s.starts_with("-") ? std::string("not a count: ") + s : std::string(); }, "COUNT");
+}
+
 void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& line);    // import stats check cat
 void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& line);  // capture
 void add_replay_commands(CLI::App& app, Commands& commands);                            // replay

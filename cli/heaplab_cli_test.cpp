@@ -323,6 +323,22 @@ TEST_F(Cli, TraceThatIsAFifoIsRefusedAtOnce) {
   }
 }
 
+// A negative count is refused, not wrapped into a huge unsigned one.
+TEST_F(Cli, NegativeCountsAreRefused) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string err;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"cat", "--from", "-3", "x.hlt"}, "heaplab: error: --from: not a count: -3\n"},
+           {{"cat", "-n", "-2", "x.hlt"}, "heaplab: error: --limit: not a count: -2\n"},
+           {{"check", "--max-problems", "-1", "x.hlt"}, "heaplab: error: --max-problems: not a count: -1\n"}}) {
+    const Result r = run(c.args, dir_);
+    EXPECT_EQ(r.status, 2) << c.args[0];
+    EXPECT_EQ(r.err.substr(0, r.err.find('\n') + 1), c.err);
+  }
+}
+
 TEST_F(Cli, CaptureRefusesBeforeRunning) {
   Result r = run({"capture", "-o", "x.hlt", "--", "no-such-program-xyz"}, dir_);
   EXPECT_EQ(r.status, 2);

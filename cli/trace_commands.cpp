@@ -273,7 +273,9 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   auto* ck =
       app.add_subcommand("check", "Validate a trace; exit 1 if it has problems or lost events (an incomplete capture)");
   ck->add_option("trace", check_path, "Trace file")->required();
-  ck->add_option("--max-problems", check_max, "How many problems to list")->capture_default_str();
+  ck->add_option("--max-problems", check_max, "How many problems to list")
+      ->check(not_negative())
+      ->capture_default_str();
 
   commands.push_back({ck, [check_] { return run_check(check_->first, check_->second); }});
 
@@ -285,8 +287,8 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
       ->check(CLI::IsMember({"text", "jsonl"}))
       ->capture_default_str();
   ct->add_option("--thread", ca.thread, "Only this thread's events");
-  ct->add_option("--from", ca.from, "Start at this seq");
-  ct->add_option("-n,--limit", ca.limit, "Print at most this many events");
+  ct->add_option("--from", ca.from, "Start at this seq")->check(not_negative());
+  ct->add_option("-n,--limit", ca.limit, "Print at most this many events")->check(not_negative());
   ct->add_flag("--meta", ca.meta, "Print the metadata JSON instead of events");
   ct->add_flag("--memory", ca.memory,
                "Print the program's own memory calls (mmap, munmap, mremap, madvise, brk) and the resident pages "
