@@ -49,4 +49,11 @@ std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t pr
   return buf;
 }
 
+std::string excerpt(std::string_view text, size_t max) {
+  std::string out = "'";
+  for (char c : text.substr(0, max)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  if (text.size() <= max) return out + "'";
+  return out + "...' (" + group_digits(text.size()) + " bytes)";
+}
+
 }  // namespace heaplab::common

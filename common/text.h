@@ -3,11 +3,17 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace heaplab::common {
 
 // 1234567 -> "1,234,567".
 std::string group_digits(uint64_t v);
+
+// Input echoed in an error, quoted: whole if short, else its first `max`
+// bytes and its length ("'xxxx...' (10,000,000 bytes)"): a junk line of
+// megabytes is not echoed whole. Control bytes are shown as '?'.
+std::string excerpt(std::string_view text, size_t max = 60);
 
 // Bytes in GiB with one decimal: "37.6 GiB".
 std::string gib_text(uint64_t bytes);

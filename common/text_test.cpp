@@ -13,6 +13,12 @@ TEST(Text, GibText) {
   EXPECT_EQ(gib_text(uint64_t{1} << 40), "1024.0 GiB");
 }
 
+TEST(Text, ExcerptOfLongInput) {
+  EXPECT_EQ(excerpt("malloc"), "'malloc'");
+  EXPECT_EQ(excerpt(std::string(10000000, 'x'), 5), "'xxxxx...' (10,000,000 bytes)");
+  EXPECT_EQ(excerpt(std::string("a\tb\x7f"), 10), "'a?b?'");
+}
+
 TEST(Text, GroupDigits) {
   EXPECT_EQ(group_digits(0), "0");
   EXPECT_EQ(group_digits(7), "7");

@@ -6,6 +6,7 @@
 #include "capture/format/flat_map.h"
 #include "capture/import/metadata.h"
 #include "common/files.h"
+#include "common/text.h"
 
 namespace heaplab::import {
 namespace {
@@ -127,8 +128,8 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
     const OpSyntax* syn = nullptr;
     for (const OpSyntax& s : kSyntax)
       if (s.name == name) syn = &s;
-    if (!syn) fail("unknown call '" + std::string(name) + "'");
-    if (!p.eat('(')) fail("expected '(' after " + std::string(name));
+    if (!syn) fail("unknown call " + common::excerpt(name));
+    if (!p.eat('(')) fail("expected '(' after " + common::excerpt(name));
     Event e{};
     e.op = syn->op;
     uint64_t addr_in = 0;
