@@ -962,6 +962,17 @@ TEST(Normalise, HoleAtTheStartOfALaterBlock) {
 
 // ===================================================================== 7. blocks
 
+TEST(RawFile, MissingBlocksFileIsAnError) {
+  TempDir dir;
+  Capture c;
+  c.appended.push_back(block(0, 0, {rec(Op::malloc, 1010, 0x1000, 16)}));
+  c.map(0, block(0, 1, {rec(Op::free, 1020, 0x1000)}));
+  c.blocks_file = false;
+  const std::string path = c.write(dir);
+  EXPECT_EQ(raw_error(path), path + ".blocks: missing, but the capture appended 1 blocks to it (copy it along with " +
+                                 path + ")");
+}
+
 TEST(RawFile, PartlyConsumedByALiveNormaliserIsRefused) {
   // Its consumed blocks are gone from .blocks: what is left would make a
   // trace missing calls, with nothing to say so.

@@ -59,6 +59,10 @@ RawFile::RawFile(const std::string& path) : path_(path) {
   std::string blocks_path = path + ".blocks";
   appended_fd_ = ::open(blocks_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (appended_fd_ < 0 && errno != ENOENT) fail(blocks_path, std::strerror(errno));
+  // Without it, its calls would read as frees of memory allocated before capture.
+  if (appended_fd_ < 0 && h.data_blocks > 0)
+    fail(blocks_path, "missing, but the capture appended " + std::to_string(h.data_blocks) +
+                          " blocks to it (copy it along with " + path + ")");
   uint64_t appended_size = 0;
   if (appended_fd_ >= 0) {
     struct stat st;
