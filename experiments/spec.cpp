@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -36,6 +37,25 @@ void check_keys(const Ctx& c, const YAML::Node& m, const std::string& where, con
     if (std::find(known.begin(), known.end(), k) == known.end())
       c.fail(kv.first,
              "unknown key '" + k + "'" + (where.empty() ? "" : " in " + where) + " (known: " + join(known) + ")");
+  }
+}
+
+// A key given twice in one map (YAML forbids it; yaml-cpp keeps both and
+// the first would win silently), anywhere in the file.
+void check_duplicates(const Ctx& c, const YAML::Node& n, int depth = 0) {
+  if (depth > 64) c.fail(n, "nested too deeply");
+  if (n.IsSequence())
+    for (const auto& item : n) check_duplicates(c, item, depth + 1);
+  if (!n.IsMap()) return;
+  std::map<std::string, int> seen;  // key -> its line
+  for (const auto& kv : n) {
+    if (kv.first.IsScalar()) {
+      const auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first.Mark().line);
+      if (!fresh)
+        c.fail(kv.first,
+               "duplicate key '" + kv.first.Scalar() + "' (first at line " + std::to_string(it->second + 1) + ")");
+    }
+    check_duplicates(c, kv.second, depth + 1);
   }
 }
 
@@ -95,6 +115,7 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
     c.fail_line(e.mark.line, "not valid YAML: " + e.msg);
   }
   if (!root.IsMap()) c.fail_line(0, "expected a map of keys (name, traces, allocators, ...), not " + what_is(root));
+  check_duplicates(c, root);
   check_keys(c, root, "",
              {"name", "description", "traces", "allocators", "replay", "metrics", "repetitions", "warmup", "baseline",
               "timeout"});

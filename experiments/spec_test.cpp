@@ -93,6 +93,10 @@ TEST(Spec, MistakesNameTheLineAndKey) {
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetiton: 3\n"),
             "exp.yaml:3: unknown key 'repetiton' (known: name, description, traces, allocators, replay, metrics, "
             "repetitions, warmup, baseline, timeout)");
+  EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetitions: 3\nrepetitions: 5\n"),
+            "exp.yaml:4: duplicate key 'repetitions' (first at line 3)");
+  EXPECT_EQ(error_of(ok_traces + "allocators:\n  - {name: glibc, label: a, label: b}\n"),
+            "exp.yaml:3: duplicate key 'label' (first at line 3)");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "timeout: 0\n"),
             "exp.yaml:3: 'timeout': expected a whole number from 1 to 604800, not '0'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetitions: five\n"),

@@ -969,8 +969,8 @@ TEST(RawFile, MissingBlocksFileIsAnError) {
   c.map(0, block(0, 1, {rec(Op::free, 1020, 0x1000)}));
   c.blocks_file = false;
   const std::string path = c.write(dir);
-  EXPECT_EQ(raw_error(path), path + ".blocks: missing, but the capture appended 1 blocks to it (copy it along with " +
-                                 path + ")");
+  EXPECT_EQ(raw_error(path),
+            path + ".blocks: missing, but the capture appended 1 blocks to it (copy it along with " + path + ")");
 }
 
 TEST(RawFile, PartlyConsumedByALiveNormaliserIsRefused) {
