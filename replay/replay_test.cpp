@@ -290,6 +290,45 @@ std::vector<Event> big_and_small() {
   return ev;
 }
 
+// Ten thousand recorded threads, each freeing an object the one before it
+// made: a replay thread each, all started (asleep until the start, not
+// spinning: start-up was quadratic in threads), every call replayed.
+TEST_F(ReplayTest, TenThousandThreads) {
+  constexpr uint32_t kThreads = 10000;
+  std::vector<Event> ev;
+  uint64_t time = 0, id = 0;
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    Event start{};
+    start.op = Op::thread_start;
+    start.thread = t;
+    start.time = ++time;
+    ev.push_back(start);
+    Event m = malloc_ev(16 + t % 64, ++time);
+    m.thread = t;
+    ev.push_back(m);
+    ++id;
+    if (t > 0) {
+      Event f = free_ev(id - 1, ++time);  // the previous thread's object
+      f.thread = t;
+      ev.push_back(f);
+    }
+  }
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    Event end{};
+    end.op = Op::thread_end;
+    end.thread = t;
+    end.time = ++time;
+    ev.push_back(end);
+  }
+  const std::string trace = write_trace("ten_thousand_threads", ev);
+  const json r = replay(trace, {"--no-memory"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["replay_threads"], kThreads);
+  EXPECT_EQ(r["replay"]["ops"]["malloc"]["calls"], kThreads);
+  EXPECT_EQ(r["replay"]["ops"]["free"]["calls"], kThreads - 1);
+  EXPECT_EQ(r["exit"]["status"], "ok");
+}
+
 TEST_F(ReplayTest, NullResultsAreRecordedNotACrash) {
   const std::string t = write_trace("big_and_small", big_and_small());
   for (const char* load : {"preload", "direct"}) {

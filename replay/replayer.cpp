@@ -64,8 +64,11 @@ struct Worker {
 void* worker_main(void* arg) {
   auto* w = static_cast<Worker*>(arg);
   w->pin->bind(w->index);
+  // Wait for the start: asleep (a futex), not spinning: with more threads
+  // than cores, spinning ones took the CPU from the thread creating the rest,
+  // and start-up grew with the square of the threads (3,000: 90 s).
   int go;
-  while ((go = w->go->load(std::memory_order_acquire)) == 0) __builtin_ia32_pause();
+  while ((go = w->go->load(std::memory_order_acquire)) == 0) w->go->wait(0, std::memory_order_acquire);
   if (go < 0) return nullptr;  // another thread could not start: no replay
   w->result->start_ns = monotonic_ns();
   const BackendHooks& b = *w->backend;
@@ -331,6 +334,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     const int err = pthread_create(&tids[started], &attr, worker_main, &workers[started]);
     if (err != 0) {
       go.store(-1);
+      go.notify_all();
       for (uint32_t t = 0; t < started; ++t) pthread_join(tids[t], nullptr);
       pthread_attr_destroy(&attr);
       throw std::runtime_error("cannot start replay thread " + std::to_string(started) + " of " +
@@ -344,6 +348,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   pager.start();
   if (sampler) sampler->start(start);
   go.store(1, std::memory_order_release);
+  go.notify_all();
   for (uint32_t t = 0; t < nthreads; ++t) pthread_join(tids[t], nullptr);
   if (sampler) sampler->stop();
   pager.stop();
