@@ -28,7 +28,11 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     bool ended = false;
   };
   FlatMap<ThreadState> threads;  // by thread index + 1 (keys must be non-zero)
-  FlatMap<uint8_t> live;         // id -> 1
+  struct Obj {
+    uint64_t bytes;  // requested
+    uint64_t align;  // aligned calls' alignment, else 0
+  };
+  FlatMap<Obj> live;  // by id
   uint64_t max_id = 0;
   uint64_t expected_seq = 0;
   uint64_t missing_seqs = 0;
@@ -81,7 +85,21 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
         // A failed call (realloc returning NULL) leaves its object live, but
         // the object must have been live to be passed at all.
         const bool failed = e.flags & trace::kFailed;
-        const bool was_live = failed ? live.find(e.old) != nullptr : live.erase(e.old);
+        Obj o{};
+        const Obj* kept = failed ? live.find(e.old) : nullptr;
+        const bool was_live = failed ? kept != nullptr : live.erase(e.old, &o);
+        if (was_live && !failed && !produces) {
+          // Undefined for allocators (some crash): a sized or aligned delete
+          // naming another size or alignment than the object was made with.
+          if (trace::op_has(e.op, trace::kSize) && e.size != o.bytes)
+            problem(e.seq, e.thread,
+                    op() + " of object " + std::to_string(e.old) + " names size " + std::to_string(e.size) +
+                        "; it was made with " + std::to_string(o.bytes));
+          if (trace::op_has(e.op, trace::kAlign) && o.align != 0 && e.align != o.align)
+            problem(e.seq, e.thread,
+                    op() + " of object " + std::to_string(e.old) + " names alignment " + std::to_string(e.align) +
+                        "; it was made with " + std::to_string(o.align));
+        }
         if (!was_live) {
           if (!complete) {
             ++rep.refs_to_lost_objects;  // produced in a chunk the truncation lost
@@ -95,13 +113,16 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
           }
         }
       }
+      if (produces && trace::op_has(e.op, trace::kAlign) && (e.align == 0 || (e.align & (e.align - 1)) != 0) &&
+          !(e.flags & trace::kFailed))
+        problem(e.seq, e.thread, op() + " with alignment " + std::to_string(e.align) + ", not a power of two");
       if (produces && !(e.flags & trace::kNullResult)) {
         if (e.id != max_id + 1 && complete)
           problem(e.seq, e.thread,
                   op() + " produced object " + std::to_string(e.id) + ", expected the next dense id " +
                       std::to_string(max_id + 1));
         max_id = std::max(max_id, e.id);
-        live.put(e.id, 1);
+        live.put(e.id, Obj{e.requested_bytes(), trace::op_has(e.op, trace::kAlign) ? e.align : 0});
         ++rep.objects;
       } else if (e.id != 0) {
         problem(e.seq, e.thread, op() + " has object id " + std::to_string(e.id) + " but no result");

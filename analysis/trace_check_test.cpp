@@ -194,6 +194,32 @@ TEST(CheckObjects, DoubleFree) {
   EXPECT_EQ(rep.objects, 2u);
 }
 
+// Calls that are undefined for allocators (some crash on them): a sized
+// delete naming another size, an aligned delete another alignment, an
+// alignment that is not a power of two.
+TEST(CheckObjects, WrongSizesAndAlignments) {
+  Event newed = alloc(100, 0);
+  newed.op = Op::op_new;
+  Event aligned = alloc(64, 0);
+  aligned.op = Op::aligned_alloc;
+  aligned.align = 3;
+  Event aligned_new = alloc(48, 0);
+  aligned_new.op = Op::op_new_aligned;
+  aligned_new.align = 64;
+  Event sized = release(1, 0, 0, Op::op_delete_sized);
+  sized.size = 5000;
+  Event aligned_delete = release(3, 0, 0, Op::op_delete_aligned);
+  aligned_delete.align = 32;
+  std::vector<Event> evs = {newed, aligned, aligned_new, sized, release(2, 0), aligned_delete};
+  const CheckReport rep = check_events(evs);
+  EXPECT_EQ(rep.problems, 3u) << all_messages(rep);
+  EXPECT_TRUE(Listed(rep, 0, 1, 0, "aligned_alloc with alignment 3, not a power of two")) << all_messages(rep);
+  EXPECT_TRUE(Listed(rep, 1, 3, 0, "delete_sized of object 1 names size 5000; it was made with 100"))
+      << all_messages(rep);
+  EXPECT_TRUE(Listed(rep, 2, 5, 0, "delete_aligned of object 3 names alignment 32; it was made with 64"))
+      << all_messages(rep);
+}
+
 TEST(CheckObjects, DoubleFreeByReallocAndDelete) {
   std::vector<Event> evs = {alloc(16), ev(Op::realloc), ev(Op::op_delete)};
   evs[1].old = 1;  // realloc(1) -> object 2

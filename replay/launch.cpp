@@ -328,7 +328,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                             {"table_slots", plan.slots},
                             {"slot_handoffs", plan.handoffs},
                             {"consumes_of_lost_objects_skipped", plan.skipped_lost},
-                            {"reallocs_of_lost_objects", plan.realloc_of_lost}};
+                            {"reallocs_of_lost_objects", plan.realloc_of_lost},
+                            {"sizes_corrected", plan.sizes_corrected},
+                            {"alignments_corrected", plan.alignments_corrected}};
   if (memory_steps != 0)
     trace_j["memory"] = {{"regions", plan.regions},
                          {"mapped_bytes_peak", plan.mapped_peak},
@@ -415,6 +417,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["format_version"] = 1;
   r["trace"] = trace_j;
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
+  if (plan.sizes_corrected + plan.alignments_corrected != 0)
+    r["warnings"].push_back(fmt::format(
+        "the trace has calls that are undefined for allocators ({} sized deletes naming another size than their "
+        "object's, {} alignments not a power of two or not the object's): replayed with the object's own size and "
+        "alignment (heaplab check lists them)",
+        plan.sizes_corrected, plan.alignments_corrected));
   r["allocator"] = {
       {"name", opt.allocator}, {"load", opt.load}, {"library", l.library}, {"settings", allocator_settings(opt.env)}};
   r["plan_build_s"] = plan_s;

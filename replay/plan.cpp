@@ -26,7 +26,7 @@ namespace {
 // thread; more pages if there are many threads), then per thread its steps,
 // then per thread its times (if any). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 5;
+constexpr uint32_t kPlanVersion = 6;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -121,8 +121,16 @@ uint64_t saturate(uint128 v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v);
 struct Live {
   uint64_t bytes;
   uint64_t plan_id;  // the ref the replay knows it by
+  uint64_t align;    // the alignment it was made with (aligned calls), else 0
   uint32_t thread;   // replay thread that produced it (or last moved it)
 };
+
+bool power_of_two(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
+uint64_t next_power_of_two(uint64_t a) {
+  if (a <= 1) return 1;
+  if (a > (uint64_t{1} << 63)) return uint64_t{1} << 63;
+  return uint64_t{1} << (64 - __builtin_clzll(a - 1));
+}
 
 // The object table's slots (plan.h, refs). A consumed object's slot goes
 // back to the replay thread that consumed it, which reuses it first (last
@@ -595,6 +603,14 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       Step st{};
       st.size = e.size;
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
+      // An alignment allocators take: a power of two (aligned_alloc(3, n)
+      // crashes some). The program's own would have failed; replayed as the
+      // next power of two, and counted.
+      const bool aligned = trace::op_has(e.op, trace::kAlign);
+      if (aligned && trace::op_produces(e.op) && !power_of_two(st.arg)) {
+        st.arg = next_power_of_two(st.arg);
+        ++s.alignments_corrected;
+      }
       uint64_t old = 0;
       uint64_t id = 0;
       bool give_old = false;  // the consumed object's slot goes back, once this step's ref is taken
@@ -622,6 +638,19 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           old = o.plan_id;
           give_old = true;
           if (o.thread != k) ++s.cross_thread_consumes;
+          // A sized or aligned delete that names another size or alignment
+          // than the object's is undefined, and crashes some allocators:
+          // replayed with the object's own, and counted.
+          if (!trace::op_produces(e.op)) {
+            if (trace::op_has(e.op, trace::kSize) && st.size != o.bytes) {
+              st.size = o.bytes;
+              ++s.sizes_corrected;
+            }
+            if (aligned && o.align != 0 && st.arg != o.align) {
+              st.arg = o.align;
+              ++s.alignments_corrected;
+            }
+          }
           if (!failed) {
             live_bytes -= o.bytes;
             delta -= o.bytes;
@@ -652,7 +681,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         ++s.max_id;
         id = take(k, e.time);
         const uint64_t b = e.requested_bytes();
-        live.put(e.id, Live{b, id, k});
+        live.put(e.id, Live{b, id, aligned ? st.arg : 0, k});
         live_bytes += b;
         delta += b;
         requested += b;

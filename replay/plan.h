@@ -126,12 +126,17 @@ struct PlanSummary {
   std::array<uint64_t, trace::kOpCount> ops{};  // calls per op in the plan
   uint64_t skipped_lost = 0;                    // consumes of objects a truncated trace lost, dropped
   uint64_t realloc_of_lost = 0;                 // reallocs of such objects, replayed with NULL
-  uint64_t objects = 0;                         // objects the trace creates
-  uint64_t max_id = 0;                          // replay ids given (objects, kept objects, regions)
-  uint64_t slots = 0;                           // the object table's largest slot (its size less 1)
-  uint64_t slots_retired = 0;                   // slots never reused (a generation at its limit)
-  uint64_t handoffs = 0;                        // kStepHandoff steps
-  uint64_t live_bytes_peak = 0;                 // peak of the live requested bytes, trace order
+  // Calls an allocator may crash on, corrected in the plan: a sized delete
+  // whose size is not the object's, an alignment that is not a power of two
+  // or (aligned deletes) not the object's.
+  uint64_t sizes_corrected = 0;
+  uint64_t alignments_corrected = 0;
+  uint64_t objects = 0;          // objects the trace creates
+  uint64_t max_id = 0;           // replay ids given (objects, kept objects, regions)
+  uint64_t slots = 0;            // the object table's largest slot (its size less 1)
+  uint64_t slots_retired = 0;    // slots never reused (a generation at its limit)
+  uint64_t handoffs = 0;         // kStepHandoff steps
+  uint64_t live_bytes_peak = 0;  // peak of the live requested bytes, trace order
   uint64_t live_bytes_end = 0;
   // Where the live bytes first reach their peak (trace order): the replay
   // thread and its step index; kNoPeak if nothing is ever live.

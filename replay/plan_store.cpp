@@ -21,11 +21,12 @@
 
 namespace heaplab::replay {
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PlanSummary, events, steps, ops, skipped_lost, realloc_of_lost, objects, max_id,
-                                   slots, slots_retired, handoffs, live_bytes_peak, live_bytes_end, peak_thread,
-                                   peak_step, bytes_requested, cross_thread_consumes, recorded_threads, replay_threads,
-                                   fold, has_times, has_live, duration_ns, memory_ops, regions, mapped_peak,
-                                   recorded_touches, unknown_regions, program_latency)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PlanSummary, events, steps, ops, skipped_lost, realloc_of_lost, sizes_corrected,
+                                   alignments_corrected, objects, max_id, slots, slots_retired, handoffs,
+                                   live_bytes_peak, live_bytes_end, peak_thread, peak_step, bytes_requested,
+                                   cross_thread_consumes, recorded_threads, replay_threads, fold, has_times, has_live,
+                                   duration_ns, memory_ops, regions, mapped_peak, recorded_touches, unknown_regions,
+                                   program_latency)
 
 namespace fs = std::filesystem;
 

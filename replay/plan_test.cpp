@@ -1053,7 +1053,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(PlanMapped, RejectsWhatIsNotAPlan) {
-  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 5");
+  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 6");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
@@ -1068,7 +1068,7 @@ TEST(PlanMapped, RejectsDamagedPlan) {
 
   std::string bad_version = img;
   bad_version[8] = 1;  // version, after the 8-byte magic: an older layout
-  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 5");
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 6");
 
   std::string bad_peak = img;  // the live peak's step (after the ops and the peak value) past the thread's end
   const uint64_t step = 4;     // (after magic, version, threads, max_id, slots, steps, times, live: 56 bytes)

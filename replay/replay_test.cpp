@@ -329,6 +329,47 @@ TEST_F(ReplayTest, TenThousandThreads) {
   EXPECT_EQ(r["exit"]["status"], "ok");
 }
 
+// Calls undefined for allocators (a sized delete of the wrong size, an
+// aligned delete of the wrong alignment, alignment 3) crashed jemalloc and
+// mimalloc: replayed with the object's own size and alignment, counted, and
+// warned about, on every allocator and load mode.
+TEST_F(ReplayTest, UndefinedSizesAndAlignmentsAreCorrected) {
+  std::vector<Event> ev;
+  Event newed = malloc_ev(100, 1);
+  newed.op = Op::op_new;
+  ev.push_back(newed);
+  Event a3 = malloc_ev(64, 2);
+  a3.op = Op::aligned_alloc;
+  a3.align = 3;
+  ev.push_back(a3);
+  Event a64 = malloc_ev(48, 3);
+  a64.op = Op::op_new_aligned;
+  a64.align = 64;
+  ev.push_back(a64);
+  Event sized = free_ev(1, 4);
+  sized.op = Op::op_delete_sized;
+  sized.size = 1 << 30;
+  ev.push_back(sized);
+  ev.push_back(free_ev(2, 5));
+  Event adel = free_ev(3, 6);
+  adel.op = Op::op_delete_aligned;
+  adel.align = 4096;
+  ev.push_back(adel);
+  const std::string t = write_trace("undefined_sizes", ev);
+  for (const char* alloc : {"glibc", "jemalloc", "mimalloc", "tcmalloc"}) {
+    for (const char* load : {"preload", "direct"}) {
+      SCOPED_TRACE(std::string(alloc) + " " + load);
+      const json r = replay(t, {"--allocator", alloc, "--load", load});
+      ASSERT_TRUE(r.is_object());
+      EXPECT_EQ(r["exit"]["status"], "ok");
+      EXPECT_EQ(r["trace"]["sizes_corrected"], 1);
+      EXPECT_EQ(r["trace"]["alignments_corrected"], 2);
+      ASSERT_TRUE(r.contains("warnings"));
+      EXPECT_NE(r["warnings"].dump().find("undefined for allocators"), std::string::npos);
+    }
+  }
+}
+
 TEST_F(ReplayTest, NullResultsAreRecordedNotACrash) {
   const std::string t = write_trace("big_and_small", big_and_small());
   for (const char* load : {"preload", "direct"}) {

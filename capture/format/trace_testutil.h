@@ -20,12 +20,14 @@ struct GenOptions {
 };
 
 // Events as the writer will number them: seq = index, dense ids in order of
-// creation. Every consumed object is live.
+// creation. Every consumed object is live; a sized or aligned delete names
+// the size and alignment its object was made with.
 inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o = {}) {
   std::mt19937_64 rng(seed);
   std::vector<Event> out;
   out.reserve(n);
-  std::vector<uint64_t> live;  // ids
+  std::vector<uint64_t> live;                          // ids
+  std::vector<std::pair<uint64_t, uint64_t>> made(1);  // by id: requested bytes, alignment (0: none)
   std::vector<uint8_t> started(o.threads, 0);
   uint64_t next_id = 1;
   uint64_t now = 1000;
@@ -108,8 +110,15 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
         e.thread = owner[e.old];
       }
       e.op = o.all_ops ? consumers[rng() % std::size(consumers)] : Op::free;
-      if (op_has(e.op, kSize)) e.size = pick_size();
-      if (op_has(e.op, kAlign)) e.align = uint64_t{1} << (rng() % 64);
+      // (The random draws stay, so that the rest of the stream is as before.)
+      if (op_has(e.op, kSize)) {
+        e.size = pick_size();
+        e.size = made[e.old].first;
+      }
+      if (op_has(e.op, kAlign)) {
+        e.align = uint64_t{1} << (rng() % 64);
+        if (made[e.old].second) e.align = made[e.old].second;
+      }
       out.push_back(e);
       continue;
     }
@@ -151,6 +160,7 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
       e.id = next_id++;
       owner.push_back(e.thread);
       live.push_back(e.id);
+      made.emplace_back(e.requested_bytes(), op_has(e.op, kAlign) ? e.align : 0);
     }
     out.push_back(e);
   }

@@ -129,7 +129,7 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
     for (const OpSyntax& s : kSyntax)
       if (s.name == name) syn = &s;
     if (!syn) fail("unknown call " + common::excerpt(name));
-    if (!p.eat('(')) fail("expected '(' after " + common::excerpt(name));
+    if (!p.eat('(')) fail("expected '(' after " + std::string(name));  // (a known call: short)
     Event e{};
     e.op = syn->op;
     uint64_t addr_in = 0;
