@@ -27,6 +27,13 @@ struct CheckReport {
   // In a truncated trace: events referring to objects whose chunks were lost
   // (not listed as problems; the truncation is).
   uint64_t refs_to_lost_objects = 0;
+  // Successful calls with an alignment that is not a power of two (glibc
+  // rounds it up; other allocators may crash): a note; replays correct them.
+  uint64_t odd_alignments = 0;
+  // Sized or aligned deletes naming another size or alignment than the
+  // object's after events were lost (the object may be another one at the
+  // same address): a note, not a problem.
+  uint64_t mismatches_after_loss = 0;
   bool ok() const { return problems == 0; }
 };
 

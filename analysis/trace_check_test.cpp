@@ -212,11 +212,11 @@ TEST(CheckObjects, WrongSizesAndAlignments) {
   aligned_delete.align = 32;
   std::vector<Event> evs = {newed, aligned, aligned_new, sized, release(2, 0), aligned_delete};
   const CheckReport rep = check_events(evs);
-  EXPECT_EQ(rep.problems, 3u) << all_messages(rep);
-  EXPECT_TRUE(Listed(rep, 0, 1, 0, "aligned_alloc with alignment 3, not a power of two")) << all_messages(rep);
-  EXPECT_TRUE(Listed(rep, 1, 3, 0, "delete_sized of object 1 names size 5000; it was made with 100"))
+  EXPECT_EQ(rep.problems, 2u) << all_messages(rep);
+  EXPECT_EQ(rep.odd_alignments, 1u);  // a note: glibc rounds alignment 3 up
+  EXPECT_TRUE(Listed(rep, 0, 3, 0, "delete_sized of object 1 names size 5000; it was made with 100"))
       << all_messages(rep);
-  EXPECT_TRUE(Listed(rep, 2, 5, 0, "delete_aligned of object 3 names alignment 32; it was made with 64"))
+  EXPECT_TRUE(Listed(rep, 1, 5, 0, "delete_aligned of object 3 names alignment 32; it was made with 64"))
       << all_messages(rep);
 }
 

@@ -39,8 +39,10 @@ int run_capture(CaptureArgs& a, std::vector<std::string> command) {
   if (!r.failed.empty() || r.traces.empty()) return kExitBadInput;
   // Calls lost because capture stopped (a full disk ...): the trace is not
   // the program's whole run. (The program's own status is in the summary.)
-  for (const launch::TraceResult& t : r.traces)
-    if (t.report.dropped_calls) return kExitIncomplete;
+  // A program that failed on its own keeps its status.
+  if (r.exit_code == 0)
+    for (const launch::TraceResult& t : r.traces)
+      if (t.report.dropped_calls) return kExitIncomplete;
   return r.exit_code;
 }
 

@@ -157,6 +157,16 @@ int run_check(const std::string& path, size_t max_listed) {
   if (rep.lost_events)
     fmt::print("{}: the capture lost {} events (lost markers): the trace is not the program's whole run\n", path,
                group_digits(rep.lost_events));
+  if (rep.odd_alignments)
+    fmt::print(
+        "{}: note: {} calls with an alignment that is not a power of two (glibc rounds it up; replays use "
+        "the next power of two)\n",
+        path, group_digits(rep.odd_alignments));
+  if (rep.mismatches_after_loss)
+    fmt::print(
+        "{}: note: {} sized or aligned deletes after lost events name another size or alignment than "
+        "their object's\n",
+        path, group_digits(rep.mismatches_after_loss));
   if (rep.refs_to_lost_objects)
     fmt::print("{}: note: {} events refer to objects created in chunks the truncation lost\n", path,
                group_digits(rep.refs_to_lost_objects));

@@ -42,10 +42,12 @@ void check_keys(const Ctx& c, const YAML::Node& m, const std::string& where, con
 
 // A key given twice in one map (YAML forbids it; yaml-cpp keeps both and
 // the first would win silently), anywhere in the file.
-void check_duplicates(const Ctx& c, const YAML::Node& n, int depth = 0) {
+void check_duplicates(const Ctx& c, const YAML::Node& n, int depth, uint64_t& visited) {
   if (depth > 64) c.fail(n, "nested too deeply");
+  // (Aliases make a tree of shared nodes: bounded, a "billion laughs" file stops here.)
+  if (++visited > 1000000) c.fail(n, "too many values (aliases repeated over and over?)");
   if (n.IsSequence())
-    for (const auto& item : n) check_duplicates(c, item, depth + 1);
+    for (const auto& item : n) check_duplicates(c, item, depth + 1, visited);
   if (!n.IsMap()) return;
   std::map<std::string, int> seen;  // key -> its line
   for (const auto& kv : n) {
@@ -55,7 +57,7 @@ void check_duplicates(const Ctx& c, const YAML::Node& n, int depth = 0) {
         c.fail(kv.first,
                "duplicate key '" + kv.first.Scalar() + "' (first at line " + std::to_string(it->second + 1) + ")");
     }
-    check_duplicates(c, kv.second, depth + 1);
+    check_duplicates(c, kv.second, depth + 1, visited);
   }
 }
 
@@ -115,7 +117,8 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
     c.fail_line(e.mark.line, "not valid YAML: " + e.msg);
   }
   if (!root.IsMap()) c.fail_line(0, "expected a map of keys (name, traces, allocators, ...), not " + what_is(root));
-  check_duplicates(c, root);
+  uint64_t visited = 0;
+  check_duplicates(c, root, 0, visited);
   check_keys(c, root, "",
              {"name", "description", "traces", "allocators", "replay", "metrics", "repetitions", "warmup", "baseline",
               "timeout"});

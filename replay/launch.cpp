@@ -36,8 +36,9 @@ namespace fs = std::filesystem;
 using common::group_digits;
 using common::self_dir;
 
-double default_timeout_s(uint64_t calls, double paced_duration_s) {
-  return 120.0 + double(calls) * 2e-6 + 2.0 * paced_duration_s;
+double default_timeout_s(uint64_t calls, uint64_t bytes_requested, double paced_duration_s) {
+  return 120.0 + double(calls) * 2e-6 + double(bytes_requested) / double(uint64_t{1} << 30) * 4.0 +
+         2.0 * paced_duration_s;
 }
 
 namespace {
@@ -45,7 +46,10 @@ namespace {
 // Reads `fd` to its end into `out`, for at most `seconds`. False if the
 // time ran out first.
 bool read_until(int fd, std::string& out, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  seconds = std::min(seconds, 1e9);  // (beyond, the clock's arithmetic overflows; 30 years is "none")
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
   char buf[65536];
   for (;;) {
     const auto left =
@@ -386,11 +390,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   std::string out, exec_error;
   int status = 0;
   const uint64_t calls = plan.steps - memory_steps - plan.handoffs;
-  const double timeout_s = opt.timeout_s > 0
-                               ? opt.timeout_s
-                               : default_timeout_s(calls, opt.settings.timing == Timing::recorded
-                                                              ? double(plan.duration_ns) / 1e9 / opt.settings.speed
-                                                              : 0);
+  const double timeout_s =
+      opt.timeout_s > 0
+          ? opt.timeout_s
+          : default_timeout_s(
+                calls, plan.bytes_requested,
+                opt.settings.timing == Timing::recorded ? double(plan.duration_ns) / 1e9 / opt.settings.speed : 0);
   bool timed_out = false;
   try {
     process::Pipe result;

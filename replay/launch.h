@@ -28,9 +28,10 @@ struct ReplayOptions {
 };
 
 // The default limit on one replay's wall time: generous for the trace's
-// calls (2 us a call, 100x a slow replay), plus twice its recorded duration
-// at `speed` when paced, plus two minutes.
-double default_timeout_s(uint64_t calls, double paced_duration_s);
+// calls (2 us a call, 100x a slow replay) and the memory they touch (4 s a
+// GiB requested), plus twice its recorded duration at `speed` when paced,
+// plus two minutes.
+double default_timeout_s(uint64_t calls, uint64_t bytes_requested, double paced_duration_s);
 
 // A replay that could not start (bad option, unknown allocator, corrupt
 // trace...): what() is one line.

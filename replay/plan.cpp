@@ -607,7 +607,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       // crashes some). The program's own would have failed; replayed as the
       // next power of two, and counted.
       const bool aligned = trace::op_has(e.op, trace::kAlign);
-      if (aligned && trace::op_produces(e.op) && !power_of_two(st.arg)) {
+      if (aligned && trace::op_produces(e.op) && !(e.flags & trace::kFailed) && !power_of_two(st.arg)) {
         st.arg = next_power_of_two(st.arg);
         ++s.alignments_corrected;
       }

@@ -417,7 +417,7 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     note(rep.unknown_frees, "frees of memory allocated before capture (skipped)");
     note(rep.unknown_reallocs, "reallocs of such memory (as realloc(NULL, n))");
     note(rep.reused_live, "allocations at a still-live address");
-    note(rep.holes, "lost records");
+    note(rep.holes - rep.dropped_calls, "lost records");  // (the dropped calls have a line of their own)
     note(rep.unfinished_reallocs, "unfinished reallocs");
     note(rep.blocks_missing, "blocks claimed but never written");
     note(rep.bad_records, "unreadable records");

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -210,7 +211,12 @@ void start_capture() {
     return;
   }
   if (const char* every = getenv("HEAPLAB_CAPTURE_LATENCY")) g_latency_every = uint32_t(strtoul(every, nullptr, 10));
-  if (const char* launcher = getenv("HEAPLAB_CAPTURE_LAUNCHER")) g_launcher = pid_t(strtol(launcher, nullptr, 10));
+  // Watched only if this process sees it (not from inside another PID
+  // namespace, where its number means nothing).
+  if (const char* launcher = getenv("HEAPLAB_CAPTURE_LAUNCHER")) {
+    const pid_t pid = pid_t(strtol(launcher, nullptr, 10));
+    if (pid > 0 && kill(pid, 0) == 0) g_launcher = pid;
+  }
 }
 
 // The fast path's cost per event: malloc+free pairs through the hooks

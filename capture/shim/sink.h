@@ -143,6 +143,7 @@ void count_dropped(uint32_t op);
 
 inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   if (__builtin_expect(!g_capturing, 0)) {
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);  // (stop_capture: g_stopped before g_capturing)
     if (__builtin_expect(__atomic_load_n(&g_stopped, __ATOMIC_RELAXED), 0)) count_dropped(op);
     return;
   }

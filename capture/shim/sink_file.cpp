@@ -69,8 +69,8 @@ pid_t g_pid = 0;                        // the process the sink was opened in
 // Calls made from now on are counted in the header (count_dropped).
 void stop_capture(const char* what, int err) {
   if (g_header) __atomic_store_n(&g_header->stop_error, err ? int64_t(err) : int64_t(-1), __ATOMIC_RELAXED);
-  __atomic_store_n(&g_stopped, true, __ATOMIC_RELEASE);
-  __atomic_store_n(&g_capturing, false, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_stopped, true, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);  // (emit's cold path fences, then reads g_stopped)
   shim_error(what, err);
 }
 int g_grow_lock = 0;
@@ -263,8 +263,9 @@ bool space_freed() {
 // The thread's block is full: append it to .blocks, clear it, start the next.
 bool next_block() {
   ThreadSink& t = t_sink;
-  if (launcher_gone()) {
-    stop_capture("heaplab capture has gone (killed?): recording stopped; the program runs on", 0);
+  if (launcher_gone()) {  // nobody will read a count: none is kept
+    __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);
+    shim_error("heaplab capture has gone (killed?): recording stopped; the program runs on", 0);
     return false;
   }
   if (!same_file(g_data_fd, g_data_ino)) {
@@ -318,6 +319,7 @@ void count_dropped(uint32_t op) {
 }
 
 void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) {
+  const int saved_errno = errno;  // the program's call must not see ours (free keeps errno)
   const uint64_t t0 = stamp();
   // A full block (not the thread's first): wait for a live reader first. A
   // record stamped before a long wait is stamped again: an allocation's still
@@ -350,6 +352,7 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   // The block switch (an append, a fresh segment) is the shim's cost, not the program's.
   if (t.cur && op != kRawOverhead) note_overhead(t0);
+  errno = saved_errno;
 }
 
 void sink_set_event_cost(uint64_t ticks_x1024, uint64_t timer_overhead) {
