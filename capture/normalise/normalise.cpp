@@ -28,6 +28,10 @@ using namespace heaplab::raw;
 
 namespace {
 
+// A non-negative double as uint64_t, UINT64_MAX beyond (a crafted clock
+// far from the start: the conversion would be undefined).
+uint64_t saturated(double v) { return v >= 18446744073709551615.0 ? UINT64_MAX : v > 0 ? uint64_t(v) : 0; }
+
 struct Obj {  // a live object: its id, its requested bytes
   uint64_t id = 0, bytes = 0;
 };
@@ -209,7 +213,7 @@ class Normaliser {
   uint64_t ns(uint64_t ticks) const;
   uint64_t shim_cost_ns(const Stream& st) const {
     const double ticks = double(st.overhead) + double(st.records) * double(in_.header().event_cost_x1024) / 1024.0;
-    return uint64_t(ticks * ns_per_tick_);
+    return saturated(ticks * ns_per_tick_);
   }
   uint64_t last_raw_ = 0, first_raw_ = 0;  // uncorrected times
 
@@ -361,7 +365,7 @@ void Normaliser::handle(Stream& st, const Record& r, uint64_t time) {
       const uint64_t over = in_.header().timer_overhead;
       const double ticks = double(r.a > over ? r.a - over : 0);
       memory_.latency(last_seq_[st.index], st.index,
-                      ns_per_tick_ > 0 ? uint64_t(ticks * ns_per_tick_) : uint64_t(ticks));
+                      ns_per_tick_ > 0 ? saturated(ticks * ns_per_tick_) : saturated(ticks));
     }
     return;
   }
@@ -636,7 +640,7 @@ bool Normaliser::resolve(uint64_t addr, bool want_release) {
 uint64_t Normaliser::ns(uint64_t ticks) const {
   uint64_t start = in_.header().start_ticks;
   if (ns_per_tick_ == 0) return 0;
-  return ticks > start ? uint64_t(double(ticks - start) * ns_per_tick_) : 0;
+  return ticks > start ? saturated(double(ticks - start) * ns_per_tick_) : 0;
 }
 
 NormaliseReport Normaliser::run() {
