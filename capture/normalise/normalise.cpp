@@ -181,8 +181,7 @@ class Normaliser {
  public:
   Normaliser(RecordSource& in, const std::string& out, const NormaliseOptions& opt)
       : in_(in), opt_(opt), writer_(out, writer_options()), pipe_(writer_) {
-    constexpr double kWindowNs = 10000;  // 10 us; the real skew is well under 1 us
-    window_ticks_ = uint64_t(kWindowNs / (ns_per_tick_ > 0 ? ns_per_tick_ : 1.0 / 3));
+    window_ticks_ = ticks_for_ns(10000);  // 10 us; the real skew is well under 1 us
   }
 
   // Everything, from a source that is complete.
@@ -197,9 +196,12 @@ class Normaliser {
  private:
   void add_streams();
   void refill();
+  void queue(size_t s);
   void end_stream(Stream& st, uint64_t time);
   uint64_t bound(const Stream& st) const;
-  uint64_t drain(bool all);
+  uint64_t drain(bool all, common::Progress* progress = nullptr);
+  // Clock ticks in `ns` nanoseconds (3 a ns when the rate is unknown).
+  uint64_t ticks_for_ns(double ns) const { return uint64_t(ns / (ns_per_tick_ > 0 ? ns_per_tick_ : 1.0 / 3)); }
   trace::WriterOptions writer_options();
   nlohmann::json metadata();
   void advance(size_t s);
@@ -522,14 +524,12 @@ void Normaliser::process(size_t s) {
   now_ticks_ = st.ticks_of_current;
   handle(st, rec, time);
   now_ticks_ = saved_now;
-  if (st.rec) {
-    heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
-  } else if (st.cursor->ended()) {
+  if (st.rec)
+    queue(s);
+  else if (st.cursor->ended())
     end_stream(st, time);
-  } else {  // waiting for the thread's next record: nothing may pass it
-    const uint64_t b = bound(st);
-    watermark_ = std::min(watermark_, b - std::min(b, window_ticks_));
-  }
+  else  // waiting for the thread's next record: nothing may pass it
+    watermark_ = std::min(watermark_, bound(st));
   st.busy = false;
 }
 
@@ -548,15 +548,24 @@ void Normaliser::end_stream(Stream& st, uint64_t time) {
   append(e);
 }
 
-// The earliest its next record can be stamped: not before its last one; and,
-// if it had written nothing more when the source was polled, not before
-// then (a record is stamped just before it is written: a thread preempted
-// in between gets its stamp moved up, never its order with another's).
+// How far records may be processed while this stream waits: the earliest its
+// next record can be stamped, less the skew window. That is not before its
+// last one; and, if it had written nothing more when the source was polled,
+// not before then (a record is stamped just before it is written: a thread
+// preempted in between gets its stamp moved up, never its order with
+// another's).
 uint64_t Normaliser::bound(const Stream& st) const {
-  constexpr double kMarginNs = 20e6;
-  if (!st.cursor->caught_up()) return st.ticks;
-  const uint64_t margin = uint64_t(kMarginNs / (ns_per_tick_ > 0 ? ns_per_tick_ : 1.0 / 3));
-  return std::max(st.ticks, live_now_ - std::min(live_now_, margin));
+  uint64_t b = st.ticks;
+  if (st.cursor->caught_up()) {
+    const uint64_t margin = ticks_for_ns(20e6);
+    b = std::max(b, live_now_ - std::min(live_now_, margin));
+  }
+  return b - std::min(b, window_ticks_);
+}
+
+void Normaliser::queue(size_t s) {
+  const Stream& st = streams_[s];
+  heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
 }
 
 void Normaliser::add_streams() {
@@ -573,16 +582,17 @@ void Normaliser::refill() {
     if (st.rec || st.closed) continue;
     advance(s);
     if (st.rec)
-      heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
+      queue(s);
     else if (st.cursor->ended())
       end_stream(st, last_time_);
   }
 }
 
 // Processes records in time order: all of them, or up to watermark_.
-uint64_t Normaliser::drain(bool all) {
+uint64_t Normaliser::drain(bool all, common::Progress* progress) {
   uint64_t done = 0;
   while (!heap_.empty()) {
+    if (progress) progress->update(rep_.records);
     const Key k = heap_.top();
     if (!all && k.ticks > watermark_) break;
     heap_.pop();
@@ -603,11 +613,8 @@ uint64_t Normaliser::step(uint64_t now) {
   add_streams();
   refill();
   watermark_ = UINT64_MAX;
-  for (const Stream& st : streams_) {
-    if (st.rec || st.closed) continue;
-    const uint64_t b = bound(st);
-    watermark_ = std::min(watermark_, b - std::min(b, window_ticks_));
-  }
+  for (const Stream& st : streams_)
+    if (!st.rec && !st.closed) watermark_ = std::min(watermark_, bound(st));
   return drain(false);
 }
 
@@ -648,14 +655,7 @@ NormaliseReport Normaliser::run() {
   refill();
   // (An estimate: blocks are full but for each thread's last.)
   common::Progress progress("normalising", in_.blocks() * raw::kRecordsPerBlock, "records");
-  while (!heap_.empty()) {
-    progress.update(rep_.records);
-    const Key k = heap_.top();
-    heap_.pop();
-    Stream& st = streams_[k.stream];
-    if (k.gen != st.gen || !st.rec) continue;  // processed early by resolve()
-    process(k.stream);
-  }
+  drain(true, &progress);
   return finish(opt_.capture_metadata);
 }
 
@@ -734,17 +734,14 @@ NormaliseReport normalise(RecordSource& in, const std::string& out_path, const N
 NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, const NormaliseOptions& opt,
                                const std::function<bool()>& ended,
                                const std::function<nlohmann::json()>& final_metadata) {
-  auto nap = [](long us) {
-    timespec ts{0, us * 1000};
-    nanosleep(&ts, nullptr);
-  };
-  // Timestamps need the TSC's rate: measured over the first 20 ms.
-  while (in.ns_per_tick() == 0 && !ended()) nap(1000);
   Normaliser n(in, out_path, opt);
   while (!ended()) {
     const uint64_t now = in.poll();
     // Few records: let more gather (each poll reads every thread's block header).
-    if (n.step(now) < 4096) nap(1000);
+    if (n.step(now) < 4096) {
+      timespec ts{0, 1000000};
+      nanosleep(&ts, nullptr);
+    }
   }
   in.finish();
   return n.finish(final_metadata());

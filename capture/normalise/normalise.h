@@ -81,7 +81,8 @@ NormaliseReport normalise(RecordSource& in, const std::string& out_path, const N
 class LiveRawFile;
 
 // Normalises a raw capture while its process writes it (raw_live.h) into
-// `out_path`: polls it every millisecond or two, writes the records no
+// `out_path`, timestamps from in.ns_per_tick() (the caller waits until it is
+// known, or normalises after the fact): polls it every millisecond or two, writes the records no
 // thread can still write one before, and returns once `ended()` said the
 // process image has ended and everything is written. `final_metadata()`
 // (called then) is merged into the metadata's "capture" object, as
