@@ -229,15 +229,7 @@ void LiveRawFile::open() {
   if (h == MAP_FAILED) fail(path, std::string("cannot map: ") + std::strerror(errno));
   header_ = static_cast<FileHeader*>(h);
   acquire_fence();
-  if (std::memcmp(header_->magic, kFileMagic, sizeof header_->magic) != 0)
-    fail(path, "not a heaplab raw capture (bad magic)");
-  if (header_->version != kVersion)
-    fail(path, "unsupported raw capture version " + std::to_string(header_->version) + " (this heaplab reads " +
-                   std::to_string(kVersion) + ")");
-  if (header_->header_size != kBlockSize || header_->block_size != kBlockSize || header_->record_size != kRecordSize)
-    fail(path, "raw capture has an unexpected block layout");
-  if (header_->clock != kClockTsc && header_->clock != kClockMonotonic)
-    fail(path, "raw capture names an unknown clock " + std::to_string(header_->clock));
+  check_header(*header_, path);
 #if !defined(__x86_64__)
   if (header_->clock == kClockTsc) fail(path, "raw capture uses the TSC, which this machine cannot read");
 #endif

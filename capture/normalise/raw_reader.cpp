@@ -45,14 +45,7 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     fail(path, "not a heaplab raw capture (file too short: " + std::to_string(ring_.size) + " bytes)");
   header_ = reinterpret_cast<const FileHeader*>(ring_.data);
   const FileHeader& h = *header_;
-  if (std::memcmp(h.magic, kFileMagic, sizeof h.magic) != 0) fail(path, "not a heaplab raw capture (bad magic)");
-  if (h.version != kVersion)
-    fail(path, "unsupported raw capture version " + std::to_string(h.version) + " (this heaplab reads " +
-                   std::to_string(kVersion) + ")");
-  if (h.header_size != kBlockSize || h.block_size != kBlockSize || h.record_size != kRecordSize)
-    fail(path, "raw capture has an unexpected block layout");
-  if (h.clock != kClockTsc && h.clock != kClockMonotonic)
-    fail(path, "raw capture names an unknown clock " + std::to_string(h.clock));
+  check_header(h, path);
   if (h.consumed_blocks != 0)
     fail(path, "raw capture partly normalised already while the program ran (" + std::to_string(h.consumed_blocks) +
                    " blocks deleted): normalising the rest would lose calls silently");
@@ -135,6 +128,17 @@ void RawFile::read_block(const BlockRef& b, uint8_t* buf) const {
     if (n <= 0) fail(path_ + ".blocks", "cannot read block at offset " + std::to_string(b.offset));
     done += uint64_t(n);
   }
+}
+
+void check_header(const FileHeader& h, const std::string& path) {
+  if (std::memcmp(h.magic, kFileMagic, sizeof h.magic) != 0) fail(path, "not a heaplab raw capture (bad magic)");
+  if (h.version != kVersion)
+    fail(path, "unsupported raw capture version " + std::to_string(h.version) + " (this heaplab reads " +
+                   std::to_string(kVersion) + ")");
+  if (h.header_size != kBlockSize || h.block_size != kBlockSize || h.record_size != kRecordSize)
+    fail(path, "raw capture has an unexpected block layout");
+  if (h.clock != kClockTsc && h.clock != kClockMonotonic)
+    fail(path, "raw capture names an unknown clock " + std::to_string(h.clock));
 }
 
 std::unique_ptr<RecordCursor> RawFile::cursor(size_t thread) {

@@ -35,6 +35,10 @@ struct RawThread {
   std::vector<BlockRef> blocks;  // in thread_block_seq order
 };
 
+// Throws RawError ("PATH: what") unless `h` is a raw capture header this
+// reader can read: magic, version, block layout, clock.
+void check_header(const raw::FileHeader& h, const std::string& path);
+
 // The program's argv from a raw file's header.
 std::vector<std::string> argv_of(const raw::FileHeader& h);
 
