@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -82,6 +82,13 @@ void check_started(const std::string& path) {
     throw std::runtime_error(path +
                              ": capture never started in this process (the shim could not set up its raw file: "
                              "a full disk? its message is above)");
+}
+
+// Which process image a trace is of (the result of normalise_to or normalise_live).
+void name_trace(TraceResult& tr, const RawName& name, std::vector<std::string> argv) {
+  tr.pid = name.pid;
+  tr.exec_generation = name.gen;
+  tr.command_line = std::move(argv);
 }
 
 // Root first, then by pid and image.
@@ -171,17 +178,15 @@ class LiveCollector {
   }
 
   void look() {
-    {
-      add_new();
-      for (auto& j : jobs_) {
-        if (j->root || j->ended.load(std::memory_order_acquire)) continue;
-        std::error_code ec;
-        const std::string next_image =
-            opt_.raw_dir + "/" + std::to_string(j->name.pid) + "." + std::to_string(j->name.gen + 1) + ".hlraw";
-        if (std::filesystem::exists(next_image, ec) || process_gone(j->name.pid)) {
-          CaptureResult none;
-          end(*j, capture_metadata(opt_, none, false, nlohmann::json::object()));
-        }
+    add_new();
+    for (auto& j : jobs_) {
+      if (j->root || j->ended.load(std::memory_order_acquire)) continue;
+      std::error_code ec;
+      const std::string next_image =
+          opt_.raw_dir + "/" + std::to_string(j->name.pid) + "." + std::to_string(j->name.gen + 1) + ".hlraw";
+      if (std::filesystem::exists(next_image, ec) || process_gone(j->name.pid)) {
+        CaptureResult none;
+        end(*j, capture_metadata(opt_, none, false, nlohmann::json::object()));
       }
     }
   }
@@ -194,8 +199,7 @@ class LiveCollector {
       return;  // the directory is being removed: nothing new
     }
     for (const RawName& r : raws) {
-      if (known_.count(r.path)) continue;
-      known_.insert({r.path, true});
+      if (!known_.insert(r.path).second) continue;
       auto j = std::make_unique<Job>();
       j->name = r;
       j->root = r.pid == uint32_t(run_.pid) && r.gen == 0;
@@ -233,7 +237,10 @@ class LiveCollector {
         normalise::RawFile file(j.name.path);
         CaptureOptions o = opt_;
         o.normalise.fallback_ns_per_tick = fallback_ns_per_tick();
-        j.result = normalise_after(file, out, o, j);
+        // (j.meta holds the capture's metadata already: nothing for normalise_to to add from a result.)
+        TraceResult tr = normalise_to(file, out, o, CaptureResult{}, false, j.meta);
+        name_trace(tr, j.name, file.command_line());
+        j.result = std::move(tr);
         return;
       }
       normalise::NormaliseOptions nopt = opt_.normalise;
@@ -247,9 +254,7 @@ class LiveCollector {
         throw;
       }
       tr.path = out;
-      tr.pid = j.name.pid;
-      tr.exec_generation = j.name.gen;
-      tr.command_line = raw->command_line();
+      name_trace(tr, j.name, raw->command_line());
       if (!raw->punch_error().empty())
         j.note = j.name.path + ".blocks: consumed blocks could not be deleted (" + raw->punch_error() +
                  "): scratch disk was not bounded";
@@ -262,18 +267,6 @@ class LiveCollector {
     }
   }
 
-  TraceResult normalise_after(normalise::RawFile& file, const std::string& out, const CaptureOptions& o, Job& j) {
-    normalise::NormaliseOptions nopt = o.normalise;
-    nopt.capture_metadata = j.meta;
-    TraceResult tr;
-    common::write_then_rename(out, [&](const std::string& tmp) { tr.report = normalise::normalise(file, tmp, nopt); });
-    tr.path = out;
-    tr.pid = j.name.pid;
-    tr.exec_generation = j.name.gen;
-    tr.command_line = file.command_line();
-    return tr;
-  }
-
   // ns per tick from the program's start to now, for an image too short-lived to measure its own.
   double fallback_ns_per_tick() const {
     const ClockPair c1 = clock_pair();
@@ -284,7 +277,7 @@ class LiveCollector {
   const CaptureOptions& opt_;
   RunInfo run_;
   std::atomic<bool> stop_{false};
-  std::map<std::string, bool> known_;
+  std::set<std::string> known_;             // raw files that have a job
   std::vector<std::unique_ptr<Job>> jobs_;  // touched by the watcher, then (after it stopped) by finish()
   std::thread watcher_;
 };
@@ -334,9 +327,7 @@ class SoftwareMethod : public CaptureMethod {
         check_started(r.path);
         normalise::RawFile raw(r.path);
         TraceResult tr = normalise_to(raw, out, opt, res, root, nlohmann::json::object());
-        tr.pid = r.pid;
-        tr.exec_generation = r.gen;
-        tr.command_line = raw.command_line();
+        name_trace(tr, r, raw.command_line());
         done[i] = std::move(tr);
       } catch (const std::exception& e) {
         errors[i] = e.what();
