@@ -1,6 +1,8 @@
 #include "analysis/trace_check.h"
 #include "common/progress.h"
 
+#include <bit>
+
 #include <nlohmann/json.hpp>
 
 #include "capture/format/flat_map.h"
@@ -120,7 +122,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
           }
         }
       }
-      if (produces && trace::op_has(e.op, trace::kAlign) && (e.align == 0 || (e.align & (e.align - 1)) != 0) &&
+      if (produces && trace::op_has(e.op, trace::kAlign) && !std::has_single_bit(e.align) &&
           !(e.flags & trace::kFailed))
         ++rep.odd_alignments;
       if (produces && !(e.flags & trace::kNullResult)) {

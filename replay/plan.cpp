@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -124,13 +125,6 @@ struct Live {
   uint64_t align;    // the alignment it was made with (aligned calls), else 0
   uint32_t thread;   // replay thread that produced it (or last moved it)
 };
-
-bool power_of_two(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
-uint64_t next_power_of_two(uint64_t a) {
-  if (a <= 1) return 1;
-  if (a > (uint64_t{1} << 63)) return uint64_t{1} << 63;
-  return uint64_t{1} << (64 - __builtin_clzll(a - 1));
-}
 
 // The object table's slots (plan.h, refs). A consumed object's slot goes
 // back to the replay thread that consumed it, which reuses it first (last
@@ -607,8 +601,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       // crashes some). The program's own would have failed; replayed as the
       // next power of two, and counted.
       const bool aligned = trace::op_has(e.op, trace::kAlign);
-      if (aligned && trace::op_produces(e.op) && !(e.flags & trace::kFailed) && !power_of_two(st.arg)) {
-        st.arg = next_power_of_two(st.arg);
+      if (aligned && trace::op_produces(e.op) && !(e.flags & trace::kFailed) && !std::has_single_bit(st.arg)) {
+        st.arg = st.arg > (uint64_t{1} << 63) ? uint64_t{1} << 63 : std::bit_ceil(st.arg);
         ++s.alignments_corrected;
       }
       uint64_t old = 0;
