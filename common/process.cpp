@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 extern char** environ;
 
@@ -275,6 +277,29 @@ void read_all(int fd, std::string& out) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+}
+
+bool read_all(int fd, std::string& out, double seconds) {
+  seconds = std::min(seconds, 1e9);  // (beyond, the clock's arithmetic overflows; 30 years is "none")
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+  char buf[65536];
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    if (rc == 0) continue;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("read: ") + std::strerror(errno));
+    if (n == 0) return true;
     out.append(buf, size_t(n));
   }
 }

@@ -125,6 +125,10 @@ Output run(const Spec& spec);
 
 // Reads everything from `fd` until EOF (retrying on EINTR) and appends to `out`.
 void read_all(int fd, std::string& out);
+// The same for at most `seconds` (a child that may hang): false if the time
+// ran out first, with what came until then in `out`. A failed poll or read
+// throws std::runtime_error ("poll: REASON", "read: REASON").
+bool read_all(int fd, std::string& out, double seconds);
 
 // waitpid() that retries on EINTR. Returns the pid, or -1 with errno set.
 pid_t wait_for(pid_t pid, int* status, int options = 0);

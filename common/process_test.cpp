@@ -40,6 +40,27 @@ TEST(Process, RunCollectsStdoutAndStderrApart) {
   EXPECT_EQ(describe_status(o.status), "exit 3");
 }
 
+// The timed read_all: everything up to the end, or false when a writer that
+// never closes outlives the time given (what came is kept).
+TEST(Process, ReadAllWithinATime) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "abc", 3), 3);
+  close(fds[1]);
+  std::string out;
+  EXPECT_TRUE(read_all(fds[0], out, 5.0));
+  EXPECT_EQ(out, "abc");
+  close(fds[0]);
+
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "de", 2), 2);  // the write end stays open
+  out.clear();
+  EXPECT_FALSE(read_all(fds[0], out, 0.2));
+  EXPECT_EQ(out, "de");
+  close(fds[0]);
+  close(fds[1]);
+}
+
 TEST(Process, LargeOutputOnBothStreamsDoesNotStall) {
   // 1 MiB on each stream: more than a pipe holds, so both must be read at once.
   Spec s = sh("head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2");

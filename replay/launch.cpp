@@ -5,7 +5,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -42,31 +41,6 @@ double default_timeout_s(uint64_t calls, uint64_t bytes_requested, double paced_
 }
 
 namespace {
-
-// Reads `fd` to its end into `out`, for at most `seconds`. False if the
-// time ran out first.
-bool read_until(int fd, std::string& out, double seconds) {
-  seconds = std::min(seconds, 1e9);  // (beyond, the clock's arithmetic overflows; 30 years is "none")
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
-  char buf[65536];
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    const int rc = ::poll(&p, 1, int(std::min<int64_t>(left.count(), 1000)));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) throw ReplayError(std::string("waiting for the replayer: ") + std::strerror(errno));
-    if (rc == 0) continue;
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw ReplayError(std::string("reading the replayer's result: ") + std::strerror(errno));
-    if (n == 0) return true;
-    out.append(buf, size_t(n));
-  }
-}
 
 std::string replayer_dir(const std::string& given) {
   if (!given.empty()) return given;
@@ -404,7 +378,11 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     close(plan_fd);
     plan_fd = -1;
     result.close_write();
-    timed_out = !read_until(result.read, out, timeout_s);
+    try {
+      timed_out = !process::read_all(result.read, out, timeout_s);
+    } catch (const std::runtime_error& e) {
+      throw ReplayError(std::string("reading the replayer's result: ") + e.what());
+    }
     if (timed_out) child.kill(SIGKILL);
     status = child.wait();
   } catch (const process::SpawnError& e) {
