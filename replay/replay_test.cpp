@@ -296,30 +296,21 @@ std::vector<Event> big_and_small() {
 TEST_F(ReplayTest, TenThousandThreads) {
   constexpr uint32_t kThreads = 10000;
   std::vector<Event> ev;
-  uint64_t time = 0, id = 0;
+  uint64_t time = 0;
+  auto add = [&](Event e, uint32_t thread) {
+    e.thread = thread;
+    e.time = ++time;
+    ev.push_back(e);
+  };
+  Event start{}, end{};
+  start.op = Op::thread_start;
+  end.op = Op::thread_end;
   for (uint32_t t = 0; t < kThreads; ++t) {
-    Event start{};
-    start.op = Op::thread_start;
-    start.thread = t;
-    start.time = ++time;
-    ev.push_back(start);
-    Event m = malloc_ev(16 + t % 64, ++time);
-    m.thread = t;
-    ev.push_back(m);
-    ++id;
-    if (t > 0) {
-      Event f = free_ev(id - 1, ++time);  // the previous thread's object
-      f.thread = t;
-      ev.push_back(f);
-    }
+    add(start, t);
+    add(malloc_ev(16 + t % 64), t);  // object t + 1
+    if (t > 0) add(free_ev(t), t);   // the previous thread's object
   }
-  for (uint32_t t = 0; t < kThreads; ++t) {
-    Event end{};
-    end.op = Op::thread_end;
-    end.thread = t;
-    end.time = ++time;
-    ev.push_back(end);
-  }
+  for (uint32_t t = 0; t < kThreads; ++t) add(end, t);
   const std::string trace = write_trace("ten_thousand_threads", ev);
   const json r = replay(trace, {"--no-memory"});
   ASSERT_TRUE(r.is_object());
