@@ -216,6 +216,20 @@ bool switch_block() {
   return true;
 }
 
+// Whether a live reader (heaplab capture's normaliser) is consuming blocks:
+// its heartbeat is set and younger than kLiveTimeoutNs.
+bool reader_alive(const FileHeader* h, uint64_t now) {
+  const uint64_t alive = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE);
+  return alive != 0 && !(now > alive && now - alive > kLiveTimeoutNs);
+}
+
+// Sleeps until the reader counts another consumed block (it wakes the
+// count's futex: the low half of the 64-bit count), or 5 ms at most.
+void sleep_until_consumed(FileHeader* h, uint64_t seen) {
+  timespec ts{0, 5000000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->consumed_blocks), FUTEX_WAIT, uint32_t(seen), &ts, nullptr, 0);
+}
+
 // A live normaliser consumes appended blocks while the program runs: wait
 // while it is kLiveAheadBlocks behind, so that scratch disk stays bounded,
 // but never for one that stopped answering. Returns whether it waited.
@@ -225,19 +239,13 @@ bool wait_for_consumer() {
   FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
   if (!h) return false;
   for (bool waited = false;; waited = true) {
-    const uint64_t alive = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE);
-    if (alive == 0) return waited;
+    if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0) return waited;  // no reader: no clock read
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED);
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (appended < consumed + kLiveAheadBlocks) return waited;
-    const uint64_t now = mono_ns();
-    if ((now > alive && now - alive > kLiveTimeoutNs) || launcher_gone()) return waited;
-    // Sleep until the reader counts a consumed block (it wakes the count's
-    // futex: the low half of the 64-bit count), or 5 ms at most: hundreds of
-    // threads waiting must not take the CPU the reader needs.
-    timespec ts{0, 5000000};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->consumed_blocks), FUTEX_WAIT, uint32_t(consumed), &ts, nullptr,
-            0);
+    if (!reader_alive(h, mono_ns()) || launcher_gone()) return waited;
+    // Asleep, not spinning: hundreds of threads waiting must not take the CPU the reader needs.
+    sleep_until_consumed(h, consumed);
   }
 }
 
@@ -249,14 +257,11 @@ bool space_freed() {
   const uint64_t before = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
   const uint64_t start = mono_ns();
   for (;;) {
-    const uint64_t alive = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE);
     const uint64_t now = mono_ns();
-    if (alive == 0 || (now > alive && now - alive > kLiveTimeoutNs) || now - start > kLiveTimeoutNs) return false;
+    if (!reader_alive(h, now) || now - start > kLiveTimeoutNs) return false;
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (consumed != before) return true;
-    timespec ts{0, 5000000};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->consumed_blocks), FUTEX_WAIT, uint32_t(consumed), &ts, nullptr,
-            0);
+    sleep_until_consumed(h, consumed);
   }
 }
 
