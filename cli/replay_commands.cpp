@@ -1,6 +1,7 @@
 // heaplab replay: a trace on one allocator, or several side by side.
 #include <fmt/core.h>
 #include <memory>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -126,7 +127,14 @@ void add_replay_commands(CLI::App& app, Commands& commands) {
   rp->add_option("--timeout", ra.opt.timeout_s,
                  "Kill a replay that runs longer than this many seconds and count it failed (default: 2 minutes "
                  "plus 2 us a call, plus twice the recorded duration with --timing recorded)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            char* end = nullptr;
+            const double d = std::strtod(v.c_str(), &end);
+            return !v.empty() && end && *end == 0 && d > 0 ? std::string()
+                                                           : "expected a number of seconds above 0, not '" + v + "'";
+          },
+          "SECONDS"));
   rp->add_option("-o,--out", ra.out, "Write the result JSON here");
   rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
   rp->add_flag("-q,--quiet", ra.quiet, "No summary");
