@@ -332,7 +332,9 @@ TEST_F(Cli, NegativeCountsAreRefused) {
   for (const Case& c : std::vector<Case>{
            {{"cat", "--from", "-3", "x.hlt"}, "heaplab: error: --from: not a count: -3\n"},
            {{"cat", "-n", "-2", "x.hlt"}, "heaplab: error: --limit: not a count: -2\n"},
-           {{"check", "--max-problems", "-1", "x.hlt"}, "heaplab: error: --max-problems: not a count: -1\n"}}) {
+           {{"check", "--max-problems", "-1", "x.hlt"}, "heaplab: error: --max-problems: not a count: -1\n"},
+           {{"replay", "x.hlt", "--timeout", "-1"},
+            "heaplab: error: --timeout: expected a number of seconds above 0, not '-1'\n"}}) {
     const Result r = run(c.args, dir_);
     EXPECT_EQ(r.status, 2) << c.args[0];
     EXPECT_EQ(r.err.substr(0, r.err.find('\n') + 1), c.err);
