@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "experiments/dashboard.h"
+#include "experiments/gate.h"
 #include "experiments/metrics.h"
 #include "experiments/plots.h"
 #include "experiments/report.h"
@@ -26,6 +27,13 @@ struct RunArgs {
 struct ReportArgs {
   std::string results = "results", session, experiment, out, plots;
   experiments::ReportOptions opt;
+};
+
+struct GateArgs {
+  std::string results = "results", session, baseline, junit, out;
+  std::vector<std::string> budgets;
+  experiments::GateOptions opt;
+  bool no_significance = false;
 };
 
 struct ResultsArgs {
@@ -104,6 +112,45 @@ int run_report_cmd(ReportArgs a) {
       fmt::print(stderr, "heaplab: plot {}\n", p);
   }
   return 0;
+}
+
+int run_gate_cmd(GateArgs a) {
+  for (const std::string& b : a.budgets) {
+    try {
+      a.opt.budgets.push_back(experiments::parse_budget(b));
+    } catch (const std::invalid_argument& e) {
+      throw Failure{std::string("gate: ") + e.what()};
+    }
+  }
+  a.opt.significance = !a.no_significance;
+  experiments::Store store = existing_store(a.results, "gate");
+  const experiments::SessionInfo s = experiments::pick_session(store, a.session, "");
+  // Without --baseline, one allocator of the session against another.
+  if (a.baseline.empty() && a.opt.baseline_allocator.empty())
+    throw Failure{"gate: --baseline SESSION is required (or --baseline-allocator, to compare within the session)"};
+  const experiments::SessionInfo b = experiments::pick_session(store, a.baseline.empty() ? s.id : a.baseline, "");
+  if (b.id == s.id && a.opt.allocator == a.opt.baseline_allocator)
+    throw Failure{
+        "gate: the session is its own baseline (give another --baseline, or --allocator and "
+        "--baseline-allocator to compare two allocators of it)"};
+  for (const experiments::SessionInfo* x : {&s, &b})
+    if (x->finished.empty())
+      fmt::print(stderr, "heaplab: warning: session {} is not finished ({} of {} runs stored)\n", x->id,
+                 store.done_cells(x->id).size(), x->cells);
+  experiments::GateResult r;
+  try {
+    r = experiments::gate(store.records(b.id), store.records(s.id), a.opt);
+  } catch (const std::invalid_argument& e) {
+    throw Failure{std::string("gate: ") + e.what()};
+  }
+  experiments::GateReportInfo info;
+  info.session = s.id;
+  info.baseline = b.id;
+  info.timestamp = experiments::utc_now_iso();
+  info.hostname = s.host;
+  if (!a.junit.empty()) write_or_print(a.junit, experiments::gate_junit(r, a.opt, info));
+  write_or_print(a.out, experiments::gate_text(r, a.opt, info));
+  return r.passed() ? 0 : 1;
 }
 
 int run_dashboard_cmd(const std::string& results, std::string out) {
@@ -186,6 +233,34 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
   rep->add_option("--plots", repa.plots, "Also write SVG plots here: heap over time, latency curves, bars per metric");
 
   commands.push_back({rep, [repa_] { return run_report_cmd(*repa_); }});
+
+  auto gatea_ = std::make_shared<GateArgs>();
+  GateArgs& gatea = *gatea_;
+  auto* gate = app.add_subcommand(
+      "gate",
+      "Gate a CI job: a session's replays against a baseline session (or one allocator against another), "
+      "a budget per metric, significance required\n"
+      "  heaplab gate --baseline SESSION [--session SESSION] [--budget heap_peak_mib=+3%]... [--junit FILE]\n"
+      "Exits 0 when every check passed, 1 on a regression beyond its budget or a failed or missing run, 2 on errors.");
+  gate->add_option("--results", gatea.results, "Results directory")->capture_default_str();
+  gate->add_option("--session", gatea.session, "The session judged (default: the newest)");
+  gate->add_option("--baseline", gatea.baseline,
+                   "The baseline session (default with --baseline-allocator: the session)");
+  gate->add_option("--allocator", gatea.opt.allocator, "Judge only this allocator of the session");
+  gate->add_option("--baseline-allocator", gatea.opt.baseline_allocator,
+                   "Against this allocator of the baseline (default: the allocator of the same label)");
+  gate->add_option("--budget", gatea.budgets,
+                   "METRIC=+N% or METRIC=+N (in the metric's unit): the worsening allowed, repeatable "
+                   "(default: every default metric at +5%, calls per second at -5%)");
+  gate->add_option("--alpha", gatea.opt.alpha, "Significance level")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  gate->add_flag("--no-significance", gatea.no_significance,
+                 "A change beyond its budget fails whether or not it is significant");
+  gate->add_option("--junit", gatea.junit, "Also write JUnit XML here (CI systems show it as tests)");
+  gate->add_option("-o,--out", gatea.out, "Write the text here instead of standard output");
+
+  commands.push_back({gate, [gatea_] { return run_gate_cmd(*gatea_); }});
 
   auto dash_ = std::make_shared<std::pair<std::string, std::string>>("results", "");
   std::string& dash_results = dash_->first;

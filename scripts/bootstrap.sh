@@ -30,13 +30,15 @@ set -euo pipefail
 #   the dashboard's charting library: libjs-chart.js (Chart.js, embedded at build time)
 #   the dashboard's browser test: chromium; Google Benchmark's compare.py
 #   on exported results: libbenchmark-tools python3-scipy
+#   the CI gate's test: python3-yaml (reads the README's CI files), libxml2-utils
+#   (xmllint checks the JUnit XML against experiments/junit.xsd)
 PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev libipt-dev
   zstd xz-utils bzip2 gzip lz4 clang clang-format clang-tidy
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium
-  libbenchmark-tools python3-scipy linux-perf libjs-chart.js
+  libbenchmark-tools python3-scipy linux-perf libjs-chart.js python3-yaml libxml2-utils
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 
 say() { echo "bootstrap: $*"; }

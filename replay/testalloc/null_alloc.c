@@ -5,7 +5,10 @@
  *   - the Nth malloc aborts if HEAPLAB_TEST_ABORT_AT=N is set (an allocator
  *     that crashes), and
  *   - the Nth malloc never returns if HEAPLAB_TEST_HANG_AT=N is set (an
- *     allocator that deadlocks).
+ *     allocator that deadlocks), and
+ *   - built with HEAPLAB_TEST_PAD=N (test_alloc_padded), every block is N
+ *     bytes bigger than asked for: a build of an allocator whose heap
+ *     regressed, for the CI gate's test.
  * It lacks reallocarray, valloc, pvalloc and the C++ operators on purpose:
  * the direct load mode builds those from what it has. */
 #include <errno.h>
@@ -19,6 +22,10 @@ extern void __libc_free(void*);
 extern void* __libc_calloc(size_t, size_t);
 extern void* __libc_realloc(void*, size_t);
 extern void* __libc_memalign(size_t, size_t);
+
+#ifndef HEAPLAB_TEST_PAD
+#define HEAPLAB_TEST_PAD 0
+#endif
 
 static size_t limit(void) {
   static size_t cached = 0;
@@ -57,7 +64,7 @@ static void maybe_abort(void) {
 
 void* malloc(size_t n) {
   maybe_abort();
-  return too_big(n) ? NULL : __libc_malloc(n);
+  return too_big(n) ? NULL : __libc_malloc(n + HEAPLAB_TEST_PAD);
 }
 void free(void* p) { __libc_free(p); }
 void* calloc(size_t c, size_t n) {
@@ -66,10 +73,13 @@ void* calloc(size_t c, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  return __libc_calloc(c, n);
+  return __libc_calloc(1, b + HEAPLAB_TEST_PAD);
 }
-void* realloc(void* p, size_t n) { return too_big(n) ? NULL : __libc_realloc(p, n); }
-void* memalign(size_t a, size_t n) { return too_big(n) ? NULL : __libc_memalign(a, n); }
+void* realloc(void* p, size_t n) {
+  /* realloc(p, 0) frees p, as glibc's does: padded or not. */
+  return too_big(n) ? NULL : __libc_realloc(p, n ? n + HEAPLAB_TEST_PAD : 0);
+}
+void* memalign(size_t a, size_t n) { return too_big(n) ? NULL : __libc_memalign(a, n + HEAPLAB_TEST_PAD); }
 void* aligned_alloc(size_t a, size_t n) { return memalign(a, n); }
 int posix_memalign(void** out, size_t a, size_t n) {
   if (a < sizeof(void*) || (a & (a - 1)) != 0) return EINVAL;
