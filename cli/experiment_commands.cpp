@@ -160,6 +160,7 @@ int run_dashboard_cmd(const std::string& results, std::string out) {
   fmt::print("dashboard: {} ({} experiment(s), {} session(s), {} series)\n", d.index, d.experiments, d.sessions,
              d.series);
   for (const std::string& r : d.regressions) fmt::print("  regression: {}\n", r);
+  for (const std::string& c : d.change_points) fmt::print("  change point: {}\n", c);
   return 0;
 }
 

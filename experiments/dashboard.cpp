@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "experiments/changepoint.h"
 #include "experiments/history.h"
 #include "experiments/metrics.h"
 #include "experiments/results.h"
@@ -110,6 +111,7 @@ json dashboard_data(Store& store, const std::string& store_path) {
         for (const std::string& a : allocators) {
           json points = json::array();
           std::vector<SessionStat> hist;
+          std::vector<size_t> hist_session;  // the session of each point of hist
           for (size_t si = 0; si < ss.size(); ++si) {
             std::vector<double> v;
             for (const RunRecord& r : recs[si])
@@ -118,7 +120,10 @@ json dashboard_data(Store& store, const std::string& store_path) {
             if (v.empty()) continue;
             SessionStat st{median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
                            v.size()};
-            if (!ss[si].finished.empty() && si <= newest) hist.push_back(st);
+            if (!ss[si].finished.empty() && si <= newest) {
+              hist.push_back(st);
+              hist_session.push_back(si);
+            }
             points.push_back({{"session", si}, {"median", st.median}, {"min", st.min}, {"max", st.max}, {"n", st.n}});
           }
           if (points.empty()) continue;
@@ -127,6 +132,25 @@ json dashboard_data(Store& store, const std::string& store_path) {
           for (const json& p : points) in_newest = in_newest || p["session"].get<size_t>() == newest;
           Verdict vd = in_newest ? judge(hist, m.lower_is_better) : Verdict{};
           if (!in_newest) vd.state = "absent";
+          // Change points of the complete sessions' medians, each with the
+          // session (and so the commit) where the new level starts.
+          json changes = json::array();
+          std::vector<double> medians;
+          for (const SessionStat& st : hist) medians.push_back(st.median);
+          for (const ChangePoint& c : e_divisive(medians)) {
+            const size_t si = hist_session[c.index];
+            const double change = c.before != 0 ? c.after / c.before - 1 : 0;
+            const bool worse = m.lower_is_better ? c.after > c.before : c.after < c.before;
+            changes.push_back({{"session", si},
+                               {"id", ss[si].id},
+                               {"commit", ss[si].git_commit},
+                               {"started", ss[si].started},
+                               {"before", c.before},
+                               {"after", c.after},
+                               {"change", change},
+                               {"p", c.p},
+                               {"state", worse ? "regression" : "improvement"}});
+          }
           series.push_back({{"allocator", a},
                             {"points", points},
                             {"verdict",
@@ -135,7 +159,8 @@ json dashboard_data(Store& store, const std::string& store_path) {
                               {"low", vd.low},
                               {"high", vd.high},
                               {"newest", vd.newest},
-                              {"change", vd.change}}}});
+                              {"change", vd.change}}},
+                            {"changes", changes}});
         }
         if (series.empty()) continue;
         tr["metrics"].push_back({{"name", m.name},
@@ -161,6 +186,14 @@ DashboardSummary write_dashboard(Store& store, const std::string& store_path, co
       for (const json& m : tr["metrics"])
         for (const json& s : m["series"]) {
           ++sum.series;
+          for (const json& c : s["changes"])
+            sum.change_points.push_back(fmt::format(
+                "{}/{}/{}/{}: {:+.1f}% ({}) from session {} ({}{})", ex["name"].get<std::string>(),
+                tr["name"].get<std::string>(), m["name"].get<std::string>(), s["allocator"].get<std::string>(),
+                100 * c["change"].get<double>(), c["state"].get<std::string>(), c["id"].get<std::string>(),
+                c["started"].get<std::string>(),
+                c["commit"].get<std::string>().empty() ? ""
+                                                       : ", commit " + c["commit"].get<std::string>().substr(0, 12)));
           if (s["verdict"]["state"] == "regression")
             sum.regressions.push_back(fmt::format("{}/{}/{}/{}: {:+.1f}%", ex["name"].get<std::string>(),
                                                   tr["name"].get<std::string>(), m["name"].get<std::string>(),

@@ -11,7 +11,10 @@ test on them flaky; everything else on the page stays real. The test checks that
 one history chart per metric card, the drill-down charts), that the planted
 regression is flagged on the heap-peak card for jemalloc and listed at the
 top and by `heaplab dashboard` itself, and that glibc's heap peak is not;
-it saves a screenshot next to the page. A newer session without jemalloc
+it saves a screenshot next to the page. Twelve older sessions (copies) make
+a history long enough for change points: glibc's heap peak steps from 10 to
+11 MiB at the seventh session, found (E-divisive means), named with its
+session by `heaplab dashboard`, and marked on the card and at the top. A newer session without jemalloc
 then leaves jemalloc's series unjudged ("not in the newest session").
 
 Usage: dashboard_test.py HEAPLAB VICTIM WORKDIR
@@ -59,8 +62,28 @@ warmup: 0
     for _ in range(4):
         run(HEAPLAB, "run", exp, "--results", results, "-q")
     db = sqlite3.connect(os.path.join(results, "heaplab.db"))
-    newest = db.execute("SELECT id FROM sessions ORDER BY started DESC, id DESC LIMIT 1").fetchone()[0]
-    db.execute("UPDATE runs SET heap_peak_mib = CASE allocator WHEN 'glibc' THEN 10.0 ELSE 12.0 END")
+    # A longer history: 12 older sessions, copies of the four (the
+    # drill-downs and every other figure stay real).
+    real = [r[0] for r in db.execute("SELECT id FROM sessions ORDER BY started, id")]
+    scols = [r[1] for r in db.execute("PRAGMA table_info(sessions)")]
+    rcols = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
+    for k in range(12):
+        new, when = f"old{k:02d}", f"2026-01-{k + 1:02d}T00:00:00Z"
+        pick = ["?" if c in ("id", "started", "finished") else c for c in scols]
+        db.execute(f"INSERT INTO sessions ({','.join(scols)}) SELECT {','.join(pick)} FROM sessions WHERE id = ?",
+                   [{"id": new, "started": when, "finished": when}[c] for c in scols if c in ("id", "started", "finished")]
+                   + [real[k % 4]])
+        pick = ["?" if c == "session" else c for c in rcols]
+        db.execute(f"INSERT INTO runs ({','.join(rcols)}) SELECT {','.join(pick)} FROM runs WHERE session = ?",
+                   (new, real[k % 4]))
+    order = [r[0] for r in db.execute("SELECT id FROM sessions ORDER BY started, id")]
+    newest = order[-1]
+    db.execute("UPDATE runs SET heap_peak_mib = CASE allocator WHEN 'glibc' THEN 11.0 ELSE 12.0 END")
+    # glibc's heap peak steps up by 10% from the seventh session on (before:
+    # 10 MiB): a change point, a regression, but long past (the newest
+    # session is within its band).
+    db.executemany("UPDATE runs SET heap_peak_mib = 10.0 WHERE session = ? AND allocator = 'glibc'",
+                   [(sid,) for sid in order[:6]])
     n = db.execute("UPDATE runs SET heap_peak_mib = 18.0 WHERE session = ? AND allocator = 'je'", (newest,)).rowcount
     db.commit()
     db.close()
@@ -70,8 +93,13 @@ warmup: 0
     out = run(HEAPLAB, "dashboard", "--results", results, "-o", site).stdout
     if "regression: nightly/threads/heap_peak_mib/je: +50.0%" not in out:
         fail("heaplab dashboard did not list the planted regression:\n" + out)
-    if "heap_peak_mib/glibc" in out:
+    if "regression: nightly/threads/heap_peak_mib/glibc" in out:
         fail("glibc's heap peak flagged:\n" + out)
+    step = f"change point: nightly/threads/heap_peak_mib/glibc: +10.0% (regression) from session {order[6]} (2026-01-07"
+    if step not in out:
+        fail("heaplab dashboard did not list glibc's step (" + step + "):\n" + out)
+    if out.count("change point:") != 1:
+        fail("change points where there is no step:\n" + out)
     page = os.path.join(site, "index.html")
     flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
              "--disable-extensions", "--proxy-server=127.0.0.1:9", "--user-data-dir=" + os.path.join(WORK, "profile")]
@@ -104,6 +132,11 @@ warmup: 0
         fail("glibc flagged on the heap-peak card")
     if not re.search(r'<li class="regression">regression: nightly / threads / heap peak / je: ', dom):
         fail("the planted regression is not in the list at the top")
+    if not re.search(r'<div class="change regression" data-allocator="glibc">glibc: step \+10.0% \(regression\): '
+                     r'10.00 -&gt; 11.00 from session ' + order[6], card.group(1)):
+        fail("glibc's step is not on the heap-peak card:\n" + card.group(1)[:1500])
+    if not re.search(r'<li class="change regression">change point: nightly / threads / heap peak / glibc: ', dom):
+        fail("glibc's step is not in the list at the top")
     shot = os.path.join(site, "screenshot.png")
     subprocess.run([browser, *flags, "--window-size=1400,2400", "--screenshot=" + shot, "file://" + page],
                    capture_output=True, timeout=120)

@@ -46,11 +46,21 @@ std::string xml_escape(const std::string& s) {
   o.reserve(s.size());
   for (char ch : s) {
     switch (ch) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&apos;"; break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      case '\'':
+        o += "&apos;";
+        break;
       default:
         // XML 1.0 has no control characters but tab, newline and return.
         if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t' && ch != '\n' && ch != '\r')
@@ -79,7 +89,9 @@ Budget parse_budget(const std::string& spec) {
   b.metric = spec.substr(0, eq);
   b.text = spec.substr(eq + 1);
   const Metric* m = find_metric(b.metric);
-  if (!m) throw std::invalid_argument("--budget '" + spec + "': unknown metric '" + b.metric + "' (known: " + known_metrics() + ")");
+  if (!m)
+    throw std::invalid_argument("--budget '" + spec + "': unknown metric '" + b.metric +
+                                "' (known: " + known_metrics() + ")");
   std::string v = b.text;
   char sign = 0;
   if (!v.empty() && (v[0] == '+' || v[0] == '-')) {
@@ -98,9 +110,9 @@ Budget parse_budget(const std::string& spec) {
                                 "' is not a worsening allowed (a number, optionally signed, % for a percentage)");
   const char worse = m->lower_is_better ? '+' : '-';
   if (sign && sign != worse)
-    throw std::invalid_argument(fmt::format("--budget '{}': {} is worse when it {}, so its budget is {}{} (or unsigned)",
-                                            spec, b.metric, m->lower_is_better ? "grows" : "shrinks", worse,
-                                            v + (b.percent ? "%" : "")));
+    throw std::invalid_argument(
+        fmt::format("--budget '{}': {} is worse when it {}, so its budget is {}{} (or unsigned)", spec, b.metric,
+                    m->lower_is_better ? "grows" : "shrinks", worse, v + (b.percent ? "%" : "")));
   b.limit = x;
   b.text = fmt::format("{}{}{}", worse, v, b.percent ? "%" : "");
   return b;
@@ -125,8 +137,7 @@ double smallest_p(size_t m, size_t n) {
   return std::min(1.0, 2 / c);
 }
 
-GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRecord>& session,
-                const GateOptions& opt) {
+GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRecord>& session, const GateOptions& opt) {
   // A metric neither side measured (latency, in replays without it): a
   // default budget of it is dropped, one given is an error.
   const auto measured_anywhere = [&](const std::string& metric) {
@@ -168,8 +179,8 @@ GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRec
       throw std::invalid_argument("allocator '" + a + "' is not in the session (it has " + list(session_allocators) +
                                   ")");
     if (std::find(baseline_allocators.begin(), baseline_allocators.end(), b) == baseline_allocators.end())
-      throw std::invalid_argument("allocator '" + b + "' is not in the baseline (it has " +
-                                  list(baseline_allocators) + ")");
+      throw std::invalid_argument("allocator '" + b + "' is not in the baseline (it has " + list(baseline_allocators) +
+                                  ")");
     pairs.emplace_back(a, b);
   } else {
     std::vector<std::string> all = session_allocators;
@@ -269,9 +280,10 @@ GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRec
 
 std::string gate_text(const GateResult& r, const GateOptions& opt, const GateReportInfo& info) {
   std::string s = fmt::format("heaplab gate: session {} against baseline {}\n", info.session, info.baseline);
-  s += fmt::format("budgets: {}; {}\n", budgets_text(opt),
-                   opt.significance ? fmt::format("a regression must be significant (Mann-Whitney U, p < {})", opt.alpha)
-                                    : std::string("the budgets alone judge"));
+  s +=
+      fmt::format("budgets: {}; {}\n", budgets_text(opt),
+                  opt.significance ? fmt::format("a regression must be significant (Mann-Whitney U, p < {})", opt.alpha)
+                                   : std::string("the budgets alone judge"));
   std::vector<std::vector<std::string>> rows = {
       {"", "state", "trace", "allocator", "metric", "baseline", "session", "change", "budget", "p", "note"}};
   std::vector<const GateCheck*> order;
@@ -286,11 +298,11 @@ std::string gate_text(const GateResult& r, const GateOptions& opt, const GateRep
     if (c->state == "regression" && !c->testable && opt.significance) note = "too few runs to test: budget alone";
     if (c->state == "noise") note = "beyond the budget, not significant";
     if (c->state == "failed" || c->state == "missing" || c->state == "new") note = c->message;
-    rows.push_back({c->fails() ? "FAIL" : "ok", c->state, c->trace,
-                    c->allocator == c->baseline_allocator ? c->allocator : c->allocator + " vs " + c->baseline_allocator,
-                    c->metric, c->baseline_n ? with_unit(c->baseline_median, m) : "-",
-                    c->n ? with_unit(c->median, m) : "-", figures ? change_text(*c) : "-", c->budget,
-                    figures && c->state != "failed" ? p_text(c->p) : "-", note});
+    rows.push_back(
+        {c->fails() ? "FAIL" : "ok", c->state, c->trace,
+         c->allocator == c->baseline_allocator ? c->allocator : c->allocator + " vs " + c->baseline_allocator,
+         c->metric, c->baseline_n ? with_unit(c->baseline_median, m) : "-", c->n ? with_unit(c->median, m) : "-",
+         figures ? change_text(*c) : "-", c->budget, figures && c->state != "failed" ? p_text(c->p) : "-", note});
   }
   std::vector<size_t> w(rows[0].size(), 0);
   for (const auto& row : rows)

@@ -58,11 +58,11 @@ struct GateCheck {
   std::string state;               // pass | regression | noise | failed | missing | new
   size_t n = 0, baseline_n = 0;    // measured runs
   double median = 0, baseline_median = 0;
-  double change = 0;          // median / baseline median - 1 (NaN when the baseline median is 0)
-  double p = 1;               // Mann-Whitney U, two-sided
-  bool testable = true;       // the samples are large enough to be significant at alpha
-  std::string budget;         // as given
-  std::string message;        // one line for people
+  double change = 0;     // median / baseline median - 1 (NaN when the baseline median is 0)
+  double p = 1;          // Mann-Whitney U, two-sided
+  bool testable = true;  // the samples are large enough to be significant at alpha
+  std::string budget;    // as given
+  std::string message;   // one line for people
   bool fails() const { return state == "regression" || state == "failed" || state == "missing"; }
 };
 
@@ -74,8 +74,7 @@ struct GateResult {
 
 // Throws std::invalid_argument for an unknown metric, an allocator not in
 // its session, or nothing to compare.
-GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRecord>& session,
-                const GateOptions& opt);
+GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRecord>& session, const GateOptions& opt);
 
 // The smallest two-sided p-value the exact Mann-Whitney test can give for
 // samples of m and n: 2 / C(m + n, m).

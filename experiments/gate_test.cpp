@@ -88,8 +88,8 @@ TEST(Gate, BadBudgetsAreRefused) {
 }
 
 TEST(Gate, SmallestP) {
-  EXPECT_DOUBLE_EQ(smallest_p(3, 3), 0.1);        // 2 / 20: never significant at 0.05
-  EXPECT_DOUBLE_EQ(smallest_p(4, 4), 2.0 / 70);   // can be
+  EXPECT_DOUBLE_EQ(smallest_p(3, 3), 0.1);       // 2 / 20: never significant at 0.05
+  EXPECT_DOUBLE_EQ(smallest_p(4, 4), 2.0 / 70);  // can be
   EXPECT_DOUBLE_EQ(smallest_p(1, 1), 1.0);
   EXPECT_DOUBLE_EQ(smallest_p(0, 5), 1.0);
   EXPECT_LT(smallest_p(200, 200), 1e-100);

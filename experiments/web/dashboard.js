@@ -7,7 +7,8 @@
 const DATA = JSON.parse(document.getElementById("data").textContent);
 
 // Each metric's history: medians per session (points to click), min-max of
-// the runs as floating bars, and the noise band of the judged history.
+// the runs as floating bars, the noise band of the judged history, and its
+// change points.
 function historyChart(card, ex, tr, m, labels, color) {
   const datasets = [];
   for (const s of m.series) {
@@ -31,6 +32,20 @@ function historyChart(card, ex, tr, m, labels, color) {
     datasets.push({type: "line", label: s.allocator, data: medians, borderColor: c, backgroundColor: c,
                    pointRadius: 3.5, pointHoverRadius: 5, borderWidth: 1.6, spanGaps: true,
                    allocator: s.allocator, runs: s.points});
+    // Change points: a triangle on the first session of each new level,
+    // red for a regression, green for an improvement.
+    if (s.changes && s.changes.length) {
+      const at = labels.map(() => null), colors = labels.map(() => "#000"), byIndex = {};
+      for (const ch of s.changes) {
+        at[ch.session] = ch.after;
+        colors[ch.session] = ch.state === "regression" ? "#c00" : "#080";
+        byIndex[ch.session] = ch;
+      }
+      datasets.push({type: "line", label: `${s.allocator} change point`, data: at, showLine: false,
+                     pointStyle: "triangle", pointRadius: 8, pointHoverRadius: 9,
+                     pointBackgroundColor: ctx => colors[ctx.dataIndex], pointBorderColor: ctx => colors[ctx.dataIndex],
+                     backgroundColor: "#c00", borderColor: "#c00", order: -1, isChange: true, changes: byIndex});
+    }
   }
   chart(card, "history", 420, 220, {
     type: "line",
@@ -38,14 +53,21 @@ function historyChart(card, ex, tr, m, labels, color) {
     options: {
       plugins: {legend: {display: false},
                 tooltip: {filter: item => !item.dataset.isBand,
-                          callbacks: {label: item => `${item.dataset.label}: ${fmt(item.parsed.y)}`}}},
+                          callbacks: {label: item => item.dataset.isChange ? changeText(item.dataset.changes[item.dataIndex])
+                                                                          : `${item.dataset.label}: ${fmt(item.parsed.y)}`}}},
       scales: {y: {beginAtZero: false, ticks: {callback: v => fmt(v)}}},
       onClick: (event, elements, c) => {
-        const hit = elements.find(e => !c.data.datasets[e.datasetIndex].isBand);
+        const hit = elements.find(e => !c.data.datasets[e.datasetIndex].isBand && !c.data.datasets[e.datasetIndex].isChange);
         if (hit) showDrill(ex, tr, hit.index);
       },
     },
   });
+}
+
+function pct(x) { return `${x * 100 >= 0 ? "+" : ""}${(x * 100).toFixed(1)}%`; }
+function changeText(ch) {
+  return `step ${pct(ch.change)} (${ch.state}): ${fmt(ch.before)} -> ${fmt(ch.after)} from session ${ch.id} ` +
+         `(${ch.started.slice(0, 10)}${ch.commit ? ", commit " + ch.commit.slice(0, 12) : ""}), p = ${ch.p.toFixed(3)}`;
 }
 
 function showDrill(ex, tr, si) {
@@ -106,7 +128,7 @@ function render() {
   document.getElementById("meta").textContent = `generated ${DATA.generated} from ${DATA.store}`;
   const alerts = document.getElementById("alerts");
   const main = document.getElementById("main");
-  let nreg = 0, firstDrill = null;
+  let nreg = 0, nsteps = 0, firstDrill = null;
   for (const ex of DATA.experiments) {
     ex.allocators = [];
     for (const tr of ex.traces)
@@ -141,6 +163,15 @@ function render() {
                    `${fmt(v.centre)} (band ${fmt(v.low)}-${fmt(v.high)})`);
           }
         }
+        for (const s of m.series)
+          for (const ch of s.changes || []) {
+            el("div", {class: "change " + ch.state, "data-allocator": s.allocator}, card, `${s.allocator}: ${changeText(ch)}`);
+            if (ch.state === "regression") {
+              nsteps++;
+              el("li", {class: "change regression"}, alerts,
+                 `change point: ${ex.name} / ${tr.name} / ${m.label} / ${s.allocator}: ${changeText(ch)}`);
+            }
+          }
         historyChart(card, ex, tr, m, labels, color);
       }
       if (!firstDrill) firstDrill = [ex, tr, ex.sessions.length - 1];
@@ -150,6 +181,8 @@ function render() {
   if (nreg === 0)
     el("li", {class: "none"}, alerts,
        "no regressions: every newest session is within the noise band of its history (or the history is too short)");
+  if (nsteps === 0)
+    el("li", {class: "none"}, alerts, "no step for the worse in any history (change points: E-divisive means, p <= 0.01)");
   if (firstDrill) showDrill(...firstDrill);
   markPainted();
   document.body.setAttribute("data-rendered", "yes");
