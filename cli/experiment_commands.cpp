@@ -148,8 +148,24 @@ int run_gate_cmd(GateArgs a) {
   info.baseline = b.id;
   info.timestamp = experiments::utc_now_iso();
   info.hostname = s.host;
+  // Steps in the history of the session's experiment, up to the session.
+  std::vector<std::string> ids, metrics;
+  std::vector<std::vector<experiments::RunRecord>> history;
+  for (const experiments::SessionInfo& x : store.sessions()) {
+    if (x.experiment == s.experiment && !x.finished.empty() && x.id != s.id) {
+      ids.push_back(x.id);
+      history.push_back(store.records(x.id));
+    }
+    if (x.id == s.id) break;
+  }
+  ids.push_back(s.id);
+  history.push_back(store.records(s.id));
+  for (const experiments::Budget& budget : a.opt.budgets.empty() ? experiments::default_budgets() : a.opt.budgets)
+    metrics.push_back(budget.metric);
+  const std::string steps = experiments::history_text(
+      experiments::history_steps(ids, history, metrics, a.opt.allocator), s.experiment, ids.size());
   if (!a.junit.empty()) write_or_print(a.junit, experiments::gate_junit(r, a.opt, info));
-  write_or_print(a.out, experiments::gate_text(r, a.opt, info));
+  write_or_print(a.out, experiments::gate_text(r, a.opt, info) + steps);
   return r.passed() ? 0 : 1;
 }
 

@@ -49,7 +49,8 @@ class Searcher {
       const double wx = block(a, t, a, t) / 2;
       for (size_t k = t + min_size; k <= b; ++k) {
         const double l = double(k - t);
-        const double e = 2 * block(a, t, t, k) / (m * l) - wx / (m * (m - 1) / 2) - block(t, k, t, k) / 2 / (l * (l - 1) / 2);
+        const double e =
+            2 * block(a, t, t, k) / (m * l) - wx / (m * (m - 1) / 2) - block(t, k, t, k) / 2 / (l * (l - 1) / 2);
         const double q = m * l / (m + l) * e;
         if (q > s.q) {
           s.q = q;
@@ -101,7 +102,8 @@ std::vector<ChangePoint> e_divisive(const std::vector<double>& x, const ChangePo
         std::shuffle(idx.begin() + std::ptrdiff_t(bounds[s]), idx.begin() + std::ptrdiff_t(bounds[s + 1]), rng);
       search.order(idx);
       double qmax = -1;
-      for (size_t s = 0; s + 1 < bounds.size(); ++s) qmax = std::max(qmax, search.best(bounds[s], bounds[s + 1], min_size).q);
+      for (size_t s = 0; s + 1 < bounds.size(); ++s)
+        qmax = std::max(qmax, search.best(bounds[s], bounds[s + 1], min_size).q);
       as_large += qmax >= cand.q;
     }
     const double p = double(1 + as_large) / double(1 + opt.permutations);

@@ -31,17 +31,17 @@
 namespace heaplab::experiments {
 
 struct ChangePointOptions {
-  size_t min_size = 4;        // points in every segment
-  double exponent = 1;        // e, in (0, 2)
-  size_t permutations = 199;  // R
-  double significance = 0.01; // a split is kept when p <= this
+  size_t min_size = 4;         // points in every segment
+  double exponent = 1;         // e, in (0, 2)
+  size_t permutations = 199;   // R
+  double significance = 0.01;  // a split is kept when p <= this
   uint64_t seed = 0x9e3779b97f4a7c15ULL;
 };
 
 struct ChangePoint {
-  size_t index = 0;  // the first point after the change
-  double q = 0;      // its divergence
-  double p = 1;      // permutation p-value
+  size_t index = 0;              // the first point after the change
+  double q = 0;                  // its divergence
+  double p = 1;                  // permutation p-value
   double before = 0, after = 0;  // medians of the segments either side (between neighbouring change points)
 };
 

@@ -30,11 +30,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "changepoint_bench: N > 0, LENGTH >= 24, MIN_SIZE >= 2\n");
     return 2;
   }
-  std::printf("%zu histories per row, %zu points each, 1-3 steps at least 8 points apart; found within +-%zu points; "
-              "min_size %zu, significance %g, %zu permutations\n\n",
-              n, length, margin, opt.min_size, opt.significance, opt.permutations);
-  std::printf("| noise | step (sigma) | true steps | found | precision | recall | F1 | false alarms per steady "
-              "history | ms per history |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "%zu histories per row, %zu points each, 1-3 steps at least 8 points apart; found within +-%zu points; "
+      "min_size %zu, significance %g, %zu permutations\n\n",
+      n, length, margin, opt.min_size, opt.significance, opt.permutations);
+  std::printf(
+      "| noise | step (sigma) | true steps | found | precision | recall | F1 | false alarms per steady "
+      "history | ms per history |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::mt19937_64 rng(20261125);
   for (const bool heavy : {false, true}) {
     for (const double step : {1.0, 2.0, 3.0, 5.0}) {
@@ -48,9 +50,8 @@ int main(int argc, char** argv) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(n);
       size_t alarms = 0;
       for (size_t i = 0; i < n; ++i) alarms += e_divisive(synth::history(rng, length, 0, 0, heavy).x, opt).size();
-      std::printf("| %s | %.0f | %zu | %zu | %.3f | %.3f | %.3f | %.3f | %.2f |\n",
-                  heavy ? "Student t3" : "Gaussian", step, s.true_steps, s.found, s.precision(), s.recall(), s.f1(),
-                  double(alarms) / double(n), ms);
+      std::printf("| %s | %.0f | %zu | %zu | %.3f | %.3f | %.3f | %.3f | %.2f |\n", heavy ? "Student t3" : "Gaussian",
+                  step, s.true_steps, s.found, s.precision(), s.recall(), s.f1(), double(alarms) / double(n), ms);
     }
   }
   return 0;

@@ -23,6 +23,30 @@ TEST(ChangePoint, OneClearStep) {
   EXPECT_LE(c[0].p, 0.01);
 }
 
+// The expectations of MongoDB's E-divisive implementation's own tests
+// (mongodb/signal-processing-algorithms, tests/test_e_divisive.py and
+// test_detection.py): a step from 0 to 1 at cp of 2 cp points is found at
+// exactly cp; 50 then 100 from the 16th of 30 points, at 15. Below 7 + 7
+// points no shuffle test can reach p <= 0.01 (of the C(2cp, cp) orders two
+// split as well as the series: 2/924 for cp = 6), so there at 0.05, as
+// MongoDB's test runs.
+TEST(ChangePoint, MongoDbsExpectations) {
+  for (size_t cp = 5; cp < 100; cp += cp < 7 ? 1 : 7) {
+    std::vector<double> x(cp, 0.0);
+    x.resize(2 * cp, 1.0);
+    ChangePointOptions o;
+    if (cp < 7) o.significance = 0.05;
+    const auto c = e_divisive(x, o);
+    ASSERT_EQ(c.size(), 1u) << cp;
+    EXPECT_EQ(c[0].index, cp);
+  }
+  std::vector<double> x(15, 50.0);
+  x.resize(30, 100.0);
+  const auto c = e_divisive(x);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].index, 15u);
+}
+
 TEST(ChangePoint, NothingInAFlatOrShortSeries) {
   EXPECT_TRUE(e_divisive(std::vector<double>(40, 5.0)).empty());
   EXPECT_TRUE(e_divisive({1, 1, 1, 9, 9, 9}).empty());  // shorter than 2 x min_size

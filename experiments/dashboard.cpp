@@ -9,7 +9,6 @@
 #include <fstream>
 #include <map>
 
-#include "experiments/changepoint.h"
 #include "experiments/history.h"
 #include "experiments/metrics.h"
 #include "experiments/results.h"
@@ -104,6 +103,16 @@ json dashboard_data(Store& store, const std::string& store_path) {
     size_t newest = SIZE_MAX;
     for (size_t si = 0; si < ss.size(); ++si)
       if (!ss[si].finished.empty()) newest = si;
+    // Change points in the history of the complete sessions, every metric.
+    std::vector<std::string> ids, names;
+    std::vector<std::vector<RunRecord>> complete;
+    for (size_t si = 0; si < ss.size() && si <= newest; ++si)
+      if (!ss[si].finished.empty()) {
+        ids.push_back(ss[si].id);
+        complete.push_back(recs[si]);
+      }
+    for (const Metric& m : all_metrics()) names.push_back(m.name);
+    const std::vector<Step> steps = history_steps(ids, complete, names);
     for (const std::string& t : traces) {
       json tr = {{"name", t}, {"metrics", json::array()}, {"drill", drills.contains(t) ? drills[t] : json::object()}};
       for (const Metric& m : all_metrics()) {
@@ -111,7 +120,6 @@ json dashboard_data(Store& store, const std::string& store_path) {
         for (const std::string& a : allocators) {
           json points = json::array();
           std::vector<SessionStat> hist;
-          std::vector<size_t> hist_session;  // the session of each point of hist
           for (size_t si = 0; si < ss.size(); ++si) {
             std::vector<double> v;
             for (const RunRecord& r : recs[si])
@@ -120,10 +128,7 @@ json dashboard_data(Store& store, const std::string& store_path) {
             if (v.empty()) continue;
             SessionStat st{median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
                            v.size()};
-            if (!ss[si].finished.empty() && si <= newest) {
-              hist.push_back(st);
-              hist_session.push_back(si);
-            }
+            if (!ss[si].finished.empty() && si <= newest) hist.push_back(st);
             points.push_back({{"session", si}, {"median", st.median}, {"min", st.min}, {"max", st.max}, {"n", st.n}});
           }
           if (points.empty()) continue;
@@ -132,24 +137,23 @@ json dashboard_data(Store& store, const std::string& store_path) {
           for (const json& p : points) in_newest = in_newest || p["session"].get<size_t>() == newest;
           Verdict vd = in_newest ? judge(hist, m.lower_is_better) : Verdict{};
           if (!in_newest) vd.state = "absent";
-          // Change points of the complete sessions' medians, each with the
-          // session (and so the commit) where the new level starts.
+          // Steps of the history, each with the session (and so the commit)
+          // where the new level starts.
           json changes = json::array();
-          std::vector<double> medians;
-          for (const SessionStat& st : hist) medians.push_back(st.median);
-          for (const ChangePoint& c : e_divisive(medians)) {
-            const size_t si = hist_session[c.index];
-            const double change = c.before != 0 ? c.after / c.before - 1 : 0;
-            const bool worse = m.lower_is_better ? c.after > c.before : c.after < c.before;
+          for (const Step& st : steps) {
+            if (st.trace != t || st.allocator != a || st.metric != m.name) continue;
+            const size_t si =
+                size_t(std::find_if(ss.begin(), ss.end(), [&](const SessionInfo& x) { return x.id == st.session; }) -
+                       ss.begin());
             changes.push_back({{"session", si},
-                               {"id", ss[si].id},
+                               {"id", st.session},
                                {"commit", ss[si].git_commit},
                                {"started", ss[si].started},
-                               {"before", c.before},
-                               {"after", c.after},
-                               {"change", change},
-                               {"p", c.p},
-                               {"state", worse ? "regression" : "improvement"}});
+                               {"before", st.before},
+                               {"after", st.after},
+                               {"change", st.change},
+                               {"p", st.p},
+                               {"state", st.regression ? "regression" : "improvement"}});
           }
           series.push_back({{"allocator", a},
                             {"points", points},

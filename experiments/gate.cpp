@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "experiments/changepoint.h"
 #include "experiments/metrics.h"
 #include "experiments/stats.h"
 
@@ -330,6 +331,23 @@ std::string gate_text(const GateResult& r, const GateOptions& opt, const GateRep
   for (int i = 0; i < 6; ++i)
     if (counts[i]) tally += fmt::format("{}{} {}", tally.empty() ? "" : ", ", counts[i], states[i]);
   s += fmt::format("gate: {} ({} check(s): {})\n", r.passed() ? "passed" : "FAILED", r.checks.size(), tally);
+  return s;
+}
+
+std::string history_text(const std::vector<Step>& steps, const std::string& experiment, size_t sessions) {
+  const ChangePointOptions cp;
+  if (sessions < 2 * cp.min_size)
+    return fmt::format("history of experiment {}: {} complete session(s), too few to find steps ({} needed)\n",
+                       experiment, sessions, 2 * cp.min_size);
+  std::string s = fmt::format("history of experiment {} ({} sessions): {}\n", experiment, sessions,
+                              steps.empty() ? std::string("no step (change points: E-divisive means, p <= 0.01)")
+                                            : fmt::format("{} step(s)", steps.size()));
+  for (const Step& st : steps) {
+    const Metric& m = *find_metric(st.metric);
+    s += fmt::format("  {:<11}  {}  {}  {}  {:+.1f}%: {} -> {} from session {} (p = {})\n",
+                     st.regression ? "regression" : "improvement", st.trace, st.allocator, st.metric, 100 * st.change,
+                     with_unit(st.before, m), with_unit(st.after, m), st.session, p_text(st.p));
+  }
   return s;
 }
 

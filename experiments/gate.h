@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/history.h"
 #include "experiments/report.h"
 
 namespace heaplab::experiments {
@@ -88,6 +89,12 @@ struct GateReportInfo {
 
 // For people: a heading, one line per check (failures first), a verdict.
 std::string gate_text(const GateResult& r, const GateOptions& opt, const GateReportInfo& info);
+// The steps (history_steps, experiments/history.h) in the history of the
+// session's experiment, `sessions` long, for people: shown below the
+// checks, never failing the gate (a step long past is not the change
+// being gated; the newest session is judged by the checks above).
+std::string history_text(const std::vector<Step>& steps, const std::string& experiment, size_t sessions);
+
 // JUnit XML: a test suite per trace, a test case per allocator and metric
 // (a regression is a <failure>, a failed or missing run an <error>, a new
 // cell <skipped>).

@@ -225,6 +225,31 @@ TEST(Gate, HigherIsBetterMetricsRegressDownwards) {
   EXPECT_LT(find(r, "mine", "mcalls_per_s").change, -0.15);
 }
 
+TEST(Gate, StepsInTheHistory) {
+  // Ten sessions: mine's heap peak 100 MiB in the first four, 120 after.
+  std::vector<std::string> ids;
+  std::vector<std::vector<RunRecord>> sessions;
+  for (int i = 0; i < 10; ++i) {
+    ids.push_back("s" + std::to_string(i));
+    sessions.push_back(session());
+    for (RunRecord& r : sessions.back())
+      if (r.allocator == "mine" && i >= 4) r.metrics["heap_peak_mib"] = 120 + (i % 3) * 0.5;
+  }
+  const std::vector<Step> steps = history_steps(ids, sessions, {"heap_peak_mib", "wall_s"});
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].session, "s4");
+  EXPECT_EQ(steps[0].allocator, "mine");
+  EXPECT_TRUE(steps[0].regression);
+  EXPECT_EQ(history_text(steps, "nightly", 10),
+            "history of experiment nightly (10 sessions): 1 step(s)\n"
+            "  regression   app  mine  heap_peak_mib  +20.5%: 100 MiB -> 120 MiB from session s4 (p = 0.005)\n");
+  EXPECT_EQ(history_text({}, "nightly", 10),
+            "history of experiment nightly (10 sessions): no step (change points: E-divisive means, p <= 0.01)\n");
+  EXPECT_EQ(history_text({}, "nightly", 3),
+            "history of experiment nightly: 3 complete session(s), too few to find steps (8 needed)\n");
+  EXPECT_TRUE(history_steps(ids, sessions, {"heap_peak_mib"}, "glibc").empty());
+}
+
 GateReportInfo info() {
   GateReportInfo i;
   i.session = "s2";

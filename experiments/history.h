@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "experiments/report.h"
+
 namespace heaplab::experiments {
 
 struct SessionStat {
@@ -30,5 +32,21 @@ struct Verdict {
 
 Verdict judge(const std::vector<SessionStat>& history, bool lower_is_better, size_t min_history = 3,
               double min_relative_band = 0.01);
+
+// A step in a metric's history: a change point (experiments/changepoint.h)
+// of the sessions' medians of one trace and allocator.
+struct Step {
+  std::string trace, allocator, metric;
+  std::string session;  // where the new level starts
+  double before = 0, after = 0, change = 0, p = 1;
+  bool regression = false;  // for the worse
+};
+
+// The steps in the history of `sessions` (oldest first, each its runs;
+// `ids` their ids) for each trace, allocator and one of `metrics` (all of
+// an allocator's traces when `allocator` is "").
+std::vector<Step> history_steps(const std::vector<std::string>& ids,
+                                const std::vector<std::vector<RunRecord>>& sessions,
+                                const std::vector<std::string>& metrics, const std::string& allocator = "");
 
 }  // namespace heaplab::experiments
