@@ -6,6 +6,7 @@
 // end marker's malloc and assert them exactly, so whatever libc and libstdc++
 // allocate around them does not matter.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -653,6 +654,19 @@ TEST(Capture, ForkWithoutFollow) {
   // Nothing of the child's: no malloc(222) anywhere.
   for (const Event& e : evs) EXPECT_FALSE(e.op == Op::malloc && e.size == 222) << describe(e);
   expect_trace_ok(r.traces[0].path);
+  // The child is named as not followed: a copy of the victim.
+  ASSERT_EQ(r.unfollowed.size(), 1u);
+  EXPECT_EQ(r.unfollowed[0].kind, "fork");
+  EXPECT_NE(r.unfollowed[0].pid, r.pid);
+  EXPECT_EQ(r.unfollowed[0].ppid, r.pid);
+  EXPECT_EQ(r.unfollowed[0].exe, fs::canonical(victim("victim_c")).string());
+  EXPECT_EQ(r.unfollowed[0].command_line, victim("victim_c") + " fork");
+  EXPECT_NE(heaplab::launch::summary(r, opt).find(
+                "heaplab capture: 1 other process was not followed (a copy of victim_c): its heap calls are not in any "
+                "trace; --follow records them\n"),
+            std::string::npos)
+      << heaplab::launch::summary(r, opt);
+  EXPECT_FALSE(fs::exists(opt.raw_dir + "/unfollowed"));  // removed with the raw files
 }
 
 TEST(Capture, ForkFollowed) {
@@ -721,6 +735,52 @@ TEST(Capture, ExecWithoutFollow) {
     if (!is_thread_marker(e)) calls.push_back(e);
   expect_sequence(calls, {{Op::malloc, 444, 0, 0, 0, "p", ""}});
   expect_trace_ok(r.traces[0].path);
+  // What it exec'd into is named: the capture did not follow it.
+  ASSERT_EQ(r.unfollowed.size(), 1u);
+  EXPECT_EQ(r.unfollowed[0].kind, "exec");
+  EXPECT_EQ(r.unfollowed[0].pid, r.pid);
+  EXPECT_EQ(r.unfollowed[0].command_line, victim("victim_c") + " single");
+  const std::string exe = fs::canonical(victim("victim_c")).string();
+  EXPECT_NE(heaplab::launch::summary(r, opt).find(
+                "heaplab capture: victim_c exec'd " + exe + " (`" + victim("victim_c") +
+                " single`), which was not followed: its heap calls are not in the trace (it holds victim_c's before "
+                "the exec); --follow-exec (or --follow) records it\n"),
+            std::string::npos)
+      << heaplab::launch::summary(r, opt);
+}
+
+// A wrapper (a shell running the program, then exec'ing it): every image
+// and process not followed is named, and with --follow each trace is named
+// by its program and the one with most calls is said.
+TEST(Capture, WrapperNotFollowedIsNamed) {
+  TempDir dir;
+  const std::string v = victim("victim_c");
+  CaptureOptions opt = options(dir, {"/bin/sh", "-c", v + " single; " + v + " single; exec " + v + " single"});
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.traces.size(), 1u);
+  const std::string text = heaplab::launch::summary(r, opt);
+  EXPECT_NE(text.find("heaplab capture: sh exec'd " + fs::canonical(v).string() + " (`" + v + " single`)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("heaplab capture: 2 other processes were not followed (victim_c x2): their heap calls are not "
+                      "in any trace; --follow records them\n"),
+            std::string::npos)
+      << text;
+
+  TempDir dir2;
+  opt = options(dir2, {"/bin/sh", "-c", v + " single; exec " + v + " single"});
+  opt.follow_fork = opt.follow_exec = true;
+  r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.traces.size(), 3u) << failed_list(r);
+  EXPECT_TRUE(r.unfollowed.empty());
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_EQ(fs::path(r.traces[i].path).filename().string(),
+              fmt::format("out.victim_c.{}{}.hlt", r.traces[i].pid,
+                          r.traces[i].exec_generation ? "-" + std::to_string(r.traces[i].exec_generation) : ""));
+  EXPECT_NE(heaplab::launch::summary(r, opt).find("heaplab capture: most calls: "), std::string::npos)
+      << heaplab::launch::summary(r, opt);
 }
 
 TEST(Capture, ExecFollowed) {

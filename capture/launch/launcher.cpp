@@ -11,6 +11,7 @@
 #include <x86intrin.h>
 #endif
 
+#include <cctype>
 #include <cerrno>
 #include <atomic>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -69,6 +71,7 @@ void remove_raw(const CaptureOptions& opt) {
     fs::remove(r.path, ec);
     fs::remove(r.path + ".blocks", ec);
   }
+  fs::remove(opt.raw_dir + "/unfollowed", ec);
   if (opt.method == "pt") {  // the recording, the shim's markers, perf script's messages, decoded blocks
     fs::remove(opt.raw_dir + "/perf.data", ec);
     fs::remove(opt.raw_dir + "/perf.data.old", ec);
@@ -81,12 +84,45 @@ void remove_raw(const CaptureOptions& opt) {
   if (opt.raw_dir_created) fs::remove(opt.raw_dir, ec);  // only if now empty
 }
 
-std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root) {
+std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root,
+                       const std::vector<std::string>& argv) {
   if (root) return output;
   fs::path p(output);
   std::string stem = p.extension() == ".hlt" ? p.stem().string() : p.filename().string();
-  std::string name = stem + "." + std::to_string(pid) + (gen ? "-" + std::to_string(gen) : "") + ".hlt";
+  // The program's name as a file name can hold it: letters, digits, '.', '_', '+', '-'.
+  std::string prog;
+  if (!argv.empty())
+    for (char c : fs::path(argv[0]).filename().string())
+      if (prog.size() < 40) prog += std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._+-", c) ? c : '_';
+  while (!prog.empty() && prog.front() == '.') prog.erase(0, 1);
+  std::string name = stem + (prog.empty() ? "" : "." + prog) + "." + std::to_string(pid) +
+                     (gen ? "-" + std::to_string(gen) : "") + ".hlt";
   return (p.parent_path() / name).string();
+}
+
+std::vector<UnfollowedImage> read_unfollowed(const std::string& raw_dir) {
+  std::vector<UnfollowedImage> out;
+  std::ifstream in(raw_dir + "/unfollowed");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    for (size_t at = 0;;) {
+      const size_t tab = line.find('\t', at);
+      f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
+      if (tab == std::string::npos) break;
+      at = tab + 1;
+    }
+    if (f.size() < 3 || (f[0] != "exec" && f[0] != "fork")) continue;  // a line cut by a full disk
+    UnfollowedImage u;
+    u.kind = f[0];
+    u.pid = uint32_t(std::strtoul(f[1].c_str(), nullptr, 10));
+    u.ppid = uint32_t(std::strtoul(f[2].c_str(), nullptr, 10));
+    if (f.size() > 3) u.exe = f[3];
+    if (f.size() > 4) u.command_line = f[4];
+    while (!u.command_line.empty() && u.command_line.back() == ' ') u.command_line.pop_back();
+    out.push_back(std::move(u));
+  }
+  return out;
 }
 
 nlohmann::json capture_metadata(const CaptureOptions& opt, const CaptureResult& res, bool root,
@@ -382,6 +418,8 @@ CaptureResult run_capture(CaptureOptions opt) {
     res.exit_code = WEXITSTATUS(status);
   }
   method->collect(opt, res, run);
+  if (opt.method == "software") res.pid = uint32_t(run.pid);
+  res.unfollowed = read_unfollowed(opt.raw_dir);
   res.raw_kept = opt.keep_raw || !res.failed.empty();
   if (!res.raw_kept) remove_raw(opt);
   return res;
@@ -402,14 +440,15 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
   for (const TraceResult& t : r.traces) {
     const auto& rep = t.report;
     double bpe = rep.events ? double(rep.bytes) / double(rep.events) : 0;
-    line(fmt::format("{}: {} calls in {} thread{}, {} objects ({} live at end), {} bytes = {:.2f} bytes/event{}",
-                     t.path, common::group_digits(rep.calls), rep.threads, rep.threads == 1 ? "" : "s",
-                     common::group_digits(rep.objects), common::group_digits(rep.live_at_end),
-                     common::group_digits(rep.bytes), bpe,
-                     &t == &r.traces.front() && t.exec_generation == 0
-                         ? ""
-                         : fmt::format(" (pid {}{})", t.pid,
-                                       t.exec_generation ? fmt::format(", exec #{}", t.exec_generation) : "")));
+    line(fmt::format(
+        "{}: {} calls in {} thread{}, {} objects ({} live at end), {} bytes = {:.2f} bytes/event{}", t.path,
+        common::group_digits(rep.calls), rep.threads, rep.threads == 1 ? "" : "s", common::group_digits(rep.objects),
+        common::group_digits(rep.live_at_end), common::group_digits(rep.bytes), bpe,
+        &t == &r.traces.front() && t.exec_generation == 0
+            ? ""
+            : fmt::format(" ({}pid {}{})",
+                          t.command_line.empty() ? "" : fs::path(t.command_line[0]).filename().string() + ", ", t.pid,
+                          t.exec_generation ? fmt::format(", exec #{}", t.exec_generation) : "")));
     std::string notes;
     auto note = [&](uint64_t n, const std::string& what) {
       if (n) notes += (notes.empty() ? "" : "; ") + common::group_digits(n) + " " + what;
@@ -433,6 +472,64 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
                        common::group_digits(rep.memory_calls), common::group_digits(rep.regions),
                        double(rep.mapped_peak) / 1048576.0));
     if (rep.coverage >= 0) line("  " + common::coverage_text(rep.coverage, rep.explained_peak, r.anon_rss_peak_kib));
+  }
+  if (r.traces.size() > 1) {
+    uint64_t all = 0;
+    const TraceResult* most = &r.traces.front();
+    for (const TraceResult& t : r.traces) {
+      all += t.report.calls;
+      if (t.report.calls > most->report.calls) most = &t;
+    }
+    line(fmt::format("most calls: {} ({}{} calls, {:.0f}% of the {} traces' calls)", most->path,
+                     most->command_line.empty() ? "" : fs::path(most->command_line[0]).filename().string() + ", ",
+                     common::group_digits(most->report.calls),
+                     all ? 100.0 * double(most->report.calls) / double(all) : 0, r.traces.size()));
+  }
+  // What the capture did not follow: the program exec'd into another program
+  // (a wrapper script), or processes it started.
+  const auto describe = [](const UnfollowedImage& u) {
+    std::string d = u.exe.empty() ? std::string("an unnamed program") : u.exe;
+    if (!u.command_line.empty())
+      d += " (`" + (u.command_line.size() > 80 ? u.command_line.substr(0, 77) + "..." : u.command_line) + "`)";
+    return d;
+  };
+  std::vector<const UnfollowedImage*> root_execs;
+  std::vector<uint32_t> others;                                        // pids, in order
+  std::map<uint32_t, std::pair<std::string, std::string>> program_of;  // pid -> (last exec'd exe, forked from)
+  for (const UnfollowedImage& u : r.unfollowed) {
+    if (u.kind == "exec" && r.pid && u.pid == r.pid) {
+      root_execs.push_back(&u);
+      continue;
+    }
+    if (!program_of.count(u.pid)) others.push_back(u.pid);
+    auto& [exe, parent] = program_of[u.pid];
+    if (u.kind == "exec")
+      exe = u.exe.empty() ? "?" : fs::path(u.exe).filename().string();
+    else
+      parent = u.exe.empty() ? "?" : fs::path(u.exe).filename().string();
+  }
+  if (!root_execs.empty())
+    line(
+        fmt::format("{} exec'd {}{}, which was not followed: its heap calls are not in the trace (it holds {}'s "
+                    "before the exec); --follow-exec (or --follow) records it",
+                    prog, root_execs.size() > 1 ? fmt::format("{} times, the last into ", root_execs.size()) : "",
+                    describe(*root_execs.back()), prog));
+  if (!others.empty()) {
+    std::map<std::string, size_t> count;
+    std::vector<std::string> order;
+    for (uint32_t pid : others) {
+      const auto& [exe, parent] = program_of[pid];
+      const std::string label = !exe.empty() ? exe : "a copy of " + (parent.empty() ? std::string("?") : parent);
+      if (!count[label]++) order.push_back(label);
+    }
+    std::string list;
+    for (size_t i = 0; i < order.size() && i < 6; ++i)
+      list += (list.empty() ? "" : ", ") + order[i] + (count[order[i]] > 1 ? fmt::format(" x{}", count[order[i]]) : "");
+    if (order.size() > 6) list += fmt::format(", and {} other program(s)", order.size() - 6);
+    line(fmt::format(
+        "{} other process{} not followed ({}): {} heap calls are not in any trace; --follow records "
+        "them",
+        others.size(), others.size() == 1 ? " was" : "es were", list, others.size() == 1 ? "its" : "their"));
   }
   if (r.descendants_running)
     line(

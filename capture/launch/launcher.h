@@ -49,6 +49,13 @@ struct TraceResult {
   normalise::NormaliseReport report;
 };
 
+// A process image the capture did not follow (the shim's DIR/unfollowed).
+struct UnfollowedImage {
+  std::string kind;  // "exec": an image exec'd by a process not followed into it; "fork": a child not followed
+  uint32_t pid = 0, ppid = 0;
+  std::string exe, command_line;  // "" past the first MiB of notes
+};
+
 struct CaptureResult {
   int exit_code = 0;                 // the program's exit code, or 128 + signal
   int signal = 0;                    // the signal that killed it, 0 if it exited
@@ -58,11 +65,13 @@ struct CaptureResult {
   double normalise_seconds = 0;
   std::string raw_dir;
   bool raw_kept = false;
-  std::vector<TraceResult> traces;  // the program's own first
-  std::vector<std::string> failed;  // raw files that could not be normalised: "PATH: why"
-  std::vector<std::string> notes;   // e.g. "--method pt: ...; recorded with --method software instead"
-  std::string method = "software";  // the method used
-  std::string perf_data;            // --method pt: the recording (kept with --keep-raw)
+  std::vector<TraceResult> traces;          // the program's own first
+  uint32_t pid = 0;                         // the program's process (software method)
+  std::vector<UnfollowedImage> unfollowed;  // in the order they started
+  std::vector<std::string> failed;          // raw files that could not be normalised: "PATH: why"
+  std::vector<std::string> notes;           // e.g. "--method pt: ...; recorded with --method software instead"
+  std::string method = "software";          // the method used
+  std::string perf_data;                    // --method pt: the recording (kept with --keep-raw)
 };
 
 // Checks the program, allocator, shim and output; throws LaunchError naming

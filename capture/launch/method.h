@@ -73,8 +73,13 @@ struct RawName {
 std::vector<RawName> list_raw(const std::string& dir, const char* ext = "hlraw");
 // Removes this capture's raw files (and the directory if heaplab made it).
 void remove_raw(const CaptureOptions& opt);
-// The trace of process PID, image GEN: OUTPUT itself for the program's own.
-std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root);
+// The trace of process PID, image GEN: OUTPUT itself for the program's own,
+// else OUTPUT's stem, the program's name (the file name of argv[0], if
+// known), the pid and the image: app.sqlite3.1234-1.hlt.
+std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root,
+                       const std::vector<std::string>& argv = {});
+// The shim's notes of what it did not follow (DIR/unfollowed), in order.
+std::vector<UnfollowedImage> read_unfollowed(const std::string& raw_dir);
 // Normalises `raw` into the trace `out` (written whole: common::write_then_rename);
 // the capture's metadata (allocator; for the program's own trace its exit status) plus `meta`.
 TraceResult normalise_to(normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,

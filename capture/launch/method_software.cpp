@@ -215,7 +215,7 @@ class LiveCollector {
   }
 
   void run(Job& j) {
-    const std::string out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root);
+    std::string out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root);
     auto ended = [&] { return j.ended.load(std::memory_order_acquire); };
     uint64_t consumed = 0;
     try {
@@ -235,6 +235,7 @@ class LiveCollector {
         raw.reset();
         check_started(j.name.path);
         normalise::RawFile file(j.name.path);
+        out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root, file.command_line());
         CaptureOptions o = opt_;
         o.normalise.fallback_ns_per_tick = fallback_ns_per_tick();
         // (j.meta holds the capture's metadata already: nothing for normalise_to to add from a result.)
@@ -243,6 +244,7 @@ class LiveCollector {
         j.result = std::move(tr);
         return;
       }
+      out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root, raw->command_line());
       normalise::NormaliseOptions nopt = opt_.normalise;
       TraceResult tr;
       try {
@@ -322,10 +324,11 @@ class SoftwareMethod : public CaptureMethod {
     auto normalise_one = [&](size_t i) {
       const RawName& r = raws[i];
       bool root = r.pid == uint32_t(run.pid) && r.gen == 0;
-      std::string out = trace_name(opt.output, r.pid, r.gen, root);
+      std::string out;
       try {
         check_started(r.path);
         normalise::RawFile raw(r.path);
+        out = trace_name(opt.output, r.pid, r.gen, root, raw.command_line());
         TraceResult tr = normalise_to(raw, out, opt, res, root, nlohmann::json::object());
         name_trace(tr, r, raw.command_line());
         done[i] = std::move(tr);

@@ -163,6 +163,7 @@ bool cpu_has_invariant_tsc() {
 void after_fork_child() {
   memory_after_fork();
   if (!g_dir) return;
+  if (!g_follow_fork) note_unfollowed(g_dir, "fork");
   if (g_ptwrite) {
     // perf traces the child too (inherit): a followed child marks itself and
     // numbers its events from 0; any other stops.
@@ -181,7 +182,10 @@ void start_capture() {
   g_follow_fork = follow && strstr(follow, "fork");
   const char* root = getenv("HEAPLAB_CAPTURE_ROOT");
   bool is_root = root && strtol(root, nullptr, 10) == long(getpid());
-  if (!((is_root && sink_first_image(dir)) || follow_exec)) return;
+  if (!((is_root && sink_first_image(dir)) || follow_exec)) {
+    note_unfollowed(dir, "exec");  // heaplab capture names what it did not follow
+    return;
+  }
   g_dir = dir;
   const char* clock = getenv("HEAPLAB_CAPTURE_CLOCK");
   bool tsc = cpu_has_invariant_tsc();
