@@ -2,10 +2,12 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "common/files.h"
 
@@ -13,13 +15,34 @@ namespace heaplab::cli {
 
 bool unknown_command(CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return false;
-  std::string names;
+  std::string names, near;
+  const std::string given = argv[1];
+  // Optimal string alignment distance (a swap of two neighbours counts one):
+  // 'gaet' is one from 'gate'.
+  const auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i)
+      for (size_t j = 1; j <= b.size(); ++j) {
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    return d[a.size()][b.size()];
+  };
+  size_t best = 3;  // suggest only within 2 edits
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-    if (sub->get_name() == argv[1]) return false;
+    if (sub->get_name() == given) return false;
     names += (names.empty() ? "" : ", ") + sub->get_name();
+    if (given.size() < 64)
+      if (const size_t dist = distance(given, sub->get_name()); dist < best && dist < sub->get_name().size()) {
+        best = dist;
+        near = sub->get_name();
+      }
   }
-  fmt::print(stderr, "heaplab: error: unknown command '{}' (commands: {})\nRun 'heaplab --help' for usage.\n", argv[1],
-             names);
+  fmt::print(stderr, "heaplab: error: unknown command '{}'{} (commands: {})\nRun 'heaplab --help' for usage.\n", given,
+             near.empty() ? "" : ", did you mean '" + near + "'?", names);
   return true;
 }
 

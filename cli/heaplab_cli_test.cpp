@@ -209,11 +209,14 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
   EXPECT_EQ(r.err, "heaplab: error: unknown import format 'valgrind' (known: cmt-text, heaplab-raw, perf-pt)\n");
   r = run({"frobnicate"});
   EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err.find("heaplab: error: unknown command 'frobnicate' (commands: "), 0u) << r.err;  // nothing near
+  r = run({"replya", "x.hlt"});
+  EXPECT_EQ(r.err.find("heaplab: error: unknown command 'replya', did you mean 'replay'? (commands: "), 0u) << r.err;
   // A mistyped command is named, also with --help (which used to print the
   // main help and exit 0).
   const std::string unknown =
-      "heaplab: error: unknown command 'gaet' (commands: import, stats, check, cat, capture, replay, run, report, "
-      "dashboard, results)\nRun 'heaplab --help' for usage.\n";
+      "heaplab: error: unknown command 'gaet', did you mean 'gate'? (commands: import, stats, check, cat, capture, "
+      "replay, run, report, gate, dashboard, results)\nRun 'heaplab --help' for usage.\n";
   for (const std::vector<std::string>& args : {std::vector<std::string>{"gaet"}, {"gaet", "--help"}}) {
     r = run(args);
     EXPECT_EQ(r.status, 2);
