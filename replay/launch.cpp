@@ -439,6 +439,23 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (replay.is_object()) {
     for (const char* k : {"version", "build_id", "library", "emulated"})
       if (replay["allocator"].contains(k)) r["allocator"][k] = replay["allocator"][k];
+    // The library that answered malloc in the replayer is the one asked for
+    // (else something of the replayer's own, or of its environment, did).
+    // (A direct replayer of a known allocator is linked against it by design.)
+    const bool linked_in = opt.load == "direct" && l.library.empty() && opt.allocator != "glibc";
+    if (!linked_in && replay["allocator"].contains("library") && replay["allocator"]["library"].is_string()) {
+      std::error_code ec;
+      const std::string answered = replay["allocator"]["library"].get<std::string>();
+      const bool same =
+          l.library.empty()
+              ? answered.find("/libc.so") != std::string::npos || answered.find("/libc-") != std::string::npos
+              : std::filesystem::weakly_canonical(answered, ec) == std::filesystem::weakly_canonical(l.library, ec);
+      if (!answered.empty() && !same)
+        r["warnings"].push_back(
+            fmt::format("malloc in the replayer was answered by {}, not by {} as asked: the "
+                        "replayer brings an allocator of its own; its figures are {}'s",
+                        answered, l.library.empty() ? "glibc" : l.library, answered));
+    }
     replay.erase("allocator");
     const int cpus = replay["environment"].value("cpus_allowed", 0);
     if (cpus > 0 && plan.replay_threads > uint32_t(cpus))

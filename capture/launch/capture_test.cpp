@@ -783,6 +783,52 @@ TEST(Capture, WrapperNotFollowedIsNamed) {
       << heaplab::launch::summary(r, opt);
 }
 
+// A program linked against jemalloc runs on it unless told otherwise, and
+// on glibc's malloc (not jemalloc's) under --allocator glibc; what it
+// brings and what it calls of jemalloc's own is said and kept in the
+// trace's metadata.
+TEST(Capture, ProgramLinkedAgainstAnAllocator) {
+#ifndef HEAPLAB_TEST_HAVE_JEMALLOC_VICTIM
+  GTEST_SKIP() << "no libjemalloc-dev: victim_jemalloc not built";
+#else
+  for (const std::string alloc : {"", "glibc"}) {
+    TempDir dir;
+    const std::string report = dir.file("jemalloc-allocated");
+    CaptureOptions opt = options(dir, {victim("victim_jemalloc"), report});
+    opt.allocator = alloc;
+    CaptureResult r = heaplab::launch::run_capture(opt);
+    ASSERT_EQ(r.exit_code, 0) << alloc;
+    std::ifstream in(report);
+    uint64_t allocated = 0;
+    in >> allocated;
+    const nlohmann::json cap = capture_metadata(r.traces.at(0).path);
+    EXPECT_EQ(cap["program_allocator"]["name"], "jemalloc");
+    EXPECT_EQ(cap["program_allocator"]["library"], "libjemalloc.so.2");
+    EXPECT_EQ(cap["program_allocator"]["own_api"], nlohmann::json::array({"mallctl"}));
+    const std::string text = heaplab::launch::summary(r, opt);
+    if (alloc.empty()) {
+      EXPECT_GE(allocated, 16u << 20);  // the 16 MiB it keeps, on jemalloc
+      EXPECT_EQ(cap["allocator"], "jemalloc");
+      EXPECT_NE(text.find("heaplab capture: victim_jemalloc is linked against jemalloc (libjemalloc.so.2): it ran, and "
+                          "was captured, on jemalloc; --allocator glibc runs it on glibc's malloc\n"),
+                std::string::npos)
+          << text;
+    } else {
+      EXPECT_LT(allocated, 1u << 20);  // jemalloc served none of them
+      EXPECT_EQ(cap["allocator"], "glibc");
+      EXPECT_NE(text.find("--allocator glibc ran it on glibc's malloc (heaplab's forwarder, libheaplab_glibc.so, "
+                          "preloaded); its calls of jemalloc's own functions (mallctl) still reach it\n"),
+                std::string::npos)
+          << text;
+    }
+    // Its 16 blocks of 1 MiB, recorded either way.
+    size_t mib = 0;
+    for (const Event& e : read_events(r.traces[0].path)) mib += e.op == Op::malloc && e.size == (1u << 20);
+    EXPECT_EQ(mib, 16u) << alloc;
+  }
+#endif
+}
+
 TEST(Capture, ExecFollowed) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_c"), "exec"});

@@ -128,7 +128,16 @@ std::vector<UnfollowedImage> read_unfollowed(const std::string& raw_dir) {
 nlohmann::json capture_metadata(const CaptureOptions& opt, const CaptureResult& res, bool root,
                                 const nlohmann::json& meta) {
   nlohmann::json m = opt.normalise.capture_metadata;
-  m["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
+  if (opt.glibc_forwarder)
+    m["allocator"] = "glibc";
+  else if (opt.allocator.empty() && opt.program_allocator && !opt.program_allocator->library.empty())
+    m["allocator"] = opt.program_allocator->name;  // what the program is linked against answered
+  else
+    m["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
+  if (opt.program_allocator)
+    m["program_allocator"] = {{"name", opt.program_allocator->name},
+                              {"library", opt.program_allocator->library},
+                              {"own_api", opt.program_allocator->own_api}};
   if (root) {
     m["exit_code"] = res.exit_code;
     if (res.signal) m["signal"] = res.signal;
@@ -309,9 +318,22 @@ void validate(CaptureOptions& opt) {
     fail("capture shim '" + opt.shim + "' not found: " + errstr(errno) + " (build heaplab, or set HEAPLAB_SHIM)");
   opt.shim = fs::absolute(opt.shim).string();
   std::string err;
+  const bool asked_glibc = opt.allocator == "glibc";
   auto lib = allocators::resolve_allocator(opt.allocator, err);
   if (!lib) fail(err);
   opt.allocator = lib->path;  // empty for glibc
+  // A program linked against an allocator runs on it unless another is
+  // preloaded; asked for glibc, it gets a forwarder to glibc's own malloc.
+  opt.program_allocator = allocators::program_allocator(prog);
+  opt.glibc_forwarder = false;
+  if (opt.program_allocator && !opt.program_allocator->library.empty() && asked_glibc) {
+    const std::string fwd = (fs::path(opt.shim).parent_path() / "libheaplab_glibc.so").string();
+    if (access(fwd.c_str(), R_OK) != 0)
+      fail("'" + prog + "' is linked against " + opt.program_allocator->name + " and --allocator glibc needs " + fwd +
+           " to run it on glibc's malloc: " + errstr(errno) + " (build heaplab)");
+    opt.allocator = fwd;
+    opt.glibc_forwarder = true;
+  }
   check_writable_output(opt.output);
   if (opt.raw_dir.empty()) opt.raw_dir = opt.output + ".raw." + std::to_string(getpid());
   opt.raw_dir_created = mkdir(opt.raw_dir.c_str(), 0755) == 0;
@@ -335,6 +357,32 @@ CaptureResult run_capture(CaptureOptions opt) {
   opt.method = res.method = method->name();
   validate(opt);
   res.raw_dir = opt.raw_dir;
+  if (const auto& pa = opt.program_allocator) {
+    const std::string prog = fs::path(opt.argv[0]).filename().string();
+    std::string api;
+    for (size_t i = 0; i < pa->own_api.size() && i < 5; ++i) api += (i ? ", " : "") + pa->own_api[i];
+    if (pa->own_api.size() > 5) api += fmt::format(" and {} more", pa->own_api.size() - 5);
+    const std::string own =
+        api.empty() ? "" : "; its calls of " + pa->name + "'s own functions (" + api + ") still reach it";
+    if (pa->library.empty())
+      res.notes.push_back(prog +
+                          " defines malloc itself (an allocator linked in): its allocator's calls never reach the "
+                          "shim, so the trace holds only calls that bypass it");
+    else if (opt.glibc_forwarder)
+      res.notes.push_back(prog + " is linked against " + pa->name + " (" + pa->library +
+                          "): --allocator glibc ran it on glibc's malloc (heaplab's forwarder, libheaplab_glibc.so, "
+                          "preloaded)" +
+                          own);
+    else if (opt.allocator.empty())
+      res.notes.push_back(prog + " is linked against " + pa->name + " (" + pa->library +
+                          "): it ran, and was captured, on " + pa->name +
+                          "; --allocator glibc runs it on glibc's malloc");
+    else
+      res.notes.push_back(prog + " is linked against " + pa->name + " (" + pa->library +
+                          "); the preloaded allocator "
+                          "answered its malloc instead" +
+                          own);
+  }
 
   std::string preload = opt.shim;
   if (!opt.allocator.empty()) preload += ":" + opt.allocator;

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "allocators/linked.h"
 #include "capture/normalise/normalise.h"
 #include "capture/pt/pt_record.h"
 
@@ -22,16 +24,21 @@ struct CaptureOptions {
   std::vector<std::string> argv;  // program and arguments
   std::string output;             // trace of the program (its first image)
   std::string allocator;          // "", glibc, jemalloc, mimalloc, tcmalloc or a .so path
-  bool follow_fork = false;       // fork children get traces of their own
-  bool follow_exec = false;       // programs exec'd by the program (or its children) too
-                                  // (either: heaplab waits for all descendants to exit)
-  std::string raw_dir;            // where raw files go; empty: OUTPUT.raw.PID next to the output
-  bool keep_raw = false;          // keep raw files after normalising
-  bool live = true;               // software method: normalise while the program runs (else after it)
-  bool raw_dir_created = false;   // set by validate(): heaplab made raw_dir (and may remove it)
-  std::string clock = "auto";     // auto (TSC if invariant), tsc, monotonic
-  uint32_t latency = 0;           // time one call in N inside the allocator (0: none)
-  std::string shim;               // path of libheaplab_capture.so; empty: next to heaplab
+  // Set by validate(): the allocator the program brings (linked against it,
+  // or its own malloc), and whether --allocator glibc preloads heaplab's
+  // forwarder to glibc's malloc over it (libheaplab_glibc.so).
+  std::optional<allocators::ProgramAllocator> program_allocator;
+  bool glibc_forwarder = false;
+  bool follow_fork = false;      // fork children get traces of their own
+  bool follow_exec = false;      // programs exec'd by the program (or its children) too
+                                 // (either: heaplab waits for all descendants to exit)
+  std::string raw_dir;           // where raw files go; empty: OUTPUT.raw.PID next to the output
+  bool keep_raw = false;         // keep raw files after normalising
+  bool live = true;              // software method: normalise while the program runs (else after it)
+  bool raw_dir_created = false;  // set by validate(): heaplab made raw_dir (and may remove it)
+  std::string clock = "auto";    // auto (TSC if invariant), tsc, monotonic
+  uint32_t latency = 0;          // time one call in N inside the allocator (0: none)
+  std::string shim;              // path of libheaplab_capture.so; empty: next to heaplab
   normalise::NormaliseOptions normalise;
   // How events leave the program: "software" (the shim's per-thread files)
   // or "pt" (ptwrite, recorded by `perf record`, decoded afterwards).

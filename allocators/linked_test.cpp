@@ -1,0 +1,70 @@
+// Which allocator a program brings (allocators/linked.h), read from real
+// executables, and the forwarder to glibc's malloc (libheaplab_glibc.so).
+#include "allocators/linked.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+namespace heaplab::allocators {
+namespace {
+
+TEST(ProgramAllocator, LinkedAgainstJemalloc) {
+#ifndef VICTIM_JEMALLOC
+  GTEST_SKIP() << "no libjemalloc-dev: victim_jemalloc not built";
+#else
+  const auto a = program_allocator(VICTIM_JEMALLOC);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->name, "jemalloc");
+  EXPECT_EQ(a->library, "libjemalloc.so.2");
+  EXPECT_EQ(a->own_api, std::vector<std::string>{"mallctl"});
+#endif
+}
+
+TEST(ProgramAllocator, SystemAllocatorAndUnreadableFiles) {
+  EXPECT_FALSE(program_allocator(VICTIM_C));
+  EXPECT_FALSE(program_allocator("/bin/sh"));
+  EXPECT_FALSE(program_allocator("/nonexistent"));
+  const std::string junk = testing::TempDir() + "/junk";
+  std::ofstream(junk) << "\x7f" "ELF but not really";
+  EXPECT_FALSE(program_allocator(junk));
+}
+
+TEST(ProgramAllocator, DefinesMallocItself) {
+  const auto a = program_allocator(HEAPLAB_GLIBC_FORWARD);  // a library that defines malloc
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->name, "its own malloc");
+  EXPECT_EQ(a->library, "");
+}
+
+TEST(GlibcForwarder, AnswersWithGlibcsHeap) {
+  void* h = dlopen(HEAPLAB_GLIBC_FORWARD, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_TRUE(h) << dlerror();
+  using Malloc = void* (*)(size_t);
+  using Free = void (*)(void*);
+  using Usable = size_t (*)(void*);
+  using Memalign = int (*)(void**, size_t, size_t);
+  auto fmalloc = reinterpret_cast<Malloc>(dlsym(h, "malloc"));
+  auto ffree = reinterpret_cast<Free>(dlsym(h, "free"));
+  auto fusable = reinterpret_cast<Usable>(dlsym(h, "malloc_usable_size"));
+  auto fpm = reinterpret_cast<Memalign>(dlsym(h, "posix_memalign"));
+  ASSERT_TRUE(fmalloc && ffree && fusable && fpm);
+  void* p = fmalloc(100);
+  ASSERT_TRUE(p);
+  EXPECT_GE(fusable(p), 100u);
+  ffree(p);
+  void* q = nullptr;
+  EXPECT_EQ(fpm(&q, 4096, 10), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % 4096, 0u);
+  ffree(q);
+  EXPECT_EQ(fpm(&q, 3, 10), EINVAL);
+  for (const char* op : {"_Znwm", "_ZdlPv", "_ZnwmSt11align_val_t", "_ZdlPvmSt11align_val_t"})
+    EXPECT_TRUE(dlsym(h, op)) << op;
+  dlclose(h);
+}
+
+}  // namespace
+}  // namespace heaplab::allocators
