@@ -14,7 +14,7 @@ namespace {
 // The allocator a DT_NEEDED soname is, by its name.
 std::string allocator_of(const std::string& soname) {
   static const std::pair<const char*, const char*> known[] = {
-      {"libjemalloc.", "jemalloc"}, {"libtcmalloc", "tcmalloc"},   {"libmimalloc.", "mimalloc"},
+      {"libjemalloc.", "jemalloc"}, {"libtcmalloc", "tcmalloc"},    {"libmimalloc.", "mimalloc"},
       {"libhoard.", "hoard"},       {"libtbbmalloc.", "tbbmalloc"}, {"libsnmallocshim", "snmalloc"},
       {"librpmalloc.", "rpmalloc"}};
   for (const auto& [prefix, name] : known)
@@ -24,9 +24,9 @@ std::string allocator_of(const std::string& soname) {
 
 // An allocator's own function (not malloc's standard family).
 bool own_function(const std::string& s) {
-  static const char* jemalloc[] = {"mallocx",          "rallocx",         "xallocx",   "sallocx",
-                                   "dallocx",          "sdallocx",        "nallocx",   "mallctl",
-                                   "mallctlnametomib", "mallctlbymib",    "malloc_stats_print"};
+  static const char* jemalloc[] = {"mallocx",          "rallocx",      "xallocx",           "sallocx",
+                                   "dallocx",          "sdallocx",     "nallocx",           "mallctl",
+                                   "mallctlnametomib", "mallctlbymib", "malloc_stats_print"};
   for (const char* j : jemalloc)
     if (s == j) return true;
   return s.rfind("mi_", 0) == 0 || s.rfind("tc_", 0) == 0 || s.rfind("je_", 0) == 0 ||

@@ -15,8 +15,8 @@
 namespace heaplab::allocators {
 
 struct ProgramAllocator {
-  std::string name;     // jemalloc, tcmalloc, mimalloc, ... or "its own malloc"
-  std::string library;  // the DT_NEEDED entry ("libjemalloc.so.2"), or "" for one linked in
+  std::string name;                  // jemalloc, tcmalloc, mimalloc, ... or "its own malloc"
+  std::string library;               // the DT_NEEDED entry ("libjemalloc.so.2"), or "" for one linked in
   std::vector<std::string> own_api;  // the allocator's own functions it imports
 };
 

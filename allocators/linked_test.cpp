@@ -29,7 +29,8 @@ TEST(ProgramAllocator, SystemAllocatorAndUnreadableFiles) {
   EXPECT_FALSE(program_allocator("/bin/sh"));
   EXPECT_FALSE(program_allocator("/nonexistent"));
   const std::string junk = testing::TempDir() + "/junk";
-  std::ofstream(junk) << "\x7f" "ELF but not really";
+  std::ofstream(junk) << "\x7f"
+                         "ELF but not really";
   EXPECT_FALSE(program_allocator(junk));
 }
 

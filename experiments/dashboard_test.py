@@ -48,13 +48,15 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     trace = os.path.join(WORK, "threads.hlt")
-    run(HEAPLAB, "capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "3000")
+    # Long enough (about 0.2 s at the recorded pace, sampled every ms) for a
+    # heap timeline of hundreds of points per allocator in the drill-down.
+    run(HEAPLAB, "capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "250000")
     exp = os.path.join(WORK, "nightly.yaml")
     with open(exp, "w") as f:
         f.write(f"""name: nightly
 traces: [{{name: threads, file: {trace}}}]
 allocators: [glibc, {{name: jemalloc, label: je}}]
-replay: {{latency: 8, sample_ms: 5}}
+replay: {{latency: 8, sample_ms: 1}}
 repetitions: 3
 warmup: 0
 """)
@@ -123,6 +125,14 @@ warmup: 0
     for cls in ("chart drill-rss", "chart drill-latency"):
         if cls not in dom:
             fail(f"no {cls} chart in the drill-down")
+    # The drill-down's heap timeline: at least 100 points per allocator.
+    each = re.search(r'<canvas class="chart drill-rss"[^>]*data-points-each="([^"]*)"', dom)
+    if not each:
+        fail("the drill-down heap chart does not say its points per data set")
+    counts = dict(x.rsplit(":", 1) for x in each.group(1).split(","))
+    for alloc in ("glibc", "je"):
+        if int(counts.get(alloc, 0)) < 100:
+            fail(f"the drill-down heap chart has {counts.get(alloc, 0)} points for {alloc}, fewer than 100: {counts}")
     card = re.search(r'<div class="card metric" data-metric="heap_peak_mib">(.*?)<div class="card metric"', dom, re.S)
     if not card:
         fail("no heap-peak card")

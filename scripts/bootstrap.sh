@@ -26,7 +26,8 @@ set -euo pipefail
 #   and their headers, for the replayers linked against them (direct load):
 #   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
 #   real programs and the reference tool (capture tests, demo, overhead
-#   benchmark): sqlite3 heaptrack python3
+#   benchmark): sqlite3 heaptrack python3; the demo's server: redis-server
+#   redis-tools (redis-benchmark, redis-cli)
 #   the dashboard's charting library: libjs-chart.js (Chart.js, embedded at build time)
 #   the dashboard's browser test: chromium; Google Benchmark's compare.py
 #   on exported results: libbenchmark-tools python3-scipy
@@ -37,7 +38,7 @@ PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev libipt-dev
   zstd xz-utils bzip2 gzip lz4 clang clang-format clang-tidy
-  libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium
+  libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium redis-server redis-tools
   libbenchmark-tools python3-scipy linux-perf libjs-chart.js python3-yaml libxml2-utils
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 

@@ -8,8 +8,12 @@
 # faults, latency); then import the bundled SPEC 456.hmmer trace (Compact
 # Memory Traces text format) and replay it the same way; last, run the
 # quick-start experiment (experiments/quick-start.yaml: repeated, interleaved
-# runs into the results store, the comparison table with significance) and
-# write the dashboard (results/dashboard/index.html).
+# runs into the results store, the comparison table with significance);
+# capture a real multi-threaded server under load (Debian's redis-server
+# driven by redis-benchmark, scripts/redis-workload.sh), replay it on the four
+# allocators at its recorded pace (experiments/redis.yaml), write the
+# dashboard, and end with the server's four-allocator table and the
+# dashboard's path (results/dashboard/index.html).
 #
 # Usage: scripts/demo.sh
 # Environment: HEAPLAB_BUILD_DIR  build directory (default: <repo>/build)
@@ -74,9 +78,26 @@ replay_all "$TRACE"
 heading "Experiment experiments/quick-start.yaml -> results/heaplab.db"
 # sqlite3 captured afresh, replayed on the four allocators: a warm-up and five
 # measured runs each, interleaved; medians, spread, ratio to glibc and
-# significance; plots next to the store.
+# significance.
 "$HEAPLAB" run experiments/quick-start.yaml
-"$HEAPLAB" report --plots results/plots >/dev/null
+
+heading "Capture a server under load: redis-server and redis-benchmark -> results/redis.hlt"
+# Debian's redis-server (main and I/O threads) on a Unix socket, driven by
+# redis-benchmark for a few seconds, on glibc's malloc (scripts/redis-workload.sh).
+HEAPLAB="$HEAPLAB" scripts/redis-workload.sh results/redis.hlt
+"$HEAPLAB" check results/redis.hlt
+"$HEAPLAB" stats results/redis.hlt
+
+heading "Experiment experiments/redis.yaml -> results/heaplab.db"
+# The server's trace replayed at its recorded pace on the four allocators: a
+# warm-up and four measured runs each, interleaved; plots next to the store.
+"$HEAPLAB" run experiments/redis.yaml -q
+"$HEAPLAB" report --experiment redis --plots results/plots >/dev/null
 
 heading "Dashboard (every session in results/heaplab.db)"
 "$HEAPLAB" dashboard
+
+heading "redis-server under load on glibc, jemalloc, mimalloc and tcmalloc (heaplab report --experiment redis)"
+"$HEAPLAB" report --experiment redis
+echo
+echo "Dashboard: $REPO/results/dashboard/index.html"

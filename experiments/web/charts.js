@@ -1,7 +1,8 @@
 // Helpers shared by heaplab's pages (the dashboard, report plots): DOM
 // building, number formatting, and charts drawn by Chart.js (no chart code
 // of heaplab's own). Each chart's canvas says what it drew: data-points (the
-// points of its data sets, bands and whiskers not counted) and, after
+// points of its data sets, bands and whiskers not counted), data-points-each
+// ("label:points" per data set) and, after
 // markPainted(), data-drawn="yes" once pixels were painted.
 "use strict";
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
@@ -39,8 +40,15 @@ function chart(parent, cls, width, height, config) {
   config.options = Object.assign({animation: false, responsive: false, maintainAspectRatio: false}, config.options);
   const c = new Chart(canvas.getContext("2d"), config);
   let points = 0;
-  c.data.datasets.forEach((ds, i) => { if (!ds.isBand) points += c.getDatasetMeta(i).data.length; });
+  const each = [];
+  c.data.datasets.forEach((ds, i) => {
+    if (ds.isBand) return;
+    const n = c.getDatasetMeta(i).data.length;
+    points += n;
+    each.push(`${ds.label}:${n}`);
+  });
   canvas.setAttribute("data-points", String(points));
+  canvas.setAttribute("data-points-each", each.join(","));
   drawn.push(c);
   return c;
 }
