@@ -13,6 +13,7 @@
 #include "experiments/report.h"
 #include "experiments/results.h"
 #include "experiments/runner.h"
+#include "experiments/slurm.h"
 #include "experiments/spec.h"
 #include "experiments/store.h"
 
@@ -22,6 +23,9 @@ namespace {
 struct RunArgs {
   std::string file;
   experiments::RunnerOptions opt;
+  uint32_t slurm = 0;  // shards of a Slurm job array (0: run here)
+  std::vector<std::string> sbatch_args;
+  bool wait = false;
 };
 
 struct ReportArgs {
@@ -58,6 +62,32 @@ int run_experiment_cmd(const RunArgs& a) {
     spec = experiments::load_experiment(a.file);
   } catch (const experiments::SpecError& e) {
     throw Failure{e.what()};
+  }
+  if (a.slurm) {
+    if (!a.opt.shard.empty()) throw Failure{"run: --slurm makes the shards itself; drop --shard"};
+    experiments::SlurmOptions so;
+    so.experiment_file = a.file;
+    so.results_dir = a.opt.results_dir;
+    so.shards = a.slurm;
+    so.session = a.opt.session;
+    so.sbatch_args = a.sbatch_args;
+    so.wait = a.wait;
+    experiments::SlurmSubmission sub;
+    try {
+      sub = experiments::submit_slurm(spec, so);
+    } catch (const std::runtime_error& e) {  // SlurmError, SpecError
+      throw Failure{e.what()};
+    }
+    fmt::print(stderr,
+               "heaplab: submitted job array {} ({} shard(s)) and merge job {} (after it) for session {}; scripts, "
+               "shard stores and logs in {}\n",
+               sub.array_job, a.slurm, sub.merge_job, sub.session, sub.dir);
+    if (!a.wait) return 0;
+    fmt::print("{}", sub.report);
+    if (sub.merge_exit != 0)
+      fmt::print(stderr, "heaplab: the merge job {} ended with exit {} (its log: {}/merge.log)\n", sub.merge_job,
+                 sub.merge_exit, sub.dir);
+    return sub.merge_exit == 0 ? 0 : 1;
   }
   experiments::RunnerResult r;
   try {
@@ -216,12 +246,12 @@ int run_results_cmd(const std::string& what, const ResultsArgs& a) {
 void add_experiment_commands(CLI::App& app, Commands& commands) {
   auto runa_ = std::make_shared<RunArgs>();
   RunArgs& runa = *runa_;
-  auto* run =
-      app.add_subcommand("run",
-                         "Run an experiment file: its traces x allocators x repetitions, into the results store\n"
-                         "  heaplab run experiments/quick-start.yaml [--results DIR] [--shard K/N]\n"
-                         "Resumes an interrupted run of the same file. Exits 0 when every run was faithful, "
-                         "1 if some failed, 2 on errors, 130 when interrupted.");
+  auto* run = app.add_subcommand(
+      "run",
+      "Run an experiment file: its traces x allocators x repetitions, into the results store\n"
+      "  heaplab run experiments/quick-start.yaml [--results DIR] [--shard K/N | --slurm N [--wait]]\n"
+      "Resumes an interrupted run of the same file. Exits 0 when every run was faithful, "
+      "1 if some failed, 2 on errors, 130 when interrupted.");
   run->add_option("file", runa.file, "Experiment file (YAML)")->required();
   run->add_option("--results", runa.opt.results_dir, "Results directory (the store is DIR/heaplab.db)")
       ->capture_default_str();
@@ -229,6 +259,14 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
   run->add_option("--session", runa.opt.session, "Session id to start or resume (default: resume or a new one)");
   run->add_flag("--new", runa.opt.fresh, "Start a new session even if an unfinished one matches");
   run->add_flag("-q,--quiet", runa.opt.quiet, "No progress and no report");
+  run->add_option("--slurm", runa.slurm,
+                  "Submit as a Slurm job array of N shards and a merge job after it (scripts and logs in "
+                  "RESULTS/slurm/SESSION); trace files must be on storage every node sees")
+      ->check(CLI::Range(1u, 100000u));
+  run->add_option("--sbatch-arg", runa.sbatch_args,
+                  "With --slurm: an argument for sbatch (repeatable, e.g. "
+                  "--sbatch-arg=--partition=big)");
+  run->add_flag("--wait", runa.wait, "With --slurm: wait for the merge job and print the session's report");
 
   commands.push_back({run, [runa_] { return run_experiment_cmd(*runa_); }});
 

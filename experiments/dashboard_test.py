@@ -48,9 +48,9 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     trace = os.path.join(WORK, "threads.hlt")
-    # Long enough (about 0.2 s at the recorded pace, sampled every ms) for a
+    # Long enough (about 0.5 s at the recorded pace, sampled every ms) for a
     # heap timeline of hundreds of points per allocator in the drill-down.
-    run(HEAPLAB, "capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "250000")
+    run(HEAPLAB, "capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "600000")
     exp = os.path.join(WORK, "nightly.yaml")
     with open(exp, "w") as f:
         f.write(f"""name: nightly
