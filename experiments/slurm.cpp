@@ -105,6 +105,13 @@ SlurmSubmission submit_slurm(const ExperimentSpec& spec, const SlurmOptions& opt
   if (ec) throw SlurmError(sub.dir + ": cannot create it: " + ec.message());
   const std::string heaplab = common::self_dir() + "/heaplab";
   const std::string cwd = fs::current_path().string();
+  // #SBATCH lines are not read by a shell: their paths cannot be quoted.
+  for (const std::string* p : {&sub.dir, &cwd})
+    if (p->find_first_of(" \t\n\"'") != std::string::npos) {
+      fs::remove(sub.dir, ec);
+      throw SlurmError("--slurm: '" + *p + "' has a space or quote, which #SBATCH lines cannot hold; run from (and " +
+                       "into) a path without");
+    }
   const std::string shards = sub.dir + "/shards.sbatch", merge = sub.dir + "/merge.sbatch";
   common::write_text(shards, shard_script(opt, heaplab, sub.session, sub.dir, cwd, spec.name));
   common::write_text(merge, merge_script(opt, heaplab, sub.session, sub.dir, cwd, spec.name));

@@ -28,10 +28,10 @@ struct SlurmOptions {
 };
 
 struct SlurmSubmission {
-  std::string session, dir;         // the session id; RESULTS/slurm/SESSION
-  std::string array_job, merge_job; // Slurm job ids
-  int merge_exit = -1;              // with wait: the merge job's exit code
-  std::string report;               // with wait: the merge job's output (the session's report)
+  std::string session, dir;          // the session id; RESULTS/slurm/SESSION
+  std::string array_job, merge_job;  // Slurm job ids
+  int merge_exit = -1;               // with wait: the merge job's exit code
+  std::string report;                // with wait: the merge job's output (the session's report)
 };
 
 class SlurmError : public std::runtime_error {

@@ -31,6 +31,7 @@ set -euo pipefail
 #   the dashboard's charting library: libjs-chart.js (Chart.js, embedded at build time)
 #   the dashboard's browser test: chromium; Google Benchmark's compare.py
 #   on exported results: libbenchmark-tools python3-scipy
+#   heaplab run --slurm's test, a single-node cluster: slurmctld slurmd slurm-client munge
 #   the CI gate's test: python3-yaml (reads the README's CI files), libxml2-utils
 #   (xmllint checks the JUnit XML against experiments/junit.xsd)
 PACKAGES="build-essential cmake ninja-build pkg-config git ccache
@@ -40,6 +41,7 @@ PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   zstd xz-utils bzip2 gzip lz4 clang clang-format clang-tidy
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium redis-server redis-tools
   libbenchmark-tools python3-scipy linux-perf libjs-chart.js python3-yaml libxml2-utils
+  slurmctld slurmd slurm-client munge
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 
 say() { echo "bootstrap: $*"; }
