@@ -106,7 +106,7 @@ SlurmSubmission submit_slurm(const ExperimentSpec& spec, const SlurmOptions& opt
   const std::string heaplab = common::self_dir() + "/heaplab";
   const std::string cwd = fs::current_path().string();
   // #SBATCH lines are not read by a shell: their paths cannot be quoted.
-  for (const std::string* p : {&sub.dir, &cwd})
+  for (const std::string* p : {static_cast<const std::string*>(&sub.dir), &cwd})
     if (p->find_first_of(" \t\n\"'") != std::string::npos) {
       fs::remove(sub.dir, ec);
       throw SlurmError("--slurm: '" + *p + "' has a space or quote, which #SBATCH lines cannot hold; run from (and " +
