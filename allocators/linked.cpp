@@ -92,6 +92,13 @@ std::optional<ProgramAllocator> program_allocator(const std::string& path) {
     }
   }
   std::sort(found.own_api.begin(), found.own_api.end());
+  found.own_api.erase(std::unique(found.own_api.begin(), found.own_api.end()), found.own_api.end());
+  static const char* state_only[] = {
+      "mallctl",    "mallctlnametomib",    "mallctlbymib",    "malloc_stats_print",    "nallocx",
+      "je_mallctl", "je_mallctlnametomib", "je_mallctlbymib", "je_malloc_stats_print", "je_nallocx"};
+  for (const std::string& f : found.own_api)
+    if (std::find(std::begin(state_only), std::end(state_only), f) == std::end(state_only))
+      found.block_api.push_back(f);
   if (found.name.empty() && defines_malloc) found.name = "its own malloc";
   if (found.name.empty()) return std::nullopt;
   return found;

@@ -18,6 +18,11 @@ struct ProgramAllocator {
   std::string name;                  // jemalloc, tcmalloc, mimalloc, ... or "its own malloc"
   std::string library;               // the DT_NEEDED entry ("libjemalloc.so.2"), or "" for one linked in
   std::vector<std::string> own_api;  // the allocator's own functions it imports
+  // Of those, the ones that take or return heap blocks (mallocx, sdallocx,
+  // mi_malloc, tc_free, ...): with another allocator answering malloc they
+  // would mix two allocators' blocks. The rest (mallctl, nallocx,
+  // malloc_stats_print) only read or set the allocator's state.
+  std::vector<std::string> block_api;
 };
 
 // nullopt when the program uses the system allocator (or is not a 64-bit

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <string>
 
 namespace heaplab::allocators {
 namespace {
@@ -41,15 +42,17 @@ TEST(ProgramAllocator, DefinesMallocItself) {
   EXPECT_EQ(a->library, "");
 }
 
-TEST(GlibcForwarder, AnswersWithGlibcsHeap) {
-#if defined(__SANITIZE_ADDRESS__)
-  // ASan intercepts __libc_memalign (not __libc_free): in this process the
-  // forwarder's aligned blocks would be ASan's. It is never loaded into a
-  // sanitized program; capture_test runs it in a real one.
-  GTEST_SKIP() << "ASan intercepts __libc_memalign in the test process";
-#endif
+// The forwarder finds glibc's functions in libc.so.6 itself, even when an
+// allocator that exports the same names (tcmalloc exports __libc_malloc)
+// was loaded first into the global scope, as a program linked against it has.
+TEST(GlibcForwarder, FindsGlibcsOwnFunctions) {
+  void* tc = dlopen("libtcmalloc_minimal.so.4", RTLD_NOW | RTLD_GLOBAL);
   void* h = dlopen(HEAPLAB_GLIBC_FORWARD, RTLD_NOW | RTLD_LOCAL);
   ASSERT_TRUE(h) << dlerror();
+  using Source = const char* (*)();
+  auto source = reinterpret_cast<Source>(dlsym(h, "heaplab_glibc_forward_source"));
+  ASSERT_TRUE(source);
+  EXPECT_NE(std::string(source()).find("libc.so.6"), std::string::npos) << source();
   using Malloc = void* (*)(size_t);
   using Free = void (*)(void*);
   using Usable = size_t (*)(void*);
@@ -62,15 +65,17 @@ TEST(GlibcForwarder, AnswersWithGlibcsHeap) {
   void* p = fmalloc(100);
   ASSERT_TRUE(p);
   EXPECT_GE(fusable(p), 100u);
+  EXPECT_EQ(fusable(nullptr), 0u);
   ffree(p);
   void* q = nullptr;
   EXPECT_EQ(fpm(&q, 4096, 10), 0);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % 4096, 0u);
   ffree(q);
-  EXPECT_EQ(fpm(&q, 3, 10), EINVAL);
+  EXPECT_EQ(fpm(&q, 3, 10), EINVAL);  // glibc's own checks
   for (const char* op : {"_Znwm", "_ZdlPv", "_ZnwmSt11align_val_t", "_ZdlPvmSt11align_val_t"})
     EXPECT_TRUE(dlsym(h, op)) << op;
   dlclose(h);
+  if (tc) dlclose(tc);
 }
 
 }  // namespace

@@ -817,7 +817,7 @@ TEST(Capture, ProgramLinkedAgainstAnAllocator) {
       EXPECT_LT(allocated, 1u << 20);  // jemalloc served none of them
       EXPECT_EQ(cap["allocator"], "glibc");
       EXPECT_NE(text.find("--allocator glibc ran it on glibc's malloc (heaplab's forwarder, libheaplab_glibc.so, "
-                          "preloaded); its calls of jemalloc's own functions (mallctl) still reach it\n"),
+                          "preloaded); its calls of jemalloc's own statistics functions (mallctl) still reach it\n"),
                 std::string::npos)
           << text;
     }
@@ -825,6 +825,41 @@ TEST(Capture, ProgramLinkedAgainstAnAllocator) {
     size_t mib = 0;
     for (const Event& e : read_events(r.traces[0].path)) mib += e.op == Op::malloc && e.size == (1u << 20);
     EXPECT_EQ(mib, 16u) << alloc;
+  }
+  // A program that hands blocks to jemalloc's own functions cannot run on
+  // another allocator: refused before it runs, one line; on jemalloc it runs.
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_jemalloc_blocks")});
+  opt.allocator = "glibc";
+  try {
+    heaplab::launch::run_capture(opt);
+    ADD_FAILURE() << "not refused";
+  } catch (const heaplab::launch::LaunchError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "'" + victim("victim_jemalloc_blocks") +
+                  "' calls jemalloc's own dallocx, mallocx, which take or return heap blocks: on another allocator "
+                  "those would mix two allocators' blocks; capture it without --allocator (on jemalloc)");
+  }
+  opt = options(dir, {victim("victim_jemalloc_blocks")});
+  EXPECT_EQ(heaplab::launch::run_capture(opt).exit_code, 0);
+  // Behind a wrapper, followed: each image labelled by what answered it.
+  for (const std::string alloc : {"", "glibc"}) {
+    TempDir wdir;
+    const std::string report = wdir.file("jemalloc-allocated");
+    opt = options(wdir, {"/bin/sh", "-c", "exec " + victim("victim_jemalloc") + " " + report});
+    opt.allocator = alloc;
+    opt.follow_exec = true;
+    CaptureResult r = heaplab::launch::run_capture(opt);
+    ASSERT_EQ(r.traces.size(), 2u) << alloc;
+    std::ifstream in(report);
+    uint64_t allocated = 0;
+    in >> allocated;
+    EXPECT_EQ(capture_metadata(r.traces[0].path)["allocator"], "glibc");  // sh
+    EXPECT_FALSE(capture_metadata(r.traces[0].path).contains("program_allocator"));
+    const nlohmann::json exec = capture_metadata(r.traces[1].path);
+    EXPECT_EQ(exec["program_allocator"]["name"], "jemalloc");
+    EXPECT_EQ(exec["allocator"], alloc.empty() ? "jemalloc" : "glibc");
+    EXPECT_EQ(allocated >= (16u << 20), alloc.empty()) << allocated;
   }
 #endif
 }

@@ -128,16 +128,8 @@ std::vector<UnfollowedImage> read_unfollowed(const std::string& raw_dir) {
 nlohmann::json capture_metadata(const CaptureOptions& opt, const CaptureResult& res, bool root,
                                 const nlohmann::json& meta) {
   nlohmann::json m = opt.normalise.capture_metadata;
-  if (opt.glibc_forwarder)
-    m["allocator"] = "glibc";
-  else if (opt.allocator.empty() && opt.program_allocator && !opt.program_allocator->library.empty())
-    m["allocator"] = opt.program_allocator->name;  // what the program is linked against answered
-  else
-    m["allocator"] = opt.allocator.empty() ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
-  if (opt.program_allocator)
-    m["program_allocator"] = {{"name", opt.program_allocator->name},
-                              {"library", opt.program_allocator->library},
-                              {"own_api", opt.program_allocator->own_api}};
+  m["allocator"] =
+      opt.allocator.empty() || opt.glibc_forwarder ? nlohmann::json("glibc") : nlohmann::json(opt.allocator);
   if (root) {
     m["exit_code"] = res.exit_code;
     if (res.signal) m["signal"] = res.signal;
@@ -148,10 +140,28 @@ nlohmann::json capture_metadata(const CaptureOptions& opt, const CaptureResult& 
   return m;
 }
 
+void label_allocator(nlohmann::json& m, const CaptureOptions& opt, const raw::FileHeader& h) {
+  const std::string exe(h.exe, std::min<size_t>(h.exe_len, sizeof h.exe));
+  const std::optional<allocators::ProgramAllocator> pa = allocators::program_allocator(exe);
+  if (opt.glibc_forwarder)
+    m["allocator"] = "glibc";
+  else if (!opt.allocator.empty())
+    m["allocator"] = opt.allocator;
+  else if (pa)
+    m["allocator"] = pa->name;  // what the image brings answered its malloc
+  else
+    m["allocator"] = "glibc";
+  if (pa)
+    m["program_allocator"] = {{"name", pa->name}, {"library", pa->library}, {"own_api", pa->own_api}};
+  else
+    m.erase("program_allocator");
+}
+
 TraceResult normalise_to(normalise::RawFile& raw, const std::string& out, const CaptureOptions& opt,
                          const CaptureResult& res, bool root, const nlohmann::json& meta) {
   normalise::NormaliseOptions nopt = opt.normalise;
   nopt.capture_metadata = capture_metadata(opt, res, root, meta);
+  label_allocator(nopt.capture_metadata, opt, raw.header());
   TraceResult tr;
   common::write_then_rename(out, [&](const std::string& tmp) { tr.report = normalise::normalise(raw, tmp, nopt); });
   tr.path = out;
@@ -326,11 +336,24 @@ void validate(CaptureOptions& opt) {
   // preloaded; asked for glibc, it gets a forwarder to glibc's own malloc.
   opt.program_allocator = allocators::program_allocator(prog);
   opt.glibc_forwarder = false;
-  if (opt.program_allocator && !opt.program_allocator->library.empty() && asked_glibc) {
+  // Another allocator answering malloc while the program hands blocks to
+  // its own allocator's functions (sdallocx of a glibc block) would crash it.
+  if (const auto& pa = opt.program_allocator;
+      pa && !pa->library.empty() && !pa->block_api.empty() && (asked_glibc || !opt.allocator.empty())) {
+    std::string api;
+    for (size_t i = 0; i < pa->block_api.size() && i < 4; ++i) api += (i ? ", " : "") + pa->block_api[i];
+    if (pa->block_api.size() > 4) api += fmt::format(" and {} more", pa->block_api.size() - 4);
+    fail("'" + prog + "' calls " + pa->name + "'s own " + api +
+         ", which take or return heap blocks: on another allocator those would mix two allocators' blocks; "
+         "capture it without --allocator (on " +
+         pa->name + ")");
+  }
+  // (Also when following execs: an exec'd program may be linked against one.)
+  if (asked_glibc && ((opt.program_allocator && !opt.program_allocator->library.empty()) || opt.follow_exec)) {
     const std::string fwd = (fs::path(opt.shim).parent_path() / "libheaplab_glibc.so").string();
     if (access(fwd.c_str(), R_OK) != 0)
-      fail("'" + prog + "' is linked against " + opt.program_allocator->name + " and --allocator glibc needs " + fwd +
-           " to run it on glibc's malloc: " + errstr(errno) + " (build heaplab)");
+      fail("--allocator glibc needs " + fwd + " to run programs linked against another allocator on glibc's malloc: " +
+           errstr(errno) + " (build heaplab)");
     opt.allocator = fwd;
     opt.glibc_forwarder = true;
   }
@@ -363,7 +386,7 @@ CaptureResult run_capture(CaptureOptions opt) {
     for (size_t i = 0; i < pa->own_api.size() && i < 5; ++i) api += (i ? ", " : "") + pa->own_api[i];
     if (pa->own_api.size() > 5) api += fmt::format(" and {} more", pa->own_api.size() - 5);
     const std::string own =
-        api.empty() ? "" : "; its calls of " + pa->name + "'s own functions (" + api + ") still reach it";
+        api.empty() ? "" : "; its calls of " + pa->name + "'s own statistics functions (" + api + ") still reach it";
     if (pa->library.empty())
       res.notes.push_back(prog +
                           " defines malloc itself (an allocator linked in): its allocator's calls never reach the "

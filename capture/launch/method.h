@@ -78,6 +78,11 @@ void remove_raw(const CaptureOptions& opt);
 // known), the pid and the image: app.sqlite3.1234-1.hlt.
 std::string trace_name(const std::string& output, uint32_t pid, uint32_t gen, bool root,
                        const std::vector<std::string>& argv = {});
+// Sets m["allocator"] (what answered malloc in the image of header `h`: the
+// allocator preloaded, the forwarder counting as glibc, else the one its
+// executable brings, else glibc) and m["program_allocator"] (what its
+// executable brings, if anything).
+void label_allocator(nlohmann::json& m, const CaptureOptions& opt, const raw::FileHeader& h);
 // The shim's notes of what it did not follow (DIR/unfollowed), in order.
 std::vector<UnfollowedImage> read_unfollowed(const std::string& raw_dir);
 // Normalises `raw` into the trace `out` (written whole: common::write_then_rename);

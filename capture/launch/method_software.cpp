@@ -249,7 +249,11 @@ class LiveCollector {
       TraceResult tr;
       try {
         common::write_then_rename(out, [&](const std::string& tmp) {
-          tr.report = normalise::normalise_live(*raw, tmp, nopt, ended, [&] { return j.meta; });
+          tr.report = normalise::normalise_live(*raw, tmp, nopt, ended, [&] {
+            nlohmann::json m = j.meta;
+            label_allocator(m, opt_, raw->header());
+            return m;
+          });
         });
       } catch (...) {
         consumed = raw->blocks_consumed();
