@@ -1,10 +1,12 @@
 #include "allocators/linked.h"
 
 #include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 
 namespace heaplab::allocators {
@@ -33,57 +35,81 @@ bool own_function(const std::string& s) {
          s.rfind("_ZN15MallocExtension", 0) == 0 || s.rfind("MallocExtension_", 0) == 0;
 }
 
-template <class T>
-bool read_at(const std::string& file, uint64_t off, T& out) {
-  if (off > file.size() || file.size() - off < sizeof(T)) return false;
-  std::memcpy(&out, file.data() + off, sizeof(T));
-  return true;
-}
+// Reads of the file by offset, bounded: never the whole of a large binary.
+class File {
+ public:
+  explicit File(const std::string& path) {
+    struct stat st;
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd_ >= 0 && (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    size_ = fd_ >= 0 ? uint64_t(st.st_size) : 0;
+  }
+  ~File() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  bool read(uint64_t off, void* out, uint64_t n) const {
+    if (off > size_ || n > size_ - off) return false;
+    return ::pread(fd_, out, n, off_t(off)) == ssize_t(n);
+  }
+  // A section's bytes, if it lies inside the file and is not absurdly big.
+  bool section(const Elf64_Shdr& s, std::string& out) const {
+    if (s.sh_size > (64u << 20)) return false;
+    out.resize(s.sh_size);
+    return read(s.sh_offset, out.data(), s.sh_size);
+  }
 
-std::string string_at(const std::string& file, const Elf64_Shdr& strtab, uint64_t index) {
-  if (index >= strtab.sh_size || strtab.sh_offset > file.size() || strtab.sh_size > file.size() - strtab.sh_offset)
-    return "";
-  const char* p = file.data() + strtab.sh_offset + index;
-  return std::string(p, strnlen(p, strtab.sh_size - index));
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+std::string string_at(const std::string& strtab, uint64_t index) {
+  if (index >= strtab.size()) return "";
+  const char* p = strtab.data() + index;
+  return std::string(p, strnlen(p, strtab.size() - index));
 }
 
 }  // namespace
 
 std::optional<ProgramAllocator> program_allocator(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const File file(path);
+  if (!file.ok()) return std::nullopt;
   Elf64_Ehdr eh;
-  if (!read_at(file, 0, eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh.e_shentsize != sizeof(Elf64_Shdr))
+  if (!file.read(0, &eh, sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr))
     return std::nullopt;
   std::vector<Elf64_Shdr> sections(eh.e_shnum);
-  for (size_t i = 0; i < sections.size(); ++i)
-    if (!read_at(file, eh.e_shoff + i * sizeof(Elf64_Shdr), sections[i])) return std::nullopt;
-  const auto linked = [&](const Elf64_Shdr& s) -> const Elf64_Shdr* {
-    return s.sh_link < sections.size() ? &sections[s.sh_link] : nullptr;
-  };
+  if (!sections.empty() && !file.read(eh.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr)))
+    return std::nullopt;
   ProgramAllocator found;
   bool defines_malloc = false;
   for (const Elf64_Shdr& s : sections) {
-    const Elf64_Shdr* strtab = linked(s);
-    if (!strtab) continue;
+    if ((s.sh_type != SHT_DYNAMIC && s.sh_type != SHT_DYNSYM) || s.sh_link >= sections.size()) continue;
+    std::string body, strtab;
+    if (!file.section(s, body) || !file.section(sections[s.sh_link], strtab)) continue;
     if (s.sh_type == SHT_DYNAMIC) {
-      for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= s.sh_size; off += sizeof(Elf64_Dyn)) {
+      for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= body.size(); off += sizeof(Elf64_Dyn)) {
         Elf64_Dyn d;
-        if (!read_at(file, s.sh_offset + off, d) || d.d_tag == DT_NULL) break;
+        std::memcpy(&d, body.data() + off, sizeof d);
+        if (d.d_tag == DT_NULL) break;
         if (d.d_tag != DT_NEEDED) continue;
-        const std::string soname = string_at(file, *strtab, d.d_un.d_val);
+        const std::string soname = string_at(strtab, d.d_un.d_val);
         if (const std::string name = allocator_of(soname); !name.empty() && found.name.empty()) {
           found.name = name;
           found.library = soname;
         }
       }
-    } else if (s.sh_type == SHT_DYNSYM) {
-      for (uint64_t off = sizeof(Elf64_Sym); off + sizeof(Elf64_Sym) <= s.sh_size; off += sizeof(Elf64_Sym)) {
+    } else {
+      for (uint64_t off = sizeof(Elf64_Sym); off + sizeof(Elf64_Sym) <= body.size(); off += sizeof(Elf64_Sym)) {
         Elf64_Sym sym;
-        if (!read_at(file, s.sh_offset + off, sym)) break;
-        const std::string name = string_at(file, *strtab, sym.st_name);
+        std::memcpy(&sym, body.data() + off, sizeof sym);
+        const std::string name = string_at(strtab, sym.st_name);
         if (name == "malloc" && sym.st_shndx != SHN_UNDEF && ELF64_ST_TYPE(sym.st_info) == STT_FUNC)
           defines_malloc = true;
         else if (sym.st_shndx == SHN_UNDEF && own_function(name))

@@ -29,6 +29,7 @@ TEST(ProgramAllocator, SystemAllocatorAndUnreadableFiles) {
   EXPECT_FALSE(program_allocator(VICTIM_C));
   EXPECT_FALSE(program_allocator("/bin/sh"));
   EXPECT_FALSE(program_allocator("/nonexistent"));
+  EXPECT_FALSE(program_allocator(testing::TempDir()));  // a directory
   const std::string junk = testing::TempDir() + "/junk";
   std::ofstream(junk) << "\x7f"
                          "ELF but not really";

@@ -159,10 +159,13 @@ int run_gate_cmd(GateArgs a) {
   if (a.baseline.empty() && a.opt.baseline_allocator.empty())
     throw Failure{"gate: --baseline SESSION is required (or --baseline-allocator, to compare within the session)"};
   const experiments::SessionInfo b = experiments::pick_session(store, a.baseline.empty() ? s.id : a.baseline, "");
-  if (b.id == s.id && a.opt.allocator == a.opt.baseline_allocator)
+  // What gate() compares: an allocator given on one side only stands for both.
+  const std::string mine = a.opt.allocator.empty() ? a.opt.baseline_allocator : a.opt.allocator;
+  const std::string theirs = a.opt.baseline_allocator.empty() ? a.opt.allocator : a.opt.baseline_allocator;
+  if (b.id == s.id && mine == theirs)
     throw Failure{
         "gate: the session is its own baseline (give another --baseline, or --allocator and "
-        "--baseline-allocator to compare two allocators of it)"};
+        "--baseline-allocator naming two allocators of it)"};
   for (const experiments::SessionInfo* x : {&s, &b})
     if (x->finished.empty())
       fmt::print(stderr, "heaplab: warning: session {} is not finished ({} of {} runs stored)\n", x->id,

@@ -42,10 +42,38 @@ std::string change_text(const GateCheck& c) {
 
 std::string p_text(double p) { return p < 0.001 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p); }
 
+// The length of the valid UTF-8 sequence at s[i] of a character XML 1.0
+// allows (no surrogates, no U+FFFE/U+FFFF), or 0.
+size_t utf8_char(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = cp << 6 | (b(i + k) & 0x3F);
+  }
+  static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE || cp == 0xFFFF) return 0;
+  return n;
+}
+
 std::string xml_escape(const std::string& s) {
   std::string o;
   o.reserve(s.size());
-  for (char ch : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
+    if (static_cast<unsigned char>(ch) >= 0x80) {
+      // Text that is not UTF-8 (a session id of other bytes): U+FFFD for each bad byte.
+      if (const size_t n = utf8_char(s, i)) {
+        o.append(s, i, n);
+        i += n - 1;
+      } else {
+        o += "\xEF\xBF\xBD";
+      }
+      continue;
+    }
     switch (ch) {
       case '&':
         o += "&amp;";
@@ -104,9 +132,11 @@ Budget parse_budget(const std::string& spec) {
   } else {
     b.percent = false;
   }
-  char* end = nullptr;
-  const double x = v.empty() ? NAN : std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x < 0 || v[0] == '-' || v[0] == '+')
+  // A plain decimal number: digits and at most one point (no sign, exponent, hex or blanks).
+  const bool plain = !v.empty() && v != "." && std::count(v.begin(), v.end(), '.') <= 1 &&
+                     std::all_of(v.begin(), v.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
+  const double x = plain ? std::strtod(v.c_str(), nullptr) : NAN;
+  if (!plain || !std::isfinite(x))
     throw std::invalid_argument("--budget '" + spec + "': '" + b.text +
                                 "' is not a worsening allowed (a number, optionally signed, % for a percentage)");
   const char worse = m->lower_is_better ? '+' : '-';
@@ -139,6 +169,8 @@ double smallest_p(size_t m, size_t n) {
 }
 
 GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRecord>& session, const GateOptions& opt) {
+  if (!(opt.alpha > 0 && opt.alpha < 1))
+    throw std::invalid_argument(fmt::format("--alpha {}: a significance level between 0 and 1", opt.alpha));
   // A metric neither side measured (latency, in replays without it): a
   // default budget of it is dropped, one given is an error.
   const auto measured_anywhere = [&](const std::string& metric) {
@@ -235,6 +267,10 @@ GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRec
         } else if (failed) {
           c.state = "failed";
           c.message = fmt::format("{} of {} run(s) failed or were not faithful", failed, runs.size());
+        } else if (base.empty() &&
+                   std::none_of(base_runs.begin(), base_runs.end(), [](const RunRecord* r) { return r->ok; })) {
+          c.state = "missing";
+          c.message = fmt::format("the baseline's {} run(s) all failed: nothing to judge against", base_runs.size());
         } else if (base.empty()) {
           c.state = "new";
           c.message = "the baseline's runs did not measure it: not judged";
@@ -251,7 +287,9 @@ GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRec
               beyond = c.baseline_median == 0 || 100 * delta / std::fabs(c.baseline_median) > budget.limit;
           }
           c.p = mann_whitney(mine, base).p;
-          c.testable = smallest_p(mine.size(), base.size()) < opt.alpha;
+          // (With ties the test is the normal approximation, which can reach
+          // alpha where the exact one could not: then it can be significant.)
+          c.testable = smallest_p(mine.size(), base.size()) < opt.alpha || c.p < opt.alpha;
           const std::string figures = fmt::format("{} -> {} ({}, budget {})", with_unit(c.baseline_median, m),
                                                   with_unit(c.median, m), change_text(c), budget.text);
           if (!beyond) {

@@ -83,8 +83,40 @@ TEST(Gate, BadBudgetsAreRefused) {
   EXPECT_EQ(error("mcalls_per_s=+3%"),
             "--budget 'mcalls_per_s=+3%': mcalls_per_s is worse when it shrinks, so its budget is -3% (or unsigned)");
   for (const char* bad : {"heap_peak_mib=", "heap_peak_mib=%", "heap_peak_mib=three%", "heap_peak_mib=+-3%",
-                          "heap_peak_mib=3%%", "heap_peak_mib=inf", "heap_peak_mib=nan%"})
+                          "heap_peak_mib=3%%", "heap_peak_mib=inf", "heap_peak_mib=nan%", "heap_peak_mib=0x10%",
+                          "heap_peak_mib= 5", "heap_peak_mib=1e3%", "heap_peak_mib=1.2.3", "heap_peak_mib=."})
     EXPECT_NE(error(bad).find("is not a worsening allowed"), std::string::npos) << bad;
+}
+
+TEST(Gate, BadAlphaAndABrokenBaseline) {
+  GateOptions o;
+  o.budgets = budgets({"heap_peak_mib=+3%"});
+  for (double alpha : {0.0, 1.0, std::nan("")}) {
+    o.alpha = alpha;
+    EXPECT_THROW(gate(session(), session(), o), std::invalid_argument) << alpha;
+  }
+  o.alpha = 0.05;
+  // Every baseline run of a cell failed: nothing to judge against, and the gate fails.
+  std::vector<RunRecord> base = session();
+  for (RunRecord& r : base)
+    if (r.allocator == "mine") r.ok = false;
+  const GateResult r = gate(base, session(), o);
+  EXPECT_EQ(find(r, "mine", "heap_peak_mib").state, "missing");
+  EXPECT_EQ(find(r, "mine", "heap_peak_mib").message, "the baseline's 5 run(s) all failed: nothing to judge against");
+  EXPECT_FALSE(r.passed());
+}
+
+TEST(Gate, JUnitTextIsValidUtf8) {
+  GateOptions o;
+  o.budgets = budgets({"heap_peak_mib=+3%"});
+  GateReportInfo i;
+  i.session = "s\xff\xc3\xa9\xed\xa0\x80<&>";  // a bad byte, é, a surrogate, markup
+  i.baseline = "b";
+  const std::string x = gate_junit(gate(session(), session(), o), o, i);
+  EXPECT_NE(x.find("<property name=\"session\" "
+                   "value=\"s\xEF\xBF\xBD\xc3\xa9\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD&lt;&amp;&gt;\"/>"),
+            std::string::npos)
+      << x;
 }
 
 TEST(Gate, SmallestP) {
@@ -157,13 +189,20 @@ TEST(Gate, NoiseBeyondTheBudgetIsNotARegression) {
 TEST(Gate, TooFewRunsAreJudgedByTheBudgetAlone) {
   GateOptions o;
   o.budgets = budgets({"heap_peak_mib=+3%"});
-  const GateResult r = gate(session(1, 1, 0, 3), session(1.10, 1, 0, 3), o);
+  const GateResult r = gate(session(1, 1, 0, 2), session(1.10, 1, 0, 2), o);
   const GateCheck& c = find(r, "mine", "heap_peak_mib");
   EXPECT_EQ(c.state, "regression");
   EXPECT_FALSE(c.testable);
   EXPECT_EQ(c.message,
-            "100 MiB -> 110 MiB (+10.0%, budget +3%); 3 and 3 run(s) cannot be significant at 0.05: the budget alone "
+            "100 MiB -> 110 MiB (+10.0%, budget +3%); 2 and 2 run(s) cannot be significant at 0.05: the budget alone "
             "judges");
+  // 3 against 3 constant figures: the exact test could not reach 0.05, but
+  // with ties it is the normal approximation, which does (p = 0.047).
+  const GateResult r3 = gate(session(1, 1, 0, 3), session(1.10, 1, 0, 3), o);
+  const GateCheck& t = find(r3, "mine", "heap_peak_mib");
+  EXPECT_EQ(t.state, "regression");
+  EXPECT_TRUE(t.testable);
+  EXPECT_EQ(t.message, "100 MiB -> 110 MiB (+10.0%, budget +3%), p = 0.047");
 }
 
 TEST(Gate, FailedMissingAndNewCells) {

@@ -34,6 +34,20 @@ std::string job_name(const std::string& experiment) {
   return n;
 }
 
+// Text for a comment line: printable ASCII only.
+std::string printable(const std::string& s) {
+  std::string o;
+  for (char c : s) o += c >= 0x20 && c < 0x7f ? c : '?';
+  return o;
+}
+
+// A path in an #SBATCH --output: Slurm expands %-patterns there; %% is a %.
+std::string slurm_pattern(const std::string& s) {
+  std::string o;
+  for (char c : s) o += c == '%' ? std::string("%%") : std::string(1, c);
+  return o;
+}
+
 // sbatch --parsable prints "JOBID" or "JOBID;CLUSTER".
 std::string job_id(const std::string& out) {
   std::string id = out.substr(0, out.find_first_of(";\n"));
@@ -54,12 +68,15 @@ std::string shard_script(const SlurmOptions& opt, const std::string& heaplab, co
       "#SBATCH --ntasks=1\n"
       "#SBATCH --output={log}\n"
       "#SBATCH --chdir={cwd}\n"
-      "exec {heaplab} run {file} --shard \"$SLURM_ARRAY_TASK_ID/{n}\" --session {qsession} --results "
-      "{dir}/shard-\"$SLURM_ARRAY_TASK_ID\" -q\n",
-      fmt::arg("n", opt.shards), fmt::arg("exp", experiment_name), fmt::arg("session", session),
-      fmt::arg("name", job_name(experiment_name)), fmt::arg("log", dir + "/shard-%a.log"), fmt::arg("cwd", cwd),
-      fmt::arg("heaplab", quote(heaplab)), fmt::arg("file", quote(file)), fmt::arg("qsession", quote(session)),
-      fmt::arg("dir", quote(dir)));
+      "{heaplab} run {file} --shard \"$SLURM_ARRAY_TASK_ID/{n}\" --session {qsession} --results "
+      "{dir}/shard-\"$SLURM_ARRAY_TASK_ID\" -q\n"
+      "status=$?\n"
+      "echo $status > {dir}/shard-\"$SLURM_ARRAY_TASK_ID\".status\n"
+      "exit $status\n",
+      fmt::arg("n", opt.shards), fmt::arg("exp", printable(experiment_name)), fmt::arg("session", printable(session)),
+      fmt::arg("name", job_name(experiment_name)), fmt::arg("log", slurm_pattern(dir) + "/shard-%a.log"),
+      fmt::arg("cwd", cwd), fmt::arg("heaplab", quote(heaplab)), fmt::arg("file", quote(file)),
+      fmt::arg("qsession", quote(session)), fmt::arg("dir", quote(dir)));
 }
 
 std::string merge_script(const SlurmOptions& opt, const std::string& heaplab, const std::string& session,
@@ -72,17 +89,25 @@ std::string merge_script(const SlurmOptions& opt, const std::string& heaplab, co
       "#SBATCH --ntasks=1\n"
       "#SBATCH --output={log}\n"
       "#SBATCH --chdir={cwd}\n"
+      "# Exit 0 only when every shard ran all its runs faithfully (heaplab run's 0).\n"
       "stores=()\n"
+      "failed=0\n"
       "for k in $(seq 1 {n}); do\n"
-      "  if [ -f {dir}/shard-$k/heaplab.db ]; then stores+=({dir}/shard-$k/heaplab.db)\n"
-      "  else echo \"heaplab: shard $k of {n} stored nothing (its log: {dir}/shard-$k.log)\" >&2; fi\n"
+      "  status=$(cat {dir}/shard-$k.status 2>/dev/null || echo none)\n"
+      "  if [ \"$status\" != 0 ]; then\n"
+      "    failed=1\n"
+      "    echo \"heaplab: shard $k of {n} ended with exit $status (its log: {dir}/shard-$k.log)\" >&2\n"
+      "  fi\n"
+      "  if [ -f {dir}/shard-$k/heaplab.db ]; then stores+=({dir}/shard-$k/heaplab.db); fi\n"
       "done\n"
       "[ ${{#stores[@]}} -gt 0 ] || exit 1\n"
       "{heaplab} results merge \"${{stores[@]}}\" --results {qresults} || exit 2\n"
-      "exec {heaplab} report --results {qresults} --session {qsession}\n",
-      fmt::arg("session", session), fmt::arg("results", results), fmt::arg("name", job_name(experiment_name)),
-      fmt::arg("log", dir + "/merge.log"), fmt::arg("cwd", cwd), fmt::arg("n", opt.shards), fmt::arg("dir", quote(dir)),
-      fmt::arg("heaplab", quote(heaplab)), fmt::arg("qresults", quote(results)), fmt::arg("qsession", quote(session)));
+      "{heaplab} report --results {qresults} --session {qsession} || exit 2\n"
+      "exit $failed\n",
+      fmt::arg("session", printable(session)), fmt::arg("results", printable(results)),
+      fmt::arg("name", job_name(experiment_name)), fmt::arg("log", slurm_pattern(dir) + "/merge.log"),
+      fmt::arg("cwd", cwd), fmt::arg("n", opt.shards), fmt::arg("dir", quote(dir)), fmt::arg("heaplab", quote(heaplab)),
+      fmt::arg("qresults", quote(results)), fmt::arg("qsession", quote(session)));
 }
 
 SlurmSubmission submit_slurm(const ExperimentSpec& spec, const SlurmOptions& opt) {
@@ -97,6 +122,12 @@ SlurmSubmission submit_slurm(const ExperimentSpec& spec, const SlurmOptions& opt
       throw SpecError(spec.path + ": trace '" + t.name + "': " + t.file + ": " + std::strerror(errno));
   SlurmSubmission sub;
   sub.session = opt.session.empty() ? spec.name + "-" + utc_now_iso() + "-slurm" : opt.session;
+  // The id names a directory and goes into the batch scripts.
+  for (char c : sub.session)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("._:+-", c))
+      throw SlurmError("--slurm: session id '" + printable(sub.session) +
+                       "': letters, digits and . _ : + - only (it names the jobs' directory)" +
+                       (opt.session.empty() ? "; give one with --session" : ""));
   sub.dir = (fs::absolute(opt.results_dir) / "slurm" / sub.session).string();
   std::error_code ec;
   if (fs::exists(sub.dir, ec))

@@ -11,7 +11,10 @@ Skips (exit 77) with the reason only where Slurm cannot start here: not
 installed, not root, or the daemons do not come up (their logs' tails are
 printed).
 
-Usage: slurm_test.py HEAPLAB VICTIM WORKDIR
+A second submission, with an allocator that crashes, must end non-zero
+(the merge job fails when a shard's runs failed) with the failed runs stored.
+
+Usage: slurm_test.py HEAPLAB VICTIM WORKDIR TEST_ALLOC_NULL
 """
 import os
 import shutil
@@ -21,7 +24,7 @@ import subprocess
 import sys
 import time
 
-HEAPLAB, VICTIM, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+HEAPLAB, VICTIM, WORK, TEST_ALLOC = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 SKIP = 77
 NODE = "heaplabtest"
 
@@ -196,6 +199,25 @@ warmup: 1
     for f in ("shards.sbatch", "merge.sbatch", "shard-1.log", "shard-2.log", "merge.log",
               "shard-1/heaplab.db", "shard-2/heaplab.db"):
         check(os.path.exists(os.path.join(jobdir, f)), f"{f} not kept in {jobdir}")
+
+    # An allocator that crashes: its runs are stored as failed, and the
+    # merge job (so heaplab run --wait) ends with exit 1.
+    bad = os.path.join(WORK, "crashing.yaml")
+    with open(bad, "w") as f:
+        f.write(f"""name: crashing
+traces: [{{name: threads, file: {trace}}}]
+allocators: [glibc, {{name: {TEST_ALLOC}, label: crashy, env: {{HEAPLAB_TEST_ABORT_AT: "5"}}}}]
+repetitions: 1
+warmup: 0
+""")
+    r = subprocess.run([HEAPLAB, "run", bad, "--slurm", "2", "--wait", "--results", merged, "--session", "slurm-2"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    check(r.returncode == 1, f"a crashing allocator under --slurm --wait: exit {r.returncode}, not 1:\n{r.stderr}")
+    check("the merge job " in r.stderr and "ended with exit 1" in r.stderr, r.stderr)
+    db = sqlite3.connect(os.path.join(merged, "heaplab.db"))
+    exits = sorted(x[0] for x in db.execute("SELECT exit FROM runs WHERE session = 'slurm-2'"))
+    db.close()
+    check(exits == ["crashed", "ok"], f"the crashing session's runs: {exits}")
 
     # Submitting the same session again, a trace to capture, sbatch missing:
     # one line each, exit 2.

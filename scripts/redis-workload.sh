@@ -35,11 +35,12 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/heaplab-redis.XXXXXX")"
 SOCK="$WORK/redis.sock"
 CAPTURE_PID=""
 cleanup() {
-  # A server still running (a failed benchmark) is shut down, never left behind.
+  # A server still running (a failed benchmark) is shut down, never left
+  # behind: SIGTERM to heaplab capture reaches the server too.
   if [[ -n "$CAPTURE_PID" ]] && kill -0 "$CAPTURE_PID" 2>/dev/null; then
     redis-cli -s "$SOCK" shutdown nosave >/dev/null 2>&1 || true
     sleep 1
-    kill "$CAPTURE_PID" 2>/dev/null || true
+    kill -TERM "$CAPTURE_PID" 2>/dev/null || true
     wait "$CAPTURE_PID" 2>/dev/null || true
   fi
   rm -rf "$WORK"
@@ -62,6 +63,13 @@ redis-benchmark -s "$SOCK" -n "$REQUESTS" -c 16 -P 8 -d 200 -r 50000 -t set,get,
   | tr '\r' '\n' | grep 'requests per second' || die "redis-benchmark failed"
 redis-cli -s "$SOCK" shutdown nosave >/dev/null 2>&1 || true
 
+# The server exits on the shutdown; if it has not within 60 s, SIGTERM to
+# heaplab capture, which passes it on to the server.
+for _ in $(seq 600); do
+  kill -0 "$CAPTURE_PID" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$CAPTURE_PID" 2>/dev/null && kill -TERM "$CAPTURE_PID"
 status=0
 wait "$CAPTURE_PID" || status=$?
 CAPTURE_PID=""

@@ -768,6 +768,14 @@ TEST(Capture, WrapperNotFollowedIsNamed) {
             std::string::npos)
       << text;
 
+  // Children followed into the programs they exec'd are not named as unfollowed.
+  TempDir dir3;
+  opt = options(dir3, {"/bin/sh", "-c", v + " single; (" + v + " single); exec " + v + " single"});
+  opt.follow_exec = true;
+  r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(heaplab::launch::summary(r, opt).find("not followed"), std::string::npos)
+      << heaplab::launch::summary(r, opt);
+
   TempDir dir2;
   opt = options(dir2, {"/bin/sh", "-c", v + " single; exec " + v + " single"});
   opt.follow_fork = opt.follow_exec = true;

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "allocators/library.h"
@@ -567,7 +568,10 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
   std::vector<const UnfollowedImage*> root_execs;
   std::vector<uint32_t> others;                                        // pids, in order
   std::map<uint32_t, std::pair<std::string, std::string>> program_of;  // pid -> (last exec'd exe, forked from)
+  std::set<uint32_t> traced;  // processes with a trace (a fork child followed into its exec'd program)
+  for (const TraceResult& t : r.traces) traced.insert(t.pid);
   for (const UnfollowedImage& u : r.unfollowed) {
+    if (traced.count(u.pid) && u.pid != r.pid) continue;
     if (u.kind == "exec" && r.pid && u.pid == r.pid) {
       root_execs.push_back(&u);
       continue;
