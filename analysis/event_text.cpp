@@ -49,6 +49,34 @@ void event_jsonl(const trace::Event& e, bool has_time, std::string& line) {
   line += "\n";
 }
 
+LifetimeAnnotator::Age LifetimeAnnotator::observe(const trace::Event& e) {
+  Age a;
+  if (trace::op_consumes(e.op) && !(e.flags & trace::kFailed) && e.old != 0) {
+    if (auto it = live_.find(e.old); it != live_.end()) {
+      a.known = true;
+      a.bytes = it->second.bytes;
+      a.events = e.seq - it->second.seq;
+      a.ns = e.time >= it->second.time ? e.time - it->second.time : 0;
+      live_.erase(it);
+    }
+  }
+  if (e.id != 0 && !(e.flags & trace::kFailed)) live_[e.id] = Born{e.seq, e.time, e.requested_bytes()};
+  return a;
+}
+
+std::string LifetimeAnnotator::text(const Age& a, bool has_time) {
+  std::string t = fmt::format("{} bytes, allocated {} lines ago", a.bytes, a.events);
+  if (has_time) t += fmt::format(", {} ns ago", a.ns);
+  return t;
+}
+
+void LifetimeAnnotator::append(std::string& line, const Age& a, bool has_time) {
+  if (!a.known) return;
+  if (!line.empty() && line.back() == '\n') line.pop_back();
+  if (line.size() < 49) line.append(49 - line.size(), ' ');
+  line += " # " + text(a, has_time) + "\n";
+}
+
 void memory_event_text(const trace::MemoryEvent& e, bool has_time, std::string& line) {
   using trace::MemOp;
   line.clear();

@@ -147,8 +147,13 @@ TraceStats compute_stats(const trace::TraceReader& r) {
             live_bytes -= o.bytes;
             ++s.objects_freed;
             if (o.thread != e.thread) ++s.objects_freed_by_other_thread;
+            const unsigned size_class = Log2Histogram::bucket_of(o.bytes);
             s.lifetime_events.add(e.seq - o.seq);
-            if (s.has_time) s.lifetime_ns.add(e.time >= o.time ? e.time - o.time : 0);
+            s.lifetime_events_by_size[size_class].add(e.seq - o.seq);
+            if (s.has_time) {
+              s.lifetime_ns.add(e.time >= o.time ? e.time - o.time : 0);
+              s.lifetime_ns_by_size[size_class].add(e.time >= o.time ? e.time - o.time : 0);
+            }
           } else {
             ++s.unknown_frees;
           }
@@ -219,6 +224,18 @@ nlohmann::json stats_to_json(const TraceStats& s) {
   j["size_histogram"] = hist_json(s.sizes);
   j["lifetime_events_histogram"] = hist_json(s.lifetime_events);
   if (s.has_time) j["lifetime_ns_histogram"] = hist_json(s.lifetime_ns);
+  nlohmann::json by_size = nlohmann::json::array();
+  for (unsigned k = 0; k < s.lifetime_events_by_size.size(); ++k) {
+    const Log2Histogram& h = s.lifetime_events_by_size[k];
+    if (!h.samples) continue;
+    nlohmann::json c = {{"size_min", k == 0 ? 0 : uint64_t{1} << (k - 1)},
+                        {"size_max", k == 0 ? 0 : (k == 64 ? UINT64_MAX : (uint64_t{1} << k) - 1)},
+                        {"freed", h.samples},
+                        {"events_histogram", hist_json(h)}};
+    if (s.has_time) c["ns_histogram"] = hist_json(s.lifetime_ns_by_size[k]);
+    by_size.push_back(c);
+  }
+  j["lifetime_by_size_class"] = by_size;
   nlohmann::json mem = nlohmann::json::object();
   for (unsigned k = 1; k <= trace::kMemOpMax; ++k)
     if (s.memory_ops[k]) mem[std::string(trace::mem_op_name(trace::MemOp(k)))] = s.memory_ops[k];
@@ -311,6 +328,37 @@ std::string stats_to_text(const TraceStats& s) {
   hist_text(out, "request sizes in bytes", s.sizes);
   hist_text(out, "lifetimes in events", s.lifetime_events);
   hist_text(out, "lifetimes in ns", s.lifetime_ns);
+  // Per size class: how long its objects live, as the log2 buckets holding
+  // the median and the 90th percentile.
+  bool any = false;
+  for (const Log2Histogram& h : s.lifetime_events_by_size) any = any || h.samples;
+  if (any) {
+    out += "lifetimes by size class (log2 buckets of the median and the 90th percentile):\n";
+    char row[256];
+    std::snprintf(row, sizeof row, "  %-22s %12s  %-24s %-24s%s\n", "size (bytes)", "freed", "median (events)",
+                  "p90 (events)", s.has_time ? " median (ns)                    p90 (ns)" : "");
+    std::string head = row;
+    while (head.size() > 1 && head[head.size() - 2] == ' ') head.erase(head.size() - 2, 1);
+    out += head;
+    for (unsigned k = 0; k < s.lifetime_events_by_size.size(); ++k) {
+      const Log2Histogram& h = s.lifetime_events_by_size[k];
+      if (!h.samples) continue;
+      std::string ns;
+      if (s.has_time) {
+        const Log2Histogram& t = s.lifetime_ns_by_size[k];
+        char cols[96];
+        std::snprintf(cols, sizeof cols, " %-30s %s", bucket_label(t.quantile_bucket(0.5)).c_str(),
+                      bucket_label(t.quantile_bucket(0.9)).c_str());
+        ns = cols;
+      }
+      std::snprintf(row, sizeof row, "  %-22s %12s  %-24s %-24s%s\n", bucket_label(k).c_str(),
+                    group_digits(h.samples).c_str(), bucket_label(h.quantile_bucket(0.5)).c_str(),
+                    bucket_label(h.quantile_bucket(0.9)).c_str(), ns.c_str());
+      std::string r = row;
+      while (r.size() > 1 && r[r.size() - 2] == ' ') r.erase(r.size() - 2, 1);  // no blanks before the newline
+      out += r;
+    }
+  }
   return out;
 }
 

@@ -23,6 +23,16 @@ struct Log2Histogram {
     ++buckets[bucket_of(v)];
     ++samples;
   }
+  // The bucket holding the q-quantile (0..1) of the samples.
+  unsigned quantile_bucket(double q) const {
+    const double want = q * double(samples);
+    uint64_t seen = 0;
+    for (unsigned k = 0; k < buckets.size(); ++k) {
+      seen += buckets[k];
+      if (buckets[k] && double(seen) >= want) return k;
+    }
+    return 0;
+  }
 };
 
 struct Peak {
@@ -74,6 +84,9 @@ struct TraceStats {
   Log2Histogram sizes;            // requested bytes per produced object
   Log2Histogram lifetime_events;  // seq(free) - seq(alloc) of freed objects
   Log2Histogram lifetime_ns;      // time(free) - time(alloc), with timestamps only
+  // The same per size class of the freed object (its requested bytes' log2 bucket).
+  std::array<Log2Histogram, 65> lifetime_events_by_size{};
+  std::array<Log2Histogram, 65> lifetime_ns_by_size{};
 
   double cross_thread_free_fraction() const {
     return objects_freed ? double(objects_freed_by_other_thread) / double(objects_freed) : 0.0;

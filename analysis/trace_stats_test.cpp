@@ -411,29 +411,34 @@ TEST(StatsOutput, JsonGolden) {
   std::vector<Event> evs = tiny_trace();
   const TraceStats s = stats_of(evs, /*timestamps=*/true);
   const nlohmann::json j = stats_to_json(s);
-  const std::string expected = R"({"bytes_requested":300,"duration_ns":2200,"events":6,)"
-                               R"("failed":{"malloc":1},"has_time":true,)"
-                               R"("lifetime_events_histogram":{"buckets":[{"count":1,"max":3,"min":2}],"samples":1},)"
-                               R"("lifetime_ns_histogram":{"buckets":[{"count":1,"max":2047,"min":1024}],"samples":1},)"
-                               R"("live_bytes_at_end":200,"lost_events":3,)"
-                               R"("objects":{"created":2,"cross_thread_free_fraction":1.0,"freed":1,)"
-                               R"("freed_by_other_thread":1,"live_at_end":1,"null_frees":1,"unknown_frees":0},)"
-                               R"("operations":{"calloc":1,"free":2,"lost":1,"malloc":2},)"
-                               R"("peak_live_bytes":{"bytes":300,"objects":2,"seq":1,"time_ns":1500},)"
-                               R"("peak_live_objects":{"objects":2,"seq":1,"time_ns":1500},)"
-                               R"("per_thread":[{"events":3,"operations":{"free":1,"malloc":2},"thread":0},)"
-                               R"({"events":3,"operations":{"calloc":1,"free":1,"lost":1},"thread":1}],)"
-                               R"("size_histogram":{"buckets":[{"count":1,"max":127,"min":64},)"
-                               R"({"count":1,"max":255,"min":128}],"samples":2},"threads":2})";
+  const std::string expected =
+      R"({"bytes_requested":300,"duration_ns":2200,"events":6,)"
+      R"("failed":{"malloc":1},"has_time":true,)"
+      R"("lifetime_by_size_class":[{"events_histogram":{"buckets":[{"count":1,"max":3,"min":2}],)"
+      R"("samples":1},"freed":1,"ns_histogram":{"buckets":[{"count":1,"max":2047,"min":1024}],)"
+      R"("samples":1},"size_max":127,"size_min":64}],)"
+      R"("lifetime_events_histogram":{"buckets":[{"count":1,"max":3,"min":2}],"samples":1},)"
+      R"("lifetime_ns_histogram":{"buckets":[{"count":1,"max":2047,"min":1024}],"samples":1},)"
+      R"("live_bytes_at_end":200,"lost_events":3,)"
+      R"("objects":{"created":2,"cross_thread_free_fraction":1.0,"freed":1,)"
+      R"("freed_by_other_thread":1,"live_at_end":1,"null_frees":1,"unknown_frees":0},)"
+      R"("operations":{"calloc":1,"free":2,"lost":1,"malloc":2},)"
+      R"("peak_live_bytes":{"bytes":300,"objects":2,"seq":1,"time_ns":1500},)"
+      R"("peak_live_objects":{"objects":2,"seq":1,"time_ns":1500},)"
+      R"("per_thread":[{"events":3,"operations":{"free":1,"malloc":2},"thread":0},)"
+      R"({"events":3,"operations":{"calloc":1,"free":1,"lost":1},"thread":1}],)"
+      R"("size_histogram":{"buckets":[{"count":1,"max":127,"min":64},)"
+      R"({"count":1,"max":255,"min":128}],"samples":2},"threads":2})";
   EXPECT_EQ(j.dump(), expected);
 
   // The key structure, spelled out.
   std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-  EXPECT_EQ(keys, (std::vector<std::string>{"bytes_requested", "duration_ns", "events", "failed", "has_time",
-                                            "lifetime_events_histogram", "lifetime_ns_histogram", "live_bytes_at_end",
-                                            "lost_events", "objects", "operations", "peak_live_bytes",
-                                            "peak_live_objects", "per_thread", "size_histogram", "threads"}));
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"bytes_requested", "duration_ns", "events", "failed", "has_time",
+                                      "lifetime_by_size_class", "lifetime_events_histogram", "lifetime_ns_histogram",
+                                      "live_bytes_at_end", "lost_events", "objects", "operations", "peak_live_bytes",
+                                      "peak_live_objects", "per_thread", "size_histogram", "threads"}));
   EXPECT_EQ(j["peak_live_bytes"]["bytes"].get<uint64_t>(), 300u);
   EXPECT_EQ(j["peak_live_bytes"]["seq"].get<uint64_t>(), 1u);
   EXPECT_EQ(j["peak_live_bytes"]["time_ns"].get<uint64_t>(), 1500u);
@@ -488,7 +493,12 @@ TEST(StatsOutput, TextGolden) {
       "lifetimes in events (log2 buckets):\n"
       "  2..3                                              1 100.0%  ########################################\n"
       "lifetimes in ns (log2 buckets):\n"
-      "  1,024..2,047                                      1 100.0%  ########################################\n";
+      "  1,024..2,047                                      1 100.0%  ########################################\n"
+      "lifetimes by size class (log2 buckets of the median and the 90th percentile):\n"
+      "  size (bytes)                  freed  median (events)          p90 (events)             median (ns)       "
+      "             p90 (ns)\n"
+      "  64..127                           1  2..3                     2..3                     1,024..2,047      "
+      "             1,024..2,047\n";
   EXPECT_EQ(stats_to_text(s), expected);
 }
 
@@ -508,7 +518,10 @@ TEST(StatsOutput, TextSingleThreadNoTimestamps) {
       "  1,024..2,047                                      1  50.0%  ########################################\n"
       "  2,048..4,095                                      1  50.0%  ########################################\n"
       "lifetimes in events (log2 buckets):\n"
-      "  2..3                                              1 100.0%  ########################################\n";
+      "  2..3                                              1 100.0%  ########################################\n"
+      "lifetimes by size class (log2 buckets of the median and the 90th percentile):\n"
+      "  size (bytes)                  freed  median (events)          p90 (events)\n"
+      "  1,024..2,047                      1  2..3                     2..3\n";
   EXPECT_EQ(stats_to_text(stats_of(evs)), expected);
 }
 

@@ -160,6 +160,42 @@ TEST_F(Cli, CatSlicesAndMetadata) {
   EXPECT_NE(r.out.find("\"unknown_frees\": 1"), std::string::npos) << r.out;
 }
 
+// The Compact Memory Traces seed's own example for lifetimes.py (its
+// comment): the same annotations, after the same 49 columns of line.
+TEST_F(Cli, CatAnnotatesLifetimesAsTheSeed) {
+  Result r = run({"import", "--from", "cmt-text", kData + "/seed-lifetimes.cmt", "-o", "seed.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"cat", "--annotate", "seed.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "0 t0 malloc(8) = #1\n"
+            "1 t0 realloc(#1, 16) = #2                         # 8 bytes, allocated 1 lines ago\n"
+            "2 t0 free(#2)                                     # 16 bytes, allocated 1 lines ago\n");
+  r = run({"cat", "--annotate", "--format", "jsonl", "--from", "2", "seed.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"old\":2,\"op\":\"free\",\"seq\":2,\"thread\":0,\"object_bytes\":16,\"age_events\":1}\n");
+  // From a later event, or one thread of several, the ages still count from
+  // where the objects were made (here: before --from).
+  import_small();
+  r = run({"cat", "--annotate", "--from", "4", "-n", "1", "small.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "4 t0 free(#2)                                     # 32 bytes, allocated 3 lines ago\n");
+}
+
+// A captured trace has timestamps: the age in ns too, and a free made by
+// another thread than the allocation's is annotated under --thread.
+TEST_F(Cli, CatAnnotatesAgesInNsAcrossThreads) {
+  const std::string victim = HEAPLAB_TEST_BINARY_DIR "/capture/testprogs/victim_cpp";
+  Result r = run({"capture", "-q", "-o", "t.hlt", "--", victim, "threads", "1", "1", "50"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"cat", "--annotate", "--thread", "2", "t.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::regex freed(R"(\d+ t2 @\d+ free\(#\d+\) +# \d+ bytes, allocated \d+ lines ago, \d+ ns ago\n)");
+  size_t annotated = 0;
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), freed), end; it != end; ++it) ++annotated;
+  EXPECT_EQ(annotated, 50u) << r.out.substr(0, 2000);
+}
+
 TEST_F(Cli, CheckGolden) {
   import_small();
   Result r = run({"check", "small.hlt"}, dir_);

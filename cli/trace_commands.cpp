@@ -192,6 +192,7 @@ struct CatArgs {
   uint64_t limit = UINT64_MAX;
   bool meta = false;
   bool memory = false;
+  bool annotate = false;
 };
 
 int run_cat(const CatArgs& a) {
@@ -212,21 +213,33 @@ int run_cat(const CatArgs& a) {
   }
   std::unique_ptr<trace::EventCursor> cur;
   if (a.thread < -1) throw Failure{fmt::format("--thread: no thread {}", a.thread)};
-  if (a.thread >= 0) {
-    if (a.thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(a.thread)).empty())
-      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread, r->active_threads().size())};
+  if (a.thread >= 0 && (a.thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(a.thread)).empty()))
+    throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread, r->active_threads().size())};
+  // Annotated, every event is seen (an object another thread or an earlier
+  // event made), and only the chosen ones printed.
+  if (a.thread >= 0 && !a.annotate)
     cur = std::make_unique<trace::ThreadCursor>(*r, static_cast<uint32_t>(a.thread));
-  } else {
+  else
     cur = std::make_unique<trace::MergedCursor>(*r);
-  }
   const bool json = a.format == "jsonl";
+  analysis::LifetimeAnnotator lifetimes;
   std::vector<trace::Event> buf(4096);
   std::string line, out;
   uint64_t shown = 0;
   while (size_t n = cur->next(buf.data(), buf.size())) {
     for (size_t i = 0; i < n && shown < a.limit; ++i) {
-      if (buf[i].seq < a.from) continue;
+      const analysis::LifetimeAnnotator::Age age =
+          a.annotate ? lifetimes.observe(buf[i]) : analysis::LifetimeAnnotator::Age{};
+      if (buf[i].seq < a.from || (a.thread >= 0 && buf[i].thread != a.thread)) continue;
       json ? analysis::event_jsonl(buf[i], r->has_time(), line) : analysis::event_text(buf[i], r->has_time(), line);
+      if (age.known && json) {
+        line.pop_back();  // "}\n"
+        line.pop_back();
+        line += fmt::format(",\"object_bytes\":{},\"age_events\":{}{}}}\n", age.bytes, age.events,
+                            r->has_time() ? fmt::format(",\"age_ns\":{}", age.ns) : "");
+      } else if (age.known) {
+        analysis::LifetimeAnnotator::append(line, age, r->has_time());
+      }
       out += line;
       ++shown;
     }
@@ -300,6 +313,9 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   ct->add_option("--from", ca.from, "Start at this seq")->check(not_negative());
   ct->add_option("-n,--limit", ca.limit, "Print at most this many events")->check(not_negative());
   ct->add_flag("--meta", ca.meta, "Print the metadata JSON instead of events");
+  ct->add_flag("--annotate", ca.annotate,
+               "Give each free, delete and realloc its object's size and age in events (and ns): "
+               "# 16 bytes, allocated 1 lines ago");
   ct->add_flag("--memory", ca.memory,
                "Print the program's own memory calls (mmap, munmap, mremap, madvise, brk) and the resident pages "
                "measured, instead of heap events");

@@ -143,10 +143,12 @@ def heaplab(*args, expect):
 
 
 res = ["--results", "ci/results"]
-r = heaplab("gate", *res, "--session", "gate-padded", "--baseline", "gate-same", "--budget", "heap_peak_mib=+3%",
+r = heaplab("gate", *res, "--session", "gate-padded", "--baseline", "gate-same", "--budget", "heap_peak_mib=+10%",
             expect=1)
 check(re.search(r"FAIL  regression  app\s+pr\s+heap_peak_mib", r.stdout), "padded pr against same pr:\n" + r.stdout)
-check(re.search(r"ok    pass\s+app\s+main\s+heap_peak_mib", r.stdout), "main against main:\n" + r.stdout)
+# (The same build in two sessions: within the budget, or beyond it but not
+# significantly when the sampled peaks wander on a loaded machine.)
+check(re.search(r"ok    (pass |noise)\s+app\s+main\s+heap_peak_mib", r.stdout), "main against main:\n" + r.stdout)
 r = heaplab("gate", *res, "--session", "gate-same", "--baseline", "gate-same", "--budget", "heap_peak_mib=+3%",
             expect=2)
 check(r.stderr.startswith("heaplab: error: gate: the session is its own baseline"), r.stderr)
