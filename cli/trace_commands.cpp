@@ -12,6 +12,7 @@
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
 #include "capture/import/cmt_text.h"
+#include "capture/import/mtrace.h"
 #include "capture/normalise/normalise.h"
 #include "capture/pt/pt_import.h"
 #include "cli/cli.h"
@@ -98,15 +99,43 @@ int run_import_perf_pt(const ImportArgs& a) {
   return 0;
 }
 
+// glibc's mtrace(3) log -> trace.
+int run_import_mtrace(const ImportArgs& a, const std::vector<std::string>& argv, const trace::WriterOptions& opt) {
+  const import::MtraceFileImport im = import::import_mtrace_file(a.input, a.output, opt, argv);
+  const import::MtraceImportReport& rep = im.report;
+  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
+  fmt::print(stderr, "imported {} events from {} lines of {}{} into {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(rep.events), group_digits(rep.lines), im.source, how, a.output, group_digits(im.bytes),
+             rep.events ? double(im.bytes) / double(rep.events) : 0.0);
+  fmt::print(stderr,
+             "heaplab: note: mtrace records no threads, no times and not which call made a block: every call is on "
+             "one thread, every allocation a malloc\n");
+  if (rep.unknown_frees)
+    fmt::print(stderr,
+               "heaplab: note: {} frees of blocks allocated before mtrace() started were skipped (first at line {})\n",
+               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
+  if (rep.unknown_reallocs)
+    fmt::print(stderr, "heaplab: note: {} reallocs of such blocks were imported as realloc(NULL, n)\n",
+               group_digits(rep.unknown_reallocs));
+  if (rep.unpaired_reallocs)
+    fmt::print(stderr, "heaplab: note: {} realloc lines ('<') had no result line ('>')\n",
+               group_digits(rep.unpaired_reallocs));
+  if (rep.reused_live)
+    fmt::print(stderr, "heaplab: note: {} allocations returned an address that was still live (a free is missing)\n",
+               group_digits(rep.reused_live));
+  return 0;
+}
+
 int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   if (a.from == "heaplab-raw") return run_import_raw(a);
   if (a.from == "perf-pt") return run_import_perf_pt(a);
-  if (a.from != "cmt-text")
-    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw, perf-pt)"};
+  if (a.from != "cmt-text" && a.from != "mtrace")
+    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw, mtrace, perf-pt)"};
   trace::WriterOptions opt;
   opt.codec = parse_codec(a.codec);
   opt.level = codec_level(opt.codec, a.level);
   opt.chunk_events = a.chunk_events;
+  if (a.from == "mtrace") return run_import_mtrace(a, argv, opt);
   const import::CmtFileImport im = import::import_cmt_file(a.input, a.output, opt, argv);
   const import::CmtImportReport& rep = im.report;
   const uint64_t bytes = im.bytes;
@@ -260,7 +289,8 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   ImportArgs& ia = *ia_;
   auto* imp = app.add_subcommand("import", "Convert another tool's trace into a heaplab trace");
   imp->add_option("--from", ia.from,
-                  "Input format: cmt-text (Compact Memory Traces text), heaplab-raw (a .hlraw capture file) or "
+                  "Input format: cmt-text (Compact Memory Traces text), mtrace (glibc's MALLOC_TRACE log), "
+                  "heaplab-raw (a .hlraw capture file) or "
                   "perf-pt (a perf.data of heaplab's Intel PT route)")
       ->required();
   imp->add_option("--decoder", ia.decoder, "perf-pt: direct (fastest), dlfilter or text (both run perf script)")
