@@ -12,6 +12,7 @@
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
 #include "capture/import/cmt_text.h"
+#include "capture/import/heaptrack.h"
 #include "capture/import/mtrace.h"
 #include "capture/normalise/normalise.h"
 #include "capture/pt/pt_import.h"
@@ -126,16 +127,40 @@ int run_import_mtrace(const ImportArgs& a, const std::vector<std::string>& argv,
   return 0;
 }
 
+// A heaptrack recording (.zst) -> trace.
+int run_import_heaptrack(const ImportArgs& a, const std::vector<std::string>& argv, const trace::WriterOptions& opt) {
+  const import::HeaptrackFileImport im = import::import_heaptrack_file(a.input, a.output, opt, argv);
+  const import::HeaptrackImportReport& rep = im.report;
+  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
+  fmt::print(stderr,
+             "imported {} events ({} allocations, {} deallocations) from {} lines of {}{}{} into {} ({} bytes, "
+             "{:.3f} bytes/event)\n",
+             group_digits(rep.events), group_digits(rep.allocations), group_digits(rep.deallocations),
+             group_digits(rep.lines), im.source, how, rep.command.empty() ? "" : " (" + rep.command + ")", a.output,
+             group_digits(im.bytes), rep.events ? double(im.bytes) / double(rep.events) : 0.0);
+  fmt::print(stderr,
+             "heaplab: note: heaptrack records no threads, no failed calls and only the kind (size, backtrace) of a "
+             "freed block: every call is on one thread, every allocation a malloc, a free takes the newest block of "
+             "its kind, times are to the ms\n");
+  if (rep.unknown_frees)
+    fmt::print(stderr,
+               "heaplab: note: {} deallocations of blocks allocated before heaptrack started were skipped (first at "
+               "line {})\n",
+               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
+  return 0;
+}
+
 int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   if (a.from == "heaplab-raw") return run_import_raw(a);
   if (a.from == "perf-pt") return run_import_perf_pt(a);
-  if (a.from != "cmt-text" && a.from != "mtrace")
-    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw, mtrace, perf-pt)"};
+  if (a.from != "cmt-text" && a.from != "mtrace" && a.from != "heaptrack")
+    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw, heaptrack, mtrace, perf-pt)"};
   trace::WriterOptions opt;
   opt.codec = parse_codec(a.codec);
   opt.level = codec_level(opt.codec, a.level);
   opt.chunk_events = a.chunk_events;
   if (a.from == "mtrace") return run_import_mtrace(a, argv, opt);
+  if (a.from == "heaptrack") return run_import_heaptrack(a, argv, opt);
   const import::CmtFileImport im = import::import_cmt_file(a.input, a.output, opt, argv);
   const import::CmtImportReport& rep = im.report;
   const uint64_t bytes = im.bytes;
@@ -290,6 +315,7 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   auto* imp = app.add_subcommand("import", "Convert another tool's trace into a heaplab trace");
   imp->add_option("--from", ia.from,
                   "Input format: cmt-text (Compact Memory Traces text), mtrace (glibc's MALLOC_TRACE log), "
+                  "heaptrack (a heaptrack 1.4 recording, .zst), "
                   "heaplab-raw (a .hlraw capture file) or "
                   "perf-pt (a perf.data of heaplab's Intel PT route)")
       ->required();

@@ -43,8 +43,10 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
     while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
     if (line.empty()) continue;
     if (line[0] == '=') {
-      if (line == "= Start") ++rep.traces;
-      else if (line != "= End") fail("expected '= Start' or '= End'");
+      if (line == "= Start")
+        ++rep.traces;
+      else if (line != "= End")
+        fail("expected '= Start' or '= End'");
       continue;
     }
     if (line.size() < 2 || line[0] != '@' || line[1] != ' ')
@@ -63,7 +65,8 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
     uint64_t addr = 0, size = 0;
     if (n >= 3 && tok[2].size() == 1 && (tok[2][0] == '+' || tok[2][0] == '>' || tok[2][0] == '!')) {
       op = tok[2][0];
-      if (!hex(tok[1], addr) || !hex(tok[0], size)) fail("expected ADDRESS SIZE in hex after '" + std::string(1, op) + "'");
+      if (!hex(tok[1], addr) || !hex(tok[0], size))
+        fail("expected ADDRESS SIZE in hex after '" + std::string(1, op) + "'");
     } else if (n >= 2 && tok[1].size() == 1 && (tok[1][0] == '-' || tok[1][0] == '<')) {
       op = tok[1][0];
       if (!hex(tok[0], addr)) fail("expected an ADDRESS in hex after '" + std::string(1, op) + "'");
@@ -132,7 +135,7 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
 }
 
 MtraceFileImport import_mtrace_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
-                                   const std::vector<std::string>& command_line) {
+                                    const std::vector<std::string>& command_line) {
   auto in = InputStream::open(input);
   nlohmann::json meta = base_metadata("import", "none", command_line);
   meta["import"] = {{"from", "mtrace"}, {"source", in->name()}, {"compression", in->compression()}};

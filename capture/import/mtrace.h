@@ -50,6 +50,6 @@ struct MtraceFileImport {
 // `input` (plain, compressed, or - for stdin) into the trace `output`,
 // written whole, with heaplab's metadata and the import's counts.
 MtraceFileImport import_mtrace_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
-                                   const std::vector<std::string>& command_line);
+                                    const std::vector<std::string>& command_line);
 
 }  // namespace heaplab::import

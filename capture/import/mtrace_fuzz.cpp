@@ -1,7 +1,6 @@
-// Fuzz target for glibc's mtrace importer: the input is the log text, read through an in-memory InputStream in reads of changing sizes
-// (so lines span the LineReader's refills), imported into a scratch trace
-// file, which is closed and read back: it must hold exactly the events the
-// report counts, in order, on thread 0. Rejecting a line with InputError is
+// Fuzz target for glibc's mtrace importer: the input is the log text, read through an in-memory InputStream in reads of
+// changing sizes (so lines span the LineReader's refills), imported into a scratch trace file, which is closed and read
+// back: it must hold exactly the events the report counts, in order, on thread 0. Rejecting a line with InputError is
 // fine; crashes, sanitizer reports, hangs, a TraceError (the importer
 // wrote an event the writer refuses, or a trace the reader refuses: writes
 // to the scratch file do not fail) and a broken invariant (abort()) are not.

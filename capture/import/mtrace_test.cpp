@@ -71,27 +71,28 @@ TEST(Mtrace, ALogMadeHereByGlibc) {
   EXPECT_EQ(im.report.failed, 2u);
   EXPECT_EQ(im.report.unpaired_reallocs, 0u);
   const uint64_t huge = SIZE_MAX / 2;
-  EXPECT_EQ(describe(read_events(dir.file("out.hlt"))),
-            (std::vector<std::string>{
-                "malloc 16 0->1 t0", "malloc 32 0->2 t0", "realloc 100 1->3 t0", "malloc 200 0->4 t0",
-                "malloc 300 0->5 t0", "malloc 512 0->6 t0", "free 0 2->0 t0", "free 0 4->0 t0", "free 0 5->0 t0",
-                "free 0 6->0 t0", "malloc 40 0->7 t0", "free 0 7->0 t0",
-                "malloc " + std::to_string(huge) + " 0->0 failed t0",
-                "realloc " + std::to_string(huge) + " 3->0 failed t0", "free 0 3->0 t0"}));
+  EXPECT_EQ(
+      describe(read_events(dir.file("out.hlt"))),
+      (std::vector<std::string>{"malloc 16 0->1 t0", "malloc 32 0->2 t0", "realloc 100 1->3 t0", "malloc 200 0->4 t0",
+                                "malloc 300 0->5 t0", "malloc 512 0->6 t0", "free 0 2->0 t0", "free 0 4->0 t0",
+                                "free 0 5->0 t0", "free 0 6->0 t0", "malloc 40 0->7 t0", "free 0 7->0 t0",
+                                "malloc " + std::to_string(huge) + " 0->0 failed t0",
+                                "realloc " + std::to_string(huge) + " 3->0 failed t0", "free 0 3->0 t0"}));
 }
 
 // The sample log (a thread, ld.so's own allocation, every kind of line).
 TEST(Mtrace, SampleLog) {
   TempDir dir;
-  const MtraceFileImport im = import_mtrace_file(source_dir() + "/capture/testdata/mtrace/sample.mtrace",
-                                                 dir.file("out.hlt"), {}, {"heaplab"});
+  const MtraceFileImport im =
+      import_mtrace_file(source_dir() + "/capture/testdata/mtrace/sample.mtrace", dir.file("out.hlt"), {}, {"heaplab"});
   EXPECT_EQ(im.report.lines, 20u);
   EXPECT_EQ(im.report.events, 17u);
   EXPECT_EQ(im.report.failed, 1u);
   EXPECT_EQ(im.report.unknown_frees, 0u);
   const std::vector<Event> evs = read_events(dir.file("out.hlt"));
   EXPECT_EQ(std::count_if(evs.begin(), evs.end(), [](const Event& e) { return e.op == Op::malloc; }), 9);  // one failed
-  EXPECT_EQ(std::count_if(evs.begin(), evs.end(), [](const Event& e) { return e.op == Op::free; }), 7);  // one is realloc(p, 0)
+  EXPECT_EQ(std::count_if(evs.begin(), evs.end(), [](const Event& e) { return e.op == Op::free; }),
+            7);  // one is realloc(p, 0)
   EXPECT_EQ(std::count_if(evs.begin(), evs.end(), [](const Event& e) { return e.op == Op::realloc; }), 1);
 }
 
@@ -126,7 +127,8 @@ TEST(Mtrace, BadLinesNameTheirPlace) {
   EXPECT_EQ(error("= Start\nmalloc(16) = 0x10\n"),
             "in.mtrace:2: expected a call line (@ CALLER + ADDRESS SIZE, - ADDRESS, < ADDRESS, > ADDRESS SIZE or ! "
             "ADDRESS SIZE): 'malloc(16) = 0x10'");
-  EXPECT_EQ(error("@ x:[0x1] + 0x10 16\n"), "in.mtrace:1: expected ADDRESS SIZE in hex after '+': '@ x:[0x1] + 0x10 16'");
+  EXPECT_EQ(error("@ x:[0x1] + 0x10 16\n"),
+            "in.mtrace:1: expected ADDRESS SIZE in hex after '+': '@ x:[0x1] + 0x10 16'");
   EXPECT_EQ(error("@ x:[0x1] - zzz\n"), "in.mtrace:1: expected an ADDRESS in hex after '-': '@ x:[0x1] - zzz'");
   EXPECT_EQ(error("@ x:[0x1] > 0x10 0x20\n"),
             "in.mtrace:1: a '>' line without the '<' line before it: '@ x:[0x1] > 0x10 0x20'");
