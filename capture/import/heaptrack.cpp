@@ -29,8 +29,8 @@ bool hex_field(std::string_view s, size_t& at, uint64_t& v) {
 
 HeaptrackImportReport import_heaptrack(InputStream& in, trace::TraceWriter& w) {
   HeaptrackImportReport rep;
-  std::vector<uint64_t> kind_size;                             // kind -> size
-  std::unordered_map<uint64_t, std::vector<uint64_t>> live;    // kind -> live object ids, newest last
+  std::vector<uint64_t> kind_size;                           // kind -> size
+  std::unordered_map<uint64_t, std::vector<uint64_t>> live;  // kind -> live object ids, newest last
   uint64_t now_ns = 0;
   LineReader lines(in);
   std::string_view line;
@@ -111,17 +111,16 @@ HeaptrackImportReport import_heaptrack(InputStream& in, trace::TraceWriter& w) {
       case '#':
         break;  // page size, strings, instruction pointers, backtraces, RSS, attached, comments
       default:
-        fail(std::string("unknown record '") + (std::isprint(static_cast<unsigned char>(tag)) ? std::string(1, tag)
-                                                                                                : std::string("?")) +
-             "'");
+        fail(std::string("unknown record '") +
+             (std::isprint(static_cast<unsigned char>(tag)) ? std::string(1, tag) : std::string("?")) + "'");
     }
   }
   if (rep.version == 0 && rep.lines > 0) throw InputError(in.name() + ": no 'v' line: not a heaptrack recording");
   return rep;
 }
 
-HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::string& output,
-                                          trace::WriterOptions opt, const std::vector<std::string>& command_line) {
+HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
+                                          const std::vector<std::string>& command_line) {
   auto in = InputStream::open(input);
   nlohmann::json meta = base_metadata("import", "none", command_line);
   meta["import"] = {{"from", "heaptrack"}, {"source", in->name()}, {"compression", in->compression()}};
@@ -134,19 +133,19 @@ HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::s
     trace::TraceWriter w(tmp, opt);
     w.set_thread_info(0, {0, "(all threads: heaptrack records none)"});
     r.report = import_heaptrack(*in, w);
-    meta["import"].update(
-        {{"lines", r.report.lines},
-         {"events", r.report.events},
-         {"allocations", r.report.allocations},
-         {"deallocations", r.report.deallocations},
-         {"allocation_kinds", r.report.kinds},
-         {"unknown_frees", r.report.unknown_frees},
-         {"heaptrack_version", r.report.version},
-         {"heaptrack_file_format", r.report.file_format},
-         {"recorded_command", r.report.command},
-         {"not_recorded", "threads, failed calls, which call made a block (each is a malloc; a realloc is a "
-                          "deallocation then an allocation), which block of a kind a deallocation releases "
-                          "(the newest), times finer than 1 ms"}});
+    meta["import"].update({{"lines", r.report.lines},
+                           {"events", r.report.events},
+                           {"allocations", r.report.allocations},
+                           {"deallocations", r.report.deallocations},
+                           {"allocation_kinds", r.report.kinds},
+                           {"unknown_frees", r.report.unknown_frees},
+                           {"heaptrack_version", r.report.version},
+                           {"heaptrack_file_format", r.report.file_format},
+                           {"recorded_command", r.report.command},
+                           {"not_recorded",
+                            "threads, failed calls, which call made a block (each is a malloc; a realloc is a "
+                            "deallocation then an allocation), which block of a kind a deallocation releases "
+                            "(the newest), times finer than 1 ms"}});
     w.set_final_metadata(meta.dump());
     w.close();
     r.bytes = w.bytes_written();

@@ -28,16 +28,16 @@
 namespace heaplab::import {
 
 struct HeaptrackImportReport {
-  uint64_t lines = 0;           // lines read
-  uint64_t events = 0;          // events written
-  uint64_t allocations = 0;     // "+" lines
-  uint64_t deallocations = 0;   // "-" lines written
-  uint64_t kinds = 0;           // "a" lines
-  uint64_t unknown_frees = 0;   // "-" of a kind with no live block: not written
-  uint64_t times = 0;           // "c" lines
-  uint64_t version = 0;         // heaptrack's, e.g. 0x10400 for 1.4.0
-  uint64_t file_format = 0;     // 3 for heaptrack 1.4
-  std::string command;          // the "X" line: the recorded command
+  uint64_t lines = 0;          // lines read
+  uint64_t events = 0;         // events written
+  uint64_t allocations = 0;    // "+" lines
+  uint64_t deallocations = 0;  // "-" lines written
+  uint64_t kinds = 0;          // "a" lines
+  uint64_t unknown_frees = 0;  // "-" of a kind with no live block: not written
+  uint64_t times = 0;          // "c" lines
+  uint64_t version = 0;        // heaptrack's, e.g. 0x10400 for 1.4.0
+  uint64_t file_format = 0;    // 3 for heaptrack 1.4
+  std::string command;         // the "X" line: the recorded command
   uint64_t first_unknown_free_line = 0;
 };
 
@@ -51,7 +51,7 @@ struct HeaptrackFileImport {
   uint64_t bytes = 0;
   std::string source, compression;
 };
-HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::string& output,
-                                          trace::WriterOptions opt, const std::vector<std::string>& command_line);
+HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
+                                          const std::vector<std::string>& command_line);
 
 }  // namespace heaplab::import

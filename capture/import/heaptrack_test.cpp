@@ -33,8 +33,8 @@ std::vector<std::string> import_lines(const std::string& text, HeaptrackImportRe
   while (size_t n = cur.next(buf, std::size(buf)))
     for (size_t i = 0; i < n; ++i)
       out.push_back(std::string(trace::op_name(buf[i].op)) + " " + std::to_string(buf[i].size) + " " +
-                    std::to_string(buf[i].old) + "->" + std::to_string(buf[i].id) + " @" +
-                    std::to_string(buf[i].time) + " t" + std::to_string(buf[i].thread));
+                    std::to_string(buf[i].old) + "->" + std::to_string(buf[i].id) + " @" + std::to_string(buf[i].time) +
+                    " t" + std::to_string(buf[i].thread));
   return out;
 }
 
@@ -49,24 +49,24 @@ const char* kHead =
 TEST(Heaptrack, EveryRecordAndTheNewestBlockOfAKind) {
   HeaptrackImportReport rep;
   const auto evs = import_lines(std::string(kHead) +
-                                    "a 10 1\n"   // kind 0: 16 bytes
-                                    "a 64 1\n"   // kind 1: 100 bytes
-                                    "+ 0\n"      // #1
-                                    "+ 0\n"      // #2
-                                    "c a\n"      // 10 ms
-                                    "+ 1\n"      // #3
-                                    "- 0\n"      // the newest of kind 0: #2
+                                    "a 10 1\n"  // kind 0: 16 bytes
+                                    "a 64 1\n"  // kind 1: 100 bytes
+                                    "+ 0\n"     // #1
+                                    "+ 0\n"     // #2
+                                    "c a\n"     // 10 ms
+                                    "+ 1\n"     // #3
+                                    "- 0\n"     // the newest of kind 0: #2
                                     "R 3f5\n"
-                                    "c 14\n"     // 20 ms
-                                    "- 1\n"      // #3
-                                    "- 0\n"      // #1
-                                    "- 0\n"      // none live: before heaptrack
+                                    "c 14\n"  // 20 ms
+                                    "- 1\n"   // #3
+                                    "- 0\n"   // #1
+                                    "- 0\n"   // none live: before heaptrack
                                     "A\n"
                                     "# strings: 33\n",
                                 &rep);
-  EXPECT_EQ(evs, (std::vector<std::string>{"malloc 16 0->1 @0 t0", "malloc 16 0->2 @0 t0", "malloc 100 0->3 @10000000 t0",
-                                           "free 0 2->0 @10000000 t0", "free 0 3->0 @20000000 t0",
-                                           "free 0 1->0 @20000000 t0"}));
+  EXPECT_EQ(evs, (std::vector<std::string>{"malloc 16 0->1 @0 t0", "malloc 16 0->2 @0 t0",
+                                           "malloc 100 0->3 @10000000 t0", "free 0 2->0 @10000000 t0",
+                                           "free 0 3->0 @20000000 t0", "free 0 1->0 @20000000 t0"}));
   EXPECT_EQ(rep.allocations, 3u);
   EXPECT_EQ(rep.deallocations, 3u);
   EXPECT_EQ(rep.unknown_frees, 1u);
@@ -88,8 +88,9 @@ TEST(Heaptrack, BadRecordingsNameTheirPlace) {
     }
     return std::string("accepted");
   };
-  EXPECT_EQ(error("v 10400 9\n"),
-            "in.ht:1: heaptrack file format 9 is not one heaplab reads (heaptrack 1.2 to 1.4 write 2 and 3): 'v 10400 9'");
+  EXPECT_EQ(
+      error("v 10400 9\n"),
+      "in.ht:1: heaptrack file format 9 is not one heaplab reads (heaptrack 1.2 to 1.4 write 2 and 3): 'v 10400 9'");
   EXPECT_EQ(error("a 10 1\n+ 0\n"), "in.ht:2: a call before the 'v' line: not a heaptrack recording: '+ 0'");
   EXPECT_EQ(error(std::string(kHead) + "+ 0\n"),
             "in.ht:7: allocation kind 0 not defined by an 'a' line before it: '+ 0'");
