@@ -242,9 +242,9 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
             "Run 'heaplab --help' for usage.\n");
   r = run({"import", "--from", "valgrind", "x", "-o", "y.hlt"}, dir_);
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(
-      r.err,
-      "heaplab: error: unknown import format 'valgrind' (known: cmt-text, heaplab-raw, heaptrack, mtrace, perf-pt)\n");
+  EXPECT_EQ(r.err,
+            "heaplab: error: unknown import format 'valgrind' (known: cmt-text, heaplab-raw, heaptrack, logalloc, "
+            "mtrace, perf-pt)\n");
   r = run({"frobnicate"});
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err.find("heaplab: error: unknown command 'frobnicate' (commands: "), 0u) << r.err;  // nothing near

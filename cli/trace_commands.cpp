@@ -13,6 +13,7 @@
 #include "capture/format/trace_writer.h"
 #include "capture/import/cmt_text.h"
 #include "capture/import/heaptrack.h"
+#include "capture/import/logalloc.h"
 #include "capture/import/mtrace.h"
 #include "capture/normalise/normalise.h"
 #include "capture/pt/pt_import.h"
@@ -150,17 +151,46 @@ int run_import_heaptrack(const ImportArgs& a, const std::vector<std::string>& ar
   return 0;
 }
 
+// Firefox's logalloc log -> trace (threads kept).
+int run_import_logalloc(const ImportArgs& a, const std::vector<std::string>& argv, const trace::WriterOptions& opt) {
+  const import::LogallocFileImport im = import::import_logalloc_file(a.input, a.output, opt, argv);
+  const import::LogallocImportReport& rep = im.report;
+  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
+  fmt::print(stderr,
+             "imported {} events in {} thread{} of process {} from {} lines of {}{} into {} ({} bytes, {:.3f} "
+             "bytes/event)\n",
+             group_digits(rep.events), rep.threads, rep.threads == 1 ? "" : "s", rep.pid, group_digits(rep.lines),
+             im.source, how, a.output, group_digits(im.bytes),
+             rep.events ? double(im.bytes) / double(rep.events) : 0.0);
+  fmt::print(stderr, "heaplab: note: logalloc records no times and no failed calls\n");
+  if (rep.other_process_lines)
+    fmt::print(stderr, "heaplab: note: {} lines of other processes (fork children) were not imported\n",
+               group_digits(rep.other_process_lines));
+  if (rep.unknown_frees)
+    fmt::print(stderr, "heaplab: note: {} frees of blocks never allocated in the log were skipped (first at line {})\n",
+               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
+  if (rep.unknown_reallocs)
+    fmt::print(stderr, "heaplab: note: {} reallocs of such blocks were imported as realloc(NULL, n)\n",
+               group_digits(rep.unknown_reallocs));
+  if (rep.reused_live)
+    fmt::print(stderr, "heaplab: note: {} allocations returned an address that was still live (a free is missing)\n",
+               group_digits(rep.reused_live));
+  return 0;
+}
+
 int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   if (a.from == "heaplab-raw") return run_import_raw(a);
   if (a.from == "perf-pt") return run_import_perf_pt(a);
-  if (a.from != "cmt-text" && a.from != "mtrace" && a.from != "heaptrack")
-    throw Failure{"unknown import format '" + a.from + "' (known: cmt-text, heaplab-raw, heaptrack, mtrace, perf-pt)"};
+  if (a.from != "cmt-text" && a.from != "mtrace" && a.from != "heaptrack" && a.from != "logalloc")
+    throw Failure{"unknown import format '" + a.from +
+                  "' (known: cmt-text, heaplab-raw, heaptrack, logalloc, mtrace, perf-pt)"};
   trace::WriterOptions opt;
   opt.codec = parse_codec(a.codec);
   opt.level = codec_level(opt.codec, a.level);
   opt.chunk_events = a.chunk_events;
   if (a.from == "mtrace") return run_import_mtrace(a, argv, opt);
   if (a.from == "heaptrack") return run_import_heaptrack(a, argv, opt);
+  if (a.from == "logalloc") return run_import_logalloc(a, argv, opt);
   const import::CmtFileImport im = import::import_cmt_file(a.input, a.output, opt, argv);
   const import::CmtImportReport& rep = im.report;
   const uint64_t bytes = im.bytes;
@@ -315,7 +345,7 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
   auto* imp = app.add_subcommand("import", "Convert another tool's trace into a heaplab trace");
   imp->add_option("--from", ia.from,
                   "Input format: cmt-text (Compact Memory Traces text), mtrace (glibc's MALLOC_TRACE log), "
-                  "heaptrack (a heaptrack 1.4 recording, .zst), "
+                  "heaptrack (a heaptrack 1.4 recording, .zst), logalloc (Firefox's MALLOC_LOG), "
                   "heaplab-raw (a .hlraw capture file) or "
                   "perf-pt (a perf.data of heaplab's Intel PT route)")
       ->required();

@@ -23,7 +23,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 namespace heaplab::import {
 namespace {
 
-
 class MemoryInput final : public InputStream {
  public:
   explicit MemoryInput(std::string data) : data_(std::move(data)) { name_ = "seed.ht"; }
