@@ -134,11 +134,21 @@ LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
       args = comma == std::string_view::npos ? std::string_view() : args.substr(comma + 1);
       bool ok = true;
       switch (syn->args[k]) {
-        case 'p': ok = pointer(a, addr_in); break;
-        case 's': ok = decimal(a, e.size); break;
-        case 'n': ok = decimal(a, e.count); break;
-        case 'l': ok = decimal(a, e.align); break;
-        case 'r': ok = !a.empty(); break;
+        case 'p':
+          ok = pointer(a, addr_in);
+          break;
+        case 's':
+          ok = decimal(a, e.size);
+          break;
+        case 'n':
+          ok = decimal(a, e.count);
+          break;
+        case 'l':
+          ok = decimal(a, e.align);
+          break;
+        case 'r':
+          ok = !a.empty();
+          break;
       }
       if (!ok) fail("bad argument " + std::to_string(k + 1) + " of " + std::string(name));
     }
@@ -174,8 +184,8 @@ LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
   return rep;
 }
 
-LogallocFileImport import_logalloc_file(const std::string& input, const std::string& output,
-                                        trace::WriterOptions opt, const std::vector<std::string>& command_line) {
+LogallocFileImport import_logalloc_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
+                                        const std::vector<std::string>& command_line) {
   auto in = InputStream::open(input);
   nlohmann::json meta = base_metadata("import", "none", command_line);
   meta["import"] = {{"from", "logalloc"}, {"source", in->name()}, {"compression", in->compression()}};

@@ -29,12 +29,12 @@ struct LogallocImportReport {
   uint64_t lines = 0;
   uint64_t events = 0;
   uint64_t threads = 0;
-  uint64_t pid = 0;                 // the process imported
-  uint64_t other_process_lines = 0; // lines of other PIDs: not imported
-  uint64_t skipped_calls = 0;       // jemalloc_stats, arena creation and disposal
-  uint64_t unknown_frees = 0;       // frees of blocks never allocated in the log: not written
-  uint64_t unknown_reallocs = 0;    // reallocs of such blocks: written as realloc(NULL, n)
-  uint64_t reused_live = 0;         // an allocation at an address still live: the old block leaks
+  uint64_t pid = 0;                  // the process imported
+  uint64_t other_process_lines = 0;  // lines of other PIDs: not imported
+  uint64_t skipped_calls = 0;        // jemalloc_stats, arena creation and disposal
+  uint64_t unknown_frees = 0;        // frees of blocks never allocated in the log: not written
+  uint64_t unknown_reallocs = 0;     // reallocs of such blocks: written as realloc(NULL, n)
+  uint64_t reused_live = 0;          // an allocation at an address still live: the old block leaks
   uint64_t first_unknown_free_line = 0;
 };
 
@@ -48,7 +48,7 @@ struct LogallocFileImport {
   uint64_t bytes = 0;
   std::string source, compression;
 };
-LogallocFileImport import_logalloc_file(const std::string& input, const std::string& output,
-                                        trace::WriterOptions opt, const std::vector<std::string>& command_line);
+LogallocFileImport import_logalloc_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
+                                        const std::vector<std::string>& command_line);
 
 }  // namespace heaplab::import

@@ -1,9 +1,8 @@
-// Fuzz target for the Firefox logalloc importer: the input is the log text, read through an in-memory InputStream in reads of
-// changing sizes (so lines span the LineReader's refills), imported into a scratch trace file, which is closed and read
-// back: it must hold exactly the events the report counts, in order, on thread 0. Rejecting a line with InputError is
-// fine; crashes, sanitizer reports, hangs, a TraceError (the importer
-// wrote an event the writer refuses, or a trace the reader refuses: writes
-// to the scratch file do not fail) and a broken invariant (abort()) are not.
+// Fuzz target for the Firefox logalloc importer: the input is the log text, read through an in-memory InputStream in
+// reads of changing sizes (so lines span the LineReader's refills), imported into a scratch trace file, which is closed
+// and read back: it must hold exactly the events the report counts, in order, on thread 0. Rejecting a line with
+// InputError is fine; crashes, sanitizer reports, hangs, a TraceError (the importer wrote an event the writer refuses,
+// or a trace the reader refuses: writes to the scratch file do not fail) and a broken invariant (abort()) are not.
 //   libFuzzer with clang, ASan/UBSan (heaplab_fuzz logalloc_fuzz)
 #include <unistd.h>
 

@@ -31,7 +31,8 @@ std::vector<std::string> events_of(const std::string& path, std::vector<uint64_t
     for (size_t i = 0; i < n; ++i)
       out.push_back(std::string(trace::op_name(buf[i].op)) + " " + std::to_string(buf[i].count) + "x" +
                     std::to_string(buf[i].size) + " a" + std::to_string(buf[i].align) + " " +
-                    std::to_string(buf[i].old) + "->" + std::to_string(buf[i].id) + " t" + std::to_string(buf[i].thread));
+                    std::to_string(buf[i].old) + "->" + std::to_string(buf[i].id) + " t" +
+                    std::to_string(buf[i].thread));
   if (tids)
     for (uint32_t t : r->active_threads()) tids->push_back(r->thread_info(t).os_tid);
   return out;
@@ -52,13 +53,13 @@ TEST(Logalloc, SampleLogWithThreads) {
   EXPECT_EQ(rep.first_unknown_free_line, 22u);
   std::vector<uint64_t> tids;
   EXPECT_EQ(events_of(dir.file("out.hlt"), &tids),
-            (std::vector<std::string>{
-                "malloc 0x42 a0 0->1 t0", "calloc 2x16 a0 0->2 t0", "malloc 0x100 a0 0->3 t1",
-                "free 0x0 a0 1->0 t1",  // a block of thread 0 freed by thread 1
-                "realloc 0x64 a0 2->4 t0", "memalign 0x200 a64 0->5 t0", "posix_memalign 0x300 a128 0->6 t2",
-                "aligned_alloc 0x512 a256 0->7 t2", "valloc 0x4096 a0 0->8 t0", "malloc 0x24 a0 0->9 t1",
-                "free 0x0 a0 9->0 t1", "realloc 0x0 a0 8->0 t0", "free 0x0 a0 4->0 t0", "free 0x0 a0 3->0 t2",
-                "free 0x0 a0 5->0 t0", "free 0x0 a0 6->0 t2", "free 0x0 a0 7->0 t2"}));
+            (std::vector<std::string>{"malloc 0x42 a0 0->1 t0", "calloc 2x16 a0 0->2 t0", "malloc 0x100 a0 0->3 t1",
+                                      "free 0x0 a0 1->0 t1",  // a block of thread 0 freed by thread 1
+                                      "realloc 0x64 a0 2->4 t0", "memalign 0x200 a64 0->5 t0",
+                                      "posix_memalign 0x300 a128 0->6 t2", "aligned_alloc 0x512 a256 0->7 t2",
+                                      "valloc 0x4096 a0 0->8 t0", "malloc 0x24 a0 0->9 t1", "free 0x0 a0 9->0 t1",
+                                      "realloc 0x0 a0 8->0 t0", "free 0x0 a0 4->0 t0", "free 0x0 a0 3->0 t2",
+                                      "free 0x0 a0 5->0 t0", "free 0x0 a0 6->0 t2", "free 0x0 a0 7->0 t2"}));
   EXPECT_EQ(tids, (std::vector<uint64_t>{4242, 4243, 4244}));
 }
 
