@@ -39,26 +39,39 @@ Glibc g_libc;
 const char* g_libc_path = nullptr;  // where the functions were found (for the test)
 int g_state = 0;                    // 0: not looked up, 1: looking up, 2: done
 
-// The arena for requests made while the lookup runs: never freed.
+// The arena for requests made while the lookup runs: never freed. A spin
+// lock guards it (threads may ask while the lookup runs).
 alignas(64) char g_arena[64 * 1024];
 size_t g_arena_used = 0;
+int g_arena_lock = 0;
 
 bool in_arena(const void* p) {
   return reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(g_arena) < sizeof g_arena;
 }
 
 void* arena_alloc(size_t n, size_t align) {
+  // Aligned by address (not by offset), to the next power of two as glibc's memalign.
   if (align < 16) align = 16;
-  size_t at = (g_arena_used + align - 1) & ~(align - 1);
-  // Each block is preceded by its size, for realloc out of the arena.
-  at += align;
-  if (at > sizeof g_arena || n > sizeof g_arena - at) {
+  if (align & (align - 1)) align = size_t{1} << (64 - __builtin_clzll(align));
+  if (align > sizeof g_arena) {
     errno = ENOMEM;
     return nullptr;
   }
-  memcpy(g_arena + at - sizeof(size_t), &n, sizeof n);
-  g_arena_used = at + n;
-  return g_arena + at;
+  while (__atomic_exchange_n(&g_arena_lock, 1, __ATOMIC_ACQUIRE)) {
+  }
+  const uintptr_t base = reinterpret_cast<uintptr_t>(g_arena), end = base + sizeof g_arena;
+  // Each block is preceded by its size, for realloc out of the arena.
+  const uintptr_t at = (base + g_arena_used + sizeof(size_t) + align - 1) & ~uintptr_t(align - 1);
+  void* p = nullptr;
+  if (at <= end && n <= end - at) {
+    memcpy(reinterpret_cast<char*>(at) - sizeof(size_t), &n, sizeof n);
+    g_arena_used = at + n - base;
+    p = reinterpret_cast<void*>(at);
+  } else {
+    errno = ENOMEM;
+  }
+  __atomic_store_n(&g_arena_lock, 0, __ATOMIC_RELEASE);
+  return p;
 }
 
 size_t arena_size(const void* p) {
@@ -82,9 +95,36 @@ void find(void* libc, F& out, const char* name) {
   if (!out) fail(name);
 }
 
+// Functions a glibc may keep only for old binaries: their own fallbacks.
+void* fallback_reallocarray(void* p, size_t c, size_t n) {
+  size_t bytes;
+  if (__builtin_mul_overflow(c, n, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return g_libc.realloc(p, bytes);
+}
+void* fallback_valloc(size_t n) { return g_libc.memalign(size_t(sysconf(_SC_PAGESIZE)), n); }
+void* fallback_pvalloc(size_t n) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  if (n > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return g_libc.memalign(page, n ? (n + page - 1) & ~(page - 1) : page);
+}
+
+template <class F>
+void find_or(void* libc, F& out, const char* name, F fallback) {
+  out = reinterpret_cast<F>(dlsym(libc, name));
+  if (!out) out = fallback;
+}
+
 void resolve() {
-  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == 2) return;
-  g_state = 1;
+  // One thread looks up (0 -> 1); the others, and the looking thread's own
+  // requests meanwhile, are served by the arena until it is done (2).
+  int expected = 0;
+  if (!__atomic_compare_exchange_n(&g_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
   void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
   if (!libc) fail("library");
   Glibc l{};
@@ -92,12 +132,12 @@ void resolve() {
   find(libc, l.free, "free");
   find(libc, l.calloc, "calloc");
   find(libc, l.realloc, "realloc");
-  find(libc, l.reallocarray, "reallocarray");
+  find_or(libc, l.reallocarray, "reallocarray", fallback_reallocarray);
   find(libc, l.memalign, "memalign");
   find(libc, l.aligned_alloc, "aligned_alloc");
   find(libc, l.posix_memalign, "posix_memalign");
-  find(libc, l.valloc, "valloc");
-  find(libc, l.pvalloc, "pvalloc");
+  find_or(libc, l.valloc, "valloc", fallback_valloc);
+  find_or(libc, l.pvalloc, "pvalloc", fallback_pvalloc);
   find(libc, l.malloc_usable_size, "malloc_usable_size");
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(l.malloc), &info) && info.dli_fname) g_libc_path = info.dli_fname;
@@ -105,15 +145,14 @@ void resolve() {
   __atomic_store_n(&g_state, 2, __ATOMIC_RELEASE);
 }
 
-// Before the lookup is done: while it runs, the arena; else look up first.
+// Before the lookup is done: while it runs (here or in another thread),
+// the arena; else look up first.
 bool early(size_t n, size_t align, void** out) {
   if (__builtin_expect(__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == 2, 1)) return false;
-  if (g_state == 1) {
-    *out = arena_alloc(n, align);
-    return true;
-  }
   resolve();
-  return false;
+  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == 2) return false;
+  *out = arena_alloc(n, align);
+  return true;
 }
 
 __attribute__((constructor)) void init() { resolve(); }
@@ -137,9 +176,17 @@ void* new_or_null(size_t n, size_t align) noexcept {
   }
 }
 
+// Waits until the lookup is done (for calls on blocks glibc made, which
+// exist only once it is).
+void ready() {
+  resolve();
+  while (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) {
+  }
+}
+
 void release(void* p) {
   if (!p || in_arena(p)) return;
-  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) resolve();
+  ready();
   g_libc.free(p);
 }
 
@@ -189,7 +236,16 @@ HEAPLAB_EXPORT void* aligned_alloc(size_t a, size_t n) {
   return early(n, a, &p) ? p : g_libc.aligned_alloc(a, n);
 }
 HEAPLAB_EXPORT int posix_memalign(void** out, size_t a, size_t n) {
-  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) resolve();
+  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) {
+    resolve();
+    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) {  // while the lookup runs
+      if (a < sizeof(void*) || (a & (a - 1)) != 0) return EINVAL;
+      void* p = arena_alloc(n, a);
+      if (!p) return ENOMEM;
+      *out = p;
+      return 0;
+    }
+  }
   return g_libc.posix_memalign(out, a, n);
 }
 HEAPLAB_EXPORT void* valloc(size_t n) {
@@ -203,7 +259,7 @@ HEAPLAB_EXPORT void* pvalloc(size_t n) {
 HEAPLAB_EXPORT size_t malloc_usable_size(void* p) {
   if (!p) return 0;
   if (in_arena(p)) return arena_size(p);
-  if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != 2) resolve();
+  ready();
   return g_libc.malloc_usable_size(p);
 }
 // Where the forwarder found glibc's malloc (linked_test checks it is libc.so.6).

@@ -123,7 +123,10 @@ int run_import_mtrace(const ImportArgs& a, const std::vector<std::string>& argv,
     fmt::print(stderr, "heaplab: note: {} realloc lines ('<') had no result line ('>')\n",
                group_digits(rep.unpaired_reallocs));
   if (rep.reused_live)
-    fmt::print(stderr, "heaplab: note: {} allocations returned an address that was still live (a free is missing)\n",
+    fmt::print(stderr,
+               "heaplab: note: {} allocations returned an address that was still live (a free is missing, or in a "
+               "threaded program mtrace logged a realloc after another "
+               "thread's allocation at its old address)\n",
                group_digits(rep.reused_live));
   return 0;
 }
@@ -148,6 +151,9 @@ int run_import_heaptrack(const ImportArgs& a, const std::vector<std::string>& ar
                "heaplab: note: {} deallocations of blocks allocated before heaptrack started were skipped (first at "
                "line {})\n",
                group_digits(rep.unknown_frees), rep.first_unknown_free_line);
+  if (rep.other_records)
+    fmt::print(stderr, "heaplab: note: {} records of kinds heaplab does not know were skipped (a newer heaptrack?)\n",
+               group_digits(rep.other_records));
   return 0;
 }
 
@@ -162,7 +168,7 @@ int run_import_logalloc(const ImportArgs& a, const std::vector<std::string>& arg
              group_digits(rep.events), rep.threads, rep.threads == 1 ? "" : "s", rep.pid, group_digits(rep.lines),
              im.source, how, a.output, group_digits(im.bytes),
              rep.events ? double(im.bytes) / double(rep.events) : 0.0);
-  fmt::print(stderr, "heaplab: note: logalloc records no times and no failed calls\n");
+  fmt::print(stderr, "heaplab: note: logalloc records no times; arenas are replayed as one heap\n");
   if (rep.other_process_lines)
     fmt::print(stderr, "heaplab: note: {} lines of other processes (fork children) were not imported\n",
                group_digits(rep.other_process_lines));

@@ -108,11 +108,12 @@ HeaptrackImportReport import_heaptrack(InputStream& in, trace::TraceWriter& w) {
       case 't':
       case 'R':
       case 'A':
+      case 'S':
       case '#':
-        break;  // page size, strings, instruction pointers, backtraces, RSS, attached, comments
+        break;  // page size, strings, instruction pointers, backtraces, RSS, attached, suppressions, comments
       default:
-        fail(std::string("unknown record '") +
-             (std::isprint(static_cast<unsigned char>(tag)) ? std::string(1, tag) : std::string("?")) + "'");
+        if (!std::isalpha(static_cast<unsigned char>(tag))) fail("expected a record letter");
+        ++rep.other_records;  // a kind a newer heaptrack writes: not a call
     }
   }
   if (rep.version == 0 && rep.lines > 0) throw InputError(in.name() + ": no 'v' line: not a heaptrack recording");

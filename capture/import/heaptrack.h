@@ -6,7 +6,8 @@
 //   - KIND             a deallocation of an allocation of that kind
 //   c MS               the time since start, in ms (hex), from here on
 // and the rest (X command line, I page size, s strings, i instruction
-// pointers, t backtraces, R RSS, A attached, # comments) are skipped.
+// pointers, t backtraces, R RSS, A attached, S suppressions, # comments) are
+// skipped, as are records of kinds a newer heaptrack may add (counted).
 // What heaptrack does not record, the trace cannot have: threads (every
 // call is on one thread), which call made a block (each is a malloc; a
 // realloc is heaptrack's deallocation then allocation), failed calls, and
@@ -39,6 +40,7 @@ struct HeaptrackImportReport {
   uint64_t file_format = 0;    // 3 for heaptrack 1.4
   std::string command;         // the "X" line: the recorded command
   uint64_t first_unknown_free_line = 0;
+  uint64_t other_records = 0;  // records of kinds heaplab does not know (a newer heaptrack's): skipped
 };
 
 // Reads every line of `in` and appends the events to `w` (thread 0). Throws

@@ -165,8 +165,10 @@ LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
     } else if (e.op == Op::free) {
       continue;  // free(NULL): nothing
     }
+    if (result != 0 && e.op == Op::calloc && e.count != 0 && e.size > UINT64_MAX / e.count)
+      fail("a calloc whose count times size overflows cannot have succeeded");
     if (syn->result && result == 0) {
-      // logalloc logs a NULL result only for realloc(p, 0), which freed p.
+      // A NULL result: a failed call, but for realloc(p, 0), which freed p.
       e.flags = trace::kNullResult;
       if (!(e.op == Op::realloc && e.size == 0 && e.old != 0)) e.flags |= trace::kFailed;
     }
@@ -205,7 +207,7 @@ LogallocFileImport import_logalloc_file(const std::string& input, const std::str
                            {"unknown_frees", r.report.unknown_frees},
                            {"unknown_reallocs", r.report.unknown_reallocs},
                            {"reused_live_addresses", r.report.reused_live},
-                           {"not_recorded", "times, failed calls (logalloc logs only successes), arenas"}});
+                           {"not_recorded", "times, arenas (one heap)"}});
     w.set_final_metadata(meta.dump());
     w.close();
     r.bytes = w.bytes_written();

@@ -99,6 +99,9 @@ TEST(Logalloc, BadLinesNameTheirPlace) {
   EXPECT_EQ(error("1 1 malloc(1,2)=0x10\n"), "in.log:1: too many arguments: '1 1 malloc(1,2)=0x10'");
   EXPECT_EQ(error("1 1 free(0x10)=0x20\n"), "in.log:1: unexpected text after the call: '1 1 free(0x10)=0x20'");
   EXPECT_EQ(error("x 1 malloc(1)=0x10\n"), "in.log:1: expected a PID first: 'x 1 malloc(1)=0x10'");
+  EXPECT_EQ(error("1 1 calloc(4294967296,4294967297)=0x10\n"),
+            "in.log:1: a calloc whose count times size overflows cannot have succeeded: "
+            "'1 1 calloc(4294967296,4294967297)=0x10'");
 }
 
 }  // namespace

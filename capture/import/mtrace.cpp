@@ -14,9 +14,9 @@ namespace {
 using trace::Event;
 using trace::Op;
 
-// "0x1a2b" (or "(nil)": 0). False for anything else.
+// "0x1a2b" (or "(nil)" or "0": 0). False for anything else.
 bool hex(std::string_view t, uint64_t& v) {
-  if (t == "(nil)") {
+  if (t == "(nil)" || t == "0") {  // (glibc's %#lx writes zero as a bare 0)
     v = 0;
     return true;
   }
@@ -116,7 +116,7 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
             ++rep.unknown_reallocs;  // as realloc(NULL, n): the new block still exists
           }
         }
-        if (op == '!') {
+        if (op == '!' || addr == 0) {
           e.flags = trace::kFailed | trace::kNullResult;  // the old block stays
         } else {
           result = addr;

@@ -63,8 +63,8 @@ TEST(Mtrace, ALogMadeHereByGlibc) {
   const process::Output o = process::run(spec);
   ASSERT_TRUE(process::succeeded(o.status)) << process::describe_status(o.status);
   const MtraceFileImport im = import_mtrace_file(dir.file("victim.mtrace"), dir.file("out.hlt"), {}, {"heaplab"});
-  EXPECT_EQ(im.report.lines, 19u);
-  EXPECT_EQ(im.report.events, 15u);
+  EXPECT_EQ(im.report.lines, 21u);
+  EXPECT_EQ(im.report.events, 17u);
   EXPECT_EQ(im.report.traces, 1u);
   EXPECT_EQ(im.report.unknown_frees, 1u);  // the block made before mtrace()
   EXPECT_EQ(im.report.first_unknown_free_line, 17u);
@@ -77,7 +77,8 @@ TEST(Mtrace, ALogMadeHereByGlibc) {
                                 "malloc 300 0->5 t0", "malloc 512 0->6 t0", "free 0 2->0 t0", "free 0 4->0 t0",
                                 "free 0 5->0 t0", "free 0 6->0 t0", "malloc 40 0->7 t0", "free 0 7->0 t0",
                                 "malloc " + std::to_string(huge) + " 0->0 failed t0",
-                                "realloc " + std::to_string(huge) + " 3->0 failed t0", "free 0 3->0 t0"}));
+                                "realloc " + std::to_string(huge) + " 3->0 failed t0", "free 0 3->0 t0",
+                                "malloc 0 0->8 t0", "free 0 8->0 t0"}));
 }
 
 // The sample log (a thread, ld.so's own allocation, every kind of line).
@@ -106,11 +107,15 @@ TEST(Mtrace, CallersWithSpacesAndSymbolsAndUnpairedReallocs) {
                                           "@ x:[0x1] < 0x1000\n"
                                           "@ x:[0x2] - 0x2000\n"
                                           "@ x:[0x1] < 0x9999\n"
+                                          "@ x:[0x3] + 0x3000 0\n"  // a bare 0 size, as glibc writes it
+                                          "@ x:[0x4] < 0x3000\n"
+                                          "@ x:[0x4] > (nil) 0x10\n"  // a failed realloc: the block stays
                                           "= End\n",
                                           &evs);
-  EXPECT_EQ(im.report.events, 3u);
+  EXPECT_EQ(im.report.events, 5u);
   EXPECT_EQ(im.report.unpaired_reallocs, 2u);  // both "<" lines: the block at 0x1000 stays live
-  EXPECT_EQ(describe(evs), (std::vector<std::string>{"malloc 16 0->1 t0", "malloc 32 0->2 t0", "free 0 2->0 t0"}));
+  EXPECT_EQ(describe(evs), (std::vector<std::string>{"malloc 16 0->1 t0", "malloc 32 0->2 t0", "free 0 2->0 t0",
+                                                     "malloc 0 0->3 t0", "realloc 16 3->0 failed t0"}));
 }
 
 TEST(Mtrace, BadLinesNameTheirPlace) {

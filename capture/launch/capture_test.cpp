@@ -850,6 +850,21 @@ TEST(Capture, ProgramLinkedAgainstAnAllocator) {
   }
   opt = options(dir, {victim("victim_jemalloc_blocks")});
   EXPECT_EQ(heaplab::launch::run_capture(opt).exit_code, 0);
+  // Behind a wrapper it cannot be refused before it runs: it is warned about.
+  {
+    TempDir wdir;
+    opt = options(wdir, {"/bin/sh", "-c", "exec " + victim("victim_jemalloc_blocks")});
+    opt.allocator = "glibc";
+    opt.follow_exec = true;
+    CaptureResult r = heaplab::launch::run_capture(opt);
+    ASSERT_EQ(r.traces.size(), 2u);
+    EXPECT_NE(heaplab::launch::summary(r, opt).find(
+                  "heaplab capture: warning: " + r.traces[1].path +
+                  " (victim_jemalloc_blocks) calls jemalloc's own dallocx, mallocx, which take or return heap blocks, "
+                  "yet another allocator answered its malloc"),
+              std::string::npos)
+        << heaplab::launch::summary(r, opt);
+  }
   // Behind a wrapper, followed: each image labelled by what answered it.
   for (const std::string alloc : {"", "glibc"}) {
     TempDir wdir;

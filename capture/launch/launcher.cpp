@@ -545,6 +545,21 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
                        double(rep.mapped_peak) / 1048576.0));
     if (rep.coverage >= 0) line("  " + common::coverage_text(rep.coverage, rep.explained_peak, r.anon_rss_peak_kib));
   }
+  // An image the capture followed (behind a wrapper) that hands heap blocks
+  // to its own allocator's functions while another allocator answered its
+  // malloc (the program itself is refused before it runs).
+  if (opt.glibc_forwarder || !opt.allocator.empty())
+    for (const TraceResult& t : r.traces) {
+      if (&t == &r.traces.front() && t.exec_generation == 0) continue;
+      const auto pa = allocators::program_allocator(t.exe);
+      if (!pa || pa->library.empty() || pa->block_api.empty()) continue;
+      std::string api;
+      for (size_t i = 0; i < pa->block_api.size() && i < 4; ++i) api += (i ? ", " : "") + pa->block_api[i];
+      line(
+          fmt::format("warning: {} ({}) calls {}'s own {}, which take or return heap blocks, yet another allocator "
+                      "answered its malloc: it mixed two allocators' blocks, and its trace lacks those calls",
+                      t.path, fs::path(t.exe).filename().string(), pa->name, api));
+    }
   if (r.traces.size() > 1) {
     uint64_t all = 0;
     const TraceResult* most = &r.traces.front();
@@ -571,7 +586,7 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
   std::set<uint32_t> traced;  // processes with a trace (a fork child followed into its exec'd program)
   for (const TraceResult& t : r.traces) traced.insert(t.pid);
   for (const UnfollowedImage& u : r.unfollowed) {
-    if (traced.count(u.pid) && u.pid != r.pid) continue;
+    if (u.kind == "fork" && traced.count(u.pid)) continue;  // followed; an exec it did not follow is still said
     if (u.kind == "exec" && r.pid && u.pid == r.pid) {
       root_execs.push_back(&u);
       continue;

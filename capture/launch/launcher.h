@@ -53,6 +53,7 @@ struct TraceResult {
   uint32_t pid = 0;
   uint32_t exec_generation = 0;
   std::vector<std::string> command_line;
+  std::string exe;  // the image's executable (/proc/self/exe when capture started)
   normalise::NormaliseReport report;
 };
 

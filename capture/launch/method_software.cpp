@@ -85,10 +85,12 @@ void check_started(const std::string& path) {
 }
 
 // Which process image a trace is of (the result of normalise_to or normalise_live).
-void name_trace(TraceResult& tr, const RawName& name, std::vector<std::string> argv) {
+void name_trace(TraceResult& tr, const RawName& name, const normalise::RecordSource& raw) {
   tr.pid = name.pid;
   tr.exec_generation = name.gen;
-  tr.command_line = std::move(argv);
+  tr.command_line = raw.command_line();
+  const raw::FileHeader& h = raw.header();
+  tr.exe.assign(h.exe, std::min<size_t>(h.exe_len, sizeof h.exe));
 }
 
 // Root first, then by pid and image.
@@ -240,7 +242,7 @@ class LiveCollector {
         o.normalise.fallback_ns_per_tick = fallback_ns_per_tick();
         // (j.meta holds the capture's metadata already: nothing for normalise_to to add from a result.)
         TraceResult tr = normalise_to(file, out, o, CaptureResult{}, false, j.meta);
-        name_trace(tr, j.name, file.command_line());
+        name_trace(tr, j.name, file);
         j.result = std::move(tr);
         return;
       }
@@ -260,7 +262,7 @@ class LiveCollector {
         throw;
       }
       tr.path = out;
-      name_trace(tr, j.name, raw->command_line());
+      name_trace(tr, j.name, *raw);
       if (!raw->punch_error().empty())
         j.note = j.name.path + ".blocks: consumed blocks could not be deleted (" + raw->punch_error() +
                  "): scratch disk was not bounded";
@@ -334,7 +336,7 @@ class SoftwareMethod : public CaptureMethod {
         normalise::RawFile raw(r.path);
         out = trace_name(opt.output, r.pid, r.gen, root, raw.command_line());
         TraceResult tr = normalise_to(raw, out, opt, res, root, nlohmann::json::object());
-        name_trace(tr, r, raw.command_line());
+        name_trace(tr, r, raw);
         done[i] = std::move(tr);
       } catch (const std::exception& e) {
         errors[i] = e.what();
