@@ -110,6 +110,8 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   trace::MergedCursor cur(r);
   std::vector<Event> buf(4096);
   bool first = true;
+  const uint64_t total = r.event_count();
+  unsigned next_point = 1;  // (point 0: nothing done, nothing live)
   common::Progress progress("heaplab stats", r.event_count());
   while (size_t n = cur.next(buf.data(), buf.size())) {
     progress.update(s.events);
@@ -173,8 +175,11 @@ TraceStats compute_stats(const trace::TraceReader& r) {
         if (live.size() > s.live_objects.value) s.live_objects = {live.size(), e.seq, e.time};
       }
       s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped.now()));
+      // The curve: the point k is the live bytes once k/20 of the events are done.
+      while (next_point <= 20 && s.events * 20 >= next_point * total) s.live_curve[next_point++] = saturate(live_bytes);
     }
   }
+  while (next_point <= 20) s.live_curve[next_point++] = saturate(live_bytes);
   memory_until(UINT64_MAX);
   s.combined_peak = std::max(s.combined_peak, saturate(live_bytes + mapped.now()));
   s.mapped_peak = mapped.peak();

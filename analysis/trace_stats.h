@@ -87,6 +87,9 @@ struct TraceStats {
   // The same per size class of the freed object (its requested bytes' log2 bucket).
   std::array<Log2Histogram, 65> lifetime_events_by_size{};
   std::array<Log2Histogram, 65> lifetime_ns_by_size{};
+  // Live requested bytes after 0%, 5%, ..., 100% of the events (21 points;
+  // for `heaplab diff`: two traces' curves side by side at the same progress).
+  std::array<uint64_t, 21> live_curve{};
 
   double cross_thread_free_fraction() const {
     return objects_freed ? double(objects_freed_by_other_thread) / double(objects_freed) : 0.0;

@@ -6,7 +6,11 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "analysis/trace_diff.h"
+#include "analysis/trace_stats.h"
+#include "capture/format/trace_reader.h"
 #include "experiments/dashboard.h"
+#include "experiments/diff.h"
 #include "experiments/gate.h"
 #include "experiments/metrics.h"
 #include "experiments/plots.h"
@@ -202,6 +206,46 @@ int run_gate_cmd(GateArgs a) {
   return r.passed() ? 0 : 1;
 }
 
+struct DiffArgs {
+  std::string a, b, results = "results", format = "text", out;
+  double alpha = 0.05;
+};
+
+// Two traces (both arguments files), else two sessions of the store.
+int run_diff_cmd(const DiffArgs& d) {
+  std::error_code ec;
+  const bool files = std::filesystem::is_regular_file(d.a, ec) && std::filesystem::is_regular_file(d.b, ec);
+  if (files) {
+    auto ra = open_trace(d.a);
+    auto rb = open_trace(d.b);
+    const analysis::TraceStats sa = analysis::compute_stats(*ra), sb = analysis::compute_stats(*rb);
+    try {
+      write_or_print(d.out, analysis::trace_diff(sa, sb, {d.a, d.b}, d.format));
+    } catch (const std::invalid_argument& e) {
+      throw Failure{std::string("diff: ") + e.what()};
+    }
+    return 0;
+  }
+  for (const std::string* x : {&d.a, &d.b})
+    if (std::filesystem::exists(*x, ec) || x->find('/') != std::string::npos || x->ends_with(".hlt"))
+      if (!std::filesystem::is_regular_file(*x, ec))
+        throw Failure{"diff: " + *x + ": no such trace file (two traces, or two session ids of the store)"};
+  experiments::Store store = existing_store(d.results, "diff");
+  const experiments::SessionInfo a = experiments::pick_session(store, d.a, "");
+  const experiments::SessionInfo b = experiments::pick_session(store, d.b, "");
+  experiments::SessionDiffOptions o;
+  o.a = a.id;
+  o.b = b.id;
+  o.format = d.format;
+  o.alpha = d.alpha;
+  try {
+    write_or_print(d.out, experiments::session_diff(store.records(a.id), store.records(b.id), o));
+  } catch (const std::invalid_argument& e) {
+    throw Failure{std::string("diff: ") + e.what()};
+  }
+  return 0;
+}
+
 int run_dashboard_cmd(const std::string& results, std::string out) {
   experiments::Store store = existing_store(results, "dashboard");
   if (out.empty()) out = results + "/dashboard";
@@ -319,6 +363,26 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
   gate->add_option("-o,--out", gatea.out, "Write the text here instead of standard output");
 
   commands.push_back({gate, [gatea_] { return run_gate_cmd(*gatea_); }});
+
+  auto diffa_ = std::make_shared<DiffArgs>();
+  DiffArgs& diffa = *diffa_;
+  auto* diff = app.add_subcommand("diff",
+                                  "Two traces side by side (calls, objects, bytes, the live-bytes curve, size and "
+                                  "lifetime histograms), or two sessions of the store (every metric, ratio, "
+                                  "significance)\n"
+                                  "  heaplab diff A.hlt B.hlt | heaplab diff SESSION_A SESSION_B [--results DIR]");
+  diff->add_option("a", diffa.a, "Trace file or session id")->required();
+  diff->add_option("b", diffa.b, "Trace file or session id")->required();
+  diff->add_option("--format", diffa.format, "text, md or json")
+      ->check(CLI::IsMember({"text", "md", "json"}))
+      ->capture_default_str();
+  diff->add_option("--results", diffa.results, "Results directory (sessions)")->capture_default_str();
+  diff->add_option("--alpha", diffa.alpha, "Significance level (sessions)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  diff->add_option("-o,--out", diffa.out, "Write here instead of standard output");
+
+  commands.push_back({diff, [diffa_] { return run_diff_cmd(*diffa_); }});
 
   auto dash_ = std::make_shared<std::pair<std::string, std::string>>("results", "");
   std::string& dash_results = dash_->first;

@@ -196,6 +196,22 @@ TEST_F(Cli, CatAnnotatesAgesInNsAcrossThreads) {
   EXPECT_EQ(annotated, 50u) << r.out.substr(0, 2000);
 }
 
+// Two traces side by side, one golden per format.
+TEST_F(Cli, DiffOfTwoTracesGolden) {
+  import_small();
+  Result r = run({"import", "--from", "cmt-text", kData + "/seed-lifetimes.cmt", "-o", "seed.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* format : {"text", "md", "json"}) {
+    r = run({"diff", "small.hlt", "seed.hlt", "--format", format}, dir_);
+    ASSERT_EQ(r.status, 0) << r.err;
+    expect_golden(r.out, std::string("diff.") + format);
+  }
+  r = run({"diff", "small.hlt", "nope.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: diff: nope.hlt: no such trace file (two traces, or two session ids of the store)\n");
+}
+
 TEST_F(Cli, CheckGolden) {
   import_small();
   Result r = run({"check", "small.hlt"}, dir_);

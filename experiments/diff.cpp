@@ -1,0 +1,141 @@
+#include "experiments/diff.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "experiments/metrics.h"
+#include "experiments/stats.h"
+
+namespace heaplab::experiments {
+
+namespace {
+
+struct Row {
+  std::string trace, allocator, metric;
+  size_t na = 0, nb = 0;
+  double a = 0, b = 0, p = 1;
+  bool significant = false;
+  std::string verdict;  // better | worse | same
+};
+
+std::string num(double v) {
+  if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.3g}", v);
+}
+
+}  // namespace
+
+std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunRecord>& b,
+                         const SessionDiffOptions& opt) {
+  if (opt.format != "text" && opt.format != "md" && opt.format != "json")
+    throw std::invalid_argument("--format: expected text, md or json, not '" + opt.format + "'");
+  if (!(opt.alpha > 0 && opt.alpha < 1))
+    throw std::invalid_argument(fmt::format("--alpha {}: a significance level between 0 and 1", opt.alpha));
+  // Cells (trace, allocator) both have, in A's order.
+  std::vector<std::pair<std::string, std::string>> cells;
+  for (const RunRecord& r : a) {
+    const std::pair<std::string, std::string> c{r.trace, r.allocator};
+    if (std::find(cells.begin(), cells.end(), c) != cells.end()) continue;
+    if (std::any_of(b.begin(), b.end(),
+                    [&](const RunRecord& x) { return x.trace == c.first && x.allocator == c.second; }))
+      cells.push_back(c);
+  }
+  if (cells.empty()) throw std::invalid_argument("the two sessions have no trace and allocator in common");
+  std::vector<Row> rows;
+  for (const auto& [t, al] : cells)
+    for (const Metric& m : all_metrics()) {
+      const auto samples = [&](const std::vector<RunRecord>& runs) {
+        std::vector<double> v;
+        for (const RunRecord& r : runs)
+          if (!r.warmup && r.ok && r.trace == t && r.allocator == al)
+            if (auto it = r.metrics.find(m.name); it != r.metrics.end()) v.push_back(it->second);
+        return v;
+      };
+      const std::vector<double> sa = samples(a), sb = samples(b);
+      if (sa.empty() || sb.empty()) continue;
+      Row r;
+      r.trace = t;
+      r.allocator = al;
+      r.metric = m.name;
+      r.na = sa.size();
+      r.nb = sb.size();
+      r.a = median(sa);
+      r.b = median(sb);
+      r.p = mann_whitney(sb, sa).p;
+      r.significant = r.p < opt.alpha;
+      r.verdict = !r.significant || r.a == r.b ? "same" : ((r.b < r.a) == m.lower_is_better ? "better" : "worse");
+      rows.push_back(r);
+    }
+  if (opt.format == "json") {
+    nlohmann::json j = {{"a", opt.a}, {"b", opt.b}, {"alpha", opt.alpha}, {"rows", nlohmann::json::array()}};
+    for (const Row& r : rows)
+      j["rows"].push_back({{"trace", r.trace},
+                           {"allocator", r.allocator},
+                           {"metric", r.metric},
+                           {"n_a", r.na},
+                           {"n_b", r.nb},
+                           {"median_a", r.a},
+                           {"median_b", r.b},
+                           {"ratio", r.a == 0 ? nlohmann::json(nullptr) : nlohmann::json(r.b / r.a)},
+                           {"p_value", r.p},
+                           {"significant", r.significant},
+                           {"verdict", r.verdict}});
+    return j.dump(2) + "\n";
+  }
+  const bool md = opt.format == "md";
+  std::string s = md ? fmt::format(
+                           "# heaplab diff\n\nA: session `{}`  \nB: session `{}`  \nmedians; B / A; "
+                           "better or worse where Mann-Whitney U says they differ (p < {})\n",
+                           opt.a, opt.b, opt.alpha)
+                     : fmt::format(
+                           "heaplab diff: A session {}, B session {}\nmedians; B / A; better or worse where "
+                           "Mann-Whitney U says they differ (p < {})\n",
+                           opt.a, opt.b, opt.alpha);
+  std::string cell;
+  std::vector<std::vector<std::string>> table;
+  const auto flush = [&] {
+    if (table.empty()) return;
+    if (md) {
+      s += "\n## " + cell + "\n\n| metric | A | B | B / A | p | |\n|---|---:|---:|---:|---:|---|\n";
+      for (const auto& t : table)
+        s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", t[0], t[1], t[2], t[3], t[4], t[5]);
+    } else {
+      const char* heads[6] = {"metric", "A", "B", "B / A", "p", ""};
+      std::vector<size_t> w(6, 0);
+      for (size_t i = 0; i < 6; ++i) w[i] = std::string(heads[i]).size();
+      for (const auto& t : table)
+        for (size_t i = 0; i < 6; ++i) w[i] = std::max(w[i], t[i].size());
+      s += "\n" + cell + "\n";
+      std::string head = fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}", heads[0], w[0], heads[1], w[1],
+                                     heads[2], w[2], heads[3], w[3], heads[4], w[4]);
+      s += head + "\n";
+      for (const auto& t : table) {
+        std::string l = fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}  {}", t[0], w[0], t[1], w[1], t[2], w[2],
+                                    t[3], w[3], t[4], w[4], t[5]);
+        while (!l.empty() && l.back() == ' ') l.pop_back();
+        s += l + "\n";
+      }
+    }
+    table.clear();
+  };
+  for (const Row& r : rows) {
+    const std::string c = r.trace + " / " + r.allocator;
+    if (c != cell) {
+      flush();
+      cell = c;
+    }
+    const Metric& m = *find_metric(r.metric);
+    const std::string unit = m.unit.empty() ? "" : " " + m.unit;
+    table.push_back({r.metric, num(r.a) + unit, num(r.b) + unit, r.a == 0 ? "-" : fmt::format("{:.2f}x", r.b / r.a),
+                     r.p < 0.001 ? fmt::format("{:.1e}", r.p) : fmt::format("{:.3f}", r.p),
+                     r.verdict == "same" ? "" : r.verdict});
+  }
+  flush();
+  return s;
+}
+
+}  // namespace heaplab::experiments
