@@ -270,7 +270,7 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
   // main help and exit 0).
   const std::string unknown =
       "heaplab: error: unknown command 'gaet', did you mean 'gate'? (commands: import, stats, check, cat, capture, "
-      "replay, run, report, gate, dashboard, results)\nRun 'heaplab --help' for usage.\n";
+      "replay, run, report, gate, diff, dashboard, results)\nRun 'heaplab --help' for usage.\n";
   for (const std::vector<std::string>& args : {std::vector<std::string>{"gaet"}, {"gaet", "--help"}}) {
     r = run(args);
     EXPECT_EQ(r.status, 2);
