@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,14 +9,38 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
 
 namespace heaplab::common {
-namespace {
 
 namespace fs = std::filesystem;
+namespace {
+
+// Temporary files of earlier writes of `target` by a heaplab that was
+// killed before it could remove them (TARGET.heaplab-PID.part): removed when
+// no process PID runs here and the file has not changed for 10 s (a writer
+// on another host sharing the directory keeps writing its file).
+void remove_stale_parts(const std::string& target) {
+  const fs::path t(target);
+  const std::string prefix = t.filename().string() + ".heaplab-";
+  std::error_code ec;
+  const fs::path dir = t.has_parent_path() ? t.parent_path() : fs::path(".");
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() + 5 || name.compare(0, prefix.size(), prefix) != 0 || !name.ends_with(".part"))
+      continue;
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 5);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::time(nullptr) - st.st_mtime < 10) continue;
+    ::unlink(it->path().c_str());
+  }
+}
 
 std::string errstr(int e) { return std::strerror(e); }
 
@@ -81,6 +106,7 @@ void write_then_rename(const std::string& output, const std::function<void(const
                                  ("heaplab-" + std::to_string(::getpid()) + "-" + std::to_string(serial++) + ".part"))
                                     .string()
                               : target + ".heaplab-" + std::to_string(::getpid()) + ".part";
+  remove_stale_parts(target);
   try {
     write(tmp);
   } catch (...) {

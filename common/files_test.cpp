@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -48,6 +49,26 @@ TEST(Files, NewFileAndAFailedWriteLeavesNothing) {
   int entries = 0;
   for (const auto& e : fs::directory_iterator(d.path)) entries += e.path().filename() != "out";
   EXPECT_EQ(entries, 0);  // no temporary file left
+}
+
+// A heaplab killed while writing left TARGET.heaplab-PID.part: the next
+// write of the target removes it once no process PID runs and it has not
+// changed for 10 s; a fresh one (a writer on another host) and another
+// target's stay.
+TEST(Files, TemporaryFilesOfKilledWritersAreRemoved) {
+  Dir d;
+  const std::string stale = d.file("out.heaplab-2147483646.part");  // no such pid (above pid_max)
+  const std::string fresh = d.file("out.heaplab-2147483645.part");
+  const std::string other = d.file("other.heaplab-2147483646.part");  // another target's
+  for (const std::string& f : {stale, fresh, other}) std::ofstream(f) << "half";
+  const auto old = fs::file_time_type::clock::now() - std::chrono::minutes(5);
+  fs::last_write_time(stale, old);
+  fs::last_write_time(other, old);
+  write_text(d.file("out"), "whole\n");
+  EXPECT_EQ(slurp(d.file("out")), "whole\n");
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(fresh));
+  EXPECT_TRUE(fs::exists(other));
 }
 
 TEST(Files, AnExistingFileKeepsItsMode) {
