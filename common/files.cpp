@@ -33,8 +33,10 @@ void remove_stale_parts(const std::string& target) {
     if (name.size() <= prefix.size() + 5 || name.compare(0, prefix.size(), prefix) != 0 || !name.ends_with(".part"))
       continue;
     const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 5);
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = pid_t(std::stol(digits));
+    if (digits.empty() || digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long long number = std::stoll(digits);
+    if (number > 0x7fffffff) continue;
+    const pid_t pid = pid_t(number);
     if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
     struct stat st {};
     if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::time(nullptr) - st.st_mtime < 10) continue;
