@@ -1,5 +1,7 @@
 // heaplab run / report / dashboard / results: experiments and their store.
 #include <filesystem>
+#include <fstream>
+#include <cstring>
 #include <fmt/core.h>
 #include <memory>
 #include <string>
@@ -215,6 +217,34 @@ struct DiffArgs {
 int run_diff_cmd(const DiffArgs& d) {
   std::error_code ec;
   const bool files = std::filesystem::is_regular_file(d.a, ec) && std::filesystem::is_regular_file(d.b, ec);
+  // A heaplab trace starts with its magic; anything else is read as a replay result (JSON).
+  const auto is_trace = [](const std::string& path) {
+    char magic[sizeof trace::kFileMagic] = {};
+    std::ifstream f(path, std::ios::binary);
+    return f.read(magic, sizeof magic) && std::memcmp(magic, trace::kFileMagic, sizeof magic) == 0;
+  };
+  if (files && is_trace(d.a) != is_trace(d.b))
+    throw Failure{"diff: " + (is_trace(d.a) ? d.b : d.a) +
+                  " is not a heaplab trace, and the other is: give two traces, two replay results or two sessions"};
+  if (files && !is_trace(d.a)) {
+    const auto load = [](const std::string& path) {
+      std::ifstream f(path);
+      nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+      if (j.is_discarded() || !j.is_object())
+        throw Failure{"diff: " + path + ": neither a heaplab trace nor a replay result (JSON)"};
+      return j;
+    };
+    experiments::SessionDiffOptions o;
+    o.a = d.a;
+    o.b = d.b;
+    o.format = d.format;
+    try {
+      write_or_print(d.out, experiments::result_diff(load(d.a), load(d.b), o));
+    } catch (const std::invalid_argument& e) {
+      throw Failure{std::string("diff: ") + e.what()};
+    }
+    return 0;
+  }
   if (files) {
     auto ra = open_trace(d.a);
     auto rb = open_trace(d.b);
@@ -368,8 +398,8 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
   DiffArgs& diffa = *diffa_;
   auto* diff = app.add_subcommand("diff",
                                   "Two traces side by side (calls, objects, bytes, the live-bytes curve, size and "
-                                  "lifetime histograms), or two sessions of the store (every metric, ratio, "
-                                  "significance)\n"
+                                  "lifetime histograms), two replay results (-o JSON), or two sessions of the store "
+                                  "(every metric, ratio, significance)\n"
                                   "  heaplab diff A.hlt B.hlt | heaplab diff SESSION_A SESSION_B [--results DIR]");
   diff->add_option("a", diffa.a, "Trace file or session id")->required();
   diff->add_option("b", diffa.b, "Trace file or session id")->required();

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
@@ -206,6 +207,26 @@ TEST_F(Cli, DiffOfTwoTracesGolden) {
     ASSERT_EQ(r.status, 0) << r.err;
     expect_golden(r.out, std::string("diff.") + format);
   }
+  // Two replay results: every metric both have, ratio, better or worse.
+  ASSERT_EQ(run({"replay", "small.hlt", "--allocator", "glibc", "-o", "a.json"}, dir_).status, 0);
+  ASSERT_EQ(run({"replay", "small.hlt", "--allocator", "jemalloc", "-o", "b.json"}, dir_).status, 0);
+  r = run({"diff", "a.json", "b.json", "--format", "json"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["allocator_a"], "glibc");
+  EXPECT_EQ(j["allocator_b"], "jemalloc");
+  std::vector<std::string> metrics;
+  for (const auto& row : j["rows"]) metrics.push_back(row["metric"]);
+  EXPECT_EQ(metrics.front(), "wall_s");
+  EXPECT_NE(std::find(metrics.begin(), metrics.end(), "heap_peak_mib"), metrics.end());
+  r = run({"diff", "a.json", "b.json"}, dir_);
+  EXPECT_EQ(r.out.find("heaplab diff: A a.json (glibc), B b.json (jemalloc); one replay each: no significance\n"), 0u)
+      << r.out;
+  r = run({"diff", "a.json", "small.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: diff: a.json is not a heaplab trace, and the other is: give two traces, two "
+            "replay results or two sessions\n");
   r = run({"diff", "small.hlt", "nope.hlt"}, dir_);
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err,

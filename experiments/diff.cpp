@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <stdexcept>
 
 #include "experiments/metrics.h"
@@ -135,6 +136,61 @@ std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunR
                      r.verdict == "same" ? "" : r.verdict});
   }
   flush();
+  return s;
+}
+
+std::string result_diff(const nlohmann::json& a, const nlohmann::json& b, const SessionDiffOptions& opt) {
+  if (opt.format != "text" && opt.format != "md" && opt.format != "json")
+    throw std::invalid_argument("--format: expected text, md or json, not '" + opt.format + "'");
+  const std::map<std::string, double> ma = extract_metrics(a), mb = extract_metrics(b);
+  if (ma.empty()) throw std::invalid_argument(opt.a + ": not the result of a replay that ran (heaplab replay -o)");
+  if (mb.empty()) throw std::invalid_argument(opt.b + ": not the result of a replay that ran (heaplab replay -o)");
+  const auto name = [](const nlohmann::json& r) {
+    const nlohmann::json& al = r.contains("allocator") ? r["allocator"] : nlohmann::json::object();
+    return al.is_object() && al.contains("name") && al["name"].is_string() ? al["name"].get<std::string>() : "?";
+  };
+  std::vector<std::vector<std::string>> table;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Metric& m : all_metrics()) {
+    const auto ia = ma.find(m.name), ib = mb.find(m.name);
+    if (ia == ma.end() || ib == mb.end()) continue;
+    const double x = ia->second, y = ib->second;
+    const std::string verdict = x == y ? "same" : ((y < x) == m.lower_is_better ? "better" : "worse");
+    const std::string unit = m.unit.empty() ? "" : " " + m.unit;
+    table.push_back({m.name, num(x) + unit, num(y) + unit, x == 0 ? "-" : fmt::format("{:.2f}x", y / x),
+                     verdict == "same" ? "" : verdict});
+    rows.push_back({{"metric", m.name},
+                    {"a", x},
+                    {"b", y},
+                    {"ratio", x == 0 ? nlohmann::json(nullptr) : nlohmann::json(y / x)},
+                    {"verdict", verdict}});
+  }
+  if (opt.format == "json")
+    return nlohmann::json{
+               {"a", opt.a}, {"b", opt.b}, {"allocator_a", name(a)}, {"allocator_b", name(b)}, {"rows", rows}}
+               .dump(2) +
+           "\n";
+  std::string s;
+  if (opt.format == "md") {
+    s = fmt::format(
+        "# heaplab diff\n\nA: `{}` ({})  \nB: `{}` ({})  \none replay each: no significance\n\n"
+        "| metric | A | B | B / A | |\n|---|---:|---:|---:|---|\n",
+        opt.a, name(a), opt.b, name(b));
+    for (const auto& t : table) s += fmt::format("| {} | {} | {} | {} | {} |\n", t[0], t[1], t[2], t[3], t[4]);
+    return s;
+  }
+  s = fmt::format("heaplab diff: A {} ({}), B {} ({}); one replay each: no significance\n", opt.a, name(a), opt.b,
+                  name(b));
+  std::vector<size_t> w = {6, 1, 1, 5};
+  for (const auto& t : table)
+    for (size_t i = 0; i < 4; ++i) w[i] = std::max(w[i], t[i].size());
+  s += fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}\n", "metric", w[0], "A", w[1], "B", w[2], "B / A", w[3]);
+  for (const auto& t : table) {
+    std::string l =
+        fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {}", t[0], w[0], t[1], w[1], t[2], w[2], t[3], w[3], t[4]);
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    s += l + "\n";
+  }
   return s;
 }
 

@@ -5,6 +5,7 @@
 // each output format is golden-tested.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,11 @@ struct SessionDiffOptions {
 // or two sessions with no trace and allocator in common.
 std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunRecord>& b,
                          const SessionDiffOptions& opt);
+
+// Two replay results (`heaplab replay -o` JSON, one replay each): every
+// metric both have (experiments/metrics.h), A, B and B / A, better or worse
+// by the metric's direction (one run each: no significance). Throws
+// std::invalid_argument naming a side that is not a replay result.
+std::string result_diff(const nlohmann::json& a, const nlohmann::json& b, const SessionDiffOptions& opt);
 
 }  // namespace heaplab::experiments
