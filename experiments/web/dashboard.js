@@ -174,7 +174,11 @@ function render() {
           }
         historyChart(card, ex, tr, m, labels, color);
       }
-      if (!firstDrill) firstDrill = [ex, tr, ex.sessions.length - 1];
+      // The drill-down opens on the newest session of all (the run just made),
+      // its first trace.
+      const newest = ex.sessions[ex.sessions.length - 1];
+      if (!firstDrill || newest.started > firstDrill[0].sessions[firstDrill[2]].started)
+        firstDrill = [ex, tr, ex.sessions.length - 1];
     }
   }
   if (!DATA.experiments.length) el("p", {}, main, "The results store has no runs yet: heaplab run experiments/quick-start.yaml");
