@@ -47,8 +47,11 @@ std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunR
   }
   if (cells.empty()) throw std::invalid_argument("the two sessions have no trace and allocator in common");
   std::vector<Row> rows;
-  for (const auto& [t, al] : cells)
+  for (const auto& cell_names : cells)
     for (const Metric& m : all_metrics()) {
+      // (Not a structured binding: clang 14 cannot capture one in the lambda below.)
+      const std::string& t = cell_names.first;
+      const std::string& al = cell_names.second;
       const auto samples = [&](const std::vector<RunRecord>& runs) {
         std::vector<double> v;
         for (const RunRecord& r : runs)
