@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -15,9 +16,13 @@ namespace heaplab::analysis {
 
 namespace {
 
+// Counts and bytes stay integers (exact beyond 2^53); the duration is the
+// one figure in seconds.
 struct Row {
   std::string section, name;
-  double a = 0, b = 0;
+  uint64_t a = 0, b = 0;
+  bool seconds = false;
+  double sa = 0, sb = 0;
 };
 
 std::string bucket(unsigned k) {
@@ -29,48 +34,49 @@ std::string bucket(unsigned k) {
 
 std::vector<Row> rows(const TraceStats& a, const TraceStats& b) {
   std::vector<Row> r;
-  const auto add = [&](const std::string& sec, const std::string& name, double x, double y) {
-    r.push_back({sec, name, x, y});
+  const auto add = [&](const std::string& sec, const std::string& name, uint64_t x, uint64_t y) {
+    r.push_back({sec, name, x, y, false, 0, 0});
   };
-  add("totals", "events", double(a.events), double(b.events));
+  add("totals", "events", a.events, b.events);
   add("totals", "threads", a.threads, b.threads);
   if (a.has_time && b.has_time)
-    add("totals", "duration (s)", double(a.last_time - a.first_time) / 1e9, double(b.last_time - b.first_time) / 1e9);
+    r.push_back({"totals", "duration (s)", 0, 0, true, double(a.last_time - a.first_time) / 1e9,
+                 double(b.last_time - b.first_time) / 1e9});
   for (unsigned k = 0; k < trace::kOpCount; ++k)
-    if (a.ops[k] || b.ops[k]) add("calls", std::string(trace::kOpInfo[k].name), double(a.ops[k]), double(b.ops[k]));
-  add("objects", "created", double(a.objects_created), double(b.objects_created));
-  add("objects", "freed", double(a.objects_freed), double(b.objects_freed));
-  add("objects", "freed by another thread", double(a.objects_freed_by_other_thread),
-      double(b.objects_freed_by_other_thread));
-  add("objects", "live at end", double(a.live_objects_end), double(b.live_objects_end));
-  add("bytes", "requested", double(a.bytes_requested), double(b.bytes_requested));
-  add("bytes", "live peak", double(a.live_bytes.value), double(b.live_bytes.value));
-  add("bytes", "live objects peak", double(a.live_objects.value), double(b.live_objects.value));
-  add("bytes", "live at end", double(a.live_bytes_end), double(b.live_bytes_end));
+    if (a.ops[k] || b.ops[k]) add("calls", std::string(trace::kOpInfo[k].name), a.ops[k], b.ops[k]);
+  add("objects", "created", a.objects_created, b.objects_created);
+  add("objects", "freed", a.objects_freed, b.objects_freed);
+  add("objects", "freed by another thread", a.objects_freed_by_other_thread, b.objects_freed_by_other_thread);
+  add("objects", "live at end", a.live_objects_end, b.live_objects_end);
+  add("bytes", "requested", a.bytes_requested, b.bytes_requested);
+  add("bytes", "live peak", a.live_bytes.value, b.live_bytes.value);
+  add("bytes", "live objects peak", a.live_objects.value, b.live_objects.value);
+  add("bytes", "live at end", a.live_bytes_end, b.live_bytes_end);
   for (size_t k = 0; k < a.live_curve.size(); ++k)
-    add("live bytes by progress", fmt::format("{}% of events", 5 * k), double(a.live_curve[k]),
-        double(b.live_curve[k]));
+    add("live bytes by progress", fmt::format("{}% of events", 5 * k), a.live_curve[k], b.live_curve[k]);
   for (unsigned k = 0; k < a.sizes.buckets.size(); ++k)
     if (a.sizes.buckets[k] || b.sizes.buckets[k])
-      add("request sizes (bytes)", bucket(k), double(a.sizes.buckets[k]), double(b.sizes.buckets[k]));
+      add("request sizes (bytes)", bucket(k), a.sizes.buckets[k], b.sizes.buckets[k]);
   for (unsigned k = 0; k < a.lifetime_events.buckets.size(); ++k)
     if (a.lifetime_events.buckets[k] || b.lifetime_events.buckets[k])
-      add("lifetimes (events)", bucket(k), double(a.lifetime_events.buckets[k]), double(b.lifetime_events.buckets[k]));
+      add("lifetimes (events)", bucket(k), a.lifetime_events.buckets[k], b.lifetime_events.buckets[k]);
   return r;
 }
 
-std::string num(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e18)
-    return common::group_digits(uint64_t(std::fabs(v))).insert(0, v < 0 ? "-" : "");
-  return fmt::format("{:.6g}", v);
+// A count; UINT64_MAX is a sum that saturated.
+std::string num(uint64_t v) { return v == UINT64_MAX ? "saturated" : common::group_digits(v); }
+
+std::string delta(uint64_t a, uint64_t b) {
+  if (a == UINT64_MAX || b == UINT64_MAX) return "-";
+  return a == b ? "0" : b > a ? "+" + common::group_digits(b - a) : "-" + common::group_digits(a - b);
 }
 
-std::string delta(double a, double b) {
-  const double d = b - a;
-  return d == 0 ? "0" : (d > 0 ? "+" : "-") + num(std::fabs(d));
+// misleading 0.00x); "-" when A is 0, as in the other diffs.
+std::string ratio(double a, double b) {
+  if (a == 0) return "-";
+  const double r = b / a;
+  return r != 0 && r < 0.01 ? fmt::format("{:.2g}x", r) : fmt::format("{:.2f}x", r);
 }
-
-std::string ratio(double a, double b) { return a == 0 ? (b == 0 ? "1.00x" : "-") : fmt::format("{:.2f}x", b / a); }
 
 }  // namespace
 
@@ -78,13 +84,26 @@ std::string trace_diff(const TraceStats& a, const TraceStats& b, const DiffNames
   const std::vector<Row> r = rows(a, b);
   if (format == "json") {
     nlohmann::json j = {{"a", names.a}, {"b", names.b}, {"rows", nlohmann::json::array()}};
-    for (const Row& x : r)
-      j["rows"].push_back({{"section", x.section},
-                           {"name", x.name},
-                           {"a", x.a},
-                           {"b", x.b},
-                           {"delta", x.b - x.a},
-                           {"ratio", x.a == 0 ? nlohmann::json(nullptr) : nlohmann::json(x.b / x.a)}});
+    for (const Row& x : r) {
+      const double da = x.seconds ? x.sa : double(x.a), db = x.seconds ? x.sb : double(x.b);
+      nlohmann::json row = {{"section", x.section}, {"name", x.name}};
+      if (x.seconds) {
+        row["a"] = x.sa;
+        row["b"] = x.sb;
+        row["delta"] = x.sb - x.sa;
+      } else {
+        row["a"] = x.a;
+        row["b"] = x.b;
+        // The difference as a signed integer where it fits, else as a number.
+        if (x.a != UINT64_MAX && x.b != UINT64_MAX && (x.b >= x.a ? x.b - x.a : x.a - x.b) <= uint64_t(INT64_MAX))
+          row["delta"] = x.b >= x.a ? int64_t(x.b - x.a) : -int64_t(x.a - x.b);
+        else
+          row["delta"] = nullptr;
+        row["saturated"] = x.a == UINT64_MAX || x.b == UINT64_MAX;
+      }
+      row["ratio"] = da == 0 ? nlohmann::json(nullptr) : nlohmann::json(db / da);
+      j["rows"].push_back(row);
+    }
     return j.dump(2) + "\n";
   }
   if (format != "text" && format != "md")
@@ -121,7 +140,12 @@ std::string trace_diff(const TraceStats& a, const TraceStats& b, const DiffNames
       flush();
       section = x.section;
     }
-    table.push_back({x.name, num(x.a), num(x.b), delta(x.a, x.b), ratio(x.a, x.b)});
+    if (x.seconds)
+      table.push_back({x.name, fmt::format("{:.6g}", x.sa), fmt::format("{:.6g}", x.sb),
+                       fmt::format("{:+.6g}", x.sb - x.sa), ratio(x.sa, x.sb)});
+    else
+      table.push_back({x.name, num(x.a), num(x.b), delta(x.a, x.b),
+                       x.a == UINT64_MAX || x.b == UINT64_MAX ? "-" : ratio(double(x.a), double(x.b))});
   }
   flush();
   return s;

@@ -211,12 +211,20 @@ int run_gate_cmd(GateArgs a) {
 struct DiffArgs {
   std::string a, b, results = "results", format = "text", out;
   double alpha = 0.05;
+  bool sessions = false;
 };
 
 // Two traces (both arguments files), else two sessions of the store.
 int run_diff_cmd(const DiffArgs& d) {
   std::error_code ec;
-  const bool files = std::filesystem::is_regular_file(d.a, ec) && std::filesystem::is_regular_file(d.b, ec);
+  // Files unless --sessions says the two are session ids (one may name a file here too).
+  if (!d.sessions)
+    for (const std::string* x : {&d.a, &d.b})
+      if (*x == "-" || std::filesystem::is_directory(*x, ec))
+        throw Failure{"diff: " + *x +
+                      " is not a regular file (standard input is not read; --sessions for session ids)"};
+  const bool files =
+      !d.sessions && std::filesystem::is_regular_file(d.a, ec) && std::filesystem::is_regular_file(d.b, ec);
   // A heaplab trace starts with its magic; anything else is read as a replay result (JSON).
   const auto is_trace = [](const std::string& path) {
     char magic[sizeof trace::kFileMagic] = {};
@@ -256,10 +264,19 @@ int run_diff_cmd(const DiffArgs& d) {
     }
     return 0;
   }
-  for (const std::string* x : {&d.a, &d.b})
-    if (std::filesystem::exists(*x, ec) || x->find('/') != std::string::npos || x->ends_with(".hlt"))
-      if (!std::filesystem::is_regular_file(*x, ec))
-        throw Failure{"diff: " + *x + ": no such trace file (two traces, or two session ids of the store)"};
+  if (!d.sessions)
+    for (const std::string* x : {&d.a, &d.b}) {
+      if (!std::filesystem::exists(*x, ec) &&
+          (x->find('/') != std::string::npos || x->ends_with(".hlt") || x->ends_with(".json")))
+        throw Failure{"diff: " + *x + ": no such file (two traces, two replay results, or two session ids)"};
+    }
+  if (!d.sessions)
+    for (const std::string* x : {&d.a, &d.b}) {
+      const std::string* other = x == &d.a ? &d.b : &d.a;
+      if (std::filesystem::is_regular_file(*x, ec) && !std::filesystem::is_regular_file(*other, ec))
+        throw Failure{"diff: " + *x + " is a file and " + *other +
+                      " is not: give two traces, two replay results, or two session ids (--sessions)"};
+    }
   experiments::Store store = existing_store(d.results, "diff");
   const experiments::SessionInfo a = experiments::pick_session(store, d.a, "");
   const experiments::SessionInfo b = experiments::pick_session(store, d.b, "");
@@ -411,6 +428,7 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   diff->add_option("-o,--out", diffa.out, "Write here instead of standard output");
+  diff->add_flag("--sessions", diffa.sessions, "A and B are session ids (even if files of those names exist here)");
 
   commands.push_back({diff, [diffa_] { return run_diff_cmd(*diffa_); }});
 

@@ -230,7 +230,15 @@ TEST_F(Cli, DiffOfTwoTracesGolden) {
   r = run({"diff", "small.hlt", "nope.hlt"}, dir_);
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err,
-            "heaplab: error: diff: nope.hlt: no such trace file (two traces, or two session ids of the store)\n");
+            "heaplab: error: diff: nope.hlt: no such file (two traces, two replay results, or two session ids)\n");
+  r = run({"diff", "small.hlt", "s1"}, dir_);
+  EXPECT_EQ(r.err,
+            "heaplab: error: diff: small.hlt is a file and s1 is not: give two traces, two replay results, or "
+            "two session ids (--sessions)\n");
+  r = run({"diff", "-", "small.hlt"}, dir_);
+  EXPECT_EQ(r.err,
+            "heaplab: error: diff: - is not a regular file (standard input is not read; --sessions for "
+            "session ids)\n");
 }
 
 TEST_F(Cli, CheckGolden) {

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "experiments/metrics.h"
 #include "experiments/stats.h"
+#include "replay/result.h"
 
 namespace heaplab::experiments {
 
@@ -145,9 +147,24 @@ std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunR
 std::string result_diff(const nlohmann::json& a, const nlohmann::json& b, const SessionDiffOptions& opt) {
   if (opt.format != "text" && opt.format != "md" && opt.format != "json")
     throw std::invalid_argument("--format: expected text, md or json, not '" + opt.format + "'");
+  // Both replays must have run and replayed every call as recorded: a
+  // crashed or unfaithful replay's figures are not the allocator's.
+  std::string trace_a, trace_b;
+  for (const auto* side : {&a, &b}) {
+    const std::string& path = side == &a ? opt.a : opt.b;
+    if (side->is_array())
+      throw std::invalid_argument(path + ": holds " + std::to_string(side->size()) +
+                                  " replays (--allocator all); diff takes one replay's result (heaplab replay -o)");
+    const std::optional<replay::ReplayResult> r = replay::try_result_from_json(*side);
+    if (!r || !r->ran) throw std::invalid_argument(path + ": not the result of a replay that ran (heaplab replay -o)");
+    if (r->exit_status != "ok" || !r->faithful)
+      throw std::invalid_argument(
+          path + ": a replay that " +
+          (r->exit_status != "ok" ? "ended " + r->exit_status : std::string("was not faithful")) +
+          ": its figures are not the allocator's");
+    (side == &a ? trace_a : trace_b) = r->trace_id;
+  }
   const std::map<std::string, double> ma = extract_metrics(a), mb = extract_metrics(b);
-  if (ma.empty()) throw std::invalid_argument(opt.a + ": not the result of a replay that ran (heaplab replay -o)");
-  if (mb.empty()) throw std::invalid_argument(opt.b + ": not the result of a replay that ran (heaplab replay -o)");
   const auto name = [](const nlohmann::json& r) {
     const nlohmann::json& al = r.contains("allocator") ? r["allocator"] : nlohmann::json::object();
     return al.is_object() && al.contains("name") && al["name"].is_string() ? al["name"].get<std::string>() : "?";
@@ -169,10 +186,17 @@ std::string result_diff(const nlohmann::json& a, const nlohmann::json& b, const 
                     {"verdict", verdict}});
   }
   if (opt.format == "json")
-    return nlohmann::json{
-               {"a", opt.a}, {"b", opt.b}, {"allocator_a", name(a)}, {"allocator_b", name(b)}, {"rows", rows}}
+    return nlohmann::json{{"a", opt.a},
+                          {"b", opt.b},
+                          {"allocator_a", name(a)},
+                          {"allocator_b", name(b)},
+                          {"same_trace", trace_a == trace_b},
+                          {"rows", rows}}
                .dump(2) +
            "\n";
+  const std::string other_trace =
+      trace_a != trace_b ? fmt::format("note: the two replays are of different traces ({} and {})\n", trace_a, trace_b)
+                         : std::string();
   std::string s;
   if (opt.format == "md") {
     s = fmt::format(
@@ -180,10 +204,11 @@ std::string result_diff(const nlohmann::json& a, const nlohmann::json& b, const 
         "| metric | A | B | B / A | |\n|---|---:|---:|---:|---|\n",
         opt.a, name(a), opt.b, name(b));
     for (const auto& t : table) s += fmt::format("| {} | {} | {} | {} | {} |\n", t[0], t[1], t[2], t[3], t[4]);
-    return s;
+    return s + (other_trace.empty() ? "" : "\n" + other_trace);
   }
   s = fmt::format("heaplab diff: A {} ({}), B {} ({}); one replay each: no significance\n", opt.a, name(a), opt.b,
-                  name(b));
+                  name(b)) +
+      other_trace;
   std::vector<size_t> w = {6, 1, 1, 5};
   for (const auto& t : table)
     for (size_t i = 0; i < 4; ++i) w[i] = std::max(w[i], t[i].size());
