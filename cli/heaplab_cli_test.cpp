@@ -241,6 +241,20 @@ TEST_F(Cli, DiffOfTwoTracesGolden) {
             "session ids)\n");
 }
 
+// A replay at the recorded pace of an hour-long run says so before it
+// starts (here, cut short by --timeout).
+TEST_F(Cli, LongPacedReplaySaysSoUpFront) {
+  std::ofstream(dir_ + "/long.ht") << "v 10400 3\na 40 1\n+ 0\nc 36ee80\n- 0\n";  // an hour between the calls
+  Result r = run({"import", "--from", "heaptrack", "long.ht", "-o", "long.hlt"}, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"replay", "long.hlt", "--timing", "recorded", "--timeout", "1"}, dir_);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.find("heaplab: note: replaying at the recorded pace takes about 1 h 00 min (the program's own "
+                       "run); --speed N or --timing fast shorten it; the --timeout of 1 s ends it first\n"),
+            0u)
+      << r.err;
+}
+
 TEST_F(Cli, CheckGolden) {
   import_small();
   Result r = run({"check", "small.hlt"}, dir_);

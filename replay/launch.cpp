@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -370,6 +371,21 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
           : default_timeout_s(
                 calls, plan.bytes_requested,
                 opt.settings.timing == Timing::recorded ? double(plan.duration_ns) / 1e9 / opt.settings.speed : 0);
+  // A replay at the recorded pace lasts as long as the program ran: say so
+  // before a long one starts, not after.
+  if (opt.settings.timing == Timing::recorded) {
+    const double paced_s = double(plan.duration_ns) / 1e9 / opt.settings.speed;
+    if (paced_s >= 60) {
+      const long v = std::lround(paced_s);
+      fmt::print(stderr,
+                 "heaplab: note: replaying at the recorded pace takes about {} (the program's own run{}); --speed N "
+                 "or --timing fast shorten it{}\n",
+                 v >= 3600 ? fmt::format("{} h {:02} min", v / 3600, v / 60 % 60)
+                           : fmt::format("{} min {:02} s", v / 60, v % 60),
+                 opt.settings.speed != 1 ? fmt::format(" at speed {}", opt.settings.speed) : "",
+                 timeout_s < paced_s ? fmt::format("; the --timeout of {:.0f} s ends it first", timeout_s) : "");
+    }
+  }
   bool timed_out = false;
   try {
     process::Pipe result;
