@@ -5,42 +5,18 @@
 // HEAPLAB_FUZZ_SEED_DIR=DIR writes the seeds there, as a libFuzzer corpus.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <random>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
 
 #include "capture/format/trace_testutil.h"
-#include "capture/format/trace_writer.h"
 #include "capture/import/cmt_text.h"
-#include "capture/import/input_stream.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "capture/import/import_fuzz_testutil.h"
 
 namespace heaplab::import {
 namespace {
 
 using trace::testutil::read_file;
 using trace::testutil::source_dir;
-
-class MemoryInput final : public InputStream {
- public:
-  explicit MemoryInput(std::string data) : data_(std::move(data)) { name_ = "seed.cmt"; }
-  size_t read(char* buf, size_t n) override {
-    const size_t k = std::min(n, data_.size() - pos_);
-    data_.copy(buf, k, pos_);
-    pos_ += k;
-    return k;
-  }
-  const char* compression() const override { return "none"; }
-
- private:
-  std::string data_;
-  size_t pos_ = 0;
-};
 
 std::vector<std::string> seeds() {
   std::vector<std::string> out;
@@ -106,65 +82,17 @@ std::vector<std::string> seeds() {
   return out;
 }
 
-// The seeds import whole, so that their mutations reach every call kind.
-TEST(CmtTextFuzz, SeedsImport) {
-  trace::testutil::TempDir dir;
-  for (const std::string& seed : seeds()) {
-    MemoryInput in(seed);
-    trace::TraceWriter w(dir.file("seed.hlt"), trace::WriterOptions{});
-    try {
-      EXPECT_GE(import_cmt_text(in, w).events, 4u);
-    } catch (const InputError& e) {
-      ADD_FAILURE() << e.what();
-    }
-  }
-}
-
-void run(const std::string& text) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-}
+// The seeds import whole, so that their mutations reach every kind of line.
+TEST(CmtTextFuzz, SeedsImport) { testutil::expect_seeds_import(seeds(), import_cmt_text, "seed.cmt"); }
 
 TEST(CmtTextFuzz, SeedsAndMutations) {
-  const std::vector<std::string> all = seeds();
   // Tokens to splice in.
   // clang-format off
   const std::vector<std::string> pieces = {
       "(", ")", ",", " = ", "0x", "<", ">", "\r", "\n", "#", "(nil)", "NULL", "nil", "0", "-1", "0x0", "\t",
       "realloc(", "18446744073709551616", "free(0x10)\n", "malloc(1) = 0x10\n"};
   // clang-format on
-  std::vector<std::string> lines;  // every line of the seeds, with its newline
-  for (const std::string& s : all)
-    for (size_t b = 0; b < s.size();) {
-      const size_t e = std::min(s.find('\n', b), s.size() - 1);
-      lines.push_back(s.substr(b, e - b + 1));
-      b = e + 1;
-    }
-  constexpr std::string_view kSyntax = "0123456789abcdefx(),=<> \t\n#";
-  const char* corpus = std::getenv("HEAPLAB_FUZZ_SEED_DIR");
-  std::mt19937_64 rng(1234);
-  int k = 0;
-  for (const std::string& seed : all) {
-    if (corpus && *corpus) trace::testutil::write_file(std::string(corpus) + "/cmt-" + std::to_string(k++), seed);
-    run(seed);
-    if (seed.empty()) continue;  // a sample not found (reported above)
-    for (int i = 0; i < 600; ++i) {
-      std::string m = seed;
-      const int kind = static_cast<int>(rng() % 5);
-      const size_t pos = rng() % m.size();
-      if (kind == 0) {
-        m[pos] = static_cast<char>(rng());
-      } else if (kind == 1) {
-        m[pos] = kSyntax[rng() % kSyntax.size()];
-      } else if (kind == 2) {
-        m.resize(pos);
-      } else if (kind == 3) {
-        m.insert(pos, pieces[rng() % pieces.size()]);
-      } else {
-        m.insert(pos, lines[rng() % lines.size()]);  // splice: a line of any seed
-      }
-      run(m);
-    }
-  }
+  testutil::run_mutations(seeds(), pieces, "0123456789abcdefx(),=<> \t\n#", 1234, "cmt");
 }
 
 }  // namespace

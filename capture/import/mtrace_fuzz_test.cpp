@@ -5,42 +5,18 @@
 // seeds there, as a libFuzzer corpus.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <random>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
 
 #include "capture/format/trace_testutil.h"
-#include "capture/format/trace_writer.h"
-#include "capture/import/input_stream.h"
+#include "capture/import/import_fuzz_testutil.h"
 #include "capture/import/mtrace.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace heaplab::import {
 namespace {
 
 using trace::testutil::read_file;
 using trace::testutil::source_dir;
-
-class MemoryInput final : public InputStream {
- public:
-  explicit MemoryInput(std::string data) : data_(std::move(data)) { name_ = "seed.mtrace"; }
-  size_t read(char* buf, size_t n) override {
-    const size_t k = std::min(n, data_.size() - pos_);
-    data_.copy(buf, k, pos_);
-    pos_ += k;
-    return k;
-  }
-  const char* compression() const override { return "none"; }
-
- private:
-  std::string data_;
-  size_t pos_ = 0;
-};
 
 std::vector<std::string> seeds() {
   std::vector<std::string> out;
@@ -65,63 +41,15 @@ std::vector<std::string> seeds() {
 }
 
 // The seeds import whole, so that their mutations reach every kind of line.
-TEST(MtraceFuzz, SeedsImport) {
-  trace::testutil::TempDir dir;
-  for (const std::string& seed : seeds()) {
-    MemoryInput in(seed);
-    trace::TraceWriter w(dir.file("seed.hlt"), trace::WriterOptions{});
-    try {
-      EXPECT_GE(import_mtrace(in, w).events, 4u);
-    } catch (const InputError& e) {
-      ADD_FAILURE() << e.what();
-    }
-  }
-}
-
-void run(const std::string& text) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-}
+TEST(MtraceFuzz, SeedsImport) { testutil::expect_seeds_import(seeds(), import_mtrace, "seed.mtrace"); }
 
 TEST(MtraceFuzz, SeedsAndMutations) {
-  const std::vector<std::string> all = seeds();
   // clang-format off
   const std::vector<std::string> pieces = {
       "@ ", " + ", " - ", " < ", " > ", " ! ", "0x", "(nil)", "= Start\n", "= End\n", "\r", "\n", " ", "\t",
       "0xffffffffffffffffff", "@ x:[0x1] < 0x10\n", "@ x:[0x1] + 0x10 0x8\n"};
   // clang-format on
-  std::vector<std::string> lines;
-  for (const std::string& s : all)
-    for (size_t b = 0; b < s.size();) {
-      const size_t e = std::min(s.find('\n', b), s.size() - 1);
-      lines.push_back(s.substr(b, e - b + 1));
-      b = e + 1;
-    }
-  constexpr std::string_view kSyntax = "0123456789abcdefx@+-<>!=() []:\t\n";
-  const char* corpus = std::getenv("HEAPLAB_FUZZ_SEED_DIR");
-  std::mt19937_64 rng(4321);
-  int k = 0;
-  for (const std::string& seed : all) {
-    if (corpus && *corpus) trace::testutil::write_file(std::string(corpus) + "/mtrace-" + std::to_string(k++), seed);
-    run(seed);
-    if (seed.empty()) continue;
-    for (int i = 0; i < 600; ++i) {
-      std::string m = seed;
-      const int kind = static_cast<int>(rng() % 5);
-      const size_t pos = rng() % m.size();
-      if (kind == 0) {
-        m[pos] = static_cast<char>(rng());
-      } else if (kind == 1) {
-        m[pos] = kSyntax[rng() % kSyntax.size()];
-      } else if (kind == 2) {
-        m.resize(pos);
-      } else if (kind == 3) {
-        m.insert(pos, pieces[rng() % pieces.size()]);
-      } else {
-        m.insert(pos, lines[rng() % lines.size()]);
-      }
-      run(m);
-    }
-  }
+  testutil::run_mutations(seeds(), pieces, "0123456789abcdefx@+-<>!=() []:\t\n", 4321, "mtrace");
 }
 
 }  // namespace
