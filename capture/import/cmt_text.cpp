@@ -194,27 +194,18 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
 
 CmtFileImport import_cmt_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                               const std::vector<std::string>& command_line) {
-  auto in = InputStream::open(input);
-  nlohmann::json meta = base_metadata("import", "none", command_line);
-  meta["import"] = {{"from", "cmt-text"}, {"source", in->name()}, {"compression", in->compression()}};
-  opt.metadata_json = meta.dump();
   CmtFileImport r;
-  r.source = in->name();
-  r.compression = in->compression();
-  common::write_then_rename(output, [&](const std::string& tmp) {
-    trace::TraceWriter w(tmp, opt);
-    w.set_thread_info(0, {0, "main"});
-    r.report = import_cmt_text(*in, w);
-    meta["import"].update({{"lines", r.report.lines},
-                           {"events", r.report.events},
-                           {"unknown_frees", r.report.unknown_frees},
-                           {"unknown_reallocs", r.report.unknown_reallocs},
-                           {"reused_live_addresses", r.report.reused_live},
-                           {"null_results", r.report.null_results}});
-    w.set_final_metadata(meta.dump());
-    w.close();
-    r.bytes = w.bytes_written();
-  });
+  static_cast<ImportedFile&>(r) =
+      write_import(input, output, opt, command_line, "cmt-text", [&](InputStream& in, trace::TraceWriter& w) {
+        w.set_thread_info(0, {0, "main"});
+        r.report = import_cmt_text(in, w);
+        return nlohmann::json{{"lines", r.report.lines},
+                              {"events", r.report.events},
+                              {"unknown_frees", r.report.unknown_frees},
+                              {"unknown_reallocs", r.report.unknown_reallocs},
+                              {"reused_live_addresses", r.report.reused_live},
+                              {"null_results", r.report.null_results}};
+      });
   return r;
 }
 

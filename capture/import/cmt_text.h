@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/import/import_file.h"
 #include "capture/import/input_stream.h"
 
 namespace heaplab::import {
@@ -39,12 +40,7 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w);
 // `output`, written whole (common::write_then_rename), with heaplab's
 // metadata (`command_line`: the command that asked for it) and the import's
 // counts in it.
-struct CmtFileImport {
-  CmtImportReport report;
-  uint64_t bytes = 0;       // the trace's size
-  std::string source;       // the input's name
-  std::string compression;  // "none", "gzip", ...
-};
+using CmtFileImport = FileImport<CmtImportReport>;
 CmtFileImport import_cmt_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                               const std::vector<std::string>& command_line);
 

@@ -122,35 +122,26 @@ HeaptrackImportReport import_heaptrack(InputStream& in, trace::TraceWriter& w) {
 
 HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                                           const std::vector<std::string>& command_line) {
-  auto in = InputStream::open(input);
-  nlohmann::json meta = base_metadata("import", "none", command_line);
-  meta["import"] = {{"from", "heaptrack"}, {"source", in->name()}, {"compression", in->compression()}};
   HeaptrackFileImport r;
-  r.source = in->name();
-  r.compression = in->compression();
-  opt.metadata_json = meta.dump();
   opt.timestamps = true;  // the "c" lines' ms
-  common::write_then_rename(output, [&](const std::string& tmp) {
-    trace::TraceWriter w(tmp, opt);
-    w.set_thread_info(0, {0, "(all threads: heaptrack records none)"});
-    r.report = import_heaptrack(*in, w);
-    meta["import"].update({{"lines", r.report.lines},
-                           {"events", r.report.events},
-                           {"allocations", r.report.allocations},
-                           {"deallocations", r.report.deallocations},
-                           {"allocation_kinds", r.report.kinds},
-                           {"unknown_frees", r.report.unknown_frees},
-                           {"heaptrack_version", r.report.version},
-                           {"heaptrack_file_format", r.report.file_format},
-                           {"recorded_command", r.report.command},
-                           {"not_recorded",
-                            "threads, failed calls, which call made a block (each is a malloc; a realloc is a "
-                            "deallocation then an allocation), which block of a kind a deallocation releases "
-                            "(the newest), times finer than 1 ms"}});
-    w.set_final_metadata(meta.dump());
-    w.close();
-    r.bytes = w.bytes_written();
-  });
+  static_cast<ImportedFile&>(r) =
+      write_import(input, output, opt, command_line, "heaptrack", [&](InputStream& in, trace::TraceWriter& w) {
+        w.set_thread_info(0, {0, "(all threads: heaptrack records none)"});
+        r.report = import_heaptrack(in, w);
+        return nlohmann::json{{"lines", r.report.lines},
+                              {"events", r.report.events},
+                              {"allocations", r.report.allocations},
+                              {"deallocations", r.report.deallocations},
+                              {"allocation_kinds", r.report.kinds},
+                              {"unknown_frees", r.report.unknown_frees},
+                              {"heaptrack_version", r.report.version},
+                              {"heaptrack_file_format", r.report.file_format},
+                              {"recorded_command", r.report.command},
+                              {"not_recorded",
+                               "threads, failed calls, which call made a block (each is a malloc; a realloc is a "
+                               "deallocation then an allocation), which block of a kind a deallocation releases "
+                               "(the newest), times finer than 1 ms"}};
+      });
   return r;
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "capture/format/trace_writer.h"
+#include "capture/import/import_file.h"
 #include "capture/import/input_stream.h"
 
 namespace heaplab::import {
@@ -48,11 +49,7 @@ struct HeaptrackImportReport {
 // does not know, and TraceError on write failures. Does not close the writer.
 HeaptrackImportReport import_heaptrack(InputStream& in, trace::TraceWriter& w);
 
-struct HeaptrackFileImport {
-  HeaptrackImportReport report;
-  uint64_t bytes = 0;
-  std::string source, compression;
-};
+using HeaptrackFileImport = FileImport<HeaptrackImportReport>;
 HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                                           const std::vector<std::string>& command_line);
 

@@ -188,30 +188,21 @@ LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
 
 LogallocFileImport import_logalloc_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                                         const std::vector<std::string>& command_line) {
-  auto in = InputStream::open(input);
-  nlohmann::json meta = base_metadata("import", "none", command_line);
-  meta["import"] = {{"from", "logalloc"}, {"source", in->name()}, {"compression", in->compression()}};
   LogallocFileImport r;
-  r.source = in->name();
-  r.compression = in->compression();
-  opt.metadata_json = meta.dump();
-  common::write_then_rename(output, [&](const std::string& tmp) {
-    trace::TraceWriter w(tmp, opt);
-    r.report = import_logalloc(*in, w);
-    meta["import"].update({{"lines", r.report.lines},
-                           {"events", r.report.events},
-                           {"threads", r.report.threads},
-                           {"pid", r.report.pid},
-                           {"other_process_lines", r.report.other_process_lines},
-                           {"skipped_calls", r.report.skipped_calls},
-                           {"unknown_frees", r.report.unknown_frees},
-                           {"unknown_reallocs", r.report.unknown_reallocs},
-                           {"reused_live_addresses", r.report.reused_live},
-                           {"not_recorded", "times, arenas (one heap)"}});
-    w.set_final_metadata(meta.dump());
-    w.close();
-    r.bytes = w.bytes_written();
-  });
+  static_cast<ImportedFile&>(r) =
+      write_import(input, output, opt, command_line, "logalloc", [&](InputStream& in, trace::TraceWriter& w) {
+        r.report = import_logalloc(in, w);
+        return nlohmann::json{{"lines", r.report.lines},
+                              {"events", r.report.events},
+                              {"threads", r.report.threads},
+                              {"pid", r.report.pid},
+                              {"other_process_lines", r.report.other_process_lines},
+                              {"skipped_calls", r.report.skipped_calls},
+                              {"unknown_frees", r.report.unknown_frees},
+                              {"unknown_reallocs", r.report.unknown_reallocs},
+                              {"reused_live_addresses", r.report.reused_live},
+                              {"not_recorded", "times, arenas (one heap)"}};
+      });
   return r;
 }
 

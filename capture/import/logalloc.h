@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "capture/format/trace_writer.h"
+#include "capture/import/import_file.h"
 #include "capture/import/input_stream.h"
 
 namespace heaplab::import {
@@ -43,11 +44,7 @@ struct LogallocImportReport {
 // close the writer.
 LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w);
 
-struct LogallocFileImport {
-  LogallocImportReport report;
-  uint64_t bytes = 0;
-  std::string source, compression;
-};
+using LogallocFileImport = FileImport<LogallocImportReport>;
 LogallocFileImport import_logalloc_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                                         const std::vector<std::string>& command_line);
 

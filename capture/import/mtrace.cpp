@@ -136,29 +136,20 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
 
 MtraceFileImport import_mtrace_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                                     const std::vector<std::string>& command_line) {
-  auto in = InputStream::open(input);
-  nlohmann::json meta = base_metadata("import", "none", command_line);
-  meta["import"] = {{"from", "mtrace"}, {"source", in->name()}, {"compression", in->compression()}};
   MtraceFileImport r;
-  r.source = in->name();
-  r.compression = in->compression();
-  opt.metadata_json = meta.dump();
-  common::write_then_rename(output, [&](const std::string& tmp) {
-    trace::TraceWriter w(tmp, opt);
+  static_cast<ImportedFile&>(
+      r) = write_import(input, output, opt, command_line, "mtrace", [&](InputStream& in, trace::TraceWriter& w) {
     w.set_thread_info(0, {0, "(all threads: mtrace records none)"});
-    r.report = import_mtrace(*in, w);
-    meta["import"].update({{"lines", r.report.lines},
-                           {"events", r.report.events},
-                           {"traces", r.report.traces},
-                           {"unknown_frees", r.report.unknown_frees},
-                           {"unknown_reallocs", r.report.unknown_reallocs},
-                           {"reused_live_addresses", r.report.reused_live},
-                           {"failed", r.report.failed},
-                           {"unpaired_reallocs", r.report.unpaired_reallocs},
-                           {"not_recorded", "threads, times, which call made a block (each is a malloc), alignments"}});
-    w.set_final_metadata(meta.dump());
-    w.close();
-    r.bytes = w.bytes_written();
+    r.report = import_mtrace(in, w);
+    return nlohmann::json{{"lines", r.report.lines},
+                          {"events", r.report.events},
+                          {"traces", r.report.traces},
+                          {"unknown_frees", r.report.unknown_frees},
+                          {"unknown_reallocs", r.report.unknown_reallocs},
+                          {"reused_live_addresses", r.report.reused_live},
+                          {"failed", r.report.failed},
+                          {"unpaired_reallocs", r.report.unpaired_reallocs},
+                          {"not_recorded", "threads, times, which call made a block (each is a malloc), alignments"}};
   });
   return r;
 }

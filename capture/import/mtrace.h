@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "capture/format/trace_writer.h"
+#include "capture/import/import_file.h"
 #include "capture/import/input_stream.h"
 
 namespace heaplab::import {
@@ -42,11 +43,7 @@ struct MtraceImportReport {
 // write failures. Does not close the writer.
 MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w);
 
-struct MtraceFileImport {
-  MtraceImportReport report;
-  uint64_t bytes = 0;
-  std::string source, compression;
-};
+using MtraceFileImport = FileImport<MtraceImportReport>;
 // `input` (plain, compressed, or - for stdin) into the trace `output`,
 // written whole, with heaplab's metadata and the import's counts.
 MtraceFileImport import_mtrace_file(const std::string& input, const std::string& output, trace::WriterOptions opt,

@@ -1,0 +1,28 @@
+#include "capture/import/import_file.h"
+
+#include "capture/import/metadata.h"
+#include "common/files.h"
+
+namespace heaplab::import {
+
+ImportedFile write_import(const std::string& input, const std::string& output, trace::WriterOptions opt,
+                          const std::vector<std::string>& command_line, const std::string& from,
+                          const std::function<nlohmann::json(InputStream& in, trace::TraceWriter& w)>& import) {
+  auto in = InputStream::open(input);
+  nlohmann::json meta = base_metadata("import", "none", command_line);
+  meta["import"] = {{"from", from}, {"source", in->name()}, {"compression", in->compression()}};
+  opt.metadata_json = meta.dump();
+  ImportedFile r;
+  r.source = in->name();
+  r.compression = in->compression();
+  common::write_then_rename(output, [&](const std::string& tmp) {
+    trace::TraceWriter w(tmp, opt);
+    meta["import"].update(import(*in, w));
+    w.set_final_metadata(meta.dump());
+    w.close();
+    r.bytes = w.bytes_written();
+  });
+  return r;
+}
+
+}  // namespace heaplab::import
