@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <utility>
 
 #include "capture/format/flat_map.h"
 #include "capture/import/metadata.h"
@@ -195,17 +196,17 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
 CmtFileImport import_cmt_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                               const std::vector<std::string>& command_line) {
   CmtFileImport r;
-  static_cast<ImportedFile&>(r) =
-      write_import(input, output, opt, command_line, "cmt-text", [&](InputStream& in, trace::TraceWriter& w) {
-        w.set_thread_info(0, {0, "main"});
-        r.report = import_cmt_text(in, w);
-        return nlohmann::json{{"lines", r.report.lines},
-                              {"events", r.report.events},
-                              {"unknown_frees", r.report.unknown_frees},
-                              {"unknown_reallocs", r.report.unknown_reallocs},
-                              {"reused_live_addresses", r.report.reused_live},
-                              {"null_results", r.report.null_results}};
-      });
+  static_cast<ImportedFile&>(r) = write_import(input, output, std::move(opt), command_line, "cmt-text",
+                                               [&](InputStream& in, trace::TraceWriter& w) {
+                                                 w.set_thread_info(0, {0, "main"});
+                                                 r.report = import_cmt_text(in, w);
+                                                 return nlohmann::json{{"lines", r.report.lines},
+                                                                       {"events", r.report.events},
+                                                                       {"unknown_frees", r.report.unknown_frees},
+                                                                       {"unknown_reallocs", r.report.unknown_reallocs},
+                                                                       {"reused_live_addresses", r.report.reused_live},
+                                                                       {"null_results", r.report.null_results}};
+                                               });
   return r;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <utility>
 #include <string_view>
 #include <unordered_map>
 
@@ -124,8 +125,8 @@ HeaptrackFileImport import_heaptrack_file(const std::string& input, const std::s
                                           const std::vector<std::string>& command_line) {
   HeaptrackFileImport r;
   opt.timestamps = true;  // the "c" lines' ms
-  static_cast<ImportedFile&>(r) =
-      write_import(input, output, opt, command_line, "heaptrack", [&](InputStream& in, trace::TraceWriter& w) {
+  static_cast<ImportedFile&>(r) = write_import(
+      input, output, std::move(opt), command_line, "heaptrack", [&](InputStream& in, trace::TraceWriter& w) {
         w.set_thread_info(0, {0, "(all threads: heaptrack records none)"});
         r.report = import_heaptrack(in, w);
         return nlohmann::json{{"lines", r.report.lines},

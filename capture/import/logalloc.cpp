@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <utility>
 #include <string_view>
 #include <unordered_map>
 
@@ -189,8 +190,8 @@ LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
 LogallocFileImport import_logalloc_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                                         const std::vector<std::string>& command_line) {
   LogallocFileImport r;
-  static_cast<ImportedFile&>(r) =
-      write_import(input, output, opt, command_line, "logalloc", [&](InputStream& in, trace::TraceWriter& w) {
+  static_cast<ImportedFile&>(r) = write_import(
+      input, output, std::move(opt), command_line, "logalloc", [&](InputStream& in, trace::TraceWriter& w) {
         r.report = import_logalloc(in, w);
         return nlohmann::json{{"lines", r.report.lines},
                               {"events", r.report.events},

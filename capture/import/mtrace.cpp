@@ -1,6 +1,7 @@
 #include "capture/import/mtrace.h"
 
 #include <charconv>
+#include <utility>
 #include <string_view>
 
 #include "capture/format/flat_map.h"
@@ -137,20 +138,21 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
 MtraceFileImport import_mtrace_file(const std::string& input, const std::string& output, trace::WriterOptions opt,
                                     const std::vector<std::string>& command_line) {
   MtraceFileImport r;
-  static_cast<ImportedFile&>(
-      r) = write_import(input, output, opt, command_line, "mtrace", [&](InputStream& in, trace::TraceWriter& w) {
-    w.set_thread_info(0, {0, "(all threads: mtrace records none)"});
-    r.report = import_mtrace(in, w);
-    return nlohmann::json{{"lines", r.report.lines},
-                          {"events", r.report.events},
-                          {"traces", r.report.traces},
-                          {"unknown_frees", r.report.unknown_frees},
-                          {"unknown_reallocs", r.report.unknown_reallocs},
-                          {"reused_live_addresses", r.report.reused_live},
-                          {"failed", r.report.failed},
-                          {"unpaired_reallocs", r.report.unpaired_reallocs},
-                          {"not_recorded", "threads, times, which call made a block (each is a malloc), alignments"}};
-  });
+  static_cast<ImportedFile&>(r) =
+      write_import(input, output, std::move(opt), command_line, "mtrace", [&](InputStream& in, trace::TraceWriter& w) {
+        w.set_thread_info(0, {0, "(all threads: mtrace records none)"});
+        r.report = import_mtrace(in, w);
+        return nlohmann::json{
+            {"lines", r.report.lines},
+            {"events", r.report.events},
+            {"traces", r.report.traces},
+            {"unknown_frees", r.report.unknown_frees},
+            {"unknown_reallocs", r.report.unknown_reallocs},
+            {"reused_live_addresses", r.report.reused_live},
+            {"failed", r.report.failed},
+            {"unpaired_reallocs", r.report.unpaired_reallocs},
+            {"not_recorded", "threads, times, which call made a block (each is a malloc), alignments"}};
+      });
   return r;
 }
 
