@@ -25,13 +25,6 @@ struct Row {
   double sa = 0, sb = 0;
 };
 
-std::string bucket(unsigned k) {
-  if (k == 0) return "0";
-  const uint64_t lo = uint64_t{1} << (k - 1);
-  return k == 64 ? common::group_digits(lo) + ".."
-                 : common::group_digits(lo) + ".." + common::group_digits((uint64_t{1} << k) - 1);
-}
-
 std::vector<Row> rows(const TraceStats& a, const TraceStats& b) {
   std::vector<Row> r;
   const auto add = [&](const std::string& sec, const std::string& name, uint64_t x, uint64_t y) {
@@ -56,10 +49,10 @@ std::vector<Row> rows(const TraceStats& a, const TraceStats& b) {
     add("live bytes by progress", fmt::format("{}% of events", 5 * k), a.live_curve[k], b.live_curve[k]);
   for (unsigned k = 0; k < a.sizes.buckets.size(); ++k)
     if (a.sizes.buckets[k] || b.sizes.buckets[k])
-      add("request sizes (bytes)", bucket(k), a.sizes.buckets[k], b.sizes.buckets[k]);
+      add("request sizes (bytes)", Log2Histogram::label(k), a.sizes.buckets[k], b.sizes.buckets[k]);
   for (unsigned k = 0; k < a.lifetime_events.buckets.size(); ++k)
     if (a.lifetime_events.buckets[k] || b.lifetime_events.buckets[k])
-      add("lifetimes (events)", bucket(k), a.lifetime_events.buckets[k], b.lifetime_events.buckets[k]);
+      add("lifetimes (events)", Log2Histogram::label(k), a.lifetime_events.buckets[k], b.lifetime_events.buckets[k]);
   return r;
 }
 

@@ -32,13 +32,6 @@ uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b
 __extension__ typedef unsigned __int128 uint128;
 uint64_t saturate(uint128 v) { return v > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(v); }
 
-std::string bucket_label(unsigned k) {
-  if (k == 0) return "0";
-  const uint64_t lo = uint64_t{1} << (k - 1);
-  if (k == 64) return group_digits(lo) + "..";
-  return group_digits(lo) + ".." + group_digits((uint64_t{1} << k) - 1);
-}
-
 nlohmann::json hist_json(const Log2Histogram& h) {
   nlohmann::json a = nlohmann::json::array();
   for (unsigned k = 0; k < h.buckets.size(); ++k) {
@@ -60,7 +53,7 @@ void hist_text(std::string& out, const char* title, const Log2Histogram& h) {
     if (!h.buckets[k]) continue;
     char line[160];
     const int bar = static_cast<int>(std::lround(40.0 * double(h.buckets[k]) / double(max)));
-    std::snprintf(line, sizeof line, "  %-36s %14s %5.1f%%  %s\n", bucket_label(k).c_str(),
+    std::snprintf(line, sizeof line, "  %-36s %14s %5.1f%%  %s\n", Log2Histogram::label(k).c_str(),
                   group_digits(h.buckets[k]).c_str(), 100.0 * double(h.buckets[k]) / double(h.samples),
                   std::string(static_cast<size_t>(bar), '#').c_str());
     out += line;
@@ -68,6 +61,13 @@ void hist_text(std::string& out, const char* title, const Log2Histogram& h) {
 }
 
 }  // namespace
+
+std::string Log2Histogram::label(unsigned k) {
+  if (k == 0) return "0";
+  const uint64_t lo = uint64_t{1} << (k - 1);
+  if (k == 64) return group_digits(lo) + "..";
+  return group_digits(lo) + ".." + group_digits((uint64_t{1} << k) - 1);
+}
 
 TraceStats compute_stats(const trace::TraceReader& r) {
   TraceStats s;
@@ -352,13 +352,13 @@ std::string stats_to_text(const TraceStats& s) {
       if (s.has_time) {
         const Log2Histogram& t = s.lifetime_ns_by_size[k];
         char cols[96];
-        std::snprintf(cols, sizeof cols, " %-30s %s", bucket_label(t.quantile_bucket(0.5)).c_str(),
-                      bucket_label(t.quantile_bucket(0.9)).c_str());
+        std::snprintf(cols, sizeof cols, " %-30s %s", Log2Histogram::label(t.quantile_bucket(0.5)).c_str(),
+                      Log2Histogram::label(t.quantile_bucket(0.9)).c_str());
         ns = cols;
       }
-      std::snprintf(row, sizeof row, "  %-22s %12s  %-24s %-24s%s\n", bucket_label(k).c_str(),
-                    group_digits(h.samples).c_str(), bucket_label(h.quantile_bucket(0.5)).c_str(),
-                    bucket_label(h.quantile_bucket(0.9)).c_str(), ns.c_str());
+      std::snprintf(row, sizeof row, "  %-22s %12s  %-24s %-24s%s\n", Log2Histogram::label(k).c_str(),
+                    group_digits(h.samples).c_str(), Log2Histogram::label(h.quantile_bucket(0.5)).c_str(),
+                    Log2Histogram::label(h.quantile_bucket(0.9)).c_str(), ns.c_str());
       std::string r = row;
       while (r.size() > 1 && r[r.size() - 2] == ' ') r.erase(r.size() - 2, 1);  // no blanks before the newline
       out += r;

@@ -23,6 +23,8 @@ struct Log2Histogram {
     ++buckets[bucket_of(v)];
     ++samples;
   }
+  // A bucket's range for people: "0", "16..31", "9,223,372,036,854,775,808..".
+  static std::string label(unsigned k);
   // The bucket holding the q-quantile (0..1) of the samples.
   unsigned quantile_bucket(double q) const {
     const double want = q * double(samples);

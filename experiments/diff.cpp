@@ -25,11 +25,6 @@ struct Row {
   std::string verdict;  // better | worse | same
 };
 
-std::string num(double v) {
-  if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
-  return fmt::format("{:.3g}", v);
-}
-
 }  // namespace
 
 std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunRecord>& b,
@@ -135,10 +130,8 @@ std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunR
       cell = c;
     }
     const Metric& m = *find_metric(r.metric);
-    const std::string unit = m.unit.empty() ? "" : " " + m.unit;
-    table.push_back({r.metric, num(r.a) + unit, num(r.b) + unit, r.a == 0 ? "-" : fmt::format("{:.2f}x", r.b / r.a),
-                     r.p < 0.001 ? fmt::format("{:.1e}", r.p) : fmt::format("{:.3f}", r.p),
-                     r.verdict == "same" ? "" : r.verdict});
+    table.push_back({r.metric, figure(r.a, m), figure(r.b, m), r.a == 0 ? "-" : fmt::format("{:.2f}x", r.b / r.a),
+                     p_value(r.p), r.verdict == "same" ? "" : r.verdict});
   }
   flush();
   return s;
@@ -176,8 +169,7 @@ std::string result_diff(const nlohmann::json& a, const nlohmann::json& b, const 
     if (ia == ma.end() || ib == mb.end()) continue;
     const double x = ia->second, y = ib->second;
     const std::string verdict = x == y ? "same" : ((y < x) == m.lower_is_better ? "better" : "worse");
-    const std::string unit = m.unit.empty() ? "" : " " + m.unit;
-    table.push_back({m.name, num(x) + unit, num(y) + unit, x == 0 ? "-" : fmt::format("{:.2f}x", y / x),
+    table.push_back({m.name, figure(x, m), figure(y, m), x == 0 ? "-" : fmt::format("{:.2f}x", y / x),
                      verdict == "same" ? "" : verdict});
     rows.push_back({{"metric", m.name},
                     {"a", x},

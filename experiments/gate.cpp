@@ -20,27 +20,10 @@ void add_unique(std::vector<T>& v, const T& x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
 
-std::string known_metrics() {
-  std::string k;
-  for (const Metric& m : all_metrics()) k += (k.empty() ? "" : ", ") + m.name;
-  return k;
-}
-
-// Figures for people: 3 significant digits below 1000, whole numbers above.
-std::string num(double v) {
-  if (std::isnan(v)) return "-";
-  if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
-  return fmt::format("{:.3g}", v);
-}
-
-std::string with_unit(double v, const Metric& m) { return m.unit.empty() ? num(v) : num(v) + " " + m.unit; }
-
 std::string change_text(const GateCheck& c) {
   if (std::isnan(c.change)) return c.median == c.baseline_median ? "+0%" : "from 0";
   return fmt::format("{:+.1f}%", 100 * c.change);
 }
-
-std::string p_text(double p) { return p < 0.001 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p); }
 
 // The length of the valid UTF-8 sequence at s[i] of a character XML 1.0
 // allows (no surrogates, no U+FFFE/U+FFFF), or 0.
@@ -119,8 +102,8 @@ Budget parse_budget(const std::string& spec) {
   b.text = spec.substr(eq + 1);
   const Metric* m = find_metric(b.metric);
   if (!m)
-    throw std::invalid_argument("--budget '" + spec + "': unknown metric '" + b.metric +
-                                "' (known: " + known_metrics() + ")");
+    throw std::invalid_argument("--budget '" + spec + "': unknown metric '" + b.metric + "' (known: " + metric_names() +
+                                ")");
   std::string v = b.text;
   char sign = 0;
   if (!v.empty() && (v[0] == '+' || v[0] == '-')) {
@@ -182,7 +165,7 @@ GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRec
   std::vector<Budget> budgets;
   for (const Budget& b : opt.budgets.empty() ? default_budgets() : opt.budgets) {
     if (!find_metric(b.metric))
-      throw std::invalid_argument("unknown metric '" + b.metric + "' (known: " + known_metrics() + ")");
+      throw std::invalid_argument("unknown metric '" + b.metric + "' (known: " + metric_names() + ")");
     if (measured_anywhere(b.metric))
       budgets.push_back(b);
     else if (!opt.budgets.empty())
@@ -290,8 +273,8 @@ GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRec
           // (With ties the test is the normal approximation, which can reach
           // alpha where the exact one could not: then it can be significant.)
           c.testable = smallest_p(mine.size(), base.size()) < opt.alpha || c.p < opt.alpha;
-          const std::string figures = fmt::format("{} -> {} ({}, budget {})", with_unit(c.baseline_median, m),
-                                                  with_unit(c.median, m), change_text(c), budget.text);
+          const std::string figures = fmt::format("{} -> {} ({}, budget {})", figure(c.baseline_median, m),
+                                                  figure(c.median, m), change_text(c), budget.text);
           if (!beyond) {
             c.state = "pass";
             c.message = figures;
@@ -304,7 +287,7 @@ GateResult gate(const std::vector<RunRecord>& baseline, const std::vector<RunRec
                                     figures, mine.size(), base.size(), opt.alpha);
           } else {
             c.state = c.p < opt.alpha ? "regression" : "noise";
-            c.message = fmt::format("{}, p = {}{}", figures, p_text(c.p),
+            c.message = fmt::format("{}, p = {}{}", figures, p_value(c.p),
                                     c.p < opt.alpha ? "" : fmt::format(": not significant at {}", opt.alpha));
           }
         }
@@ -340,8 +323,8 @@ std::string gate_text(const GateResult& r, const GateOptions& opt, const GateRep
     rows.push_back(
         {c->fails() ? "FAIL" : "ok", c->state, c->trace,
          c->allocator == c->baseline_allocator ? c->allocator : c->allocator + " vs " + c->baseline_allocator,
-         c->metric, c->baseline_n ? with_unit(c->baseline_median, m) : "-", c->n ? with_unit(c->median, m) : "-",
-         figures ? change_text(*c) : "-", c->budget, figures && c->state != "failed" ? p_text(c->p) : "-", note});
+         c->metric, c->baseline_n ? figure(c->baseline_median, m) : "-", c->n ? figure(c->median, m) : "-",
+         figures ? change_text(*c) : "-", c->budget, figures && c->state != "failed" ? p_value(c->p) : "-", note});
   }
   std::vector<size_t> w(rows[0].size(), 0);
   for (const auto& row : rows)
@@ -384,7 +367,7 @@ std::string history_text(const std::vector<Step>& steps, const std::string& expe
     const Metric& m = *find_metric(st.metric);
     s += fmt::format("  {:<11}  {}  {}  {}  {:+.1f}%: {} -> {} from session {} (p = {})\n",
                      st.regression ? "regression" : "improvement", st.trace, st.allocator, st.metric, 100 * st.change,
-                     with_unit(st.before, m), with_unit(st.after, m), st.session, p_text(st.p));
+                     figure(st.before, m), figure(st.after, m), st.session, p_value(st.p));
   }
   return s;
 }

@@ -1,5 +1,9 @@
 #include "experiments/metrics.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 #include "replay/result.h"
 
 namespace heaplab::experiments {
@@ -38,6 +42,22 @@ const std::vector<std::string>& default_metrics() {
                                              "peak_rss_mib", "malloc_p99_ns", "free_p99_ns"};
   return d;
 }
+
+std::string metric_names() {
+  std::string names;
+  for (const Metric& m : all_metrics()) names += (names.empty() ? "" : ", ") + m.name;
+  return names;
+}
+
+std::string figure(double v) {
+  if (std::isnan(v)) return "-";
+  if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.3g}", v);
+}
+
+std::string figure(double v, const Metric& m) { return m.unit.empty() ? figure(v) : figure(v) + " " + m.unit; }
+
+std::string p_value(double p) { return p < 0.001 ? fmt::format("{:.1e}", p) : fmt::format("{:.3f}", p); }
 
 std::map<std::string, double> extract_metrics(const json& document) {
   std::map<std::string, double> m;

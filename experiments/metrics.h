@@ -23,6 +23,15 @@ const std::vector<Metric>& all_metrics();
 const Metric* find_metric(const std::string& name);
 // The metrics reported when an experiment names none.
 const std::vector<std::string>& default_metrics();
+// Every metric's name, comma-separated (for "unknown metric" errors).
+std::string metric_names();
+
+// A figure for people: 3 significant digits below 1000, whole numbers
+// above, "-" for NaN; with a metric, followed by its unit ("12.3 MiB").
+std::string figure(double v);
+std::string figure(double v, const Metric& m);
+// A p-value for people: 3 decimals, or 2 significant digits below 0.001.
+std::string p_value(double p);
 
 // The metrics present in one replay result (a replay without latency has
 // no latency metrics; one without memory measurement no memory metrics).

@@ -20,13 +20,6 @@ void add_unique(std::vector<T>& v, const T& x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
 
-// Figures for people: 3 significant digits below 1000, whole numbers above.
-std::string num(double v) {
-  if (std::isnan(v)) return "-";
-  if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
-  return fmt::format("{:.3g}", v);
-}
-
 std::string metric_head(const std::string& name) {
   const Metric* m = find_metric(name);
   return m->unit.empty() ? m->label : m->label + " (" + m->unit + ")";
@@ -49,9 +42,7 @@ std::vector<Summary> summarise(const std::vector<RunRecord>& runs, const ReportO
   } else {
     for (const std::string& m : opt.metrics) {
       if (!find_metric(m)) {
-        std::string known;
-        for (const Metric& k : all_metrics()) known += (known.empty() ? "" : ", ") + k.name;
-        throw std::invalid_argument("unknown metric '" + m + "' (known: " + known + ")");
+        throw std::invalid_argument("unknown metric '" + m + "' (known: " + metric_names() + ")");
       }
       metrics.push_back(m);
     }
@@ -169,7 +160,7 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
           row.push_back("-");
           continue;
         }
-        std::string cell = num(it->median);
+        std::string cell = figure(it->median);
         if (it->n > 1 && it->max != it->min && it->median != 0)
           cell += fmt::format(" ±{:.0f}%", 50 * (it->max - it->min) / std::fabs(it->median));
         if (a != baseline && it->ratio > 0) cell += fmt::format(" {:.2f}x", it->ratio);
