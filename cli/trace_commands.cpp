@@ -101,33 +101,39 @@ int run_import_perf_pt(const ImportArgs& a) {
   return 0;
 }
 
+// What an import of another tool's file made: "imported E events[ WHAT]
+// from L lines of SOURCE[ (COMPRESSION)][ (EXTRA)] into OUTPUT (B bytes, X
+// bytes/event)".
+void print_imported(const import::ImportedFile& im, uint64_t events, const std::string& what, uint64_t lines,
+                    const std::string& extra, const std::string& output) {
+  fmt::print(stderr, "imported {} events{} from {} lines of {}{}{} into {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(events), what, group_digits(lines), im.source,
+             im.compression == "none" ? "" : fmt::format(" ({})", im.compression),
+             extra.empty() ? "" : " (" + extra + ")", output, group_digits(im.bytes),
+             events ? double(im.bytes) / double(events) : 0.0);
+}
+
+// "heaplab: note: N TEXT" when N is not 0.
+void note(uint64_t n, const std::string& text) {
+  if (n) fmt::print(stderr, "heaplab: note: {} {}\n", group_digits(n), text);
+}
+
 // glibc's mtrace(3) log -> trace.
 int run_import_mtrace(const ImportArgs& a, const std::vector<std::string>& argv, const trace::WriterOptions& opt) {
   const import::MtraceFileImport im = import::import_mtrace_file(a.input, a.output, opt, argv);
   const import::MtraceImportReport& rep = im.report;
-  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
-  fmt::print(stderr, "imported {} events from {} lines of {}{} into {} ({} bytes, {:.3f} bytes/event)\n",
-             group_digits(rep.events), group_digits(rep.lines), im.source, how, a.output, group_digits(im.bytes),
-             rep.events ? double(im.bytes) / double(rep.events) : 0.0);
+  print_imported(im, rep.events, "", rep.lines, "", a.output);
   fmt::print(stderr,
              "heaplab: note: mtrace records no threads, no times and not which call made a block: every call is on "
              "one thread, every allocation a malloc\n");
-  if (rep.unknown_frees)
-    fmt::print(stderr,
-               "heaplab: note: {} frees of blocks allocated before mtrace() started were skipped (first at line {})\n",
-               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
-  if (rep.unknown_reallocs)
-    fmt::print(stderr, "heaplab: note: {} reallocs of such blocks were imported as realloc(NULL, n)\n",
-               group_digits(rep.unknown_reallocs));
-  if (rep.unpaired_reallocs)
-    fmt::print(stderr, "heaplab: note: {} realloc lines ('<') had no result line ('>')\n",
-               group_digits(rep.unpaired_reallocs));
-  if (rep.reused_live)
-    fmt::print(stderr,
-               "heaplab: note: {} allocations returned an address that was still live (a free is missing, or in a "
-               "threaded program mtrace logged a realloc after another "
-               "thread's allocation at its old address)\n",
-               group_digits(rep.reused_live));
+  note(rep.unknown_frees,
+       fmt::format("frees of blocks allocated before mtrace() started were skipped (first at line {})",
+                   rep.first_unknown_free_line));
+  note(rep.unknown_reallocs, "reallocs of such blocks were imported as realloc(NULL, n)");
+  note(rep.unpaired_reallocs, "realloc lines ('<') had no result line ('>')");
+  note(rep.reused_live,
+       "allocations returned an address that was still live (a free is missing, or in a threaded program mtrace "
+       "logged a realloc after another thread's allocation at its old address)");
   return 0;
 }
 
@@ -135,25 +141,18 @@ int run_import_mtrace(const ImportArgs& a, const std::vector<std::string>& argv,
 int run_import_heaptrack(const ImportArgs& a, const std::vector<std::string>& argv, const trace::WriterOptions& opt) {
   const import::HeaptrackFileImport im = import::import_heaptrack_file(a.input, a.output, opt, argv);
   const import::HeaptrackImportReport& rep = im.report;
-  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
-  fmt::print(stderr,
-             "imported {} events ({} allocations, {} deallocations) from {} lines of {}{}{} into {} ({} bytes, "
-             "{:.3f} bytes/event)\n",
-             group_digits(rep.events), group_digits(rep.allocations), group_digits(rep.deallocations),
-             group_digits(rep.lines), im.source, how, rep.command.empty() ? "" : " (" + rep.command + ")", a.output,
-             group_digits(im.bytes), rep.events ? double(im.bytes) / double(rep.events) : 0.0);
+  print_imported(im, rep.events,
+                 fmt::format(" ({} allocations, {} deallocations)", group_digits(rep.allocations),
+                             group_digits(rep.deallocations)),
+                 rep.lines, rep.command, a.output);
   fmt::print(stderr,
              "heaplab: note: heaptrack records no threads, no failed calls and only the kind (size, backtrace) of a "
              "freed block: every call is on one thread, every allocation a malloc, a free takes the newest block of "
              "its kind, times are to the ms\n");
-  if (rep.unknown_frees)
-    fmt::print(stderr,
-               "heaplab: note: {} deallocations of blocks allocated before heaptrack started were skipped (first at "
-               "line {})\n",
-               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
-  if (rep.other_records)
-    fmt::print(stderr, "heaplab: note: {} records of kinds heaplab does not know were skipped (a newer heaptrack?)\n",
-               group_digits(rep.other_records));
+  note(rep.unknown_frees,
+       fmt::format("deallocations of blocks allocated before heaptrack started were skipped (first at line {})",
+                   rep.first_unknown_free_line));
+  note(rep.other_records, "records of kinds heaplab does not know were skipped (a newer heaptrack?)");
   return 0;
 }
 
@@ -161,26 +160,15 @@ int run_import_heaptrack(const ImportArgs& a, const std::vector<std::string>& ar
 int run_import_logalloc(const ImportArgs& a, const std::vector<std::string>& argv, const trace::WriterOptions& opt) {
   const import::LogallocFileImport im = import::import_logalloc_file(a.input, a.output, opt, argv);
   const import::LogallocImportReport& rep = im.report;
-  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
-  fmt::print(stderr,
-             "imported {} events in {} thread{} of process {} from {} lines of {}{} into {} ({} bytes, {:.3f} "
-             "bytes/event)\n",
-             group_digits(rep.events), rep.threads, rep.threads == 1 ? "" : "s", rep.pid, group_digits(rep.lines),
-             im.source, how, a.output, group_digits(im.bytes),
-             rep.events ? double(im.bytes) / double(rep.events) : 0.0);
+  print_imported(im, rep.events,
+                 fmt::format(" in {} thread{} of process {}", rep.threads, rep.threads == 1 ? "" : "s", rep.pid),
+                 rep.lines, "", a.output);
   fmt::print(stderr, "heaplab: note: logalloc records no times; arenas are replayed as one heap\n");
-  if (rep.other_process_lines)
-    fmt::print(stderr, "heaplab: note: {} lines of other processes (fork children) were not imported\n",
-               group_digits(rep.other_process_lines));
-  if (rep.unknown_frees)
-    fmt::print(stderr, "heaplab: note: {} frees of blocks never allocated in the log were skipped (first at line {})\n",
-               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
-  if (rep.unknown_reallocs)
-    fmt::print(stderr, "heaplab: note: {} reallocs of such blocks were imported as realloc(NULL, n)\n",
-               group_digits(rep.unknown_reallocs));
-  if (rep.reused_live)
-    fmt::print(stderr, "heaplab: note: {} allocations returned an address that was still live (a free is missing)\n",
-               group_digits(rep.reused_live));
+  note(rep.other_process_lines, "lines of other processes (fork children) were not imported");
+  note(rep.unknown_frees, fmt::format("frees of blocks never allocated in the log were skipped (first at line {})",
+                                      rep.first_unknown_free_line));
+  note(rep.unknown_reallocs, "reallocs of such blocks were imported as realloc(NULL, n)");
+  note(rep.reused_live, "allocations returned an address that was still live (a free is missing)");
   return 0;
 }
 
@@ -199,20 +187,11 @@ int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
   if (a.from == "logalloc") return run_import_logalloc(a, argv, opt);
   const import::CmtFileImport im = import::import_cmt_file(a.input, a.output, opt, argv);
   const import::CmtImportReport& rep = im.report;
-  const uint64_t bytes = im.bytes;
-  const std::string how = im.compression == "none" ? "" : fmt::format(" ({})", im.compression);
-  fmt::print(stderr, "imported {} events from {} lines of {}{} into {} ({} bytes, {:.3f} bytes/event)\n",
-             group_digits(rep.events), group_digits(rep.lines), im.source, how, a.output, group_digits(bytes),
-             rep.events ? double(bytes) / double(rep.events) : 0.0);
-  if (rep.unknown_frees)
-    fmt::print(stderr, "heaplab: note: {} frees of addresses never allocated were skipped (first at line {})\n",
-               group_digits(rep.unknown_frees), rep.first_unknown_free_line);
-  if (rep.unknown_reallocs)
-    fmt::print(stderr, "heaplab: note: {} reallocs of unknown addresses were imported as realloc(NULL, n)\n",
-               group_digits(rep.unknown_reallocs));
-  if (rep.reused_live)
-    fmt::print(stderr, "heaplab: note: {} allocations returned an address that was still live (a free is missing)\n",
-               group_digits(rep.reused_live));
+  print_imported(im, rep.events, "", rep.lines, "", a.output);
+  note(rep.unknown_frees,
+       fmt::format("frees of addresses never allocated were skipped (first at line {})", rep.first_unknown_free_line));
+  note(rep.unknown_reallocs, "reallocs of unknown addresses were imported as realloc(NULL, n)");
+  note(rep.reused_live, "allocations returned an address that was still live (a free is missing)");
   return 0;
 }
 
