@@ -112,19 +112,10 @@ std::string trace_diff(const TraceStats& a, const TraceStats& b, const DiffNames
       s += "\n## " + section + "\n\n| | A | B | B - A | B / A |\n|---|---:|---:|---:|---:|\n";
       for (const auto& t : table) s += fmt::format("| {} | {} | {} | {} | {} |\n", t[0], t[1], t[2], t[3], t[4]);
     } else {
-      const char* heads[5] = {"", "A", "B", "B - A", "B / A"};
-      std::vector<size_t> w(5, 0);
-      w[0] = section.size();
-      for (size_t i = 1; i < 5; ++i) w[i] = std::string_view(heads[i]).size();
-      for (const auto& t : table) {
-        w[0] = std::max(w[0], 2 + t[0].size());
-        for (size_t i = 1; i < 5; ++i) w[i] = std::max(w[i], t[i].size());
-      }
-      s += fmt::format("\n{:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}\n", section, w[0], heads[1], w[1], heads[2], w[2],
-                       heads[3], w[3], heads[4], w[4]);
-      for (const auto& t : table)
-        s += fmt::format("{:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}\n", "  " + t[0], w[0], t[1], w[1], t[2], w[2], t[3],
-                         w[3], t[4], w[4]);
+      // The section's name heads its first column; its rows are indented under it.
+      for (auto& t : table) t[0] = "  " + t[0];
+      table.insert(table.begin(), {section, "A", "B", "B - A", "B / A"});
+      s += "\n" + common::align_columns(table, "lrrrr");
     }
     table.clear();
   };

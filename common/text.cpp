@@ -1,8 +1,35 @@
 #include "common/text.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace heaplab::common {
+
+std::string align_columns(const std::vector<std::vector<std::string>>& rows, std::string_view align,
+                          std::string_view indent) {
+  const auto width = [](const std::string& x) {
+    size_t n = 0;
+    for (char ch : x) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+    return n;
+  };
+  std::vector<size_t> w;
+  for (const auto& row : rows) {
+    if (w.size() < row.size()) w.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) w[i] = std::max(w[i], width(row[i]));
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line(indent);
+    for (size_t i = 0; i < row.size(); ++i) {
+      const std::string pad(w[i] - width(row[i]), ' ');
+      line += i < align.size() && align[i] == 'r' ? pad + row[i] : row[i] + pad;
+      line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
 
 std::string gib_text(uint64_t bytes) {
   char buf[64];

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace heaplab::common {
 
@@ -14,6 +15,13 @@ std::string group_digits(uint64_t v);
 // bytes and its length ("'xxxx...' (10,000,000 bytes)"): a junk line of
 // megabytes is not echoed whole. Control bytes are shown as '?'.
 std::string excerpt(std::string_view text, size_t max = 60);
+
+// Rows of cells as aligned text, a line each: every column as wide as its
+// widest cell (in characters: UTF-8 aware), cells 'l'eft- or 'r'ight-aligned
+// as `align` says column by column (missing: left), two spaces between
+// columns, `indent` before each line, no blanks at a line's end.
+std::string align_columns(const std::vector<std::vector<std::string>>& rows, std::string_view align,
+                          std::string_view indent = "");
 
 // Bytes in GiB with one decimal: "37.6 GiB".
 std::string gib_text(uint64_t bytes);

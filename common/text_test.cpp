@@ -19,6 +19,16 @@ TEST(Text, ExcerptOfLongInput) {
   EXPECT_EQ(excerpt(std::string("a\tb\x7f"), 10), "'a?b?'");
 }
 
+TEST(Text, AlignColumns) {
+  // Widest cell per column (characters, not bytes: "±"), left or right as
+  // asked, two spaces between, the indent first, no blanks at the end.
+  EXPECT_EQ(align_columns({{"metric", "A", "note"}, {"heap", "1.5 ±2%", ""}, {"wall_s", "12", "worse"}}, "lr", "  "),
+            "  metric        A  note\n"
+            "  heap    1.5 ±2%\n"
+            "  wall_s       12  worse\n");
+  EXPECT_EQ(align_columns({}, "l"), "");
+}
+
 TEST(Text, GroupDigits) {
   EXPECT_EQ(group_digits(0), "0");
   EXPECT_EQ(group_digits(7), "7");

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "common/text.h"
 #include "experiments/metrics.h"
 #include "experiments/stats.h"
 #include "replay/result.h"
@@ -105,21 +106,8 @@ std::string session_diff(const std::vector<RunRecord>& a, const std::vector<RunR
       for (const auto& t : table)
         s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", t[0], t[1], t[2], t[3], t[4], t[5]);
     } else {
-      const char* heads[6] = {"metric", "A", "B", "B / A", "p", ""};
-      std::vector<size_t> w(6, 0);
-      for (size_t i = 0; i < 6; ++i) w[i] = std::string(heads[i]).size();
-      for (const auto& t : table)
-        for (size_t i = 0; i < 6; ++i) w[i] = std::max(w[i], t[i].size());
-      s += "\n" + cell + "\n";
-      std::string head = fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}", heads[0], w[0], heads[1], w[1],
-                                     heads[2], w[2], heads[3], w[3], heads[4], w[4]);
-      s += head + "\n";
-      for (const auto& t : table) {
-        std::string l = fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}  {}", t[0], w[0], t[1], w[1], t[2], w[2],
-                                    t[3], w[3], t[4], w[4], t[5]);
-        while (!l.empty() && l.back() == ' ') l.pop_back();
-        s += l + "\n";
-      }
+      table.insert(table.begin(), {"metric", "A", "B", "B / A", "p", ""});
+      s += "\n" + cell + "\n" + common::align_columns(table, "lrrrrl", "  ");
     }
     table.clear();
   };
@@ -201,16 +189,8 @@ std::string result_diff(const nlohmann::json& a, const nlohmann::json& b, const 
   s = fmt::format("heaplab diff: A {} ({}), B {} ({}); one replay each: no significance\n", opt.a, name(a), opt.b,
                   name(b)) +
       other_trace;
-  std::vector<size_t> w = {6, 1, 1, 5};
-  for (const auto& t : table)
-    for (size_t i = 0; i < 4; ++i) w[i] = std::max(w[i], t[i].size());
-  s += fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}\n", "metric", w[0], "A", w[1], "B", w[2], "B / A", w[3]);
-  for (const auto& t : table) {
-    std::string l =
-        fmt::format("  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {}", t[0], w[0], t[1], w[1], t[2], w[2], t[3], w[3], t[4]);
-    while (!l.empty() && l.back() == ' ') l.pop_back();
-    s += l + "\n";
-  }
+  table.insert(table.begin(), {"metric", "A", "B", "B / A", ""});
+  s += common::align_columns(table, "lrrrl", "  ");
   return s;
 }
 

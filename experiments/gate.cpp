@@ -11,6 +11,8 @@
 #include "experiments/metrics.h"
 #include "experiments/stats.h"
 
+#include "common/text.h"
+
 namespace heaplab::experiments {
 
 namespace {
@@ -326,24 +328,7 @@ std::string gate_text(const GateResult& r, const GateOptions& opt, const GateRep
          c->metric, c->baseline_n ? figure(c->baseline_median, m) : "-", c->n ? figure(c->median, m) : "-",
          figures ? change_text(*c) : "-", c->budget, figures && c->state != "failed" ? p_value(c->p) : "-", note});
   }
-  std::vector<size_t> w(rows[0].size(), 0);
-  for (const auto& row : rows)
-    for (size_t i = 0; i < row.size(); ++i) w[i] = std::max(w[i], row[i].size());
-  for (const auto& row : rows) {
-    std::string l;
-    for (size_t i = 0; i < row.size(); ++i) {
-      // Figures right-aligned, words left; the note last, unpadded.
-      const bool right = i >= 5 && i <= 9;
-      if (i + 1 == row.size())
-        l += row[i];
-      else if (right)
-        l += fmt::format("{:>{}}  ", row[i], w[i]);
-      else
-        l += fmt::format("{:<{}}  ", row[i], w[i]);
-    }
-    while (!l.empty() && l.back() == ' ') l.pop_back();
-    s += l + "\n";
-  }
+  s += common::align_columns(rows, "lllllrrrrrl");  // figures right-aligned, words left
   size_t counts[6] = {};
   const char* states[6] = {"regression", "failed", "missing", "noise", "new", "pass"};
   for (const GateCheck& c : r.checks)
