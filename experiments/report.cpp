@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/text.h"
 #include "experiments/metrics.h"
 #include "experiments/results.h"
 #include "experiments/stats.h"
@@ -181,21 +182,8 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
         }
       }
     } else {
-      // Widths in characters, not bytes (the cells have "±").
-      const auto width = [](const std::string& x) {
-        return size_t(std::count_if(x.begin(), x.end(), [](char ch) { return (ch & 0xC0) != 0x80; }));
-      };
-      std::vector<size_t> w(heads.size(), 0);
-      for (const auto& row : rows)
-        for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], width(row[c]));
-      for (const auto& row : rows) {
-        std::string l;
-        for (size_t c = 0; c < row.size(); ++c) {
-          const std::string pad(w[c] - width(row[c]), ' ');
-          l += c ? "  " + pad + row[c] : row[c] + (c + 1 < row.size() ? pad : "");
-        }
-        s += l + "\n";
-      }
+      // The metric left, the allocators' cells right-aligned.
+      s += common::align_columns(rows, "l" + std::string(heads.size() - 1, 'r'));
     }
   }
   return s;
