@@ -37,10 +37,7 @@ HeaptrackImportReport import_heaptrack(InputStream& in, trace::TraceWriter& w) {
   std::string_view line;
   while (lines.next(line)) {
     ++rep.lines;
-    auto fail = [&](const std::string& why) {
-      throw InputError(in.name() + ":" + std::to_string(lines.line_number()) + ": " + why + ": " +
-                       common::excerpt(line));
-    };
+    auto fail = [&](const std::string& why) { lines.fail(why, line); };
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     const char tag = line[0];

@@ -1,5 +1,7 @@
 #include "capture/import/input_stream.h"
 
+#include "common/text.h"
+
 #include <bzlib.h>
 #include <fcntl.h>
 #include <lzma.h>
@@ -273,6 +275,10 @@ std::unique_ptr<InputStream> InputStream::open(const std::string& path) {
     return std::make_unique<XzStream>(std::move(fd), name, prefix);
   if (starts("\x28\xb5\x2f\xfd")) return std::make_unique<ZstdStream>(std::move(fd), name, prefix);
   return std::make_unique<PlainStream>(std::move(fd), name, prefix);
+}
+
+void LineReader::fail(const std::string& why, std::string_view line) const {
+  throw InputError(in_.name() + ":" + std::to_string(line_no_) + ": " + why + ": " + common::excerpt(line));
 }
 
 bool LineReader::next(std::string_view& line) {

@@ -40,6 +40,9 @@ class LineReader {
   // The view is valid until the next call.
   bool next(std::string_view& line);
   uint64_t line_number() const { return line_no_; }
+  // Throws InputError "NAME:LINE: WHY: 'an excerpt of line'" for the line
+  // last read.
+  [[noreturn]] void fail(const std::string& why, std::string_view line) const;
 
  private:
   InputStream& in_;

@@ -77,10 +77,7 @@ LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
   std::string_view line;
   while (lines.next(line)) {
     ++rep.lines;
-    auto fail = [&](const std::string& why) {
-      throw InputError(in.name() + ":" + std::to_string(lines.line_number()) + ": " + why + ": " +
-                       common::excerpt(line));
-    };
+    auto fail = [&](const std::string& why) { lines.fail(why, line); };
     while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
     if (line.empty()) continue;
     // PID [TID] call(args)[=result]

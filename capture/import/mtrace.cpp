@@ -37,10 +37,7 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
   uint64_t pending_addr = 0;
   while (lines.next(line)) {
     ++rep.lines;
-    auto fail = [&](const std::string& why) {
-      throw InputError(in.name() + ":" + std::to_string(lines.line_number()) + ": " + why + ": " +
-                       common::excerpt(line));
-    };
+    auto fail = [&](const std::string& why) { lines.fail(why, line); };
     while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
     if (line.empty()) continue;
     if (line[0] == '=') {
