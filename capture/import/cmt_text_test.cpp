@@ -25,6 +25,7 @@
 #include "capture/format/trace_testutil.h"
 #include "capture/import/compress_testutil.h"
 #include "capture/import/input_stream.h"
+#include "capture/import/string_input_testutil.h"
 
 namespace heaplab::import {
 namespace {
@@ -41,22 +42,7 @@ using trace::testutil::write_file;
 
 std::string cmt_fixture(const std::string& name) { return source_dir() + "/capture/testdata/cmt/" + name; }
 
-// An in-memory input with a chosen name.
-class StringInput final : public InputStream {
- public:
-  StringInput(std::string data, std::string name) : data_(std::move(data)) { name_ = std::move(name); }
-  size_t read(char* buf, size_t n) override {
-    const size_t k = std::min(n, data_.size() - pos_);
-    std::copy_n(data_.data() + pos_, k, buf);
-    pos_ += k;
-    return k;
-  }
-  const char* compression() const override { return "none"; }
-
- private:
-  std::string data_;
-  size_t pos_ = 0;
-};
+using testutil::StringInput;
 
 std::vector<Event> read_events(const std::string& trace_path) {
   auto r = trace::TraceReader::open(trace_path);

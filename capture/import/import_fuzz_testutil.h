@@ -1,5 +1,4 @@
-// What the importers' tests and fuzz drivers share: a string as an
-// InputStream, the check that a driver's seeds import whole (so that their
+// What the importers' fuzz drivers share: the check that a driver's seeds import whole (so that their
 // mutations reach every kind of line), and the deterministic mutations a
 // driver runs through its fuzz target in every build.
 #pragma once
@@ -18,27 +17,11 @@
 #include "capture/format/trace_testutil.h"
 #include "capture/format/trace_writer.h"
 #include "capture/import/input_stream.h"
+#include "capture/import/string_input_testutil.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace heaplab::import::testutil {
-
-// A string read as an input, under a chosen name.
-class StringInput final : public InputStream {
- public:
-  StringInput(std::string data, std::string name) : data_(std::move(data)) { name_ = std::move(name); }
-  size_t read(char* buf, size_t n) override {
-    const size_t k = std::min(n, data_.size() - pos_);
-    data_.copy(buf, k, pos_);
-    pos_ += k;
-    return k;
-  }
-  const char* compression() const override { return "none"; }
-
- private:
-  std::string data_;
-  size_t pos_ = 0;
-};
 
 // Every seed imports whole with `import(InputStream&, TraceWriter&)` into
 // at least `min_events` events.
