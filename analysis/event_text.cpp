@@ -14,14 +14,16 @@ std::string obj(uint64_t id) { return id ? "#" + std::to_string(id) : "NULL"; }
 
 }  // namespace
 
-void event_text(const trace::Event& e, bool has_time, std::string& line) {
+void event_text(const trace::Event& e, bool has_time, std::string& line, uint64_t address) {
   line.clear();
   fmt::format_to(std::back_inserter(line), "{} t{} ", e.seq, e.thread);
   if (has_time) fmt::format_to(std::back_inserter(line), "@{} ", e.time);
   line += trace::op_name(e.op);
   const uint8_t f = trace::op_info(e.op).fields;
   std::vector<std::string> args;
-  if (f & trace::kConsumes) args.push_back(obj(e.old));
+  const bool produced = (f & trace::kProduces) && e.id != 0;
+  const std::string at = address ? fmt::format(" @{:#x}", address) : "";
+  if (f & trace::kConsumes) args.push_back(obj(e.old) + (produced ? "" : at));
   if (f & trace::kCount) args.push_back(std::to_string(e.count));
   if (f & trace::kSize) args.push_back(std::to_string(e.size));
   if (f & trace::kAlign) args.push_back("align=" + std::to_string(e.align));
@@ -29,13 +31,13 @@ void event_text(const trace::Event& e, bool has_time, std::string& line) {
   for (size_t i = 0; i < args.size(); ++i) line += (i ? ", " : "") + args[i];
   line += ")";
   if (f & trace::kProduces) {
-    line += " = " + obj(e.id);
+    line += " = " + obj(e.id) + (produced ? at : "");
     if (e.flags & trace::kFailed) line += " (failed)";
   }
   line += "\n";
 }
 
-void event_jsonl(const trace::Event& e, bool has_time, std::string& line) {
+void event_jsonl(const trace::Event& e, bool has_time, std::string& line, uint64_t address) {
   nlohmann::json j = {{"seq", e.seq}, {"thread", e.thread}, {"op", trace::op_name(e.op)}};
   if (has_time) j["time"] = e.time;
   const uint8_t f = trace::op_info(e.op).fields;
@@ -45,6 +47,7 @@ void event_jsonl(const trace::Event& e, bool has_time, std::string& line) {
   if (f & trace::kAlign) j["align"] = e.align;
   if (f & trace::kProduces) j["id"] = e.id;
   if (e.flags & trace::kFailed) j["failed"] = true;
+  if (address) j["address"] = address;
   line = j.dump();
   line += "\n";
 }

@@ -11,9 +11,12 @@
 
 namespace heaplab::analysis {
 
-// Replaces `line` with the event's line (ending in '\n').
-void event_text(const trace::Event& e, bool has_time, std::string& line);
-void event_jsonl(const trace::Event& e, bool has_time, std::string& line);
+// Replaces `line` with the event's line (ending in '\n'). `address` (a
+// replay's, format 1.2; 0: none) follows the object it belongs to: the
+// result of a call that produces ("= #5 @0x55d0c0a012a0"), else the object
+// consumed ("free(#5 @0x55d0c0a012a0)"); in JSON, "address".
+void event_text(const trace::Event& e, bool has_time, std::string& line, uint64_t address = 0);
+void event_jsonl(const trace::Event& e, bool has_time, std::string& line, uint64_t address = 0);
 // Lifetimes for `heaplab cat --annotate`: fed every event of the trace in
 // seq order, it says of each that releases an object (free, the deletes,
 // realloc's old object) the object's requested size and its age, in events

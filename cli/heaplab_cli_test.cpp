@@ -282,7 +282,7 @@ TEST_F(Cli, RealTraceImportsWithExactCounts) {
 TEST_F(Cli, VersionAndHelp) {
   Result r = run({"--version"});
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out, "heaplab 0.1.0 (trace format 1.1)\n");
+  EXPECT_EQ(r.out, "heaplab 0.1.0 (trace format 1.2)\n");
   for (const char* sub : {"import", "stats", "check", "cat"}) {
     r = run({sub, "--help"});
     EXPECT_EQ(r.status, 0) << sub;
@@ -313,7 +313,7 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
   // main help and exit 0).
   const std::string unknown =
       "heaplab: error: unknown command 'gaet', did you mean 'gate'? (commands: import, stats, check, cat, capture, "
-      "replay, run, report, gate, diff, dashboard, results)\nRun 'heaplab --help' for usage.\n";
+      "replay, layout, run, report, gate, diff, dashboard, results)\nRun 'heaplab --help' for usage.\n";
   for (const std::vector<std::string>& args : {std::vector<std::string>{"gaet"}, {"gaet", "--help"}}) {
     r = run(args);
     EXPECT_EQ(r.status, 2);

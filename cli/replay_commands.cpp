@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "analysis/layout.h"
+#include "common/text.h"
+#include "replay/addresses.h"
 #include "replay/compare.h"
 #include "replay/launch.h"
 #include "replay/settings.h"
@@ -24,6 +27,7 @@ struct ReplayArgs {
   };
   std::vector<Given> settings;
   std::string out;
+  std::string emit_trace;
   bool list = false;
   bool quiet = false;
   bool json = false;
@@ -73,12 +77,34 @@ int run_replay(ReplayArgs& a) {
   } catch (const replay::ReplayError& e) {
     throw Failure{std::string("replay: ") + e.what()};
   }
+  if (!a.emit_trace.empty() && (allocs.size() * loads.size() > 1 || all))
+    throw Failure{"replay: --emit-trace takes one allocator and one load mode (a trace holds one replay's addresses)"};
   if (allocs.size() * loads.size() > 1 || all) return run_replays(a, allocs, loads, all);
   replay::ReplayOutcome o;
+  std::vector<uint64_t> addresses;
+  replay::ReplayOptions opt = a.opt;
+  if (!a.emit_trace.empty()) opt.addresses = &addresses;
   try {
-    o = replay::run_replay(a.opt);
+    o = replay::run_replay(opt);
   } catch (const replay::ReplayError& e) {
     throw Failure{std::string("replay: ") + e.what()};
+  }
+  if (!a.emit_trace.empty() && !addresses.empty()) {
+    try {
+      const replay::EmittedTrace e =
+          replay::write_trace_with_addresses(a.opt.trace, addresses, a.emit_trace,
+                                             {{"allocator", o.result["allocator"]},
+                                              {"exit", o.result["exit"]},
+                                              {"replay_threads", o.result["replay_threads"]}});
+      fmt::print(stderr, "heaplab: wrote {}: {} events, {} with the address of their block on {} ({})\n", a.emit_trace,
+                 e.events, e.addressed, a.opt.allocator, a.opt.load);
+    } catch (const std::exception& e) {
+      throw Failure{std::string("replay: --emit-trace: ") + e.what()};
+    }
+  } else if (!a.emit_trace.empty()) {
+    fmt::print(stderr, "heaplab: error: replay: --emit-trace: the replay did not finish, so {} was not written\n",
+               a.emit_trace);
+    if (o.exit_code == 0) o.exit_code = 1;
   }
   const std::string text = o.result.dump(2) + "\n";
   if (!a.out.empty()) write_text(a.out, text, "replay: ");
@@ -88,6 +114,116 @@ int run_replay(ReplayArgs& a) {
     fmt::print("{}", replay::result_summary(o.result));
   if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
   return o.exit_code;
+}
+
+struct LayoutArgs {
+  replay::ReplayOptions opt;
+  CLI::Option* allocator = nullptr;
+  std::string out;
+  bool json = false;
+  bool annotate = false;
+};
+
+// heaplab layout: each allocator's replay with its addresses, measured; or
+// the addresses a trace already holds (replay --emit-trace).
+int run_layout(LayoutArgs& a) {
+  if (a.opt.trace.empty()) throw Failure{"layout: no trace given (heaplab layout TRACE --allocator NAME)"};
+  std::unique_ptr<trace::TraceReader> r = open_trace(a.opt.trace);
+  std::string line;
+  replay::LayoutLines print = [&](const std::string& l) {
+    if (std::fwrite(l.data(), 1, l.size(), stdout) != l.size()) output_failed();
+  };
+  const replay::LayoutLines* lines = a.annotate ? &print : nullptr;
+  struct Column {
+    std::string name, load;
+    analysis::LayoutSummary summary;
+  };
+  std::vector<Column> columns;
+  int worst = 0;
+  if (a.allocator->count() == 0 && r->has_addresses()) {
+    // The trace holds one replay's addresses: measured as they are.
+    const nlohmann::json meta = nlohmann::json::parse(r->metadata(), nullptr, false);
+    Column c;
+    c.name = "recorded";
+    if (meta.is_object() && meta.contains("replay") && meta["replay"].is_object() &&
+        meta["replay"].contains("allocator") && meta["replay"]["allocator"].is_object()) {
+      c.name = meta["replay"]["allocator"].value("name", c.name);
+      c.load = meta["replay"]["allocator"].value("load", "");
+    }
+    // (Run by one replay thread: in the trace's order.)
+    const bool in_order = meta.is_object() && meta.contains("replay") && meta["replay"].is_object() &&
+                                  meta["replay"].contains("replay_threads")
+                              ? meta["replay"]["replay_threads"] == 1
+                              : r->active_threads().size() == 1;
+    trace::AddressCursor cur(*r);
+    // (event i's seq: the trace is complete, its seqs are 0, 1, 2 ...)
+    try {
+      c.summary = replay::measure_layout(
+          a.opt.trace, [&](uint64_t i) { return cur.at(i); }, in_order, lines);
+    } catch (const trace::TraceError& e) {
+      throw Failure{std::string("layout: ") + e.what()};
+    }
+    columns.push_back(std::move(c));
+  } else {
+    std::vector<std::string> allocs, loads;
+    try {
+      allocs = replay::allocator_list(a.opt.allocator);
+      loads = replay::load_list(a.opt.load);
+    } catch (const replay::ReplayError& e) {
+      throw Failure{std::string("layout: ") + e.what()};
+    }
+    if (a.annotate && allocs.size() * loads.size() > 1)
+      throw Failure{"layout: --annotate takes one allocator and one load mode (the notes are one layout's)"};
+    const bool all = a.opt.allocator == "all";
+    for (const std::string& alloc : allocs) {
+      for (const std::string& load : loads) {
+        replay::ReplayOptions opt = a.opt;
+        opt.allocator = alloc;
+        opt.load = load;
+        if (!a.annotate && !a.json && allocs.size() * loads.size() > 1)
+          fmt::print(stderr, "heaplab: replaying on {} ({})\n", alloc, load);
+        replay::ReplayLayout l;
+        try {
+          l = replay::replay_layout(opt, lines);
+        } catch (const replay::NotAvailable& e) {
+          if (!all) throw Failure{std::string("layout: ") + e.what()};
+          fmt::print(stderr, "heaplab: skipped {} ({}): {}\n", alloc, load, e.what());
+          continue;
+        } catch (const replay::ReplayError& e) {
+          throw Failure{std::string("layout: ") + e.what()};
+        } catch (const trace::TraceError& e) {
+          throw Failure{std::string("layout: ") + e.what()};
+        }
+        if (!l.measured || l.outcome.exit_code != 0) {
+          fmt::print(stderr, "heaplab: error: layout: replay on {} ({}): {}\n", alloc, load,
+                     l.outcome.error.empty() ? "it did not finish" : l.outcome.error);
+          worst = std::max(worst, l.outcome.exit_code == 0 ? 1 : l.outcome.exit_code);
+          if (!l.measured) continue;
+        }
+        columns.push_back({alloc, load, std::move(l.summary)});
+      }
+    }
+  }
+  nlohmann::json j = {{"format", "heaplab-layout"}, {"format_version", 1}, {"trace", a.opt.trace}};
+  j["page_bytes"] = analysis::kLayoutPage;
+  j["allocators"] = nlohmann::json::array();
+  for (const Column& c : columns)
+    j["allocators"].push_back({{"name", c.name}, {"load", c.load}, {"layout", analysis::layout_json(c.summary)}});
+  if (!a.out.empty()) write_text(a.out, j.dump(2) + "\n", "layout: ");
+  if (a.json) {
+    fmt::print("{}\n", j.dump(2));
+  } else if (!a.annotate && !columns.empty()) {
+    std::vector<std::pair<std::string, const analysis::LayoutSummary*>> cols;
+    for (const Column& c : columns)
+      cols.emplace_back(c.load.empty() || c.load == "preload" ? c.name : c.name + " (" + c.load + ")", &c.summary);
+    std::string text = fmt::format("layout of {}: {} events; pages of {} bytes, a block's requested bytes\n\n",
+                                   a.opt.trace, common::group_digits(columns[0].summary.events), analysis::kLayoutPage);
+    text += analysis::layout_table(cols);
+    for (const auto& [name, s] : cols)
+      text += fmt::format("\n{}, by size class:\n{}", name, analysis::layout_size_table(*s));
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) output_failed();
+  }
+  return worst;
 }
 
 }  // namespace
@@ -136,11 +272,39 @@ void add_replay_commands(CLI::App& app, Commands& commands) {
           },
           "SECONDS"));
   rp->add_option("-o,--out", ra.out, "Write the result JSON here");
+  rp->add_option("--emit-trace", ra.emit_trace,
+                 "Also write the trace again with the address each call returned or freed on this allocator "
+                 "(format 1.2; heaplab cat shows them, heaplab layout measures them)");
   rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
   rp->add_flag("-q,--quiet", ra.quiet, "No summary");
   rp->add_flag("--list-allocators", ra.list, "List the allocators and load modes available, and why not");
 
   commands.push_back({rp, [ra_] { return run_replay(*ra_); }});
+
+  auto la_ = std::make_shared<LayoutArgs>();
+  LayoutArgs& la = *la_;
+  la.opt.settings.memory = false;  // (no sampler: the addresses are what is measured)
+  auto* ly = app.add_subcommand(
+      "layout",
+      "Where an allocator puts each block of a trace: neighbours and gaps, pages spanned and gained, the working "
+      "set, blocks sharing a page or cache line with another thread's\n"
+      "  heaplab layout TRACE [--allocator NAME[,NAME...]|all] [--annotate | --json] [-o layout.json]\n"
+      "A trace written by replay --emit-trace is measured as recorded unless --allocator is given. Exits 0, 1 if a "
+      "replay failed, 2 on errors.");
+  ly->add_option("trace", la.opt.trace, "Trace file (.hlt)");
+  la.allocator = ly->add_option("--allocator", la.opt.allocator,
+                                "glibc (default), jemalloc, mimalloc, tcmalloc, the path of an allocator .so, several "
+                                "separated by commas, or all: side by side")
+                     ->capture_default_str();
+  ly->add_option("--load", la.opt.load, "preload or direct (as replay --load)")->capture_default_str();
+  ly->add_option("--threads", la.opt.settings.threads, "Replay threads (as replay --threads; 0: one per recorded)")
+      ->check(not_negative());
+  ly->add_flag("--annotate", la.annotate,
+               "Print every call with its note, as the seed's overhead.py: prev ADDR, gap N, next ADDR, gap N, "
+               "pages [A, B], K more pages");
+  ly->add_flag("--json", la.json, "Print the summaries as JSON");
+  ly->add_option("-o,--out", la.out, "Write the summaries as JSON here");
+  commands.push_back({ly, [la_] { return run_layout(*la_); }});
 }
 
 }  // namespace heaplab::cli

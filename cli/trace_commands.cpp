@@ -292,6 +292,9 @@ int run_cat(const CatArgs& a) {
     cur = std::make_unique<trace::MergedCursor>(*r);
   const bool json = a.format == "jsonl";
   analysis::LifetimeAnnotator lifetimes;
+  // A replay's addresses (heaplab replay --emit-trace), if the trace has them.
+  trace::AddressCursor addresses(*r);
+  const bool has_addresses = r->has_addresses();
   std::vector<trace::Event> buf(4096);
   std::string line, out;
   uint64_t shown = 0;
@@ -300,7 +303,9 @@ int run_cat(const CatArgs& a) {
       const analysis::LifetimeAnnotator::Age age =
           a.annotate ? lifetimes.observe(buf[i]) : analysis::LifetimeAnnotator::Age{};
       if (buf[i].seq < a.from || (a.thread >= 0 && buf[i].thread != a.thread)) continue;
-      json ? analysis::event_jsonl(buf[i], r->has_time(), line) : analysis::event_text(buf[i], r->has_time(), line);
+      const uint64_t address = has_addresses ? addresses.at(buf[i].seq) : 0;
+      json ? analysis::event_jsonl(buf[i], r->has_time(), line, address)
+           : analysis::event_text(buf[i], r->has_time(), line, address);
       if (age.known && json) {
         line.pop_back();  // "}\n"
         line.pop_back();

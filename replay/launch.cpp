@@ -23,6 +23,7 @@
 #include "common/files.h"
 #include "common/process.h"
 #include "common/text.h"
+#include "replay/engine.h"
 #include "replay/histogram.h"
 #include "replay/plan.h"
 #include "replay/plan_store.h"
@@ -226,6 +227,33 @@ std::string file_id(const std::string& path) {
   return id;
 }
 
+namespace {
+
+// The object table a replayer wrote to `fd` (--table-fd), read as each
+// event's address: its ref's slot, if the slot holds that ref's generation
+// (the replay made the call), less the generation; NULL results read as 0.
+void read_addresses(int fd, const std::vector<uint64_t>& event_refs, std::vector<uint64_t>& out) {
+  out.assign(event_refs.size(), 0);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) return;
+  const size_t len = size_t(st.st_size);
+  void* m = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) throw ReplayError(std::string("reading the replay's object table: ") + std::strerror(errno));
+  const auto* table = static_cast<const uint64_t*>(m);
+  const size_t slots = len / sizeof(uint64_t);
+  for (size_t i = 0; i < event_refs.size(); ++i) {
+    const uint64_t ref = event_refs[i];
+    if (ref == 0 || ref_slot(ref) >= slots) continue;
+    const uint64_t v = table[ref_slot(ref)];
+    if ((v >> kValueGenerationShift) != ref_generation(ref)) continue;
+    const uint64_t p = v & kPointerMask;
+    out[i] = p == kNullObject ? 0 : p;
+  }
+  munmap(m, len);
+}
+
+}  // namespace
+
 ReplayOutcome run_replay(const ReplayOptions& opt) {
   // Settings made by hand (not through the table's parser) are checked too.
   for (const char* key : {"speed", "pin", "membind"}) {
@@ -258,7 +286,18 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   // else built now (and kept if there is room).
   bool reused = false, kept = false;
   std::string source = "built", where;
-  if (PlanCache& c = plan_cache(); !key.empty() && c.key == key) {
+  std::vector<uint64_t> event_refs;
+  if (opt.addresses) {
+    PlanOptions own = popt;
+    own.reuse_slots = false;
+    try {
+      plan_fd = build_plan(*reader, own, plan, -1, &event_refs);
+    } catch (const trace::TraceError& e) {
+      throw ReplayError(e.what());
+    } catch (const PlanError& e) {
+      throw ReplayError(opt.trace + ": " + e.what());
+    }
+  } else if (PlanCache& c = plan_cache(); !key.empty() && c.key == key) {
     plan_fd = fcntl(c.fd, F_DUPFD_CLOEXEC, 0);
     if (plan_fd >= 0) {
       plan = c.summary;
@@ -267,7 +306,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     }
   }
   const std::string trace_id = reused ? plan_cache().trace_id : file_id(opt.trace);
-  if (!reused) {
+  if (!reused && !opt.addresses) {
     const PlanStore store;
     where = store.dir();
     plan_fd = store.find(trace_id, popt, plan);
@@ -351,6 +390,22 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   reader.reset();
 
   std::vector<std::string> argv = {l.exe, "--plan-fd", "3", "--result-fd", "4", "--load", opt.load};
+  // The object table comes back in a memfd (fd 5) when addresses are asked for.
+  int table_fd = -1;
+  if (opt.addresses) {
+    table_fd = memfd_create("heaplab-table", MFD_CLOEXEC);
+    if (table_fd < 0) {
+      close(plan_fd);
+      throw ReplayError(std::string("cannot create a file for the object table: ") + std::strerror(errno));
+    }
+    argv.insert(argv.end(), {"--table-fd", "5"});
+  }
+  struct CloseTable {
+    int& fd;
+    ~CloseTable() {
+      if (fd >= 0) close(fd);
+    }
+  } close_table{table_fd};
   for (std::string& a : to_args(opt.settings)) argv.push_back(std::move(a));
   argv.insert(argv.end(), l.args.begin(), l.args.end());
 
@@ -390,6 +445,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   try {
     process::Pipe result;
     spec.fds = {{3, plan_fd}, {4, result.write}};
+    if (table_fd >= 0) spec.fds.emplace_back(5, table_fd);
     process::Child child = process::spawn(spec);
     close(plan_fd);
     plan_fd = -1;
@@ -401,6 +457,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     }
     if (timed_out) child.kill(SIGKILL);
     status = child.wait();
+    if (opt.addresses && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3))
+      read_addresses(table_fd, event_refs, *opt.addresses);
   } catch (const process::SpawnError& e) {
     if (plan_fd >= 0) close(plan_fd);
     if (!e.exec_failed()) throw ReplayError(e.what());

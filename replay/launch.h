@@ -25,6 +25,13 @@ struct ReplayOptions {
   // The replayer is killed, and the replay failed, if it runs longer than
   // this (a hung allocator). 0: default_timeout_s() of the trace.
   double timeout_s = 0;
+  // Set: record where every call's block was (heaplab replay --emit-trace,
+  // heaplab layout). The plan then gives every object its own table slot
+  // (built for this replay, never kept), and after a replay that ran,
+  // (*addresses)[i] is the address event i of the trace (in seq order)
+  // returned, or freed, or 0. Costs 8 bytes an event here and 8 an object
+  // in the replayer.
+  std::vector<uint64_t>* addresses = nullptr;
 };
 
 // The default limit on one replay's wall time: generous for the trace's

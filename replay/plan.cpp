@@ -355,8 +355,11 @@ uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt) {
   return layout_of(r, shape_of(r, opt), opt.times && r.has_time(), opt.live).total;
 }
 
-int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s, int fd) {
+int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s, int fd,
+               std::vector<uint64_t>* event_refs) {
   s = PlanSummary{};
+  if (event_refs && opt.reuse_slots) throw PlanError("plan: event refs need a table without slot reuse");
+  if (event_refs) event_refs->clear();
   Shape sh = shape_of(r, opt);
   s.fold = sh.fold;
   s.recorded_threads = static_cast<uint32_t>(r.active_threads().size());
@@ -584,6 +587,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       const Event& e = buf[i];
       if (next_call < calls.size()) memory_until(e.seq);
       ++s.events;
+      if (event_refs) event_refs->push_back(0);
       if (r.has_time()) s.duration_ns = std::max(s.duration_ns, e.time);
       if (!trace::op_valid(static_cast<unsigned>(e.op)) || e.op == Op::thread_start || e.op == Op::thread_end ||
           e.op == Op::lost)
@@ -698,6 +702,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       st.head = static_cast<uint64_t>(e.op) | uint64_t{flags} << 8 | id << 16;
       st.old = old;
       if (give_old) slots.give(old, k, table[k].steps);
+      // The object whose address the event names: the one it produced, else
+      // the one it consumed (a failure in the trace keeps the old one).
+      if (event_refs) event_refs->back() = trace::op_produces(e.op) && !(e.flags & trace::kNullResult) ? id : old;
       put(k, st, e.time, delta);
       ++s.ops[static_cast<unsigned>(e.op)];
       if (pages) {

@@ -166,7 +166,12 @@ struct PlanSummary {
 // trace (a call on an object that is not live, ids out of order), naming
 // the event; the replay would otherwise wait forever or free garbage; or
 // for a file that cannot take the plan (closing `fd`).
-int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& summary, int fd = -1);
+// `event_refs` (only with opt.reuse_slots off): for each event, in merged
+// (seq) order, the ref of the object whose address it names in a replay:
+// the one it produced, else the one it consumed, else 0. With every object
+// in its own slot, the replay's table then holds each event's address.
+int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& summary, int fd = -1,
+               std::vector<uint64_t>* event_refs = nullptr);
 
 // The size of `r`'s plan file, from the trace's index alone (no decoding):
 // what build_plan will ask of the disk.

@@ -20,6 +20,7 @@
 #include "analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
+#include "replay/run_testutil.h"
 
 namespace {
 
@@ -34,44 +35,10 @@ std::string testdata(const std::string& name) {
   return std::string(HEAPLAB_TEST_SOURCE_DIR) + "/replay/testdata/" + name;
 }
 
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs `env ARGS...` through the shell, stdout and stderr apart.
-Outcome run(const std::vector<std::string>& args, const std::string& env = "") {
-  static int n = 0;
-  const std::string err =
-      (fs::temp_directory_path() / ("replay_test." + std::to_string(getpid()) + "." + std::to_string(n++) + ".err"))
-          .string();
-  std::string cmd = env.empty() ? "" : env + " ";
-  for (const auto& a : args) cmd += quote(a) + " ";
-  cmd += "2>" + quote(err);
-  Outcome r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t k; (k = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, k);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.err = slurp(err);
-  fs::remove(err);
-  return r;
-}
+using heaplab::testutil::Outcome;
+using heaplab::testutil::quote;
+using heaplab::testutil::run;
+using heaplab::testutil::slurp;
 
 class ReplayTest : public ::testing::Test {
  protected:

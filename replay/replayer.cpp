@@ -209,6 +209,8 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
       if (std::string why = set_setting(a.settings, *setting, value()); !why.empty()) bad(opt + ": " + why);
     } else if (opt == "--result-fd") {
       a.result_fd = int(parse_u64(opt, value()));
+    } else if (opt == "--table-fd") {
+      a.table_fd = int(parse_u64(opt, value()));
     } else if (opt == "--load") {
       a.load = value();
       if (a.load != "preload" && a.load != "direct") bad("--load: expected preload or direct, not '" + a.load + "'");
@@ -357,6 +359,15 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   getrusage(RUSAGE_SELF, &ru1);
 
   // The replay is over: from here on heaplab may allocate.
+  if (args.table_fd >= 0) {
+    const char* p = reinterpret_cast<const char*>(table);
+    for (size_t off = 0; off < table_bytes;) {
+      const ssize_t n = write(args.table_fd, p + off, table_bytes - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error(std::string("writing the object table: ") + std::strerror(errno));
+      off += size_t(n);
+    }
+  }
   ThreadResult total;
   nlohmann::json per_thread = nlohmann::json::array();
   for (uint32_t t = 0; t < nthreads; ++t) {

@@ -8,6 +8,7 @@
 //   heaplab-replay (TRACE | --plan-fd N) [--threads N] [--touch none|first|pages|all]
 //                  [--timing fast|recorded] [--speed X] [--latency N] [--sample-ms N] [--result-fd N]
 //                  [--pin none|compact|scatter|LIST] [--membind none|local|interleave|LIST] [--load preload|direct]
+//                  [--table-fd N]
 //
 // `heaplab replay` builds the plan itself and passes it as --plan-fd, so the
 // replayer does no decoding. Given a TRACE instead, the replayer builds the
@@ -53,6 +54,10 @@ struct ReplayerArgs {
   int plan_fd = -1;
   ReplaySettings settings;  // memory: from the plan
   int result_fd = 1;
+  // The object table, written here once the replay is over (heaplab replay
+  // --emit-trace, heaplab layout: with a plan that gives every object its
+  // own slot, each slot then holds the address its object had).
+  int table_fd = -1;
   std::string load = "preload";
   std::string direct_library;  // heaplab-replay only: a custom .so loaded directly
 };

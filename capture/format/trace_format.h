@@ -9,9 +9,13 @@
 namespace heaplab::trace {
 
 inline constexpr uint16_t kFormatMajor = 1;
-inline constexpr uint16_t kFormatMinor = 1;
-// A file without a MEMX block is written as 1.0, byte for byte what 1.0 was.
+// The newest minor this reader knows. A writer writes the lowest minor that
+// holds the file: 1.0 without MEMX and ADDR blocks (byte for byte what 1.0
+// was), 1.1 with MEMX, 1.2 with ADDR.
+inline constexpr uint16_t kFormatMinor = 2;
 inline constexpr uint16_t kFormatMinorPlain = 0;
+inline constexpr uint16_t kFormatMinorMemory = 1;
+inline constexpr uint16_t kFormatMinorAddresses = 2;
 
 // File header: 32 bytes at offset 0.
 inline constexpr char kFileMagic[8] = {'H', 'E', 'A', 'P', 'L', 'A', 'B', 'T'};
@@ -36,7 +40,8 @@ enum BlockType : uint32_t {
   kBlockChunk = fourcc('C', 'H', 'N', 'K'),
   kBlockThreads = fourcc('T', 'H', 'R', 'D'),
   kBlockIndex = fourcc('I', 'N', 'D', 'X'),
-  kBlockMemory = fourcc('M', 'E', 'M', 'X'),  // 1.1: memory besides the heap (memory_event.h)
+  kBlockMemory = fourcc('M', 'E', 'M', 'X'),     // 1.1: memory besides the heap (memory_event.h)
+  kBlockAddresses = fourcc('A', 'D', 'D', 'R'),  // 1.2: a replay's addresses (address_block.h)
 };
 
 // Chunk payload header (before the column data).

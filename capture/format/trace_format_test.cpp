@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_testutil.h"
@@ -489,6 +490,103 @@ TEST(MemoryBlock, MalformedPayloadsAreRefused) {
   m = some_memory_events();
   m[5].after = 1;
   EXPECT_EQ(check_memory_events(m), "memory record 5 (munmap): out of order (after 1)");
+}
+
+// Format 1.2: a replay's addresses (ADDR blocks) come back exactly, by
+// seq, across blocks; a stretch without any costs no block; the file says
+// 1.2; damage is caught; events and memory are untouched.
+TEST(AddressBlock, RoundTripAcrossBlocks) {
+  TempDir dir;
+  const std::string path = dir.file("addr.hlt");
+  testutil::GenOptions g;
+  g.all_ops = false;
+  g.timestamps = false;
+  std::vector<Event> ev = generate(11, (size_t{1} << 20) * 2 + 1000, g);
+  std::vector<uint64_t> addr(ev.size(), 0);
+  for (size_t i = 0; i < ev.size(); ++i)
+    if (i % 7 != 0 && (i < (size_t{1} << 20) || i >= (size_t{2} << 20)))
+      addr[i] = 0x7f0000000000 + (i * 48) % 100000 * 16;
+  {
+    TraceWriter w(path, WriterOptions{});
+    for (Event& e : ev) w.append(e);
+    w.set_memory_events(some_memory_events());
+    w.set_addresses(addr);
+    w.close();
+  }
+  auto r = TraceReader::open(path);
+  EXPECT_EQ(r->minor_version(), 2);
+  EXPECT_EQ(r->memory_events(), some_memory_events());
+  ASSERT_EQ(r->address_blocks().size(), 2u);  // the second 2^20 events have none: no block
+  EXPECT_EQ(r->address_blocks()[0].first_seq, 0u);
+  EXPECT_EQ(r->address_blocks()[1].first_seq, uint64_t{2} << 20);
+  EXPECT_EQ(r->address_blocks()[1].count, 1000u);
+  AddressCursor cur(*r);
+  size_t wrong = 0;
+  for (size_t i = 0; i < ev.size(); ++i) wrong += cur.at(i) != addr[i];
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(cur.at(ev.size()), 0u);  // past the last event
+  EXPECT_EQ(cur.at(5), addr[5]);     // going back decodes the block again
+  // The events are those written, as without addresses.
+  EXPECT_EQ(read_all(*r).size(), ev.size());
+  // A truncated file finds the blocks by scanning.
+  const std::string img = read_file(path);
+  auto cut = TraceReader::from_memory(std::string_view(img).substr(0, img.size() - 40), "cut");
+  EXPECT_EQ(cut->address_blocks().size(), 2u);
+  // Without addresses a file stays 1.1 (with MEMX) or 1.0.
+  EXPECT_EQ(TraceReader::from_memory(small_trace(dir), "m")->minor_version(), 0);
+  EXPECT_FALSE(TraceReader::from_memory(small_trace(dir), "m")->has_addresses());
+}
+
+TEST(AddressBlock, EveryFlippedByteIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("a.hlt");
+  {
+    TraceWriter w(path, WriterOptions{});
+    std::vector<Event> ev = generate(3, 40);
+    for (Event& e : ev) w.append(e);
+    std::vector<uint64_t> addr(ev.size());
+    for (size_t i = 0; i < addr.size(); ++i) addr[i] = 0x55d0c0a01000 + i * 32;
+    w.set_addresses(addr);
+    w.close();
+  }
+  const std::string img = read_file(path);
+  ASSERT_TRUE(TraceReader::from_memory(img, "a")->has_addresses());
+  for (size_t i = 0; i < img.size(); ++i) {
+    std::string bad = img;
+    bad[i] = static_cast<char>(bad[i] ^ (1 << (i % 8)));
+    const std::string err = open_error(bad);
+    ASSERT_FALSE(err.empty()) << "flip at " << i << " went unnoticed";
+    ASSERT_EQ(err.find('\n'), std::string::npos) << err;
+  }
+}
+
+TEST(AddressBlock, MalformedPayloadsAreRefused) {
+  std::string error;
+  EXPECT_FALSE(decode_address_block("short", error));
+  EXPECT_EQ(error, "address block too short");
+  const std::vector<uint64_t> a = {0x1000, 0, 0x2000, 0x1ff0};
+  const std::string p = encode_address_block(9, a.data(), 4);
+  auto b = decode_address_block(p, error);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->first_seq, 9u);
+  EXPECT_EQ(b->addresses, a);
+  std::string bad = p;
+  bad[4] = 5;  // count no longer matches raw_size
+  EXPECT_FALSE(decode_address_block(bad, error));
+  EXPECT_EQ(error, "address block sizes do not match its count");
+  bad = p.substr(0, p.size() - 3);  // zstd frame cut short
+  EXPECT_FALSE(decode_address_block(bad, error));
+  EXPECT_EQ(error, "address block does not decompress to its size (corrupt data)");
+  bad = p;
+  bad[0] = 2;  // a later layout: left out, not an error
+  b = decode_address_block(bad, error);
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->addresses.empty());
+  bad = p;
+  const uint64_t near_end = ~uint64_t{0} - 1;
+  std::memcpy(bad.data() + 8, &near_end, 8);
+  EXPECT_FALSE(decode_address_block(bad, error));
+  EXPECT_EQ(error, "address block seqs run past 2^64");
 }
 
 TEST(BadInput, MissingFile) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 
+#include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
 
 namespace heaplab::trace {
@@ -275,6 +276,7 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
       const uint8_t* p = d + off + kBlockHeaderSize;
       if (load_u64(d + off + 8) != block_checksum(t, p, len)) fail(off, "block checksum mismatch (corrupt data)");
       if (t == kBlockMemory) load_memory(p, len, off);
+      if (t == kBlockAddresses) add_address_block(p, len, off);
       off += kBlockHeaderSize + len;
     }
   }
@@ -287,6 +289,20 @@ void TraceReader::load_memory(const uint8_t* payload, uint32_t len, uint64_t off
   if (!m) fail(off, error);
   if (std::string bad = check_memory_events(*m); !bad.empty()) fail(off, bad);
   memory_ = std::move(*m);
+}
+
+void TraceReader::add_address_block(const uint8_t* payload, uint32_t len, uint64_t off) {
+  AddressBlockRef b;
+  b.offset = off;
+  std::string error;
+  if (!address_block_header({reinterpret_cast<const char*>(payload), len}, b.first_seq, b.count, error))
+    fail(off, error);
+  if (b.count == 0) return;  // a later layout
+  // In ascending order of seq, never overlapping: a reader finds an event's
+  // block by binary search.
+  if (!addresses_.empty() && b.first_seq < addresses_.back().first_seq + addresses_.back().count)
+    fail(off, "address block overlaps the one before it");
+  addresses_.push_back(b);
 }
 
 void TraceReader::scan() {
@@ -338,6 +354,9 @@ void TraceReader::scan() {
       case kBlockMemory:
         load_memory(p, len, off);
         break;
+      case kBlockAddresses:
+        add_address_block(p, len, off);
+        break;
     }
     off += kBlockHeaderSize + len;
   }
@@ -346,6 +365,27 @@ void TraceReader::scan() {
   warning_ += "; read " + std::to_string(chunks_.size()) + " complete chunks with " + std::to_string(events_) +
               " events; events after offset " + std::to_string(off) + " are lost";
   finish_threads();
+}
+
+// ---------------------------------------------------------------- addresses
+
+uint64_t AddressCursor::at(uint64_t seq) {
+  const auto& blocks = r_.address_blocks();
+  if (!(cur_ < blocks.size() && seq >= blocks[cur_].first_seq && seq - blocks[cur_].first_seq < blocks[cur_].count)) {
+    auto it = std::upper_bound(blocks.begin(), blocks.end(), seq,
+                               [](uint64_t s, const AddressBlockRef& b) { return s < b.first_seq; });
+    if (it == blocks.begin()) return 0;
+    --it;
+    if (seq - it->first_seq >= it->count) return 0;
+    cur_ = size_t(it - blocks.begin());
+    const auto* d = reinterpret_cast<const uint8_t*>(r_.data_.data());
+    const uint32_t len = load_u32(d + it->offset + 4);
+    std::string error;
+    auto b = decode_address_block({r_.data_.data() + it->offset + kBlockHeaderSize, len}, error);
+    if (!b) r_.fail(it->offset, error);
+    block_ = std::move(b->addresses);
+  }
+  return block_[seq - blocks[cur_].first_seq];
 }
 
 // ---------------------------------------------------------------- decoding

@@ -17,6 +17,13 @@
 
 namespace heaplab::trace {
 
+// An ADDR block (format 1.2): events first_seq .. first_seq + count - 1.
+struct AddressBlockRef {
+  uint64_t offset = 0;  // of the block header
+  uint64_t first_seq = 0;
+  uint32_t count = 0;
+};
+
 struct ChunkRef {
   uint64_t offset = 0;  // of the block header
   uint32_t thread = 0;
@@ -60,6 +67,11 @@ class TraceReader {
   // The program's memory besides the heap calls (format 1.1; empty if the
   // trace has none), in the order written.
   const std::vector<MemoryEvent>& memory_events() const { return memory_; }
+  // A replay's addresses (format 1.2, `heaplab replay --emit-trace`): the
+  // ADDR blocks, by ascending seq (empty if the trace has none). Read them
+  // with an AddressCursor.
+  const std::vector<AddressBlockRef>& address_blocks() const { return addresses_; }
+  bool has_addresses() const { return !addresses_.empty(); }
 
  private:
   TraceReader() = default;
@@ -71,6 +83,7 @@ class TraceReader {
   void finish_threads();
   [[noreturn]] void fail(uint64_t offset, const std::string& what) const;
   friend class ChunkDecoder;
+  friend class AddressCursor;
 
   std::string name_;
   std::string_view data_;
@@ -91,6 +104,8 @@ class TraceReader {
   uint64_t events_ = 0;
   std::vector<MemoryEvent> memory_;
   void load_memory(const uint8_t* payload, uint32_t len, uint64_t off);
+  std::vector<AddressBlockRef> addresses_;
+  void add_address_block(const uint8_t* payload, uint32_t len, uint64_t off);
 };
 
 // Decodes one chunk incrementally. Verifies the chunk's checksum and header
@@ -125,6 +140,20 @@ class ChunkDecoder {
   uint32_t thread_ = 0;
   bool has_time_ = false;
   uint64_t seq_next_ = 0, time_prev_ = 0, id_next_ = 0, ref_ = 0;
+};
+
+// The address of events by seq, one ADDR block decoded at a time (cheap
+// when seqs come in order). 0 for an event without one. Throws TraceError
+// for a damaged block.
+class AddressCursor {
+ public:
+  explicit AddressCursor(const TraceReader& r) : r_(r) {}
+  uint64_t at(uint64_t seq);
+
+ private:
+  const TraceReader& r_;
+  size_t cur_ = SIZE_MAX;
+  std::vector<uint64_t> block_;
 };
 
 // Source of events in batches.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "capture/format/trace_testutil.h"
+#include "capture/format/trace_writer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -33,6 +34,22 @@ std::vector<std::string> seeds() {
     testutil::write_trace(path, ev, opt);
     out.push_back(testutil::read_file(path));
     ++k;
+  }
+  {  // format 1.2: with a replay's addresses (ADDR blocks)
+    std::vector<Event> ev = testutil::generate(9, 300);
+    WriterOptions opt;
+    opt.chunk_events = 40;
+    opt.timestamps = true;
+    const std::string path = dir + "/seed.hlt";
+    TraceWriter w(path, opt);
+    std::vector<uint64_t> addr;
+    for (Event& e : ev) {
+      w.append(e);
+      addr.push_back(e.seq % 5 ? 0x7f1234560000 + e.seq * 48 : 0);
+    }
+    w.set_addresses(addr);
+    w.close();
+    out.push_back(testutil::read_file(path));
   }
   std::filesystem::remove_all(dir);
   return out;

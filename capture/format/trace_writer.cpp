@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
 
 namespace heaplab::trace {
@@ -129,6 +130,7 @@ struct TraceWriter::Impl {
   std::string final_meta;
   bool has_final_meta = false;
   std::vector<MemoryEvent> memory;
+  std::vector<uint64_t> addresses;
   ZSTD_CCtx* cctx = nullptr;
   std::vector<uint8_t> raw;
   std::string block;
@@ -416,6 +418,8 @@ void TraceWriter::set_thread_info(uint32_t thread, ThreadInfo info) {
 
 void TraceWriter::set_memory_events(std::vector<MemoryEvent> events) { impl_->memory = std::move(events); }
 
+void TraceWriter::set_addresses(std::vector<uint64_t> by_seq) { impl_->addresses = std::move(by_seq); }
+
 void TraceWriter::set_final_metadata(std::string json) {
   impl_->final_meta = std::move(json);
   impl_->has_final_meta = true;
@@ -433,12 +437,26 @@ void TraceWriter::close() {
   if (m.closed) return;
   flush();
   std::string payload;
+  uint16_t minor = kFormatMinorPlain;
   if (!m.memory.empty()) {
     if (m.memory.size() > (uint64_t{1} << 32))
       throw TraceError(m.path + ": more than 2^32 memory records for one block");
     m.write_block(kBlockMemory, encode_memory_events(m.memory));
-    // The header now says 1.1.
-    const std::string hdr = file_header(kFormatMinor, m.opt.timestamps);
+    minor = kFormatMinorMemory;
+  }
+  // The addresses of the events written, in blocks of up to 2^20 events
+  // (none for a stretch without any).
+  const uint64_t addressed = std::min<uint64_t>(m.addresses.size(), m.next_seq);
+  for (uint64_t first = 0; first < addressed; first += kAddressBlockEvents) {
+    const auto count = uint32_t(std::min<uint64_t>(kAddressBlockEvents, addressed - first));
+    const uint64_t* a = m.addresses.data() + first;
+    if (std::all_of(a, a + count, [](uint64_t v) { return v == 0; })) continue;
+    m.write_block(kBlockAddresses, encode_address_block(first, a, count));
+    minor = kFormatMinorAddresses;
+  }
+  if (minor != kFormatMinorPlain) {
+    // The header now says 1.1 or 1.2.
+    const std::string hdr = file_header(minor, m.opt.timestamps);
     if (::pwrite(m.fd, hdr.data(), hdr.size(), 0) != ssize_t(hdr.size())) m.io_fail("write failed");
   }
   put_u32(payload, static_cast<uint32_t>(m.infos.size()));

@@ -56,6 +56,9 @@ class TraceWriter {
   // The program's memory besides the heap calls: written by close() as a
   // MEMX block after the last chunk (the file is then version 1.1).
   void set_memory_events(std::vector<MemoryEvent> events);
+  // The address of each event, by seq (0: none): written by close() as ADDR
+  // blocks after the MEMX block (the file is then version 1.2).
+  void set_addresses(std::vector<uint64_t> by_seq);
   // Writes every open chunk, so that all events so far survive a crash.
   void flush();
   // Flushes, writes the thread table, index and footer. Throws on I/O errors.
