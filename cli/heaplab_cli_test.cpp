@@ -312,7 +312,8 @@ TEST_F(Cli, BadUsageExits2WithOneLine) {
   // A mistyped command is named, also with --help (which used to print the
   // main help and exit 0).
   const std::string unknown =
-      "heaplab: error: unknown command 'gaet', did you mean 'gate'? (commands: import, stats, check, cat, capture, "
+      "heaplab: error: unknown command 'gaet', did you mean 'gate'? (commands: import, stats, check, cat, export, "
+      "capture, "
       "replay, layout, run, report, gate, diff, dashboard, results)\nRun 'heaplab --help' for usage.\n";
   for (const std::vector<std::string>& args : {std::vector<std::string>{"gaet"}, {"gaet", "--help"}}) {
     r = run(args);

@@ -1,5 +1,8 @@
 // heaplab import / stats / check / cat: traces in, text out.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <cstdio>
 #include <fmt/core.h>
 #include <memory>
@@ -7,6 +10,7 @@
 #include <vector>
 
 #include "analysis/event_text.h"
+#include "analysis/perfetto.h"
 #include "analysis/trace_check.h"
 #include "analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
@@ -327,6 +331,52 @@ int run_cat(const CatArgs& a) {
   return 0;
 }
 
+struct ExportArgs {
+  bool perfetto = false;
+  std::string trace;
+  std::vector<std::string> results;
+  std::string out;
+  analysis::PerfettoOptions opt;
+};
+
+// heaplab export --perfetto: the trace (and replay results) as a file the
+// Perfetto UI opens.
+int run_export(const ExportArgs& a) {
+  if (!a.perfetto) throw Failure{"export: say which format: --perfetto (the only one so far)"};
+  auto r = open_trace(a.trace);
+  std::vector<analysis::PerfettoResult> results;
+  for (const std::string& path : a.results) {
+    std::ifstream f(path);
+    if (!f) throw Failure{"export: " + path + ": cannot open: " + std::strerror(errno)};
+    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+    if (j.is_discarded()) throw Failure{"export: " + path + ": not JSON (give replay results: heaplab replay -o)"};
+    // (--allocator all -o writes an array of results)
+    if (j.is_array()) {
+      for (size_t i = 0; i < j.size(); ++i) results.push_back({j[i], path + "[" + std::to_string(i) + "]"});
+    } else {
+      results.push_back({j, path});
+    }
+  }
+  analysis::PerfettoSummary s;
+  try {
+    common::write_then_rename(a.out, [&](const std::string& tmp) {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      if (!f) throw std::runtime_error(a.out + ": cannot create: " + std::strerror(errno));
+      s = analysis::write_perfetto(*r, results, f, a.opt);
+      f.flush();
+      if (!f) throw std::runtime_error(a.out + ": cannot write: " + std::strerror(errno));
+    });
+  } catch (const trace::TraceError& e) {
+    throw Failure{e.what()};
+  } catch (const std::runtime_error& e) {
+    throw Failure{std::string("export: ") + e.what()};
+  }
+  fmt::print(stderr, "heaplab: wrote {}: {} calls, {} counter values{} (open it at ui.perfetto.dev)\n", a.out,
+             common::group_digits(s.calls), common::group_digits(s.counter_points),
+             s.results ? fmt::format(", {} replay result{}", s.results, s.results == 1 ? "" : "s") : "");
+  return 0;
+}
+
 }  // namespace
 
 void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& line) {
@@ -397,6 +447,22 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
                "measured, instead of heap events");
 
   commands.push_back({ct, [ca_] { return run_cat(*ca_); }});
+
+  auto ea_ = std::make_shared<ExportArgs>();
+  ExportArgs& ea = *ea_;
+  auto* ex = app.add_subcommand(
+      "export",
+      "Write a trace, and replay results, in another tool's format: --perfetto for the Perfetto UI (a track per "
+      "thread with its calls, live bytes and objects; per replay result heap RSS, page footprint, latency)\n"
+      "  heaplab export --perfetto TRACE [RESULT.json...] -o OUT.pftrace");
+  ex->add_flag("--perfetto", ea.perfetto, "Perfetto's protobuf trace format (ui.perfetto.dev, trace_processor)");
+  ex->add_option("trace", ea.trace, "Trace file (.hlt)")->required();
+  ex->add_option("results", ea.results, "Replay results to add (heaplab replay -o; --allocator all's arrays too)");
+  ex->add_option("-o,--output", ea.out, "Output file")->required();
+  ex->add_option("--from", ea.opt.from, "Start at this seq")->check(not_negative());
+  ex->add_option("-n,--limit", ea.opt.limit, "Export at most this many calls")->check(not_negative());
+
+  commands.push_back({ex, [ea_] { return run_export(*ea_); }});
 }
 
 }  // namespace heaplab::cli

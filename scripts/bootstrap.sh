@@ -18,7 +18,9 @@ set -euo pipefail
 #   compression:   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev
 #   libraries:     libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev
 #                  (pinning replay threads), libyaml-cpp-dev (experiment files),
-#                  libsqlite3-dev (the results store), libipt-dev (Intel PT decoding)
+#                  libsqlite3-dev (the results store), libipt-dev (Intel PT decoding),
+#                  libprotobuf-dev protobuf-compiler (export --perfetto: Perfetto's protobuf
+#                  messages compiled by protoc; its test decodes the files with protoc)
 #   Intel PT route: linux-perf (perf to record and, for two of the three decoders,
 #                  to decode; perf_dlfilter.h for heaplab's dlfilter)
 #   command-line compressors (test data, demo): zstd xz-utils bzip2 gzip
@@ -38,6 +40,7 @@ PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
   libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev libhwloc-dev libyaml-cpp-dev libsqlite3-dev libipt-dev
+  libprotobuf-dev protobuf-compiler
   zstd xz-utils bzip2 gzip lz4 clang clang-format clang-tidy
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium redis-server redis-tools
   libbenchmark-tools python3-scipy linux-perf libjs-chart.js python3-yaml libxml2-utils
