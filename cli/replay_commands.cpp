@@ -92,7 +92,7 @@ int run_replay(ReplayArgs& a) {
   if (!a.emit_trace.empty() && !addresses.empty()) {
     try {
       const replay::EmittedTrace e =
-          replay::write_trace_with_addresses(a.opt.trace, addresses, a.emit_trace,
+          replay::write_trace_with_addresses(a.opt.trace, std::move(addresses), a.emit_trace,
                                              {{"allocator", o.result["allocator"]},
                                               {"exit", o.result["exit"]},
                                               {"replay_threads", o.result["replay_threads"]}});

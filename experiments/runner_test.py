@@ -305,6 +305,32 @@ def concurrent():
     check(len(got) == 2 * CELLS and len({g[0] for g in got}) == 2, f"{len(got)} runs from two experiments")
 
 
+def read_only_store():
+    """A store another user made, in a directory this user cannot write:
+    read as it is, refused for writing in one line that says what to do."""
+    ro = os.path.join(WORK, "readonly")
+    shutil.copytree(os.path.join(WORK, "one"), ro)
+    os.chmod(os.path.join(ro, "heaplab.db"), 0o444)
+    for d, _, _ in os.walk(ro):
+        os.chmod(d, 0o555)
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        run = lambda *a: subprocess.run(nobody + [HEAPLAB, *a], capture_output=True, text=True)
+    else:
+        run = lambda *a: subprocess.run([HEAPLAB, *a], capture_output=True, text=True)
+    r = run("results", "list", "--results", ro)
+    check(r.returncode == 0 and "small" in r.stdout, f"a read-only store is not read: {r.stderr}")
+    r = run("report", "--results", ro)
+    check(r.returncode == 0 and "trace threads" in r.stdout, f"report on a read-only store: {r.stderr}")
+    r = run("run", experiment("small"), "--results", ro)
+    db = os.path.join(ro, "heaplab.db")
+    check(r.returncode == 2 and r.stderr == f"heaplab: error: {db}: the results store cannot be written here (attempt "
+          "to write a readonly database): give --results a directory you can write, or copy the store there\n",
+          f"run on a read-only store: {r.returncode} {r.stderr!r}")
+    for d, _, _ in os.walk(ro):
+        os.chmod(d, 0o755)
+
+
 def hung_allocator():
     path = os.path.join(WORK, "hang.yaml")
     with open(path, "w") as f:
@@ -337,6 +363,7 @@ def main():
     killed_and_resumed()
     interrupted_and_resumed()
     sharded(one)
+    read_only_store()
     progress_on_a_terminal()
     concurrent()
     hung_allocator()

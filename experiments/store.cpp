@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <thread>
 #include <chrono>
@@ -101,6 +103,51 @@ std::string metric_columns() {
 
 }  // namespace
 
+namespace {
+
+// A file name as an SQLite URI path ('%', '?' and '#' escaped).
+std::string uri_path(const std::string& path) {
+  std::string u = "file:";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#')
+      u += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    else
+      u += c;
+  }
+  return u;
+}
+
+// "" if `db` is a heaplab store; else why not: "not a heaplab results
+// store", or the SQLite error that kept it from being read (its code in
+// `code`).
+std::string not_a_store(sqlite3* db, int& code) {
+  code = SQLITE_OK;
+  sqlite3_stmt* s = nullptr;
+  const char* sql = "SELECT value FROM store_info WHERE key = 'format'";
+  std::string why;
+  if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK) {
+    why = sqlite3_errmsg(db);
+    code = sqlite3_errcode(db) & 0xff;
+    // (A file that is no SQLite database, or one without heaplab's table.)
+    if (why.starts_with("no such table") || sqlite3_errcode(db) == SQLITE_NOTADB)
+      why = "not a heaplab results store";
+    else
+      why = "cannot read the results store: " + why;
+  } else if (const int rc = sqlite3_step(s); rc == SQLITE_ROW) {
+    const auto* v = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    if (!v || std::string(v) != "heaplab-results") why = "not a heaplab results store";
+  } else if (rc == SQLITE_DONE || rc == SQLITE_NOTADB) {
+    why = "not a heaplab results store";
+  } else {
+    why = std::string("cannot read the results store: ") + sqlite3_errmsg(db);
+    code = rc & 0xff;
+  }
+  sqlite3_finalize(s);
+  return why;
+}
+
+}  // namespace
+
 Store::Store(const std::string& path, bool read_only) : read_only_(read_only), path_(path) {
   const int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
@@ -112,13 +159,23 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
   sqlite3_busy_timeout(db_, 30000);
   if (read_only) {
     // It must be a heaplab store (SQLite opens any file lazily).
-    try {
-      Stmt q(db_, "SELECT value FROM store_info WHERE key = 'format'", path);
-      if (!q.step() || q.text(0) != "heaplab-results") throw StoreError("");
-    } catch (const StoreError&) {
+    int code = SQLITE_OK;
+    std::string why = not_a_store(db_, code);
+    if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY || code == SQLITE_PERM) {
+      // A store this user cannot write beside (a read-only directory or
+      // file system, another user's results): the write-ahead log needs
+      // its shared-memory file there. Nobody can write the store then
+      // either, so it is read as an immutable file, without one.
       sqlite3_close(db_);
       db_ = nullptr;
-      throw StoreError(path + ": not a heaplab results store");
+      if (sqlite3_open_v2(uri_path(path).append("?immutable=1").c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+                          nullptr) == SQLITE_OK)
+        why = not_a_store(db_, code);
+    }
+    if (!why.empty()) {
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw StoreError(path + ": " + why);
     }
     return;
   }
@@ -160,6 +217,16 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
     }
     migrate();
     exec("COMMIT");
+  } catch (const StoreError& e) {
+    // A store this user may read but not write: say so, and what to do.
+    const int code = sqlite3_errcode(db_) & 0xff;
+    sqlite3_close(db_);
+    db_ = nullptr;
+    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN || code == SQLITE_PERM)
+      throw StoreError(path + ": the results store cannot be written here (" +
+                       std::string(e.what()).substr(path.size() + 2) +
+                       "): give --results a directory you can write, or copy the store there");
+    throw;
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;

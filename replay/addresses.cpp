@@ -9,7 +9,7 @@
 
 namespace heaplab::replay {
 
-EmittedTrace write_trace_with_addresses(const std::string& trace, const std::vector<uint64_t>& addresses,
+EmittedTrace write_trace_with_addresses(const std::string& trace, std::vector<uint64_t> addresses,
                                         const std::string& out, const nlohmann::json& replay) {
   auto r = trace::TraceReader::open(trace);
   if (!r->complete())
@@ -46,7 +46,7 @@ EmittedTrace write_trace_with_addresses(const std::string& trace, const std::vec
     }
     e.events = i;
     w.set_memory_events(r->memory_events());
-    w.set_addresses(addresses);
+    w.set_addresses(std::move(addresses));
     w.set_final_metadata(meta.dump());
     w.close();
     e.bytes = w.bytes_written();

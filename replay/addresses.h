@@ -28,7 +28,7 @@ struct EmittedTrace {
 // and load mode). Throws std::runtime_error with one line: the trace must
 // be complete (a truncated trace's ids have holes a writer cannot keep),
 // and `addresses` must have an entry per event.
-EmittedTrace write_trace_with_addresses(const std::string& trace, const std::vector<uint64_t>& addresses,
+EmittedTrace write_trace_with_addresses(const std::string& trace, std::vector<uint64_t> addresses,
                                         const std::string& out, const nlohmann::json& replay);
 
 // Each event's line of text, with its layout note (heaplab layout --annotate).

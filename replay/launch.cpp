@@ -288,6 +288,15 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   std::string source = "built", where;
   std::vector<uint64_t> event_refs;
   if (opt.addresses) {
+    // 8 bytes a call for the refs and 8 for the addresses here, and up to
+    // 8 a call (an object each) for the replayer's table: checked first.
+    const uint64_t need = reader->event_count() * 24, available = memory_available();
+    if (available != 0 && need > available)
+      throw ReplayError(fmt::format(
+          "{}: recording the addresses of its {} calls needs {} of memory (24 bytes a call) and this machine has {} "
+          "available: use a machine with more memory",
+          opt.trace, group_digits(reader->event_count()), common::gib_text(need), common::gib_text(available)));
+    event_refs.reserve(reader->event_count());
     PlanOptions own = popt;
     own.reuse_slots = false;
     try {
