@@ -292,6 +292,47 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     }
     todo.push_back(&c);
   }
+  // Runs that were going when an earlier runner died (killed, out of
+  // memory, a machine that hung): tried again last, so that one such run
+  // does not stop the rest; one that took its runner down twice is stored
+  // as failed ("runner_died") and not tried again.
+  const std::map<std::string, int64_t> tried = store.attempts(s->id);
+  const auto died_in = [&](const Cell* c) {
+    const auto it = tried.find(c->key);
+    return it == tried.end() ? int64_t{0} : it->second;
+  };
+  for (auto it = todo.begin(); it != todo.end();) {
+    const Cell& c = **it;
+    if (died_in(&c) < 2) {
+      ++it;
+      continue;
+    }
+    RunRow row;
+    row.started = utc_now_iso();
+    row.cell = c.key;
+    row.seq = c.seq;
+    row.trace = spec.traces[c.trace].name;
+    row.trace_file = trace_paths[c.trace];
+    row.allocator = spec.allocators[c.allocator].label;
+    row.allocator_name = spec.allocators[c.allocator].name;
+    row.load = spec.allocators[c.allocator].load;
+    row.rep = int(c.rep);
+    row.warmup = c.warmup;
+    row.exit = "runner_died";
+    row.faithful = false;
+    const std::string why = fmt::format(
+        "heaplab died {} times while this run was going (killed, out of memory, or the machine hung): not tried again",
+        died_in(&c));
+    row.result = {{"exit", {{"status", "runner_died"}}}, {"error", why}};
+    store.add_run(s->id, row);
+    store.forget_attempt(s->id, c.key);
+    if (!opt.quiet) fmt::print(stderr, "heaplab: {} on {}, rep {}: {}\n", row.trace, row.allocator, c.rep + 1, why);
+    it = todo.erase(it);
+  }
+  const auto again = std::stable_partition(todo.begin(), todo.end(), [&](const Cell* c) { return died_in(c) == 0; });
+  if (again != todo.end() && !opt.quiet)
+    fmt::print(stderr, "heaplab: {} run(s) were going when an earlier heaplab died: they run last\n",
+               todo.end() - again);
   const bool tty = isatty(2) && !opt.quiet;
   if (!opt.quiet) {
     fmt::print(stderr, "heaplab: experiment '{}', session {}: {} runs{}{}\n", spec.name, s->id, todo.size(),
@@ -342,15 +383,20 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     RunRow row;
     row.started = utc_now_iso();
     replay::ReplayOutcome o;
+    store.note_attempt(s->id, c.key);
     try {
       o = replay::run_replay(ro);
     } catch (const replay::ReplayError& e) {
+      store.forget_attempt(s->id, c.key);
       if (g_interrupted) break;  // Ctrl-C reached a check's child process: not the trace's fault
       if (tty) fmt::print(stderr, "\r\033[K");
       throw RunError("trace '" + t.name + "' on '" + a.label + "': " + e.what());
     }
     // A run cut short by the interrupt is not a result: it runs again on resume.
-    if (g_interrupted) break;
+    if (g_interrupted) {
+      store.forget_attempt(s->id, c.key);
+      break;
+    }
     row.cell = c.key;
     row.seq = c.seq;
     row.trace = t.name;
@@ -369,6 +415,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     row.result = o.result;
     try {
       store.add_run(s->id, row);
+      store.forget_attempt(s->id, c.key);
     } catch (const StoreError&) {
       if (tty) fmt::print(stderr, "\r\033[K");
       throw;

@@ -355,6 +355,57 @@ timeout: 3
     check("timeout" in r.stderr, f"the timeout is not reported: {r.stderr[-600:]}")
 
 
+def attempts(results):
+    try:
+        db = sqlite3.connect(os.path.join(results, "heaplab.db"), timeout=5)
+        got = dict(db.execute("SELECT cell, count FROM attempts").fetchall())
+        db.close()
+        return got
+    except sqlite3.Error:
+        return {}
+
+
+def died_and_resumed():
+    """A run that takes its runner down (here: a hung allocator with a long
+    timeout, and the runner killed while it hangs) runs last on resume, and
+    is stored as failed after the second time."""
+    path = os.path.join(WORK, "died.yaml")
+    with open(path, "w") as f:
+        f.write(f"""name: died
+traces:
+  - name: threads
+    capture: [{VICTIM}, threads, "2", "2", "3000"]
+allocators:
+  - {{name: {TEST_ALLOC}, label: hangs, env: {{HEAPLAB_TEST_HANG_AT: "2000"}}}}
+  - glibc
+repetitions: 1
+warmup: 0
+timeout: 600
+""")
+    res = os.path.join(WORK, "died-results")
+
+    def run_until_hung(stored):
+        p = subprocess.Popen([HEAPLAB, "run", path, "--results", res], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None and not (count(res) == stored and attempts(res)):
+            time.sleep(0.05)
+        time.sleep(0.5)  # (hung by now: the replay stops at its 2000th call)
+        check(p.poll() is None, f"the runner ended: {p.returncode}")
+        os.killpg(p.pid, signal.SIGKILL)
+        return p.communicate()[1]
+
+    run_until_hung(0)  # the first run (on "hangs") hangs: killed
+    check(count(res) == 0 and list(attempts(res).values()) == [1], f"after the kill: {attempts(res)}")
+    err = run_until_hung(1)  # resumed: glibc first, then "hangs" again
+    check("1 run(s) were going when an earlier heaplab died: they run last" in err, err)
+    check({(r[5], r[8]) for r in rows(res)} == {("glibc", "ok")}, f"resumed: {rows(res)}")
+    r = heaplab("run", path, "--results", res, expect=1)
+    check("hangs, rep 1: heaplab died 2 times while this run was going" in r.stderr, r.stderr)
+    check({(r[5], r[8]) for r in rows(res)} == {("glibc", "ok"), ("hangs", "runner_died")}, f"stored: {rows(res)}")
+    check(attempts(res) == {}, f"attempts left: {attempts(res)}")
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -367,6 +418,7 @@ def main():
     progress_on_a_terminal()
     concurrent()
     hung_allocator()
+    died_and_resumed()
     print("PASS")
 
 

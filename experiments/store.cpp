@@ -210,6 +210,9 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
         "allocator_build_id TEXT" +
         metric_cols + ", result TEXT, PRIMARY KEY (session, cell))");
     exec("CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT)");
+    exec(
+        "CREATE TABLE IF NOT EXISTS attempts (session TEXT NOT NULL, cell TEXT NOT NULL, count INTEGER NOT NULL, "
+        "PRIMARY KEY (session, cell))");
     exec("INSERT OR IGNORE INTO store_info VALUES ('format', 'heaplab-results'), ('format_version', '1')");
     {
       Stmt f(db_, "SELECT value FROM store_info WHERE key = 'format'", path);
@@ -313,6 +316,25 @@ std::set<std::string> Store::done_cells(const std::string& session) {
   q.bind(1, session);
   while (q.step()) s.insert(q.text(0));
   return s;
+}
+
+void Store::note_attempt(const std::string& session, const std::string& cell) {
+  Stmt q(db_, "INSERT INTO attempts VALUES (?, ?, 1) ON CONFLICT (session, cell) DO UPDATE SET count = count + 1",
+         path_);
+  q.bind(1, session).bind(2, cell).step();
+}
+
+void Store::forget_attempt(const std::string& session, const std::string& cell) {
+  Stmt q(db_, "DELETE FROM attempts WHERE session = ? AND cell = ?", path_);
+  q.bind(1, session).bind(2, cell).step();
+}
+
+std::map<std::string, int64_t> Store::attempts(const std::string& session) {
+  std::map<std::string, int64_t> m;
+  Stmt q(db_, "SELECT cell, count FROM attempts WHERE session = ?", path_);
+  q.bind(1, session);
+  while (q.step()) m[q.text(0)] = q.integer(1);
+  return m;
 }
 
 void Store::add_run(const std::string& session, const RunRow& r) {

@@ -86,6 +86,13 @@ class Store {
   std::set<std::string> done_cells(const std::string& session);
   // Stores one run (replacing a row of the same cell).
   void add_run(const std::string& session, const RunRow& r);
+  // Runs started and never stored: a run is noted before it starts and
+  // forgotten once stored (or interrupted), so what is left was running
+  // when its runner died (killed, out of memory, a machine that hung). By
+  // cell: how many times.
+  void note_attempt(const std::string& session, const std::string& cell);
+  void forget_attempt(const std::string& session, const std::string& cell);
+  std::map<std::string, int64_t> attempts(const std::string& session);
   // Every session, oldest first, with its count of stored runs.
   std::vector<SessionInfo> sessions();
   // A session's runs as report records, in matrix order.
