@@ -46,8 +46,17 @@ LayoutNote LayoutAnalyzer::observe(const trace::Event& e, uint64_t address) {
   ++s_.events;
   last_seq_ = e.seq;
   const bool produces = trace::op_produces(e.op) && !(e.flags & trace::kNullResult) && e.id != 0;
+  // A realloc that failed in the trace but not in the replay moved the
+  // object (the program went on with it, at its new address).
+  bool moved = false;
+  if (trace::op_consumes(e.op) && trace::op_produces(e.op) && (e.flags & trace::kFailed) && e.old != 0 &&
+      address != 0 && !early_.count(e.old))
+    if (auto it = ids_.find(e.old); it != ids_.end() && it->second != address) moved = true;
+  // An address whose block would run past 2^64 is no address.
+  const uint64_t span = std::max<uint64_t>(e.requested_bytes(), 1);
+  if (address > ~uint64_t{0} - span) address = 0;
   // The consumed object goes first (realloc: its old block).
-  if (trace::op_consumes(e.op) && e.old != 0 && !(e.flags & trace::kFailed)) {
+  if (trace::op_consumes(e.op) && e.old != 0 && (!(e.flags & trace::kFailed) || moved)) {
     if (auto ea = early_.find(e.old); ea != early_.end()) {
       early_.erase(ea);  // released already, when another block was placed on it
     } else if (auto it = ids_.find(e.old); it != ids_.end()) {
@@ -65,13 +74,14 @@ LayoutNote LayoutAnalyzer::observe(const trace::Event& e, uint64_t address) {
     }
   }
   if (produces && address == 0) ++s_.unaddressed;
-  if (produces && address != 0) {
+  const uint64_t object = produces ? e.id : e.old;
+  if ((produces || moved) && address != 0) {
     const int64_t released = n.kind == LayoutNote::Kind::released ? n.pages_delta : 0;
     n = LayoutNote{};
     n.kind = LayoutNote::Kind::placed;
     n.address = address;
     n.bytes = e.requested_bytes();
-    const uint64_t end = address + std::max<uint64_t>(n.bytes, 1);
+    const uint64_t end = address + span;
     const uint64_t first = page_of(address), last = page_of(end - 1);
     n.first_page = first * kLayoutPage;
     n.last_page = last * kLayoutPage;
@@ -134,8 +144,8 @@ LayoutNote LayoutAnalyzer::observe(const trace::Event& e, uint64_t address) {
     }
     if (page_other) ++s_.shared_page_other_thread;
     if (line_other) ++s_.shared_line_other_thread;
-    live_.emplace(address, Block{end, n.bytes, e.id, e.thread});
-    ids_[e.id] = address;
+    live_.emplace(address, Block{end, n.bytes, object, e.thread});
+    ids_[object] = address;
     s_.pages += gained;
     s_.live_bytes += n.bytes;
     n.pages_delta = released + early_pages + int64_t(gained);
@@ -168,7 +178,7 @@ std::string LayoutAnalyzer::note_text(const LayoutNote& n) {
   const auto pages = [&]() {
     const int64_t d = n.pages_delta;
     return fmt::format("pages [{:#x}, {:#x}], {} {} pages", n.first_page, n.last_page, d < 0 ? -d : d,
-                       d < 0 ? "fewer" : "more");
+                       d < 0 || n.kind == LayoutNote::Kind::released ? "fewer" : "more");
   };
   switch (n.kind) {
     case LayoutNote::Kind::none:

@@ -1,6 +1,6 @@
 // Tests of the layout analysis (heaplab layout) on hand-placed blocks whose
 // every neighbour, gap and page is known by construction. The same analysis
-// on real allocators' addresses is checked in replay/layout_test.cpp.
+// on real allocators' addresses is checked in replay/replay_layout_test.cpp.
 #include "analysis/layout.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +114,41 @@ TEST(Layout, NotesSayNeighboursGapsAndPages) {
   ASSERT_FALSE(s.curve.empty());
   EXPECT_EQ(s.curve.back().seq, 6u);
   EXPECT_EQ(s.curve.back().pages, 2u);
+}
+
+// A realloc that failed in the trace but not in the replay moved the
+// object: its old block goes, the new one (of the size asked) is placed,
+// and the object's free releases the new one.
+TEST(Layout, FailedReallocThatMovedInTheReplayMovesTheObject) {
+  LayoutAnalyzer a(3);
+  Call m = made(0, 1, 16, 0x1000);
+  a.observe(m.e, m.address);
+  Call r = made(1, 0, 100000, 0x50000, 0, Op::realloc, 1);
+  r.e.flags = trace::kFailed | trace::kNullResult;
+  const LayoutNote moved = a.observe(r.e, r.address);
+  EXPECT_EQ(moved.kind, LayoutNote::Kind::placed);
+  EXPECT_EQ(moved.pages_delta, 25 - 1);  // 0x50000..0x686a0: 25 pages; 0x1000 given back
+  Call f = freed(2, 1, 0x50000);
+  const LayoutNote gone = a.observe(f.e, f.address);
+  EXPECT_EQ(gone.kind, LayoutNote::Kind::released);
+  EXPECT_EQ(gone.address, 0x50000u);
+  EXPECT_EQ(gone.pages_delta, -25);
+  EXPECT_EQ(a.summary().pages, 0u);
+  EXPECT_EQ(a.summary().reused_early, 0u);
+  // Failed in the replay too: the object stays where it is.
+  LayoutAnalyzer b(2);
+  b.observe(m.e, m.address);
+  Call stay = made(1, 0, 100000, 0x1000, 0, Op::realloc, 1);
+  stay.e.flags = trace::kFailed | trace::kNullResult;
+  EXPECT_EQ(b.observe(stay.e, stay.address).kind, LayoutNote::Kind::none);
+  EXPECT_EQ(b.summary().pages, 1u);
+}
+
+TEST(Layout, AnAddressWhoseBlockRunsPast2To64IsNone) {
+  LayoutAnalyzer a(1);
+  Call c = made(0, 1, 64, ~uint64_t{0} - 31);
+  EXPECT_EQ(a.observe(c.e, c.address).kind, LayoutNote::Kind::none);
+  EXPECT_EQ(a.summary().unaddressed, 1u);
 }
 
 TEST(Layout, BlocksWithoutAnAddressAreCountedNotPlaced) {

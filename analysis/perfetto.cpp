@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <unordered_map>
@@ -21,6 +22,9 @@ constexpr uint64_t kProcessTrack = 1, kLiveBytesTrack = 2, kLiveObjectsTrack = 3
 constexpr uint64_t kThreadTrackBase = uint64_t{1} << 32;
 constexpr uint64_t kResultTrackBase = uint64_t{1} << 40, kResultTrackStride = uint64_t{1} << 20;
 constexpr uint32_t kSequence = 1;
+// Pids and tids no real process has (Linux's are below 2^22): the replays'
+// processes, and threads the trace knows no OS tid of.
+constexpr int32_t kReplayPid = 1 << 30, kUnknownTid = 1 << 29;
 
 // Packets as Trace's repeated field 1, one at a time (a Trace never held
 // whole in memory).
@@ -123,7 +127,7 @@ uint64_t write_result(PacketWriter& w, const PerfettoResult& res, uint64_t k) {
   const uint64_t base = kResultTrackBase + k * kResultTrackStride;
   const std::string name =
       "replay on " + alloc.value("name", std::string("?")) + " (" + alloc.value("load", std::string("?")) + ")";
-  process_track(w, base, int32_t(1000000 + k), name);
+  process_track(w, base, int32_t(kReplayPid + k), name);
   uint64_t points = 0;
   struct Series {
     const char* key;
@@ -137,7 +141,7 @@ uint64_t write_result(PacketWriter& w, const PerfettoResult& res, uint64_t k) {
   uint64_t uuid = base + 1;
   const auto ts_of = [&](size_t i) {
     const double ms = t_ms[i].is_number() ? t_ms[i].get<double>() : 0;
-    return uint64_t(std::llround(std::max(0.0, ms) * 1e6));
+    return uint64_t(std::llround(std::clamp(ms, 0.0, 1e12) * 1e6));  // (a million seconds at most)
   };
   for (const Series& s : series) {
     if (!tl.contains(s.key) || !tl[s.key].is_array()) continue;
@@ -217,8 +221,7 @@ PerfettoSummary write_perfetto(const trace::TraceReader& r, const std::vector<Pe
     pp::TrackDescriptor* d = p.mutable_track_descriptor();
     d->set_uuid(kThreadTrackBase + t);
     d->mutable_thread()->set_pid(pid);
-    // (tid 0 reads as the idle task: thread indices count from 1 here)
-    d->mutable_thread()->set_tid(info.os_tid ? int64_t(info.os_tid) : int64_t(t) + 1);
+    d->mutable_thread()->set_tid(info.os_tid ? int64_t(info.os_tid) : int64_t(kUnknownTid) + int64_t(t));
     d->mutable_thread()->set_thread_name(info.name.empty() ? "thread " + std::to_string(t) : info.name);
     w.write(p);
   }
@@ -233,9 +236,14 @@ PerfettoSummary write_perfetto(const trace::TraceReader& r, const std::vector<Pe
   bool pending = false;
   std::vector<trace::Event> buf(4096);
   pp::TracePacket p;
-  while (size_t n = cur.next(buf.data(), buf.size())) {
+  bool done = false;
+  while (size_t n = done ? 0 : cur.next(buf.data(), buf.size())) {
     for (size_t i = 0; i < n; ++i) {
       const trace::Event& e = buf[i];
+      if (s.calls >= opt.limit) {  // (the counters end where the calls do)
+        done = true;
+        break;
+      }
       bool changed = false;
       if (trace::op_consumes(e.op) && e.old != 0 && !(e.flags & trace::kFailed)) {
         if (auto it = live.find(e.old); it != live.end()) {
@@ -249,7 +257,7 @@ PerfettoSummary write_perfetto(const trace::TraceReader& r, const std::vector<Pe
         live_bytes += e.requested_bytes();
         changed = true;
       }
-      if (e.seq < opt.from || s.calls >= opt.limit) continue;
+      if (e.seq < opt.from) continue;
       const uint64_t ts = r.has_time() ? e.time : e.seq * 1000;
       last_ts = ts;
       p.Clear();
@@ -289,7 +297,11 @@ PerfettoSummary write_perfetto(const trace::TraceReader& r, const std::vector<Pe
     s.counter_points += 2;
   }
   for (size_t k = 0; k < results.size(); ++k) {
-    s.counter_points += write_result(w, results[k], k);
+    try {
+      s.counter_points += write_result(w, results[k], k);
+    } catch (const nlohmann::json::exception& e) {  // a value of the wrong type
+      not_a_result(results[k], e.what());
+    }
     ++s.results;
   }
   w.finish();

@@ -144,6 +144,30 @@ for r in res:
     p99 = values(proc + ": malloc latency p99")
     check([v for _, v in p99] == [r["replay"]["latency"]["ops"]["malloc"]["p99_ns"]] * 2, f"{proc}: malloc p99")
 
+# --limit: the counters end where the calls do, with the values then.
+lim = os.path.join(WORK, "limit.pftrace")
+run(HEAPLAB, "export", "--perfetto", trace, "-n", "100", "-o", lim)
+lp = packets(decode(lim))
+check(len([x for x in lp if x.get("track_event.type") == "TYPE_INSTANT"]) == 100, "-n 100: 100 calls")
+live, size = 0, {}
+for e in events[:100]:
+    if e.get("old") and not e.get("failed") and e["old"] in size:
+        live -= size.pop(e["old"])
+    if e.get("id"):
+        size[e["id"]] = e.get("size", 0) * max(1, e.get("count", 1))
+        live += size[e["id"]]
+last = [x for x in lp if x.get("track_event.type") == "TYPE_COUNTER"
+        and x["track_event.track_uuid"] == "2"][-1]
+check(int(last["track_event.counter_value"]) == live and int(last["timestamp"]) == events[99]["time"],
+      f"-n 100: live bytes {last} for {live} at {events[99]['time']}")
+
+# An --allocator all array with an allocator skipped: left out, and said.
+arr = os.path.join(WORK, "with-skipped.json")
+json.dump(res + [{"allocator": {"name": "nosuch"}, "skipped": "not installed"}], open(arr, "w"))
+p = run(HEAPLAB, "export", "--perfetto", trace, arr, "-o", lim)
+check(f"heaplab: note: {arr}[2]: the replay on nosuch was skipped: left out\n" in p.stderr, p.stderr)
+check(", 2 replay results" in p.stderr, p.stderr)
+
 # Perfetto's whole schema, where given: the same decoding.
 whole = os.environ.get("HEAPLAB_PERFETTO_PROTO", "")
 if whole:
@@ -191,6 +215,14 @@ nomem = os.path.join(WORK, "nomem.json")
 run(HEAPLAB, "replay", trace, "--no-memory", "-q", "-o", nomem)
 one_line(["export", "--perfetto", trace, nomem, "-o", bad],
          f"export: {nomem}: not a replay result: no memory timeline (replayed with --no-memory?)")
+wrongtype = os.path.join(WORK, "wrongtype.json")
+w = json.load(open(results))[0]
+w["replay"]["memory"]["footprint"]["page_size"] = "big"
+json.dump(w, open(wrongtype, "w"))
+p = run(HEAPLAB, "export", "--perfetto", trace, wrongtype, "-o", bad, code=2)
+check(p.stderr.startswith(f"heaplab: error: export: {wrongtype}: not a replay result: ") and p.stderr.count("\n") == 1,
+      p.stderr)
+check(not os.path.exists(bad), "a bad result wrote the output")
 one_line(["export", "--perfetto", os.path.join(WORK, "none.hlt"), "-o", bad],
          f"{os.path.join(WORK, 'none.hlt')}: cannot open: No such file or directory")
 print("ok")

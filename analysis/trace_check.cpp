@@ -144,6 +144,10 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
   if (rep.events != r.event_count())
     problem(expected_seq, 0,
             "decoded " + std::to_string(rep.events) + " events, index lists " + std::to_string(r.event_count()));
+  // A replay's addresses (format 1.2): every block decoded (a damaged one
+  // throws, as a damaged chunk does).
+  trace::AddressCursor addresses(r);
+  for (const trace::AddressBlockRef& b : r.address_blocks()) addresses.at(b.first_seq);
   return rep;
 }
 

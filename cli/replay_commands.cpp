@@ -83,13 +83,26 @@ int run_replay(ReplayArgs& a) {
   replay::ReplayOutcome o;
   std::vector<uint64_t> addresses;
   replay::ReplayOptions opt = a.opt;
-  if (!a.emit_trace.empty()) opt.addresses = &addresses;
+  if (!a.emit_trace.empty()) {
+    // What a trace written again must be, checked before the replay.
+    std::unique_ptr<trace::TraceReader> r;
+    try {
+      r = trace::TraceReader::open(a.opt.trace);  // (its truncation is the error: no warning first)
+    } catch (const trace::TraceError& e) {
+      throw Failure{std::string("replay: ") + e.what()};
+    }
+    if (!r->complete())
+      throw Failure{"replay: --emit-trace: " + a.opt.trace +
+                    ": needs a complete trace (this one is truncated, so its ids have holes a trace written again "
+                    "cannot keep)"};
+    opt.addresses = &addresses;
+  }
   try {
     o = replay::run_replay(opt);
   } catch (const replay::ReplayError& e) {
     throw Failure{std::string("replay: ") + e.what()};
   }
-  if (!a.emit_trace.empty() && !addresses.empty()) {
+  if (!a.emit_trace.empty() && o.addresses_read) {
     try {
       const replay::EmittedTrace e =
           replay::write_trace_with_addresses(a.opt.trace, std::move(addresses), a.emit_trace,
@@ -102,9 +115,9 @@ int run_replay(ReplayArgs& a) {
       throw Failure{std::string("replay: --emit-trace: ") + e.what()};
     }
   } else if (!a.emit_trace.empty()) {
-    fmt::print(stderr, "heaplab: error: replay: --emit-trace: the replay did not finish, so {} was not written\n",
-               a.emit_trace);
     if (o.exit_code == 0) o.exit_code = 1;
+    o.error = (o.error.empty() ? std::string("the replay did not finish") : o.error) + " (so --emit-trace wrote no " +
+              a.emit_trace + ")";
   }
   const std::string text = o.result.dump(2) + "\n";
   if (!a.out.empty()) write_text(a.out, text, "replay: ");
@@ -119,6 +132,8 @@ int run_replay(ReplayArgs& a) {
 struct LayoutArgs {
   replay::ReplayOptions opt;
   CLI::Option* allocator = nullptr;
+  CLI::Option* load = nullptr;
+  CLI::Option* threads = nullptr;
   std::string out;
   bool json = false;
   bool annotate = false;
@@ -140,7 +155,12 @@ int run_layout(LayoutArgs& a) {
   };
   std::vector<Column> columns;
   int worst = 0;
+  if (a.annotate && a.json) throw Failure{"layout: --annotate or --json, not both (both go to standard output)"};
   if (a.allocator->count() == 0 && r->has_addresses()) {
+    if (a.load->count() || a.threads->count())
+      throw Failure{"layout: " + a.opt.trace +
+                    " holds a replay's addresses, measured as recorded: --load and --threads are for a replay (give "
+                    "--allocator to replay it again)"};
     // The trace holds one replay's addresses: measured as they are.
     const nlohmann::json meta = nlohmann::json::parse(r->metadata(), nullptr, false);
     Column c;
@@ -156,10 +176,9 @@ int run_layout(LayoutArgs& a) {
                               ? meta["replay"]["replay_threads"] == 1
                               : r->active_threads().size() == 1;
     trace::AddressCursor cur(*r);
-    // (event i's seq: the trace is complete, its seqs are 0, 1, 2 ...)
     try {
       c.summary = replay::measure_layout(
-          a.opt.trace, [&](uint64_t i) { return cur.at(i); }, in_order, lines);
+          a.opt.trace, [&](uint64_t, uint64_t seq) { return cur.at(seq); }, in_order, lines);
     } catch (const trace::TraceError& e) {
       throw Failure{std::string("layout: ") + e.what()};
     }
@@ -296,9 +315,10 @@ void add_replay_commands(CLI::App& app, Commands& commands) {
                                 "glibc (default), jemalloc, mimalloc, tcmalloc, the path of an allocator .so, several "
                                 "separated by commas, or all: side by side")
                      ->capture_default_str();
-  ly->add_option("--load", la.opt.load, "preload or direct (as replay --load)")->capture_default_str();
-  ly->add_option("--threads", la.opt.settings.threads, "Replay threads (as replay --threads; 0: one per recorded)")
-      ->check(not_negative());
+  la.load = ly->add_option("--load", la.opt.load, "preload or direct (as replay --load)")->capture_default_str();
+  la.threads =
+      ly->add_option("--threads", la.opt.settings.threads, "Replay threads (as replay --threads; 0: one per recorded)")
+          ->check(not_negative());
   ly->add_flag("--annotate", la.annotate,
                "Print every call with its note, as the seed's overhead.py: prev ADDR, gap N, next ADDR, gap N, "
                "pages [A, B], K more pages");

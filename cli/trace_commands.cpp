@@ -350,9 +350,20 @@ int run_export(const ExportArgs& a) {
     if (!f) throw Failure{"export: " + path + ": cannot open: " + std::strerror(errno)};
     const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
     if (j.is_discarded()) throw Failure{"export: " + path + ": not JSON (give replay results: heaplab replay -o)"};
-    // (--allocator all -o writes an array of results)
+    // (--allocator all -o writes an array of results; an allocator it
+    // skipped, or whose replay failed, has no figures: left out, and said.)
     if (j.is_array()) {
-      for (size_t i = 0; i < j.size(); ++i) results.push_back({j[i], path + "[" + std::to_string(i) + "]"});
+      for (size_t i = 0; i < j.size(); ++i) {
+        const std::string where = path + "[" + std::to_string(i) + "]";
+        if (j[i].is_object() && (j[i].contains("skipped") || (j[i].contains("exit") && !j[i].contains("replay")))) {
+          const nlohmann::json& al = j[i].value("allocator", nlohmann::json::object());
+          fmt::print(stderr, "heaplab: note: {}: the replay on {} {}: left out\n", where,
+                     al.is_object() ? al.value("name", std::string("?")) : std::string("?"),
+                     j[i].contains("skipped") ? "was skipped" : "failed");
+          continue;
+        }
+        results.push_back({j[i], where});
+      }
     } else {
       results.push_back({j, path});
     }

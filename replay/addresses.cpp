@@ -1,5 +1,6 @@
 #include "replay/addresses.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "analysis/event_text.h"
@@ -20,7 +21,9 @@ EmittedTrace write_trace_with_addresses(const std::string& trace, std::vector<ui
                              std::to_string(r->event_count()) + " events");
   nlohmann::json meta = nlohmann::json::parse(r->metadata(), nullptr, false);
   if (!meta.is_object()) meta = nlohmann::json::object();
-  meta["format_version"] = std::to_string(trace::kFormatMajor) + "." + std::to_string(trace::kFormatMinor);
+  // (The writer makes the file 1.2 only if some event has an address.)
+  if (std::any_of(addresses.begin(), addresses.end(), [](uint64_t a) { return a != 0; }))
+    meta["format_version"] = std::to_string(trace::kFormatMajor) + "." + std::to_string(trace::kFormatMinorAddresses);
   meta["replay"] = replay;
   trace::WriterOptions wo;
   wo.timestamps = r->has_time();
@@ -54,8 +57,9 @@ EmittedTrace write_trace_with_addresses(const std::string& trace, std::vector<ui
   return e;
 }
 
-analysis::LayoutSummary measure_layout(const std::string& trace, const std::function<uint64_t(uint64_t)>& address,
-                                       bool in_order, const LayoutLines* lines) {
+analysis::LayoutSummary measure_layout(const std::string& trace,
+                                       const std::function<uint64_t(uint64_t, uint64_t)>& address, bool in_order,
+                                       const LayoutLines* lines) {
   auto r = trace::TraceReader::open(trace);
   analysis::LayoutAnalyzer layout(r->event_count(), in_order);
   trace::MergedCursor cur(*r);
@@ -64,7 +68,7 @@ analysis::LayoutSummary measure_layout(const std::string& trace, const std::func
   uint64_t i = 0;
   while (size_t n = cur.next(buf.data(), buf.size())) {
     for (size_t k = 0; k < n; ++k, ++i) {
-      const uint64_t a = address(i);
+      const uint64_t a = address(i, buf[k].seq);
       const analysis::LayoutNote note = layout.observe(buf[k], a);
       if (lines) {
         analysis::event_text(buf[k], r->has_time(), line, a);
@@ -82,10 +86,10 @@ ReplayLayout replay_layout(ReplayOptions opt, const LayoutLines* lines) {
   std::vector<uint64_t> addresses;
   opt.addresses = &addresses;
   l.outcome = run_replay(opt);
-  if (addresses.empty()) return l;
+  if (!l.outcome.addresses_read) return l;
   const bool in_order = l.outcome.result.value("replay_threads", 0) <= 1;
   l.summary = measure_layout(
-      opt.trace, [&](uint64_t i) { return i < addresses.size() ? addresses[i] : 0; }, in_order, lines);
+      opt.trace, [&](uint64_t i, uint64_t) { return i < addresses.size() ? addresses[i] : 0; }, in_order, lines);
   l.measured = true;
   return l;
 }

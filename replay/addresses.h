@@ -34,11 +34,13 @@ EmittedTrace write_trace_with_addresses(const std::string& trace, std::vector<ui
 // Each event's line of text, with its layout note (heaplab layout --annotate).
 using LayoutLines = std::function<void(const std::string& line)>;
 
-// The layout of `trace`'s events given their addresses (`address(i)` for
-// event i in seq order), from a replay that ran them in the trace's order
-// or not (analysis/layout.h). Throws trace::TraceError for a damaged trace.
-analysis::LayoutSummary measure_layout(const std::string& trace, const std::function<uint64_t(uint64_t)>& address,
-                                       bool in_order, const LayoutLines* lines = nullptr);
+// The layout of `trace`'s events given their addresses (`address(i, seq)`
+// for event i in seq order, whose seq is `seq`), from a replay that ran them
+// in the trace's order or not (analysis/layout.h). Throws trace::TraceError
+// for a damaged trace.
+analysis::LayoutSummary measure_layout(const std::string& trace,
+                                       const std::function<uint64_t(uint64_t, uint64_t)>& address, bool in_order,
+                                       const LayoutLines* lines = nullptr);
 
 // One allocator's layout: a replay that records addresses (opt.addresses is
 // set here), then measure_layout. `outcome` is the replay's; the summary is

@@ -450,7 +450,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                  timeout_s < paced_s ? fmt::format("; the --timeout of {:.0f} s ends it first", timeout_s) : "");
     }
   }
-  bool timed_out = false;
+  bool timed_out = false, addresses_read = false;
   try {
     process::Pipe result;
     spec.fds = {{3, plan_fd}, {4, result.write}};
@@ -466,8 +466,10 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     }
     if (timed_out) child.kill(SIGKILL);
     status = child.wait();
-    if (opt.addresses && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3))
+    if (opt.addresses && !timed_out && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3)) {
       read_addresses(table_fd, event_refs, *opt.addresses);
+      addresses_read = true;
+    }
   } catch (const process::SpawnError& e) {
     if (plan_fd >= 0) close(plan_fd);
     if (!e.exec_failed()) throw ReplayError(e.what());
@@ -478,6 +480,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   }
 
   ReplayOutcome o;
+  o.addresses_read = addresses_read;
   nlohmann::json& r = o.result;
   r["format"] = "heaplab-replay-result";
   r["format_version"] = 1;

@@ -61,6 +61,8 @@ struct ReplayOutcome {
   // refused its input (a library it cannot load directly).
   int exit_code = 0;
   std::string error;  // one line when exit_code != 0
+  // ReplayOptions::addresses was filled (the replay ran to its end).
+  bool addresses_read = false;
 };
 
 // Throws ReplayError when it cannot start.

@@ -702,9 +702,10 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       st.head = static_cast<uint64_t>(e.op) | uint64_t{flags} << 8 | id << 16;
       st.old = old;
       if (give_old) slots.give(old, k, table[k].steps);
-      // The object whose address the event names: the one it produced, else
-      // the one it consumed (a failure in the trace keeps the old one).
-      if (event_refs) event_refs->back() = trace::op_produces(e.op) && !(e.flags & trace::kNullResult) ? id : old;
+      // The object whose address the event names: the one it produced (a
+      // realloc that failed in the trace: the object, where the replay's
+      // call left it), else the one it consumed.
+      if (event_refs) event_refs->back() = id != 0 ? id : old;
       put(k, st, e.time, delta);
       ++s.ops[static_cast<unsigned>(e.op)];
       if (pages) {

@@ -21,6 +21,7 @@
 #include "analysis/layout.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_testutil.h"
+#include "capture/format/trace_writer.h"
 #include "replay/run_testutil.h"
 
 namespace {
@@ -59,6 +60,34 @@ std::map<std::string, std::string>& traces() {
           {kHeaplab, "import", "--from", "cmt-text", kSrc + "/capture/testdata/cmt/" + std::string(name), "-o", out});
       EXPECT_EQ(r.code, 0) << r.err;
       m[key] = out;
+    }
+    {
+      // A realloc that fails in the trace (a huge request) but not in the
+      // replay: the program keeps its object, which the replay moved.
+      const std::string path = (dir() / "failed-realloc.hlt").string();
+      heaplab::trace::TraceWriter w(path, heaplab::trace::WriterOptions{});
+      Event e;
+      e.op = heaplab::trace::Op::malloc;
+      e.size = 16;
+      w.append(e);
+      Event r;
+      r.op = heaplab::trace::Op::realloc;
+      r.old = 1;
+      r.size = 100000;
+      r.flags = heaplab::trace::kFailed | heaplab::trace::kNullResult;
+      w.append(r);
+      for (int i = 0; i < 8; ++i) {
+        Event x;
+        x.op = heaplab::trace::Op::malloc;
+        x.size = 16;
+        w.append(x);
+      }
+      Event f;
+      f.op = heaplab::trace::Op::free;
+      f.old = 1;
+      w.append(f);
+      w.close();
+      m["failed-realloc"] = path;
     }
     const std::string out = (dir() / "threads.hlt").string();
     const auto r = run({kHeaplab, "capture", "-q", "-o", out, "--", kBin + "/capture/testprogs/victim_cpp", "threads",
@@ -110,27 +139,33 @@ uint64_t check_emitted(const std::string& path, const std::string& what, uint64_
     const LayoutNote n = layout.observe(e, a);
     int64_t delta = 0;
     const bool produces = heaplab::trace::op_produces(e.op) && !(e.flags & heaplab::trace::kNullResult);
-    if (heaplab::trace::op_consumes(e.op) && e.old != 0 && !(e.flags & heaplab::trace::kFailed) &&
-        m.early.count(e.old)) {
+    // A realloc that failed in the trace names its object where the
+    // replay left it: moved, if the call succeeded there.
+    const bool moved = (e.flags & heaplab::trace::kFailed) && heaplab::trace::op_consumes(e.op) && e.old != 0 &&
+                       m.ids.count(e.old) && m.ids[e.old] != a;
+    const bool releases =
+        heaplab::trace::op_consumes(e.op) && e.old != 0 && (!(e.flags & heaplab::trace::kFailed) || moved);
+    if (releases && m.early.count(e.old)) {
       m.early.erase(e.old);  // taken as freed when a block was placed on it
-    } else if (heaplab::trace::op_consumes(e.op) && e.old != 0 && !(e.flags & heaplab::trace::kFailed)) {
+    } else if (releases) {
       auto it = m.ids.find(e.old);
       if (it == m.ids.end()) {
         ++failures;
         continue;
       }
       const uint64_t old = it->second;
-      if (!produces && a != old) ++failures;  // a release names its block's address
+      if (!produces && !moved && a != old) ++failures;  // a release names its block's address
       m.ids.erase(it);
       delta += m.add(old, m.live[old], -1);
       m.live.erase(old);
       m.id_at.erase(old);
     }
-    if (produces) {
+    if (produces || moved) {
       if (a == 0) {
         ++failures;  // the allocator said NULL where the program got memory
         continue;
       }
+      const uint64_t object = produces ? e.id : e.old;
       const uint64_t end = a + std::max<uint64_t>(e.requested_bytes(), 1);
       // Live blocks this one lies on: freed in the replay already (by
       // another thread than the one that made this call, or the allocator
@@ -163,8 +198,8 @@ uint64_t check_emitted(const std::string& path, const std::string& what, uint64_
       EXPECT_EQ(n.first_page, a / kLayoutPage * kLayoutPage);
       EXPECT_EQ(n.last_page, (end - 1) / kLayoutPage * kLayoutPage);
       m.live[a] = end;
-      m.ids[e.id] = a;
-      m.id_at[a] = e.id;
+      m.ids[object] = a;
+      m.id_at[a] = object;
       delta += m.add(a, end, +1);
       ++placed;
     }
@@ -300,11 +335,29 @@ TEST(LayoutCommand, BadInputGivesOneLine) {
   }
   r = run({kHeaplab, "replay", cut, "--emit-trace", (dir() / "cut-out.hlt").string(), "-q"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("heaplab: error: replay: --emit-trace: " + cut +
-                       ": --emit-trace needs a complete trace (this one is truncated: "),
-            std::string::npos)
-      << r.err;
+  EXPECT_EQ(r.err, "heaplab: error: replay: --emit-trace: " + cut +
+                       ": needs a complete trace (this one is truncated, so its ids have holes a trace written again "
+                       "cannot keep)\n");
   EXPECT_FALSE(fs::exists(dir() / "cut-out.hlt"));
+  // A trace with addresses is measured as recorded: replay options need --allocator.
+  const std::string stored = kSrc + "/replay/testdata/layout/401.bzip2-glibc.hlt";
+  r = run({kHeaplab, "layout", stored, "--threads", "1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "heaplab: error: layout: " + stored +
+                       " holds a replay's addresses, measured as recorded: --load and --threads are for a replay "
+                       "(give --allocator to replay it again)\n");
+  r = run({kHeaplab, "layout", stored, "--json", "--annotate"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "heaplab: error: layout: --annotate or --json, not both (both go to standard output)\n");
+  // An empty trace: an empty trace again, and an empty layout.
+  const std::string empty = (dir() / "empty.hlt").string();
+  ASSERT_EQ(run({kHeaplab, "import", "--from", "cmt-text", "/dev/null", "-o", empty}).code, 0);
+  r = run({kHeaplab, "replay", empty, "--emit-trace", (dir() / "empty-out.hlt").string(), "-q"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir() / "empty-out.hlt"));
+  r = run({kHeaplab, "layout", empty, "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["allocators"][0]["layout"]["blocks_placed"], 0);
 }
 
 }  // namespace

@@ -40,21 +40,26 @@ std::string encode_address_block(uint64_t first_seq, const uint64_t* addresses, 
 
 bool address_block_header(std::string_view payload, uint64_t& first_seq, uint32_t& count, std::string& error) {
   const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
+  if (payload.size() < 4) {
+    error = "address block too short";
+    return false;
+  }
+  if (load_u32(p) != kAddressBlockVersion) {
+    first_seq = 0;
+    count = 0;  // a later layout (whatever its size): not read here
+    return true;
+  }
   if (payload.size() < kAddressBlockHeader) {
     error = "address block too short";
     return false;
   }
   first_seq = load_u64(p + 8);
   count = load_u32(p + 4);
-  if (load_u32(p) != kAddressBlockVersion) {
-    count = 0;  // a later layout: not read here
-    return true;
-  }
   if (count == 0 || count > kAddressBlockEvents || load_u64(p + 16) != uint64_t{count} * 8) {
     error = "address block sizes do not match its count";
     return false;
   }
-  if (first_seq + count < first_seq) {
+  if (count - 1 > ~uint64_t{0} - first_seq) {
     error = "address block seqs run past 2^64";
     return false;
   }

@@ -562,8 +562,11 @@ TEST(AddressBlock, EveryFlippedByteIsDetected) {
 
 TEST(AddressBlock, MalformedPayloadsAreRefused) {
   std::string error;
-  EXPECT_FALSE(decode_address_block("short", error));
+  EXPECT_FALSE(decode_address_block("abc", error));
   EXPECT_EQ(error, "address block too short");
+  EXPECT_FALSE(decode_address_block(std::string("\1\0\0\0short", 9), error));
+  EXPECT_EQ(error, "address block too short");
+  EXPECT_TRUE(decode_address_block(std::string("\2\0\0\0", 4), error));  // a later, shorter layout: skipped
   const std::vector<uint64_t> a = {0x1000, 0, 0x2000, 0x1ff0};
   const std::string p = encode_address_block(9, a.data(), 4);
   auto b = decode_address_block(p, error);
@@ -583,10 +586,51 @@ TEST(AddressBlock, MalformedPayloadsAreRefused) {
   ASSERT_TRUE(b);
   EXPECT_TRUE(b->addresses.empty());
   bad = p;
-  const uint64_t near_end = ~uint64_t{0} - 1;
+  const uint64_t near_end = ~uint64_t{0} - 2;
   std::memcpy(bad.data() + 8, &near_end, 8);
   EXPECT_FALSE(decode_address_block(bad, error));
   EXPECT_EQ(error, "address block seqs run past 2^64");
+  const uint64_t at_end = ~uint64_t{0} - 3;  // seqs 2^64 - 4 .. 2^64 - 1: the last ones there are
+  std::memcpy(bad.data() + 8, &at_end, 8);
+  EXPECT_TRUE(decode_address_block(bad, error)) << error;
+}
+
+// Blocks whose checksums were made to match: a block naming events past a
+// complete trace's last is refused on open; a frame that does not decode is
+// refused when read (heaplab check reads them all).
+TEST(AddressBlock, DamageBehindValidChecksumsIsCaught) {
+  TempDir dir;
+  const std::string path = dir.file("a.hlt");
+  {
+    TraceWriter w(path, WriterOptions{});
+    std::vector<Event> ev = generate(5, 40);
+    for (Event& e : ev) w.append(e);
+    w.set_addresses(std::vector<uint64_t>(ev.size(), 0x7f0000001000));
+    w.close();
+  }
+  const std::string img = read_file(path);
+  const size_t at = img.find("ADDR");
+  ASSERT_NE(at, std::string::npos);
+  std::string past = img;
+  const uint64_t first = 30;  // all the events' addresses from seq 30: past the last
+  std::memcpy(past.data() + at + 16 + 8, &first, 8);
+  testutil::repair_checksums(past);
+  const uint64_t n = TraceReader::from_memory(img, "a")->event_count();
+  EXPECT_EQ(open_error(past), "mem.hlt: offset " + std::to_string(at) + ": address block names events up to seq " +
+                                  std::to_string(30 + n - 1) + ", past the trace's last (" + std::to_string(n) +
+                                  " events)");
+  std::string frame = img;
+  frame[at + 16 + 24 + 6] = static_cast<char>(frame[at + 16 + 24 + 6] ^ 0x55);  // inside the zstd frame
+  testutil::repair_checksums(frame);
+  auto r = TraceReader::from_memory(frame, "f.hlt");
+  AddressCursor cur(*r);
+  try {
+    cur.at(0);
+    FAIL() << "a damaged frame was read";
+  } catch (const TraceError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "f.hlt: offset " + std::to_string(at) + ": address block does not decompress to its size (corrupt data)");
+  }
 }
 
 TEST(BadInput, MissingFile) {

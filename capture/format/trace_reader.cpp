@@ -279,6 +279,11 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
       if (t == kBlockAddresses) add_address_block(p, len, off);
       off += kBlockHeaderSize + len;
     }
+    // A complete trace's seqs are 0 .. total - 1: its addresses name those.
+    for (const AddressBlockRef& b : addresses_)
+      if (b.first_seq > total || b.count > total - b.first_seq)
+        fail(b.offset, "address block names events up to seq " + std::to_string(b.first_seq + b.count - 1) +
+                           ", past the trace's last (" + std::to_string(total) + " events)");
   }
   finish_threads();
 }
