@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "analysis/perfetto_trace.pb.h"
+#include "common/json.h"
 
 namespace heaplab::analysis {
 
@@ -204,7 +205,7 @@ PerfettoSummary write_perfetto(const trace::TraceReader& r, const std::vector<Pe
   PerfettoSummary s;
   for (const PerfettoResult& res : results) check_result(res);
   PacketWriter w(out);
-  const nlohmann::json meta = nlohmann::json::parse(r.metadata(), nullptr, false);
+  const nlohmann::json meta = common::parse_bounded_json(r.metadata());
   int32_t pid = 1;
   if (meta.is_object() && meta.contains("capture") && meta["capture"].is_object() && meta["capture"].contains("pid") &&
       meta["capture"]["pid"].is_number_integer())

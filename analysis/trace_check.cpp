@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture/format/flat_map.h"
+#include "common/json.h"
 
 namespace heaplab::analysis {
 
@@ -20,8 +21,12 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
   };
   if (!r.complete()) problem(0, 0, r.warning());
   {
-    nlohmann::json meta = nlohmann::json::parse(r.metadata(), nullptr, false);
-    if (meta.is_discarded() || !meta.is_object()) problem(0, 0, "metadata block is not a JSON object");
+    std::string why;
+    nlohmann::json meta = common::parse_bounded_json(r.metadata(), &why);
+    if (!why.empty())
+      problem(0, 0, "metadata block is " + why);
+    else if (meta.is_discarded() || !meta.is_object())
+      problem(0, 0, "metadata block is not a JSON object");
   }
 
   struct ThreadState {

@@ -405,6 +405,19 @@ TEST(CheckFile, MetadataNotJson) {
   EXPECT_EQ(rep.problems, 1u) << all_messages(rep);
   EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block is not a JSON object"));
 
+  // Bounded: JSON nested deeper than 64 levels, or larger than 16 MiB, is
+  // not parsed (nlohmann's nodes cost 50-100x the text).
+  opt.metadata_json = "{\"a\": " + std::string(65, '[') + std::string(65, ']') + "}";
+  rep = check_events(evs, opt);
+  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block is nested deeper than 64 levels: not read")) << all_messages(rep);
+  opt.metadata_json = "{\"a\": \"" + std::string(100, '[') + "\", \"b\": " + std::string(63, '[') +
+                      std::string(63, ']') + "}";  // brackets in strings do not count
+  rep = check_events(evs, opt);
+  EXPECT_EQ(rep.problems, 0u) << all_messages(rep);
+  opt.metadata_json = "{\"a\": \"" + std::string((size_t{16} << 20) + 1, 'x') + "\"}";
+  rep = check_events(evs, opt);
+  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block is larger than 16 MiB: not read")) << all_messages(rep);
+
   opt.metadata_json = R"({"program": "x"})";
   EXPECT_TRUE(check_events(evs, opt).ok());
 }

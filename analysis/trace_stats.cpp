@@ -9,6 +9,7 @@
 
 #include "capture/format/flat_map.h"
 #include "common/text.h"
+#include "common/json.h"
 
 namespace heaplab::analysis {
 namespace {
@@ -98,7 +99,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
     if (m.op == trace::MemOp::latency) ++s.program_timed_calls;
   }
   {
-    nlohmann::json meta = nlohmann::json::parse(r.metadata(), nullptr, false);
+    nlohmann::json meta = common::parse_bounded_json(r.metadata());
     if (meta.is_object() && meta.contains("capture") && meta["capture"].is_object()) {
       const nlohmann::json& c = meta["capture"];
       s.program_anon_peak_kib = c.value("anon_rss_peak_kib", uint64_t{0});

@@ -12,6 +12,7 @@
 #include "replay/compare.h"
 #include "replay/launch.h"
 #include "replay/settings.h"
+#include "common/json.h"
 
 namespace heaplab::cli {
 namespace {
@@ -162,7 +163,7 @@ int run_layout(LayoutArgs& a) {
                     " holds a replay's addresses, measured as recorded: --load and --threads are for a replay (give "
                     "--allocator to replay it again)"};
     // The trace holds one replay's addresses: measured as they are.
-    const nlohmann::json meta = nlohmann::json::parse(r->metadata(), nullptr, false);
+    const nlohmann::json meta = common::parse_bounded_json(r->metadata());
     Column c;
     c.name = "recorded";
     if (meta.is_object() && meta.contains("replay") && meta["replay"].is_object() &&

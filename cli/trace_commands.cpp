@@ -24,6 +24,7 @@
 #include "cli/cli.h"
 #include "common/files.h"
 #include "common/text.h"
+#include "common/json.h"
 
 namespace heaplab::cli {
 namespace {
@@ -271,7 +272,7 @@ struct CatArgs {
 int run_cat(const CatArgs& a) {
   auto r = open_trace(a.path);
   if (a.meta) {
-    nlohmann::json m = nlohmann::json::parse(r->metadata(), nullptr, false);
+    nlohmann::json m = common::parse_bounded_json(r->metadata());
     fmt::print("{}\n", m.is_discarded() ? r->metadata() : m.dump(2));
     return 0;
   }

@@ -7,6 +7,7 @@
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
 #include "common/files.h"
+#include "common/json.h"
 
 namespace heaplab::replay {
 
@@ -19,7 +20,7 @@ EmittedTrace write_trace_with_addresses(const std::string& trace, std::vector<ui
   if (addresses.size() != r->event_count())
     throw std::runtime_error(trace + ": " + std::to_string(addresses.size()) + " addresses for " +
                              std::to_string(r->event_count()) + " events");
-  nlohmann::json meta = nlohmann::json::parse(r->metadata(), nullptr, false);
+  nlohmann::json meta = common::parse_bounded_json(r->metadata());
   if (!meta.is_object()) meta = nlohmann::json::object();
   // (The writer makes the file 1.2 only if some event has an address.)
   if (std::any_of(addresses.begin(), addresses.end(), [](uint64_t a) { return a != 0; }))

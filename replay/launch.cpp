@@ -28,6 +28,7 @@
 #include "replay/plan.h"
 #include "replay/plan_store.h"
 #include "replay/result.h"
+#include "common/json.h"
 
 extern char** environ;
 
@@ -366,7 +367,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                          {"unknown_regions_skipped", plan.unknown_regions}};
   // What share of the captured program's anonymous memory the trace explains.
   std::string coverage_warning;
-  if (nlohmann::json meta = nlohmann::json::parse(reader->metadata(), nullptr, false);
+  if (nlohmann::json meta = common::parse_bounded_json(reader->metadata());
       meta.is_object() && meta.contains("capture") && meta["capture"].is_object() &&
       meta["capture"].contains("coverage") && meta["capture"]["coverage"].is_number()) {
     const nlohmann::json& c = meta["capture"];
