@@ -234,6 +234,7 @@ int run_layout(LayoutArgs& a) {
     fmt::print("{}\n", j.dump(2));
   } else if (!a.annotate && !columns.empty()) {
     std::vector<std::pair<std::string, const analysis::LayoutSummary*>> cols;
+    cols.reserve(columns.size());
     for (const Column& c : columns)
       cols.emplace_back(c.load.empty() || c.load == "preload" ? c.name : c.name + " (" + c.load + ")", &c.summary);
     std::string text = fmt::format("layout of {}: {} events; pages of {} bytes, a block's requested bytes\n\n",

@@ -21,8 +21,7 @@ inline nlohmann::json parse_bounded_json(std::string_view text, std::string* why
     if (why) *why = std::move(reason);
     return nlohmann::json(nlohmann::json::value_t::discarded);
   };
-  if (text.size() > max_bytes)
-    return refuse("larger than " + std::to_string(max_bytes >> 20) + " MiB: not read");
+  if (text.size() > max_bytes) return refuse("larger than " + std::to_string(max_bytes >> 20) + " MiB: not read");
   unsigned depth = 0;
   bool in_string = false, escaped = false;
   for (const char c : text) {

@@ -277,7 +277,8 @@ TEST(LayoutCommand, AllAllocatorsSideBySide) {
   // live one: the allocators are sound.
   const auto one = run({kHeaplab, "layout", traces()["threads"], "--allocator", "all", "--threads", "1", "--json"});
   ASSERT_EQ(one.code, 0) << one.err;
-  for (const json& a : json::parse(one.out)["allocators"]) {
+  const json in_order = json::parse(one.out);
+  for (const json& a : in_order["allocators"]) {
     EXPECT_TRUE(a["layout"]["replayed_in_order"].get<bool>());
     EXPECT_EQ(a["layout"]["blocks_reused_early"], 0) << a["name"];
     EXPECT_EQ(a["layout"]["overlapping_blocks"], 0) << a["name"];
