@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -172,6 +173,25 @@ uint64_t memory_available() {
   return 0;
 }
 
+// About how many threads one process may start here: each takes a task
+// (kernel.threads-max, ulimit -u) and two mappings, its stack and guard
+// page (vm.max_map_count, the limit a replay of 32,448 threads met), less
+// what the replayer maps itself. 0 if unknown.
+uint64_t thread_limit() {
+  const auto read_u64 = [](const char* path) -> uint64_t {
+    std::ifstream in(path);
+    uint64_t v = 0;
+    return in >> v ? v : 0;
+  };
+  uint64_t limit = UINT64_MAX;
+  if (const uint64_t m = read_u64("/proc/sys/vm/max_map_count"); m > 2048) limit = std::min(limit, (m - 1024) / 2);
+  if (const uint64_t t = read_u64("/proc/sys/kernel/threads-max"); t != 0) limit = std::min(limit, t);
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && getuid() != 0)
+    limit = std::min<uint64_t>(limit, rl.rlim_cur);
+  return limit == UINT64_MAX ? 0 : limit;
+}
+
 // What the replay will surely need in memory, against what the machine
 // has: the replayer's object table and plan windows, and the part of the
 // trace's live heap at its peak that the replay writes (all of it with
@@ -277,6 +297,17 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   }
   if (opt.settings.timing == Timing::recorded && !reader->has_time())
     throw ReplayError(opt.trace + ": --timing recorded: the trace has no timestamps");
+  // One replay thread per recorded thread (or --threads): refused at once
+  // if this machine cannot start that many, before any plan is built.
+  {
+    const uint64_t recorded = reader->active_threads().size();
+    const uint64_t want = opt.settings.threads ? std::min<uint64_t>(opt.settings.threads, recorded) : recorded;
+    if (const uint64_t limit = thread_limit(); limit != 0 && want > limit)
+      throw ReplayError(fmt::format(
+          "{}: the replay would start {} threads (one per recorded thread) and a process here can start about {} "
+          "(vm.max_map_count, kernel.threads-max, ulimit -u): fold them with --threads {} or fewer",
+          opt.trace, group_digits(want), group_digits(limit), limit));
+  }
   PlanSummary plan;
   int plan_fd = -1;
   const auto plan_start = std::chrono::steady_clock::now();

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -260,6 +262,36 @@ std::vector<Event> big_and_small() {
 // Ten thousand recorded threads, each freeing an object the one before it
 // made: a replay thread each, all started (asleep until the start, not
 // spinning: start-up was quadratic in threads), every call replayed.
+// More threads than a process can start here (vm.max_map_count's 65,530
+// mappings allow about 32,000): refused at once, with what to do, before a
+// plan is built (the plan of 2^20 threads took 10 GB and 39 s, then failed
+// at thread 32,448).
+TEST_F(ReplayTest, MoreThreadsThanTheMachineStartsIsOneLineAtOnce) {
+  std::ifstream maps("/proc/sys/vm/max_map_count");
+  uint64_t max_maps = 0;
+  if (!(maps >> max_maps) || max_maps > 1000000) GTEST_SKIP() << "vm.max_map_count is " << max_maps;
+  const uint32_t threads = uint32_t(max_maps / 2 + 100);
+  std::vector<Event> ev;
+  for (uint32_t t = 0; t < threads; ++t) {
+    Event e = malloc_ev(16);
+    e.thread = t;
+    ev.push_back(e);
+  }
+  const std::string trace = write_trace("too_many_threads", ev, false);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome r = run({kHeaplab, "replay", trace, "-q"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.find("heaplab: error: replay: " + trace + ": the replay would start "), 0u) << r.err;
+  EXPECT_NE(r.err.find(" threads (one per recorded thread) and a process here can start about "), std::string::npos);
+  EXPECT_NE(r.err.find("(vm.max_map_count, kernel.threads-max, ulimit -u): fold them with --threads "),
+            std::string::npos);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // Folded, it replays.
+  const Outcome f = run({kHeaplab, "replay", trace, "-q", "--threads", "8", "--no-memory"});
+  EXPECT_EQ(f.code, 0) << f.err;
+}
+
 TEST_F(ReplayTest, TenThousandThreads) {
   constexpr uint32_t kThreads = 10000;
   std::vector<Event> ev;

@@ -242,7 +242,7 @@ struct TraceWriter::Impl {
   }
 
   // Gives thread encoder te's staging arrays back (it grows them again
-  // from 256 events when it next has any).
+  // from 16 events when it next has any).
   void release_arrays(ThreadEncoder& te) {
     staged_capacity -= te.cap;
     te.cap = 0;
@@ -250,6 +250,18 @@ struct TraceWriter::Impl {
     for (unsigned k = 0; k < kColumnCount; ++k) {
       std::vector<uint64_t>().swap(te.col[k]);
       te.colp[k] = nullptr;
+    }
+  }
+
+  // Many threads with few events each: their staging arrays, not their
+  // events, pass twice the budget. Every open chunk is written and every
+  // array given back (a scan of the threads once per budget's worth of
+  // arrays, not once per event).
+  [[gnu::noinline]] void flush_all() {
+    for (uint32_t t : active) {
+      ThreadEncoder& te = *encoder_slot(t);
+      flush_thread(t);
+      if (te.cap != 0) release_arrays(te);
     }
   }
 
@@ -279,7 +291,7 @@ struct TraceWriter::Impl {
     }
     if (te.n == te.cap) [[unlikely]] {
       staged_capacity -= te.cap;
-      te.cap = std::min<uint32_t>(opt.chunk_events, std::max<uint32_t>(256, te.cap * 2));
+      te.cap = std::min<uint32_t>(opt.chunk_events, std::max<uint32_t>(16, te.cap * 2));
       staged_capacity += te.cap;
       te.ops.resize(te.cap);
       for (unsigned k = 0; k < kColumnCount; ++k) {
@@ -406,6 +418,8 @@ uint64_t TraceWriter::append(Event& e) {
     m.flush_thread(e.thread);
   } else if (m.staged_events > m.max_staged()) [[unlikely]] {
     m.flush_largest();
+  } else if (m.staged_capacity > 2 * m.max_staged()) [[unlikely]] {
+    m.flush_all();
   }
   return e.id;
 }
