@@ -107,6 +107,7 @@ class Cli : public ::testing::Test {
     Result r = run({"import", "--from", "cmt-text", kData + "/small.cmt", "-o", "small.hlt"}, dir_);
     ASSERT_EQ(r.status, 0) << r.err;
   }
+  void killed_capture_stops_recording(bool reaped);
   std::string dir_;
 };
 
@@ -378,8 +379,17 @@ TEST_F(Cli, CaptureThatStoppedEarlyExitsThree) {
 
 // `heaplab capture` killed (SIGKILL: nothing of it runs on): its program
 // runs on, but stops recording at its next block, so the raw files stop
-// growing instead of filling the disk.
+// growing instead of filling the disk. Also when nobody reaps the killed
+// heaplab (a zombie still answers kill(pid, 0)).
 TEST_F(Cli, KilledCaptureStopsTheProgramsRecording) {
+  for (const bool reaped : {true, false}) {
+    SCOPED_TRACE(reaped ? "reaped" : "a zombie");
+    fs::remove_all(dir_ + "/raw");
+    killed_capture_stops_recording(reaped);
+  }
+}
+
+void Cli::killed_capture_stops_recording(bool reaped) {
   const std::string churn = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/churn";
   process::Spec spec;
   spec.argv = {kHeaplab, "capture", "--normalise", "after", "--raw-dir", "raw",
@@ -401,13 +411,14 @@ TEST_F(Cli, KilledCaptureStopsTheProgramsRecording) {
     if (e.path().extension() == ".hlraw") program = uint32_t(std::stoul(e.path().filename().string()));
   ASSERT_GT(program, 0u);
   kill(heaplab.pid(), SIGKILL);
-  heaplab.wait();
+  if (reaped) heaplab.wait();
   usleep(200000);  // the program's threads reach their next block
   const uint64_t after_kill = blocks_bytes();
   usleep(500000);
   EXPECT_EQ(blocks_bytes(), after_kill) << "the orphaned program went on recording";
   EXPECT_EQ(kill(pid_t(program), 0), 0) << "the program itself should run on";
   kill(pid_t(program), SIGKILL);
+  if (!reaped) heaplab.wait();
 }
 
 // A FIFO with no writer (or a device) given as a trace: refused at once,

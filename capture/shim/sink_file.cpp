@@ -75,9 +75,37 @@ void stop_capture(const char* what, int err) {
 }
 int g_grow_lock = 0;
 
+// Whether process `pid` has ended but not been reaped (a zombie): the
+// state letter after the command name in /proc/PID/stat. No allocation.
+bool is_zombie(pid_t pid) {
+  char path[32] = "/proc/";
+  char digits[16];
+  int n = 0;
+  for (unsigned v = unsigned(pid); v != 0 && n < 15; v /= 10) digits[n++] = char('0' + v % 10);
+  size_t at = 6;
+  while (n > 0) path[at++] = digits[--n];
+  memcpy(path + at, "/stat", 6);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  const ssize_t got = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (got <= 0) return false;
+  buf[got] = 0;
+  const char* paren = strrchr(buf, ')');  // (the command name may hold anything, parentheses too)
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
 // Whether `heaplab capture` (which reads what we write) has gone: killed,
-// it can no longer stop us, and recording on would only fill its disk.
-bool launcher_gone() { return g_launcher > 0 && kill(g_launcher, 0) != 0 && errno == ESRCH; }
+// it can no longer stop us, and recording on would only fill its disk. The
+// program it started has it as its parent until it ends (the kernel hands
+// a dead process's children to another at once, reaped or not); other
+// processes ask whether it exists and is not a zombie nobody reaped.
+bool launcher_gone() {
+  if (g_launcher <= 0 || getppid() == g_launcher) return false;
+  if (kill(g_launcher, 0) != 0) return errno == ESRCH;
+  return is_zombie(g_launcher);
+}
 
 uint64_t real_ns() {
   timespec ts;
