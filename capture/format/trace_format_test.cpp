@@ -633,6 +633,43 @@ TEST(AddressBlock, DamageBehindValidChecksumsIsCaught) {
   }
 }
 
+// Reading in global order holds a decoded chunk per thread: a trace whose
+// chunks declare more than the memory available is refused at once, in
+// one line (a few KiB of file can declare 64 MiB chunks for many threads).
+TEST(BadInput, MergedReadBeyondTheMemoryIsRefusedAtOnce) {
+  TempDir dir;
+  const std::string path = dir.file("threads.hlt");
+  testutil::GenOptions g;
+  g.threads = 20;
+  std::vector<Event> ev = generate(3, 4000, g);
+  write_trace(path, ev, WriterOptions{});
+  auto r = TraceReader::open(path);
+  const uint64_t need = r->decoded_bytes_at_once();
+  uint64_t sum = 0;  // (each thread has one chunk here: its raw size)
+  for (const ChunkRef& c : r->chunks()) {
+    const std::string img = read_file(path);
+    uint32_t raw = 0;
+    std::memcpy(&raw, img.data() + c.offset + 16 + 60, 4);
+    sum += raw;
+  }
+  EXPECT_EQ(need, sum);
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string(need).c_str(), 1);
+  EXPECT_NO_THROW(MergedCursor{*r});
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string(need - 1).c_str(), 1);
+  try {
+    MergedCursor cur(*r);
+    FAIL() << "no error";
+  } catch (const TraceError& e) {
+    char want[64];
+    std::snprintf(want, sizeof want, "%.1f MiB", double(need) / double(1 << 20));
+    EXPECT_EQ(std::string(e.what()), path + ": reading its 20 threads in order needs " + want +
+                                         " at once (a decoded chunk a thread, as the chunk headers declare), more "
+                                         "than the " +
+                                         want + " this machine has available");
+  }
+  unsetenv("HEAPLAB_MEMORY_AVAILABLE");
+}
+
 TEST(BadInput, MissingFile) {
   try {
     TraceReader::open("/nonexistent/trace.hlt");

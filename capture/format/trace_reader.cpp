@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -660,7 +661,60 @@ size_t ThreadCursor::next(Event* out, size_t max) {
   return dec_.next(out, max);
 }
 
+uint64_t TraceReader::decoded_bytes_at_once() const {
+  const auto* d = reinterpret_cast<const uint8_t*>(data_.data());
+  uint64_t sum = 0;
+  for (const std::vector<uint32_t>& list : lists_) {
+    uint64_t most = 0;
+    for (uint32_t i : list) {
+      const ChunkRef& c = chunks_[i];
+      if (c.offset > data_.size() || data_.size() - c.offset < kBlockHeaderSize + kChunkHeaderSize) continue;
+      most = std::max<uint64_t>(most, load_u32(d + c.offset + kBlockHeaderSize + 60));  // raw_size
+    }
+    sum += std::min<uint64_t>(most, kMaxChunkRawSize);
+  }
+  return sum;
+}
+
+namespace {
+
+// This machine's MemAvailable, bytes (0: unknown). HEAPLAB_MEMORY_AVAILABLE
+// (bytes) replaces it, for tests.
+uint64_t memory_available() {
+  if (const char* v = getenv("HEAPLAB_MEMORY_AVAILABLE")) return std::strtoull(v, nullptr, 10);
+  FILE* f = std::fopen("/proc/meminfo", "re");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return uint64_t(kib) << 10;
+}
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= uint64_t{1} << 30)
+    std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / double(uint64_t{1} << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(uint64_t{1} << 20));
+  return buf;
+}
+
+}  // namespace
+
 MergedCursor::MergedCursor(const TraceReader& r) {
+  // In global order, each thread's current chunk is held decoded: refused
+  // at once if the chunks' own headers say that cannot fit (a file of a few
+  // KiB can declare 64 MiB chunks for many threads).
+  if (r.active_threads().size() > 16) {
+    const uint64_t need = r.decoded_bytes_at_once(), available = memory_available();
+    if (available != 0 && need > available)
+      throw TraceError(r.name() + ": reading its " + std::to_string(r.active_threads().size()) +
+                       " threads in order needs " + gib(need) +
+                       " at once (a decoded chunk a thread, as the chunk headers declare), more than the " +
+                       gib(available) + " this machine has available");
+  }
   const size_t batch = r.active_threads().size() <= 1 ? 4096 : 512;
   for (uint32_t t : r.active_threads()) {
     Source s;

@@ -72,6 +72,10 @@ class TraceReader {
   // with an AddressCursor.
   const std::vector<AddressBlockRef>& address_blocks() const { return addresses_; }
   bool has_addresses() const { return !addresses_.empty(); }
+  // What reading the events in global order holds decoded at once: for each
+  // thread, its largest chunk's decoded size (chunk headers' raw_size, at
+  // most 64 MiB each). MergedCursor refuses more than the memory available.
+  uint64_t decoded_bytes_at_once() const;
 
  private:
   TraceReader() = default;
