@@ -24,7 +24,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     std::string why;
     nlohmann::json meta = common::parse_bounded_json(r.metadata(), &why);
     if (!why.empty())
-      problem(0, 0, "metadata block is " + why);
+      problem(0, 0, "metadata block not read: " + why);
     else if (meta.is_discarded() || !meta.is_object())
       problem(0, 0, "metadata block is not a JSON object");
   }

@@ -409,14 +409,22 @@ TEST(CheckFile, MetadataNotJson) {
   // not parsed (nlohmann's nodes cost 50-100x the text).
   opt.metadata_json = "{\"a\": " + std::string(65, '[') + std::string(65, ']') + "}";
   rep = check_events(evs, opt);
-  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block is nested deeper than 64 levels: not read")) << all_messages(rep);
+  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block not read: nested deeper than 64 levels")) << all_messages(rep);
   opt.metadata_json = "{\"a\": \"" + std::string(100, '[') + "\", \"b\": " + std::string(63, '[') +
                       std::string(63, ']') + "}";  // brackets in strings do not count
   rep = check_events(evs, opt);
   EXPECT_EQ(rep.problems, 0u) << all_messages(rep);
+  std::string wide = "{\"a\": [";
+  for (int i = 0; i < 500001; ++i) wide += "{},";
+  opt.metadata_json = wide + "{}]}";  // wide, not deep: 1,000,003 values
+  rep = check_events(evs, opt);
+  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block not read: more than 1000000 values")) << all_messages(rep);
+  opt.metadata_json = "{\"a\": " + std::string(64, '[') + std::string(64, ']') + "}";  // 65 levels: one too many
+  rep = check_events(evs, opt);
+  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block not read: nested deeper than 64 levels")) << all_messages(rep);
   opt.metadata_json = "{\"a\": \"" + std::string((size_t{16} << 20) + 1, 'x') + "\"}";
   rep = check_events(evs, opt);
-  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block is larger than 16 MiB: not read")) << all_messages(rep);
+  EXPECT_TRUE(Listed(rep, 0, 0, 0, "metadata block not read: larger than 16 MiB")) << all_messages(rep);
 
   opt.metadata_json = R"({"program": "x"})";
   EXPECT_TRUE(check_events(evs, opt).ok());

@@ -100,7 +100,7 @@ int run_experiment_cmd(const RunArgs& a) {
     r = experiments::run_experiment(spec, a.opt);
   } catch (const experiments::SpecError& e) {
     throw Failure{e.what()};
-  } catch (const experiments::StoreError& e) {  // a store that cannot be opened or written: exit 2
+  } catch (const experiments::StoreOpenError& e) {  // a store that cannot be opened: exit 2
     throw Failure{e.what()};
   } catch (const std::runtime_error& e) {  // RunError
     fmt::print(stderr, "heaplab: error: {}\n", e.what());

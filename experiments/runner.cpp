@@ -324,8 +324,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
         "heaplab died {} times while this run was going (killed, out of memory, or the machine hung): not tried again",
         died_in(&c));
     row.result = {{"exit", {{"status", "runner_died"}}}, {"error", why}};
-    store.add_run(s->id, row);
-    store.forget_attempt(s->id, c.key);
+    store.add_run(s->id, row);  // (and its attempts go)
     if (!opt.quiet) fmt::print(stderr, "heaplab: {} on {}, rep {}: {}\n", row.trace, row.allocator, c.rep + 1, why);
     it = todo.erase(it);
   }
@@ -384,19 +383,31 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     row.started = utc_now_iso();
     replay::ReplayOutcome o;
     store.note_attempt(s->id, c.key);
+    // However this run ends short of being stored (interrupted, an error,
+    // an exception), it did not take the runner down: its note is undone.
+    // Only a runner that dies leaves it.
+    struct Attempt {
+      Store& store;
+      const std::string& session;
+      const std::string& cell;
+      bool stored = false;
+      ~Attempt() {
+        if (stored) return;
+        try {
+          store.forget_attempt(session, cell);
+        } catch (const StoreError&) {  // (the error that got us here is the one to report)
+        }
+      }
+    } attempt{store, s->id, c.key};
     try {
       o = replay::run_replay(ro);
     } catch (const replay::ReplayError& e) {
-      store.forget_attempt(s->id, c.key);
       if (g_interrupted) break;  // Ctrl-C reached a check's child process: not the trace's fault
       if (tty) fmt::print(stderr, "\r\033[K");
       throw RunError("trace '" + t.name + "' on '" + a.label + "': " + e.what());
     }
     // A run cut short by the interrupt is not a result: it runs again on resume.
-    if (g_interrupted) {
-      store.forget_attempt(s->id, c.key);
-      break;
-    }
+    if (g_interrupted) break;
     row.cell = c.key;
     row.seq = c.seq;
     row.trace = t.name;
@@ -414,8 +425,8 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     row.metrics = extract_metrics(o.result);
     row.result = o.result;
     try {
-      store.add_run(s->id, row);
-      store.forget_attempt(s->id, c.key);
+      store.add_run(s->id, row);  // (its attempt goes with it, in one transaction)
+      attempt.stored = true;
     } catch (const StoreError&) {
       if (tty) fmt::print(stderr, "\r\033[K");
       throw;

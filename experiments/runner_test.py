@@ -329,6 +329,27 @@ def read_only_store():
           f"run on a read-only store: {r.returncode} {r.stderr!r}")
     for d, _, _ in os.walk(ro):
         os.chmod(d, 0o755)
+    # With changes still in its write-ahead log, SQLite cannot read it from
+    # there: said, never a store without them.
+    wal = os.path.join(WORK, "readonly-wal")
+    os.makedirs(wal)
+    src = os.path.join(WORK, "one", "heaplab.db")
+    con = sqlite3.connect(src)
+    con.execute("PRAGMA wal_autocheckpoint=0")
+    con.execute("INSERT OR REPLACE INTO store_info VALUES ('note', 'in the log')")
+    con.commit()
+    for suffix in ("", "-wal"):
+        shutil.copy(src + suffix, os.path.join(wal, "heaplab.db" + suffix))
+    con.close()
+    os.chmod(wal, 0o555)
+    r = run("results", "list", "--results", wal)
+    db = os.path.join(wal, "heaplab.db")
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        check(r.returncode == 2 and r.stderr == f"heaplab: error: {db}: cannot read the results store here: its "
+              f"write-ahead log ({db}-wal) holds changes that only a writable directory lets SQLite read (another "
+              "heaplab writing it, or one that was killed): copy the store and its -wal file to a directory you can "
+              "write\n", f"a store with its log: {r.returncode} {r.stderr!r}")
+    os.chmod(wal, 0o755)
 
 
 def hung_allocator():
@@ -384,22 +405,28 @@ timeout: 600
 """)
     res = os.path.join(WORK, "died-results")
 
-    def run_until_hung(stored):
+    def run_until_hung(stored, tries, sig=signal.SIGKILL):
         p = subprocess.Popen([HEAPLAB, "run", path, "--results", res], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
         deadline = time.time() + 60
-        while time.time() < deadline and p.poll() is None and not (count(res) == stored and attempts(res)):
+        while time.time() < deadline and p.poll() is None and not (
+                count(res) == stored and list(attempts(res).values()) == [tries]):
             time.sleep(0.05)
         time.sleep(0.5)  # (hung by now: the replay stops at its 2000th call)
         check(p.poll() is None, f"the runner ended: {p.returncode}")
-        os.killpg(p.pid, signal.SIGKILL)
-        return p.communicate()[1]
+        os.killpg(p.pid, sig)
+        err = p.communicate()[1]
+        return err, p.returncode
 
-    run_until_hung(0)  # the first run (on "hangs") hangs: killed
+    run_until_hung(0, 1)  # the first run (on "hangs") hangs: killed
     check(count(res) == 0 and list(attempts(res).values()) == [1], f"after the kill: {attempts(res)}")
-    err = run_until_hung(1)  # resumed: glibc first, then "hangs" again
+    # Resumed: glibc first, then "hangs" again; Ctrl-C there is not a death.
+    err, code = run_until_hung(1, 2, signal.SIGINT)
     check("1 run(s) were going when an earlier heaplab died: they run last" in err, err)
+    check(code == 130, f"interrupted: exit {code}: {err}")
     check({(r[5], r[8]) for r in rows(res)} == {("glibc", "ok")}, f"resumed: {rows(res)}")
+    check(list(attempts(res).values()) == [1], f"an interrupt counted as a death: {attempts(res)}")
+    run_until_hung(1, 2)  # killed a second time
     r = heaplab("run", path, "--results", res, expect=1)
     check("hangs, rep 1: heaplab died 2 times while this run was going" in r.stderr, r.stderr)
     check({(r[5], r[8]) for r in rows(res)} == {("glibc", "ok"), ("hangs", "runner_died")}, f"stored: {rows(res)}")

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 #include <chrono>
 #include <ctime>
@@ -149,6 +150,16 @@ std::string not_a_store(sqlite3* db, int& code) {
 }  // namespace
 
 Store::Store(const std::string& path, bool read_only) : read_only_(read_only), path_(path) {
+  try {
+    open(path, read_only);
+  } catch (const StoreOpenError&) {
+    throw;
+  } catch (const StoreError& e) {
+    throw StoreOpenError(e.what());
+  }
+}
+
+void Store::open(const std::string& path, bool read_only) {
   const int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
     const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
@@ -161,11 +172,18 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
     // It must be a heaplab store (SQLite opens any file lazily).
     int code = SQLITE_OK;
     std::string why = not_a_store(db_, code);
-    if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY || code == SQLITE_PERM) {
+    std::error_code ec;
+    const bool wal = std::filesystem::file_size(path + "-wal", ec) > 0 && !ec;
+    if (wal && (code == SQLITE_CANTOPEN || code == SQLITE_READONLY || code == SQLITE_PERM))
+      why = "cannot read the results store here: its write-ahead log (" + path +
+            "-wal) holds changes that only a writable directory lets SQLite read (another heaplab writing it, or "
+            "one that was killed): copy the store and its -wal file to a directory you can write";
+    else if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY || code == SQLITE_PERM) {
       // A store this user cannot write beside (a read-only directory or
-      // file system, another user's results): the write-ahead log needs
-      // its shared-memory file there. Nobody can write the store then
-      // either, so it is read as an immutable file, without one.
+      // file system, another user's results): reading the write-ahead log
+      // needs its shared-memory file there. With no log to read (every
+      // change checkpointed into the file), the file is the store: it is
+      // read as an immutable file, without one.
       sqlite3_close(db_);
       db_ = nullptr;
       if (sqlite3_open_v2(uri_path(path).append("?immutable=1").c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
@@ -192,7 +210,9 @@ Store::Store(const std::string& path, bool read_only) : read_only_(read_only), p
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
-    exec("PRAGMA synchronous=NORMAL");
+    // FULL: a run's attempt is noted durably before it starts (a machine
+    // that hangs loses no commit); one fsync a run costs nothing here.
+    exec("PRAGMA synchronous=FULL");
     // The schema in one write transaction, its lock taken up front (a read
     // upgraded to a write is refused without waiting when another process
     // does the same).
@@ -325,8 +345,10 @@ void Store::note_attempt(const std::string& session, const std::string& cell) {
 }
 
 void Store::forget_attempt(const std::string& session, const std::string& cell) {
-  Stmt q(db_, "DELETE FROM attempts WHERE session = ? AND cell = ?", path_);
+  Stmt q(db_, "UPDATE attempts SET count = count - 1 WHERE session = ? AND cell = ?", path_);
   q.bind(1, session).bind(2, cell).step();
+  Stmt d(db_, "DELETE FROM attempts WHERE session = ? AND cell = ? AND count <= 0", path_);
+  d.bind(1, session).bind(2, cell).step();
 }
 
 std::map<std::string, int64_t> Store::attempts(const std::string& session) {
@@ -367,7 +389,18 @@ void Store::add_run(const std::string& session, const RunRow& r) {
       q.bind_null(i);
   }
   q.bind(++i, r.result.dump());
-  q.step();
+  // The run and the end of its attempt in one transaction: a crash between
+  // the two cannot leave an attempt of a stored run.
+  exec("BEGIN IMMEDIATE");
+  try {
+    q.step();
+    Stmt d(db_, "DELETE FROM attempts WHERE session = ? AND cell = ?", path_);
+    d.bind(1, session).bind(2, r.cell).step();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
 }
 
 std::vector<SessionInfo> Store::sessions() {

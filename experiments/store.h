@@ -30,6 +30,12 @@ class StoreError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// The store could not be opened (or made, or read): a bad --results, not a
+// failure while running.
+class StoreOpenError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 
 struct SessionInfo {
   std::string id;
@@ -86,10 +92,12 @@ class Store {
   std::set<std::string> done_cells(const std::string& session);
   // Stores one run (replacing a row of the same cell).
   void add_run(const std::string& session, const RunRow& r);
-  // Runs started and never stored: a run is noted before it starts and
-  // forgotten once stored (or interrupted), so what is left was running
-  // when its runner died (killed, out of memory, a machine that hung). By
-  // cell: how many times.
+  // Runs started and never stored: a run is noted before it starts (a
+  // count a cell, kept durably), its note undone if it ends short of being
+  // stored (forget_attempt: the count less one), and the cell's count
+  // removed when it is stored (add_run, in the same transaction). What is
+  // left was running when its runner died (killed, out of memory, a machine
+  // that hung): by cell, how many times.
   void note_attempt(const std::string& session, const std::string& cell);
   void forget_attempt(const std::string& session, const std::string& cell);
   std::map<std::string, int64_t> attempts(const std::string& session);
@@ -107,6 +115,7 @@ class Store {
   std::pair<int64_t, int64_t> merge_from(const std::string& other_path);
 
  private:
+  void open(const std::string& path, bool read_only);
   void exec(const std::string& sql);
   void migrate();
   bool read_only_ = false;

@@ -174,18 +174,37 @@ uint64_t memory_available() {
 }
 
 // About how many threads one process may start here: each takes a task
-// (kernel.threads-max, ulimit -u) and two mappings, its stack and guard
-// page (vm.max_map_count, the limit a replay of 32,448 threads met), less
-// what the replayer maps itself. 0 if unknown.
+// (kernel.threads-max and kernel.pid_max, less the tasks that run now; the
+// cgroup's pids.max; ulimit -u) and two mappings, its stack and guard page
+// (vm.max_map_count, the limit a replay of 32,448 threads met), less what
+// the replayer maps itself. 0 if unknown.
 uint64_t thread_limit() {
-  const auto read_u64 = [](const char* path) -> uint64_t {
+  const auto read_u64 = [](const std::string& path) -> uint64_t {
     std::ifstream in(path);
     uint64_t v = 0;
     return in >> v ? v : 0;
   };
   uint64_t limit = UINT64_MAX;
   if (const uint64_t m = read_u64("/proc/sys/vm/max_map_count"); m > 2048) limit = std::min(limit, (m - 1024) / 2);
-  if (const uint64_t t = read_u64("/proc/sys/kernel/threads-max"); t != 0) limit = std::min(limit, t);
+  // Tasks running now: /proc/loadavg's "running/total".
+  uint64_t tasks = 0;
+  if (std::ifstream la("/proc/loadavg"); la) {
+    std::string a, b, c, rt;
+    if (la >> a >> b >> c >> rt && rt.find('/') != std::string::npos)
+      tasks = std::strtoull(rt.c_str() + rt.find('/') + 1, nullptr, 10);
+  }
+  for (const char* path : {"/proc/sys/kernel/threads-max", "/proc/sys/kernel/pid_max"})
+    if (const uint64_t t = read_u64(path); t != 0) limit = std::min(limit, t > tasks ? t - tasks : 0);
+  // cgroup v2: this process's group's pids.max ("max": none), less its pids.current.
+  if (std::ifstream cg("/proc/self/cgroup"); cg) {
+    std::string line;
+    while (std::getline(cg, line))
+      if (line.rfind("0::", 0) == 0) {
+        const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+        const uint64_t max = read_u64(dir + "/pids.max"), current = read_u64(dir + "/pids.current");
+        if (max != 0) limit = std::min(limit, max > current ? max - current : 0);
+      }
+  }
   struct rlimit rl {};
   if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && getuid() != 0)
     limit = std::min<uint64_t>(limit, rl.rlim_cur);
@@ -305,8 +324,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     if (const uint64_t limit = thread_limit(); limit != 0 && want > limit)
       throw ReplayError(fmt::format(
           "{}: the replay would start {} threads (one per recorded thread) and a process here can start about {} "
-          "(vm.max_map_count, kernel.threads-max, ulimit -u): fold them with --threads {} or fewer",
-          opt.trace, group_digits(want), group_digits(limit), limit));
+          "(vm.max_map_count, kernel.threads-max and pid_max, the cgroup's pids.max, ulimit -u): fold them with "
+          "--threads {} or fewer",
+          opt.trace, group_digits(want), group_digits(limit), limit * 9 / 10));
   }
   PlanSummary plan;
   int plan_fd = -1;

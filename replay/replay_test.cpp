@@ -259,9 +259,6 @@ std::vector<Event> big_and_small() {
   return ev;
 }
 
-// Ten thousand recorded threads, each freeing an object the one before it
-// made: a replay thread each, all started (asleep until the start, not
-// spinning: start-up was quadratic in threads), every call replayed.
 // More threads than a process can start here (vm.max_map_count's 65,530
 // mappings allow about 32,000): refused at once, with what to do, before a
 // plan is built (the plan of 2^20 threads took 10 GB and 39 s, then failed
@@ -284,7 +281,8 @@ TEST_F(ReplayTest, MoreThreadsThanTheMachineStartsIsOneLineAtOnce) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err.find("heaplab: error: replay: " + trace + ": the replay would start "), 0u) << r.err;
   EXPECT_NE(r.err.find(" threads (one per recorded thread) and a process here can start about "), std::string::npos);
-  EXPECT_NE(r.err.find("(vm.max_map_count, kernel.threads-max, ulimit -u): fold them with --threads "),
+  EXPECT_NE(r.err.find("(vm.max_map_count, kernel.threads-max and pid_max, the cgroup's pids.max, ulimit -u): fold "
+                       "them with --threads "),
             std::string::npos);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   // Folded, it replays.
@@ -292,6 +290,9 @@ TEST_F(ReplayTest, MoreThreadsThanTheMachineStartsIsOneLineAtOnce) {
   EXPECT_EQ(f.code, 0) << f.err;
 }
 
+// Ten thousand recorded threads, each freeing an object the one before it
+// made: a replay thread each, all started (asleep until the start, not
+// spinning: start-up was quadratic in threads), every call replayed.
 TEST_F(ReplayTest, TenThousandThreads) {
   constexpr uint32_t kThreads = 10000;
   std::vector<Event> ev;

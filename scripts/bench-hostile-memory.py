@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory of heaplab's commands on small hostile inputs (issue 19): each
 input is made by build/capture/format/make_hostile_traces, each command run
---reps times; the median of its peak RSS (the process and its children, from
+--reps times; the median of its peak RSS (its largest process, heaplab or a child, from
 wait4) and of its wall time are printed, with its exit status.
 
   - deep metadata: a trace whose metadata is --meta-mb MB of '['

@@ -662,6 +662,7 @@ size_t ThreadCursor::next(Event* out, size_t max) {
 }
 
 uint64_t TraceReader::decoded_bytes_at_once() const {
+  if (decoded_at_once_ != UINT64_MAX) return decoded_at_once_;  // (read once a reader: a header a chunk)
   const auto* d = reinterpret_cast<const uint8_t*>(data_.data());
   uint64_t sum = 0;
   for (const std::vector<uint32_t>& list : lists_) {
@@ -669,11 +670,14 @@ uint64_t TraceReader::decoded_bytes_at_once() const {
     for (uint32_t i : list) {
       const ChunkRef& c = chunks_[i];
       if (c.offset > data_.size() || data_.size() - c.offset < kBlockHeaderSize + kChunkHeaderSize) continue;
-      most = std::max<uint64_t>(most, load_u32(d + c.offset + kBlockHeaderSize + 60));  // raw_size
+      // raw_size, as far as it can be true (the decoder refuses more: the op
+      // byte and seven 8-byte values an event, 64 MiB at most)
+      const uint64_t raw = load_u32(d + c.offset + kBlockHeaderSize + 60);
+      most = std::max(most, std::min({raw, uint64_t{c.events} * (1 + 8 * kColumnCount), uint64_t{kMaxChunkRawSize}}));
     }
-    sum += std::min<uint64_t>(most, kMaxChunkRawSize);
+    sum += most;
   }
-  return sum;
+  return decoded_at_once_ = sum;
 }
 
 namespace {

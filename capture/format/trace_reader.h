@@ -109,6 +109,7 @@ class TraceReader {
   std::vector<MemoryEvent> memory_;
   void load_memory(const uint8_t* payload, uint32_t len, uint64_t off);
   std::vector<AddressBlockRef> addresses_;
+  mutable uint64_t decoded_at_once_ = UINT64_MAX;
   void add_address_block(const uint8_t* payload, uint32_t len, uint64_t off);
 };
 
