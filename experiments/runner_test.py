@@ -327,6 +327,15 @@ def read_only_store():
     check(r.returncode == 2 and r.stderr == f"heaplab: error: {db}: the results store cannot be written here (attempt "
           "to write a readonly database): give --results a directory you can write, or copy the store there\n",
           f"run on a read-only store: {r.returncode} {r.stderr!r}")
+    # Merged into a store one can write: read through a copy beside it.
+    mine = os.path.join(WORK, "mine")
+    os.makedirs(mine)
+    os.chmod(mine, 0o777)
+    heaplab("run", experiment("small"), "--results", mine, "--new", "-q")  # (a store of its own to merge into)
+    os.chmod(os.path.join(mine, "heaplab.db"), 0o666)
+    r = run("results", "merge", "--results", mine, os.path.join(ro, "heaplab.db"))
+    check(r.returncode == 0, f"merge from a read-only store: {r.returncode} {r.stderr!r}")
+    check(not [f for f in os.listdir(mine) if ".merge-" in f], f"the copy stayed: {os.listdir(mine)}")
     for d, _, _ in os.walk(ro):
         os.chmod(d, 0o755)
     # With changes still in its write-ahead log, SQLite cannot read it from

@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 #include <chrono>
@@ -472,8 +475,30 @@ std::pair<int64_t, int64_t> Store::merge_from(const std::string& other) {
   {
     Store probe(other, true);  // must be a heaplab store: a clear error naming it if not
   }
+  // A store in a directory this user cannot write cannot be attached (SQLite
+  // needs its shared-memory file beside it): a copy of it is, made beside
+  // this store (the probe above refused one whose log still holds changes).
+  std::string source = other;
+  struct Copy {
+    std::string path;
+    ~Copy() {  // (detached by now: its log and shared memory go too)
+      if (path.empty()) return;
+      for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
+    }
+  } copy;
+  if (const std::filesystem::path dir = std::filesystem::path(other).parent_path();
+      access(dir.empty() ? "." : dir.c_str(), W_OK) != 0) {
+    copy.path = path_ + ".merge-" + std::to_string(getpid()) + ".tmp";
+    std::error_code ec;
+    std::filesystem::copy_file(other, copy.path, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) {
+      copy.path.clear();
+      throw StoreError(other + ": cannot merge: copying it beside " + path_ + ": " + ec.message());
+    }
+    source = copy.path;
+  }
   Stmt attach(db_, "ATTACH DATABASE ? AS other", other);
-  attach.bind(1, other);
+  attach.bind(1, source);
   attach.step();
   const auto count = [&](const char* sql) {
     Stmt q(db_, sql, other);
