@@ -264,7 +264,13 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     s = store.session(n.id);
     if (!s) throw RunError(res.store + ": the new session was not stored");
   }
-  store.set_owner(s->id, me);
+  // Taken atomically: of two heaplabs resuming one session at once, one
+  // runs it (the other would take its live runs for dead ones).
+  if (!store.claim_session(s->id, s->owner, me)) {
+    const std::optional<SessionInfo> now = store.session(s->id);
+    throw RunError("session '" + s->id + "' was just taken up by heaplab " + (now ? now->owner : std::string("?")) +
+                   "; run the command again once it is done, or with --new for a session of its own");
+  }
   res.session = s->id;
   res.cells = int64_t(cells.size());
   const std::set<std::string> done = store.done_cells(s->id);

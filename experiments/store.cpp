@@ -300,10 +300,11 @@ std::vector<SessionInfo> Store::unfinished(const std::string& experiment, const 
   return v;
 }
 
-void Store::set_owner(const std::string& id, const std::string& owner) {
-  Stmt q(db_, "UPDATE sessions SET owner = ? WHERE id = ?", path_);
-  q.bind(1, owner).bind(2, id);
+bool Store::claim_session(const std::string& id, const std::string& seen_owner, const std::string& owner) {
+  Stmt q(db_, "UPDATE sessions SET owner = ? WHERE id = ? AND COALESCE(owner, '') = ?", path_);
+  q.bind(1, owner).bind(2, id).bind(3, seen_owner);
   q.step();
+  return sqlite3_changes(db_) == 1;
 }
 
 std::optional<SessionInfo> Store::session(const std::string& id) {

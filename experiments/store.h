@@ -82,8 +82,10 @@ class Store {
   // newest first (to resume one that no live process owns).
   std::vector<SessionInfo> unfinished(const std::string& experiment, const std::string& spec_hash,
                                       const std::string& shard);
-  // Marks `id` as run by `owner` ("host:pid").
-  void set_owner(const std::string& id, const std::string& owner);
+  // Marks `id` as run by `owner` ("host:pid") if its owner is still
+  // `seen_owner` (what the caller read, and judged dead): false if another
+  // heaplab claimed it in between (two resuming one session at once).
+  bool claim_session(const std::string& id, const std::string& seen_owner, const std::string& owner);
   std::optional<SessionInfo> session(const std::string& id);
   // Adds a new session; throws StoreError if the id exists.
   void add_session(const SessionInfo& s);
