@@ -99,7 +99,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
     if (m.op == trace::MemOp::latency) ++s.program_timed_calls;
   }
   {
-    nlohmann::json meta = common::parse_bounded_json(r.metadata());
+    nlohmann::json meta = common::parse_bounded_json(r.metadata(), &s.metadata_not_read);
     if (meta.is_object() && meta.contains("capture") && meta["capture"].is_object()) {
       const nlohmann::json& c = meta["capture"];
       s.program_anon_peak_kib = c.value("anon_rss_peak_kib", uint64_t{0});
@@ -257,6 +257,7 @@ nlohmann::json stats_to_json(const TraceStats& s) {
                      {"explained_peak_bytes", s.explained_peak_bytes},
                      {"share", s.coverage},
                      {"warning", common::coverage_warns(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib)}};
+  if (!s.metadata_not_read.empty()) j["metadata_not_read"] = s.metadata_not_read;
   return j;
 }
 
@@ -331,6 +332,8 @@ std::string stats_to_text(const TraceStats& s) {
   if (s.program_timed_calls)
     out += "calls timed inside the allocator in the program: " + group_digits(s.program_timed_calls) + "\n";
   if (s.coverage >= 0) out += common::coverage_text(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib) + "\n";
+  if (!s.metadata_not_read.empty())
+    out += "note: the metadata was not read (" + s.metadata_not_read + "): what it says of the capture is left out\n";
   hist_text(out, "request sizes in bytes", s.sizes);
   hist_text(out, "lifetimes in events", s.lifetime_events);
   hist_text(out, "lifetimes in ns", s.lifetime_ns);

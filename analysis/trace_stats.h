@@ -82,6 +82,7 @@ struct TraceStats {
   uint64_t program_anon_peak_kib = 0;
   uint64_t explained_peak_bytes = 0;
   double coverage = -1;
+  std::string metadata_not_read;  // why the metadata JSON was not parsed (common/json.h's bounds), or ""
 
   Log2Histogram sizes;            // requested bytes per produced object
   Log2Histogram lifetime_events;  // seq(free) - seq(alloc) of freed objects

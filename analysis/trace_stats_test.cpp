@@ -138,6 +138,23 @@ TEST(StatsCounts, PerOpPerThreadAndFailed) {
   EXPECT_EQ(s.live_bytes_end, 12u);
 }
 
+// Metadata past common/json.h's bounds is not read, and stats says so
+// (text and JSON), instead of leaving the capture's figures out silently.
+TEST(StatsCounts, MetadataNotReadIsSaid) {
+  TempDir dir;
+  WriterOptions opt;
+  opt.metadata_json = std::string(100, '[');
+  std::vector<Event> evs = {alloc(8)};
+  const std::string path = dir.file("t.hlt");
+  trace::testutil::write_trace(path, evs, opt);
+  const TraceStats s = compute_stats(*TraceReader::open(path));
+  EXPECT_EQ(s.metadata_not_read, "nested deeper than 64 levels");
+  EXPECT_NE(stats_to_text(s).find("note: the metadata was not read (nested deeper than 64 levels): what it says of "
+                                  "the capture is left out\n"),
+            std::string::npos);
+  EXPECT_EQ(stats_to_json(s)["metadata_not_read"], "nested deeper than 64 levels");
+}
+
 TEST(StatsCounts, CrossThreadFrees) {
   std::vector<Event> evs;
   for (int i = 0; i < 10; ++i) evs.push_back(alloc(64, 0));            // producer: ids 1..10

@@ -417,8 +417,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                          {"objects_with_resident_pages", plan.recorded_touches},
                          {"unknown_regions_skipped", plan.unknown_regions}};
   // What share of the captured program's anonymous memory the trace explains.
-  std::string coverage_warning;
-  if (nlohmann::json meta = common::parse_bounded_json(reader->metadata());
+  std::string coverage_warning, metadata_why;
+  if (nlohmann::json meta = common::parse_bounded_json(reader->metadata(), &metadata_why);
       meta.is_object() && meta.contains("capture") && meta["capture"].is_object() &&
       meta["capture"].contains("coverage") && meta["capture"]["coverage"].is_number()) {
     const nlohmann::json& c = meta["capture"];
@@ -538,6 +538,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["format_version"] = 1;
   r["trace"] = trace_j;
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
+  if (!metadata_why.empty())
+    r["warnings"].push_back("the trace's metadata was not read (" + metadata_why +
+                            "): what it says of the capture (coverage, the program's memory) is left out");
   if (plan.sizes_corrected + plan.alignments_corrected != 0)
     r["warnings"].push_back(fmt::format(
         "the trace has calls that are undefined for allocators ({} sized deletes naming another size than their "
