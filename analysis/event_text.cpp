@@ -73,11 +73,14 @@ std::string LifetimeAnnotator::text(const Age& a, bool has_time) {
   return t;
 }
 
-void LifetimeAnnotator::append(std::string& line, const Age& a, bool has_time) {
-  if (!a.known) return;
+void append_note(std::string& line, const std::string& note) {
   if (!line.empty() && line.back() == '\n') line.pop_back();
   if (line.size() < 49) line.append(49 - line.size(), ' ');
-  line += " # " + text(a, has_time) + "\n";
+  line += " # " + note + "\n";
+}
+
+void LifetimeAnnotator::append(std::string& line, const Age& a, bool has_time) {
+  if (a.known) append_note(line, text(a, has_time));
 }
 
 void memory_event_text(const trace::MemoryEvent& e, bool has_time, std::string& line) {

@@ -17,6 +17,10 @@ namespace heaplab::analysis {
 // consumed ("free(#5 @0x55d0c0a012a0)"); in JSON, "address".
 void event_text(const trace::Event& e, bool has_time, std::string& line, uint64_t address = 0);
 void event_jsonl(const trace::Event& e, bool has_time, std::string& line, uint64_t address = 0);
+// `line` (ending in '\n') with " # NOTE" after it, padded to 49 columns as
+// the seed's annotations (cat --annotate, layout --annotate).
+void append_note(std::string& line, const std::string& note);
+
 // Lifetimes for `heaplab cat --annotate`: fed every event of the trace in
 // seq order, it says of each that releases an object (free, the deletes,
 // realloc's old object) the object's requested size and its age, in events

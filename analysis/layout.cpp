@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "analysis/event_text.h"
 #include "common/text.h"
 
 namespace heaplab::analysis {
@@ -21,22 +22,26 @@ LayoutAnalyzer::LayoutAnalyzer(uint64_t events, bool in_order) : stride_(std::ma
   s_.in_order = in_order;
 }
 
+uint64_t LayoutAnalyzer::own_pages(uint64_t first, uint64_t last,
+                                   std::map<uint64_t, Block>::const_iterator next) const {
+  // Its interior pages, and its first and last page unless a neighbour also
+  // lies on them (blocks never overlap, so only the nearest block below and
+  // above can).
+  const bool first_shared = next != live_.begin() && page_of(std::prev(next)->second.end - 1) >= first;
+  const bool last_shared = next != live_.end() && page_of(next->first) <= last;
+  uint64_t own = last - first + 1;
+  if (first_shared) --own;
+  if (last_shared && (last != first || !first_shared)) --own;
+  return own;
+}
+
 int64_t LayoutAnalyzer::release(uint64_t address) {
   auto it = live_.find(address);
   if (it == live_.end()) return 0;
   const Block b = it->second;
   it = live_.erase(it);
   s_.live_bytes -= b.bytes;
-  // The pages only this block held: its interior pages, and its first and
-  // last page unless a neighbour also lies on them (blocks never overlap,
-  // so only the nearest block below and above can).
-  const uint64_t first = page_of(address), last = page_of(b.end - 1);
-  bool first_shared = false, last_shared = false;
-  if (it != live_.begin() && page_of(std::prev(it)->second.end - 1) >= first) first_shared = true;
-  if (it != live_.end() && page_of(it->first) <= last) last_shared = true;
-  uint64_t lost = last - first + 1;
-  if (first_shared) --lost;
-  if (last_shared && (last != first || !first_shared)) --lost;
+  const uint64_t lost = own_pages(page_of(address), page_of(b.end - 1), it);
   s_.pages -= lost;
   return -int64_t(lost);
 }
@@ -105,23 +110,18 @@ LayoutNote LayoutAnalyzer::observe(const trace::Event& e, uint64_t address) {
       it = live_.lower_bound(at);
     }
     auto next = live_.lower_bound(address);
-    bool first_shared = false, last_shared = false;
     if (next != live_.begin()) {
       const auto& [pa, pb] = *std::prev(next);
       n.has_prev = true;
       n.prev = pa;
       n.prev_gap = address - pb.end;
-      first_shared = page_of(pb.end - 1) >= first;
     }
     if (next != live_.end()) {
       n.has_next = true;
       n.next = next->first;
       n.next_gap = next->first - end;
-      last_shared = page_of(next->first) <= last;
     }
-    uint64_t gained = last - first + 1;
-    if (first_shared) --gained;
-    if (last_shared && (last != first || !first_shared)) --gained;
+    const uint64_t gained = own_pages(first, last, next);
     // Another thread's live block on the same page or cache line: walk the
     // neighbours that lie on the block's first and last page (a page holds
     // a bounded number of blocks) until one belongs to another thread.
@@ -196,10 +196,7 @@ std::string LayoutAnalyzer::note_text(const LayoutNote& n) {
 }
 
 void LayoutAnalyzer::append(std::string& line, const LayoutNote& n) {
-  if (n.kind == LayoutNote::Kind::none) return;
-  if (!line.empty() && line.back() == '\n') line.pop_back();
-  if (line.size() < 49) line.append(49 - line.size(), ' ');
-  line += " # " + note_text(n) + "\n";
+  if (n.kind != LayoutNote::Kind::none) append_note(line, note_text(n));
 }
 
 namespace {

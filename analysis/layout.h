@@ -112,6 +112,9 @@ class LayoutAnalyzer {
   };
   // Releases the block at `address`; the pages it gave back.
   int64_t release(uint64_t address);
+  // The pages of a block spanning pages [first, last] that no other live
+  // block lies on; `next`: the first live block above it.
+  uint64_t own_pages(uint64_t first, uint64_t last, std::map<uint64_t, Block>::const_iterator next) const;
   void sample(uint64_t seq);
 
   std::map<uint64_t, Block> live_;              // by address
