@@ -298,6 +298,21 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     }
     todo.push_back(&c);
   }
+  // A cell's row as far as the matrix says (the run fills in the rest).
+  const auto row_of = [&](const Cell& c) {
+    RunRow row;
+    row.started = utc_now_iso();
+    row.cell = c.key;
+    row.seq = c.seq;
+    row.trace = spec.traces[c.trace].name;
+    row.trace_file = trace_paths[c.trace];
+    row.allocator = spec.allocators[c.allocator].label;
+    row.allocator_name = spec.allocators[c.allocator].name;
+    row.load = spec.allocators[c.allocator].load;
+    row.rep = int(c.rep);
+    row.warmup = c.warmup;
+    return row;
+  };
   // Runs that were going when an earlier runner died (killed, out of
   // memory, a machine that hung): tried again last, so that one such run
   // does not stop the rest; one that took its runner down twice is stored
@@ -313,17 +328,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
       ++it;
       continue;
     }
-    RunRow row;
-    row.started = utc_now_iso();
-    row.cell = c.key;
-    row.seq = c.seq;
-    row.trace = spec.traces[c.trace].name;
-    row.trace_file = trace_paths[c.trace];
-    row.allocator = spec.allocators[c.allocator].label;
-    row.allocator_name = spec.allocators[c.allocator].name;
-    row.load = spec.allocators[c.allocator].load;
-    row.rep = int(c.rep);
-    row.warmup = c.warmup;
+    RunRow row = row_of(c);
     row.exit = "runner_died";
     row.faithful = false;
     const std::string why = fmt::format(
@@ -385,8 +390,7 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     ro.settings = spec.replay;
     ro.replayer_dir = opt.replayer_dir;
     ro.timeout_s = spec.timeout_s;
-    RunRow row;
-    row.started = utc_now_iso();
+    RunRow row = row_of(c);
     replay::ReplayOutcome o;
     store.note_attempt(s->id, c.key);
     // However this run ends short of being stored (interrupted, an error,
@@ -414,17 +418,8 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     }
     // A run cut short by the interrupt is not a result: it runs again on resume.
     if (g_interrupted) break;
-    row.cell = c.key;
-    row.seq = c.seq;
-    row.trace = t.name;
-    row.trace_file = ro.trace;
     const replay::ReplayResult rr = replay::result_from_json(o.result);
     row.trace_id = rr.trace_id;
-    row.allocator = a.label;
-    row.allocator_name = a.name;
-    row.load = a.load;
-    row.rep = int(c.rep);
-    row.warmup = c.warmup;
     row.exit = rr.exit_status.empty() ? "error" : rr.exit_status;
     row.faithful = rr.ran && rr.faithful;
     if (!o.error.empty()) o.result["error"] = o.error;
