@@ -1,8 +1,7 @@
 #include "capture/format/address_block.h"
 
-#include <zstd.h>
-
 #include "capture/format/bytes.h"
+#include "capture/format/zstd_frame.h"
 
 namespace heaplab::trace {
 
@@ -31,10 +30,7 @@ std::string encode_address_block(uint64_t first_seq, const uint64_t* addresses, 
   put_u32(out, count);
   put_u64(out, first_seq);
   put_u64(out, raw.size());
-  std::string z(ZSTD_compressBound(raw.size()), '\0');
-  size_t n = ZSTD_compress(z.data(), z.size(), raw.data(), raw.size(), 3);
-  if (ZSTD_isError(n)) n = 0;  // cannot happen with a bound-sized buffer
-  out.append(z.data(), n);
+  append_zstd_frame(out, raw);
   return out;
 }
 
@@ -71,15 +67,8 @@ std::optional<AddressBlock> decode_address_block(std::string_view payload, std::
   uint32_t count = 0;
   if (!address_block_header(payload, b.first_seq, count, error)) return std::nullopt;
   if (count == 0) return b;
-  const size_t raw_size = size_t{count} * 8;
-  const std::string_view frame = payload.substr(kAddressBlockHeader);
-  if (ZSTD_getFrameContentSize(frame.data(), frame.size()) != raw_size) {
-    error = "address block does not decompress to its size (corrupt data)";
-    return std::nullopt;
-  }
-  std::string raw(raw_size, '\0');
-  const size_t n = ZSTD_decompress(raw.data(), raw.size(), frame.data(), frame.size());
-  if (ZSTD_isError(n) || n != raw_size) {
+  std::string raw;
+  if (!read_zstd_frame(payload.substr(kAddressBlockHeader), uint64_t{count} * 8, raw)) {
     error = "address block does not decompress to its size (corrupt data)";
     return std::nullopt;
   }

@@ -1,10 +1,9 @@
 #include "capture/format/memory_event.h"
 
-#include <zstd.h>
-
 #include <algorithm>
 
 #include "capture/format/bytes.h"
+#include "capture/format/zstd_frame.h"
 
 namespace heaplab::trace {
 
@@ -46,10 +45,7 @@ std::string encode_memory_events(const std::vector<MemoryEvent>& events) {
   put_u32(out, uint32_t(kMemoryRecordSize));
   put_u64(out, events.size());
   put_u64(out, raw.size());
-  std::string z(ZSTD_compressBound(raw.size()), '\0');
-  size_t n = ZSTD_compress(z.data(), z.size(), raw.data(), raw.size(), 3);
-  if (ZSTD_isError(n)) n = 0;  // cannot happen with a bound-sized buffer
-  out.append(z.data(), n);
+  append_zstd_frame(out, raw);
   return out;
 }
 
@@ -69,14 +65,8 @@ std::optional<std::vector<MemoryEvent>> decode_memory_events(std::string_view pa
   // What the frame says it holds must be what the header says, and no more
   // than a zstd frame of this size can hold: a damaged or hostile header
   // never makes the reader allocate what the file cannot contain.
-  const unsigned long long content = ZSTD_getFrameContentSize(payload.data() + 24, payload.size() - 24);
-  if (content != raw_size || raw_size > (payload.size() - 24) * 4096 + (1u << 20)) {
-    error = "memory block does not decompress to its size (corrupt data)";
-    return std::nullopt;
-  }
-  std::string raw(raw_size, '\0');
-  size_t n = ZSTD_decompress(raw.data(), raw.size(), payload.data() + 24, payload.size() - 24);
-  if (ZSTD_isError(n) || n != raw_size) {
+  std::string raw;
+  if (raw_size > (payload.size() - 24) * 4096 + (1u << 20) || !read_zstd_frame(payload.substr(24), raw_size, raw)) {
     error = "memory block does not decompress to its size (corrupt data)";
     return std::nullopt;
   }
