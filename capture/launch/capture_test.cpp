@@ -1086,6 +1086,45 @@ TEST(Capture, SignalsIgnoredAtStartStayIgnoredForTheProgram) {
   EXPECT_FALSE(blk & (bit(SIGTERM) | bit(SIGHUP))) << std::hex << blk;
 }
 
+// A signal handler that allocates while the shim is still starting up (the
+// thread's first heap call has not been recorded yet): its calls must be in
+// the trace. Before, they came from the shim's start-up arena and were never
+// recorded, with nothing counted lost. signal_during_start.so, preloaded
+// after the shim, raises SIGUSR1 from the getenv the shim calls while it
+// starts; the handler mallocs 7001, 7002 and 7003 bytes and frees them.
+TEST(Capture, SignalDuringShimStartUp) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_c"), "single"});
+  const char* old = std::getenv("LD_PRELOAD");
+  const std::string saved = old ? old : "";
+  setenv("LD_PRELOAD", (binary_dir() + "/capture/testprogs/libsignal_during_start.so").c_str(), 1);
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  if (old)
+    setenv("LD_PRELOAD", saved.c_str(), 1);
+  else
+    unsetenv("LD_PRELOAD");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_EQ(r.traces[0].report.unknown_frees, 0u);
+  EXPECT_EQ(r.traces[0].report.holes, 0u);
+  std::vector<Event> evs = read_events(r.traces[0].path);
+  for (uint64_t size : {7001u, 7002u, 7003u}) {
+    std::vector<uint64_t> ids;
+    for (const Event& e : evs)
+      if (e.op == Op::malloc && e.size == size) ids.push_back(e.id);
+    ASSERT_EQ(ids.size(), 1u) << "malloc(" << size << ") made in the handler";
+    EXPECT_EQ(
+        std::count_if(evs.begin(), evs.end(), [&](const Event& e) { return e.op == Op::free && e.old == ids[0]; }), 1)
+        << "free of malloc(" << size << ")";
+  }
+  // The program's own calls are all there as well.
+  auto mid = between_markers(evs, false);
+  ASSERT_TRUE(mid);
+  expect_sequence(*mid, single_sequence());
+  expect_trace_ok(r.traces[0].path);
+}
+
 TEST(Capture, SignalHandlerAllocations) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_c"), "signal", "200000"});

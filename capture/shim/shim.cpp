@@ -283,15 +283,24 @@ void* boot_realloc(void* old, size_t n) {
 
 void init() {
   int expected = 0;
+  // Signals wait while the shim starts: a handler that allocated now would be
+  // served from the boot arena and never recorded (the arena is for the
+  // shim's own calls, from dlsym), or recorded into calibrate()'s scratch
+  // block. Held ones arrive once recording runs.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   if (__atomic_compare_exchange_n(&g_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     g_init_thread = pthread_self();
     resolve();
     pthread_atfork(nullptr, nullptr, after_fork_child);
     start_capture();
     __atomic_store_n(&g_state, 2, __ATOMIC_RELEASE);
-    calibrate();
+    calibrate();  // (its events go to a scratch block: a handler's would too)
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return;
   }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (expected == 2) return;
   // Initialising: this thread (re-entered from dlsym) uses the boot arena;
   // any other thread waits.
