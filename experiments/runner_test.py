@@ -228,6 +228,38 @@ def interrupted_and_resumed():
     check(len(got) == 16 and all(g[8] == "ok" for g in got), f"after the interrupt: {len(got)} runs, {before} before")
 
 
+def resumed_twice_at_once():
+    """Two heaplabs resuming one killed session at the same moment: exactly
+    one runs it (its claim is atomic); the other says the session was just
+    taken up, or, if it looked once the first had claimed it, runs a session
+    of its own. No cell of the killed session runs twice."""
+    res = os.path.join(WORK, "race")
+    path = experiment("race", reps=7)  # 16 runs
+    p = subprocess.Popen([HEAPLAB, "run", path, "--results", res, "-q"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while count(res) < 3 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    before = count(res)
+    killed = rows(res)[0][0]
+    check(3 <= before < 16, f"{before} runs before the kill")
+    ps = [subprocess.Popen([HEAPLAB, "run", path, "--results", res], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [(p.communicate()[1], p.returncode) for p in ps]
+    got = rows(res, killed)
+    check(len(got) == 16 and len({g[1] for g in got}) == 16, f"killed session: {len(got)} runs after two resumes")
+    resumed = [e for e, c in outs if c == 0 and f"{16 - before} runs now, {before} stored before" in e]
+    check(len(resumed) == 1, f"not one resume of the killed session: {outs}")
+    err, code = next(o for o in outs if o[0] != resumed[0])
+    others = {g[0] for g in rows(res)} - {killed}
+    if code == 0:  # it started after the claim: a session of its own
+        check(len(others) == 1 and len(rows(res, others.pop())) == 16, f"second runner: {err}")
+    else:
+        check(f"session '{killed}' was just taken up by heaplab" in err and not others, f"second runner: {code} {err}")
+
+
 def sharded(one):
     a, b, merged = (os.path.join(WORK, d) for d in ("shard1", "shard2", "merged"))
     r = heaplab("run", experiment("small"), "--results", a, "--shard", "1/2", "--session", "n1", expect=2)
@@ -449,6 +481,7 @@ def main():
     one = complete_run()
     killed_and_resumed()
     interrupted_and_resumed()
+    resumed_twice_at_once()
     sharded(one)
     read_only_store()
     progress_on_a_terminal()
