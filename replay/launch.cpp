@@ -173,11 +173,32 @@ uint64_t memory_available() {
   return 0;
 }
 
+// Tasks (threads) whose real user is `uid`, from /proc/PID/status: what
+// ulimit -u (RLIMIT_NPROC) counts, across all of the user's processes.
+uint64_t user_tasks(uid_t uid) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(it->path() / "status");
+    std::string line;
+    bool mine = false;
+    uint64_t threads = 0;
+    while (std::getline(in, line)) {
+      if (line.rfind("Uid:", 0) == 0) mine = std::strtoul(line.c_str() + 4, nullptr, 10) == uid;
+      if (line.rfind("Threads:", 0) == 0) threads = std::strtoull(line.c_str() + 8, nullptr, 10);
+    }
+    if (mine) n += threads;
+  }
+  return n;
+}
+
 // About how many threads one process may start here: each takes a task
 // (kernel.threads-max and kernel.pid_max, less the tasks that run now; the
-// cgroup's pids.max; ulimit -u) and two mappings, its stack and guard page
+// cgroup's pids.max; ulimit -u, less the user's tasks) and two mappings, its stack and guard page
 // (vm.max_map_count, the limit a replay of 32,448 threads met), less what
-// the replayer maps itself. 0 if unknown.
+// the replayer maps itself. UINT64_MAX if unknown.
 uint64_t thread_limit() {
   const auto read_u64 = [](const std::string& path) -> uint64_t {
     std::ifstream in(path);
@@ -206,9 +227,11 @@ uint64_t thread_limit() {
       }
   }
   struct rlimit rl {};
-  if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && getuid() != 0)
-    limit = std::min<uint64_t>(limit, rl.rlim_cur);
-  return limit == UINT64_MAX ? 0 : limit;
+  if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && getuid() != 0) {
+    const uint64_t used = user_tasks(getuid()) + 1;  // (and the replayer's own)
+    limit = std::min<uint64_t>(limit, rl.rlim_cur > used ? rl.rlim_cur - used : 0);
+  }
+  return limit;
 }
 
 // What the replay will surely need in memory, against what the machine
@@ -321,12 +344,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   {
     const uint64_t recorded = reader->active_threads().size();
     const uint64_t want = opt.settings.threads ? std::min<uint64_t>(opt.settings.threads, recorded) : recorded;
-    if (const uint64_t limit = thread_limit(); limit != 0 && want > limit)
+    if (const uint64_t limit = thread_limit(); want > limit)
       throw ReplayError(fmt::format(
           "{}: the replay would start {} threads (one per recorded thread) and a process here can start about {} "
           "(vm.max_map_count, kernel.threads-max and pid_max, the cgroup's pids.max, ulimit -u): fold them with "
           "--threads {} or fewer",
-          opt.trace, group_digits(want), group_digits(limit), limit * 9 / 10));
+          opt.trace, group_digits(want), group_digits(limit), std::max<uint64_t>(1, limit * 9 / 10)));
   }
   PlanSummary plan;
   int plan_fd = -1;

@@ -290,6 +290,38 @@ TEST_F(ReplayTest, MoreThreadsThanTheMachineStartsIsOneLineAtOnce) {
   EXPECT_EQ(f.code, 0) << f.err;
 }
 
+// ulimit -u counts every task of the user, not only the replay's: with 40
+// of the user's processes already running and a limit of 60, a replay of 30
+// threads cannot start and is refused at once (it was compared with the
+// limit alone: 30 < 60, and the replay then failed starting its threads).
+// As user nobody (setpriv), where this runs as root.
+TEST_F(ReplayTest, UlimitUCountsTheUsersOtherTasks) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0 || access("/usr/bin/prlimit", X_OK) != 0)
+    GTEST_SKIP() << "needs root, setpriv and prlimit";
+  std::vector<Event> ev;
+  for (uint32_t t = 0; t < 30; ++t) {
+    Event e = malloc_ev(16);
+    e.thread = t;
+    ev.push_back(e);
+  }
+  const fs::path open_dir = dir() / "for_nobody";
+  fs::create_directories(open_dir);
+  fs::permissions(open_dir, fs::perms::all);
+  fs::permissions(dir(), fs::perms::owner_all | fs::perms::others_exec | fs::perms::group_exec);
+  const std::string trace = (open_dir / "thirty_threads.hlt").string();
+  fs::copy_file(write_trace("thirty_threads", ev, false), trace, fs::copy_options::overwrite_existing);
+  fs::permissions(trace, fs::perms::all);
+  const std::string script =
+      "for i in $(seq 40); do sleep 30 >/dev/null 2>&1 & p=\"$p $!\"; done; HEAPLAB_PLAN_DIR=" + open_dir.string() +
+      "/plans prlimit --nproc=60 \"$0\" replay \"$1\" -q --no-memory; s=$?; kill $p; exit $s";
+  const Outcome r = run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                         script, kHeaplab, trace});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.find("heaplab: error: replay: " + trace + ": the replay would start 30 threads"), 0u) << r.err;
+  EXPECT_NE(r.err.find("ulimit -u): fold them with --threads "), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 // Ten thousand recorded threads, each freeing an object the one before it
 // made: a replay thread each, all started (asleep until the start, not
 // spinning: start-up was quadratic in threads), every call replayed.
