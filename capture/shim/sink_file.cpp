@@ -100,11 +100,17 @@ bool is_zombie(pid_t pid) {
 // it can no longer stop us, and recording on would only fill its disk. The
 // program it started has it as its parent until it ends (the kernel hands
 // a dead process's children to another at once, reaped or not); other
-// processes ask whether it exists and is not a zombie nobody reaped.
+// processes ask whether it exists and is not a zombie nobody reaped (a
+// signal and a /proc read: at most every 50 ms, not for every block).
+uint64_t g_launcher_seen_ns = 0;  // when a descendant last found it alive
 bool launcher_gone() {
   if (g_launcher <= 0 || getppid() == g_launcher) return false;
-  if (kill(g_launcher, 0) != 0) return errno == ESRCH;
-  return is_zombie(g_launcher);
+  const uint64_t now = mono_ns(), seen = __atomic_load_n(&g_launcher_seen_ns, __ATOMIC_RELAXED);
+  if (seen != 0 && now - seen < 50000000) return false;
+  if (kill(g_launcher, 0) != 0 && errno == ESRCH) return true;  // (EPERM: it exists)
+  if (is_zombie(g_launcher)) return true;
+  __atomic_store_n(&g_launcher_seen_ns, now, __ATOMIC_RELAXED);
+  return false;
 }
 
 uint64_t real_ns() {
