@@ -377,6 +377,11 @@ void LiveRawFile::wake_waiters() {
           0);
 }
 
+uint64_t LiveRawFile::unconsumed() const {
+  const uint64_t appended = acquire(&header_->data_blocks);
+  return appended > consumed_ ? appended - consumed_ : 0;
+}
+
 uint64_t LiveRawFile::poll() {
   const uint64_t t = now();
   if (consume_ && !final_) {

@@ -50,6 +50,9 @@ class LiveRawFile final : public RecordSource {
   // hole punching): "" or why.
   const std::string& punch_error() const { return punch_error_; }
   uint64_t blocks_consumed() const { return consumed_; }
+  // Blocks the process has appended that this reader has not consumed
+  // (as of now; with `consume` off, all it appended).
+  uint64_t unconsumed() const;
 
   const raw::FileHeader& header() const override { return *header_; }
   std::vector<std::string> command_line() const override;
