@@ -286,9 +286,11 @@ void init() {
   // Signals wait while the shim starts: a handler that allocated now would be
   // served from the boot arena and never recorded (the arena is for the
   // shim's own calls, from dlsym), or recorded into calibrate()'s scratch
-  // block. Held ones arrive once recording runs.
+  // block. Held ones arrive once recording runs. Not the signals of a fault:
+  // blocked, a fault kills the process even where a handler would take it.
   sigset_t all, old;
   sigfillset(&all);
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS}) sigdelset(&all, sig);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   if (__atomic_compare_exchange_n(&g_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     g_init_thread = pthread_self();

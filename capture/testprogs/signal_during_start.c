@@ -5,6 +5,10 @@
 // thread. The handler makes three allocations of sizes nothing else uses
 // (7001, 7002, 7003 bytes) and frees them: the program's calls, which the
 // trace must hold, however early they come.
+// With SIGNAL_DURING_START_FAULT=1 it also faults there (a read of address
+// 1) under a SIGSEGV handler that jumps back: the program must survive it,
+// as it would without heaplab (a fault's signal is never held).
+#include <setjmp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +16,12 @@
 extern char** environ;
 
 static volatile sig_atomic_t g_raised;
+static sigjmp_buf g_fault;
+
+static void on_segv(int sig) {
+  (void)sig;
+  siglongjmp(g_fault, 1);
+}
 
 static void on_usr1(int sig) {
   (void)sig;
@@ -38,6 +48,17 @@ char* getenv(const char* name) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
     raise(SIGUSR1);
+    const char* fault = find("SIGNAL_DURING_START_FAULT");
+    if (fault && strcmp(fault, "1") == 0) {
+      sa.sa_handler = on_segv;
+      sigaction(SIGSEGV, &sa, NULL);
+      if (sigsetjmp(g_fault, 1) == 0) {
+        volatile const char* volatile bad = (const char*)1;
+        (void)*bad;
+      }
+      sa.sa_handler = SIG_DFL;
+      sigaction(SIGSEGV, &sa, NULL);
+    }
   }
   return find(name);
 }
