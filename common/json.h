@@ -2,8 +2,9 @@
 // nlohmann builds a node per value, so deeply nested or huge text costs 50
 // to 100 times its size in memory (20 MB of '[' took 1.5 GB; 16 MiB of
 // "[{},{},...]" 565 MB). Text larger than `max_bytes`, nested deeper than
-// `max_depth` or holding more than `max_values` arrays, objects and members
-// is not parsed: it reads as discarded, as text that is not JSON does, and
+// `max_depth` or holding more than `max_values` arrays, objects and commas
+// between members (so at most twice that many arrays, objects, members and
+// elements) is not parsed: it reads as discarded, as text that is not JSON does, and
 // `why` says which. (Within the bounds: at most about 100 MB.)
 #pragma once
 

@@ -1,8 +1,9 @@
 // Fuzz target for parse_bounded_json (common/json.h), the bounded reading of
 // JSON from users' files (a trace's metadata). Its own scan decides what
 // nlohmann may parse; the property checked: whatever it accepts is within
-// the bounds it was given (nesting depth, and arrays, objects and members),
-// so that no accepted text costs more memory than they allow. The first
+// the bounds it was given (nesting depth; and arrays, objects, members and
+// elements: at most twice the value bound, which counts arrays, objects and
+// commas), so that no accepted text costs more memory than they allow. The first
 // input byte picks small bounds, so that the refusals are reached.
 //   scripts/fuzz.sh 60 json_fuzz      (libFuzzer with clang, ASan/UBSan)
 #include <cstddef>

@@ -247,7 +247,7 @@ def resumed_twice_at_once():
     check(3 <= before < 16, f"{before} runs before the kill")
     ps = [subprocess.Popen([HEAPLAB, "run", path, "--results", res], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [(p.communicate()[1], p.returncode) for p in ps]
+    outs = [(p.communicate(timeout=120)[1], p.returncode) for p in ps]
     got = rows(res, killed)
     check(len(got) == 16 and len({g[1] for g in got}) == 16, f"killed session: {len(got)} runs after two resumes")
     resumed = [e for e, c in outs if c == 0 and f"{16 - before} runs now, {before} stored before" in e]

@@ -194,6 +194,11 @@ uint64_t user_tasks(uid_t uid) {
   return n;
 }
 
+// Tasks a replayer runs besides its replay threads: its main thread, the
+// plan pager and the memory sampler (replayer.cpp, plan_pager.cpp,
+// sampler.cpp).
+constexpr uint64_t kReplayerHelperTasks = 3;
+
 // About how many threads one process may start here: each takes a task
 // (kernel.threads-max and kernel.pid_max, less the tasks that run now; the
 // cgroup's pids.max; ulimit -u, less the user's tasks) and two mappings, its stack and guard page
@@ -228,7 +233,8 @@ uint64_t thread_limit() {
   }
   struct rlimit rl {};
   if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && getuid() != 0) {
-    const uint64_t used = user_tasks(getuid()) + 1;  // (and the replayer's own)
+    // (and the replayer's own: its main thread, plan pager and sampler)
+    const uint64_t used = user_tasks(getuid()) + kReplayerHelperTasks;
     limit = std::min<uint64_t>(limit, rl.rlim_cur > used ? rl.rlim_cur - used : 0);
   }
   return limit;
@@ -344,7 +350,14 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   {
     const uint64_t recorded = reader->active_threads().size();
     const uint64_t want = opt.settings.threads ? std::min<uint64_t>(opt.settings.threads, recorded) : recorded;
-    if (const uint64_t limit = thread_limit(); want > limit)
+    const uint64_t limit = thread_limit();
+    if (limit == 0)
+      throw ReplayError(fmt::format(
+          "{}: no replay thread can start here: the tasks running now reach a limit (vm.max_map_count, "
+          "kernel.threads-max and pid_max, the cgroup's pids.max, or ulimit -u with this user's other tasks); end "
+          "some of them, or raise the limit",
+          opt.trace));
+    if (want > limit)
       throw ReplayError(fmt::format(
           "{}: the replay would start {} threads (one per recorded thread) and a process here can start about {} "
           "(vm.max_map_count, kernel.threads-max and pid_max, the cgroup's pids.max, ulimit -u): fold them with "

@@ -290,36 +290,64 @@ TEST_F(ReplayTest, MoreThreadsThanTheMachineStartsIsOneLineAtOnce) {
   EXPECT_EQ(f.code, 0) << f.err;
 }
 
-// ulimit -u counts every task of the user, not only the replay's: with 40
-// of the user's processes already running and a limit of 60, a replay of 30
-// threads cannot start and is refused at once (it was compared with the
-// limit alone: 30 < 60, and the replay then failed starting its threads).
-// As user nobody (setpriv), where this runs as root.
+// ulimit -u counts every task of the user, not only the replay's. As user
+// nobody (setpriv, where this runs as root), with `sleeps` of nobody's
+// processes running besides the shell and heaplab, under prlimit --nproc:
+// a replay that cannot start its threads is refused at once (it was
+// compared with the limit alone, and the replay then failed starting its
+// threads, or its plan pager), and one that fits replays.
 TEST_F(ReplayTest, UlimitUCountsTheUsersOtherTasks) {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0 || access("/usr/bin/prlimit", X_OK) != 0)
     GTEST_SKIP() << "needs root, setpriv and prlimit";
-  std::vector<Event> ev;
-  for (uint32_t t = 0; t < 30; ++t) {
-    Event e = malloc_ev(16);
-    e.thread = t;
-    ev.push_back(e);
-  }
   const fs::path open_dir = dir() / "for_nobody";
   fs::create_directories(open_dir);
   fs::permissions(open_dir, fs::perms::all);
   fs::permissions(dir(), fs::perms::owner_all | fs::perms::others_exec | fs::perms::group_exec);
-  const std::string trace = (open_dir / "thirty_threads.hlt").string();
-  fs::copy_file(write_trace("thirty_threads", ev, false), trace, fs::copy_options::overwrite_existing);
-  fs::permissions(trace, fs::perms::all);
-  const std::string script =
-      "for i in $(seq 40); do sleep 30 >/dev/null 2>&1 & p=\"$p $!\"; done; HEAPLAB_PLAN_DIR=" + open_dir.string() +
-      "/plans prlimit --nproc=60 \"$0\" replay \"$1\" -q --no-memory; s=$?; kill $p; exit $s";
-  const Outcome r = run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                         script, kHeaplab, trace});
+  auto trace_of = [&](uint32_t threads) {
+    std::vector<Event> ev;
+    for (uint32_t t = 0; t < threads; ++t) {
+      Event e = malloc_ev(16);
+      e.thread = t;
+      ev.push_back(e);
+    }
+    const std::string name = "threads_" + std::to_string(threads);
+    const std::string trace = (open_dir / (name + ".hlt")).string();
+    fs::copy_file(write_trace(name, ev, false), trace, fs::copy_options::overwrite_existing);
+    fs::permissions(trace, fs::perms::all);
+    return trace;
+  };
+  auto replay = [&](const std::string& trace, int sleeps, int nproc) {
+    const std::string script =
+        "for i in $(seq " + std::to_string(sleeps) +
+        "); do sleep 30 >/dev/null 2>&1 & p=\"$p $!\"; done; HEAPLAB_PLAN_DIR=" + open_dir.string() +
+        "/plans prlimit --nproc=" + std::to_string(nproc) +
+        " \"$0\" replay \"$1\" -q --no-memory; s=$?; kill $p; wait; exit $s";
+    return run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c", script,
+                kHeaplab, trace});
+  };
+  // nobody's tasks: the shell, the sleeps and heaplab; the replayer's main
+  // thread, plan pager and sampler besides its replay threads.
+  const std::string thirty = trace_of(30), three = trace_of(3);
+  Outcome r = replay(thirty, 40, 60);  // 60 - 42 - 3 = 15 threads
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(r.err.find("heaplab: error: replay: " + trace + ": the replay would start 30 threads"), 0u) << r.err;
-  EXPECT_NE(r.err.find("ulimit -u): fold them with --threads "), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err, "heaplab: error: replay: " + thirty +
+                       ": the replay would start 30 threads (one per recorded thread) and a process here can start "
+                       "about 15 (vm.max_map_count, kernel.threads-max and pid_max, the cgroup's pids.max, ulimit "
+                       "-u): fold them with --threads 13 or fewer\n");
+  r = replay(three, 10, 16);  // 16 - 12 - 3 = 1 (was taken for 3: then the plan pager could not start)
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(": the replay would start 3 threads (one per recorded thread) and a process here can start "
+                       "about 1 ("),
+            std::string::npos)
+      << r.err;
+  r = replay(three, 10, 15);  // none
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err, "heaplab: error: replay: " + three +
+                       ": no replay thread can start here: the tasks running now reach a limit (vm.max_map_count, "
+                       "kernel.threads-max and pid_max, the cgroup's pids.max, or ulimit -u with this user's other "
+                       "tasks); end some of them, or raise the limit\n");
+  r = replay(three, 10, 18);  // exactly enough: 18 - 12 - 3 = 3
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 // Ten thousand recorded threads, each freeing an object the one before it

@@ -378,6 +378,7 @@ void LiveRawFile::wake_waiters() {
 }
 
 uint64_t LiveRawFile::unconsumed() const {
+  if (!consume_) return 0;
   const uint64_t appended = acquire(&header_->data_blocks);
   return appended > consumed_ ? appended - consumed_ : 0;
 }

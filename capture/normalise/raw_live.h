@@ -50,8 +50,8 @@ class LiveRawFile final : public RecordSource {
   // hole punching): "" or why.
   const std::string& punch_error() const { return punch_error_; }
   uint64_t blocks_consumed() const { return consumed_; }
-  // Blocks the process has appended that this reader has not consumed
-  // (as of now; with `consume` off, all it appended).
+  // Blocks the process has appended that this reader has not consumed yet
+  // (as of now; with `consume` off, 0: nothing holds the process back).
   uint64_t unconsumed() const;
 
   const raw::FileHeader& header() const override { return *header_; }
