@@ -754,25 +754,28 @@ NormaliseReport normalise(RecordSource& in, const std::string& out_path, const N
 
 namespace {
 
-// The live reader yields the CPU to the program while the machine has a
-// core free for it: the program then runs as if alone (on the quiet 2-core
-// VM `churn 1 4000000` went from 1.38x to 1.31x native; with two fuzzers at
+// The live reader yields the CPU to the program while the program leaves a
+// core free: the program then runs as if alone (on the quiet 2-core VM
+// `churn 1 4000000` went from 1.38x to 1.31x native; with two fuzzers at
 // nice 19 beside it, from 1.60x to 1.32x: a reader at the program's
-// priority took the program's core now and then). Where every core is busy
-// (the program's threads, other captured processes, anything else), or the
-// reader falls 3/4 of the shim's limit behind, it takes its full share:
+// priority took the program's core now and then). Where the program keeps
+// every core busy, or the reader falls 3/4 of the shim's limit behind, it
+// takes its full share:
 // yielding there only made the shim hold the program back while the reader
 // got less of the CPU (`churn 2 2000000`: 1.78 s against 1.60 s). Every
-// 100 ms it reads the machine's busy time (/proc/stat) less heaplab's own
-// (/proc/self/stat); it yields after two windows with a core free, and
-// returns at once. Yielding is nice + 5 (at most 19) from the nice heaplab
+// 100 ms it reads the captured process's CPU time (/proc/PID/stat): it
+// yields while the process used less than (cores - 0.9) CPUs. (Each
+// reader sees its own process only: in a --follow capture of several busy
+// processes, each using less, they all yield. The machine's busy time was
+// tried instead, and with it, and yielded less often on the quiet machine:
+// it counts the system's own chores.) Yielding is nice + 5 (at most 19) from the nice heaplab
 // started with, and only where a throwaway thread could go there and back
 // (root without CAP_SYS_NICE, or ulimit -e below 20, cannot come back):
 // elsewhere it stays as it started. Nice is per thread on Linux; the
 // writer's thread keeps its own.
 class ReaderPriority {
  public:
-  ReaderPriority() {
+  explicit ReaderPriority(uint32_t pid) : stat_("/proc/" + std::to_string(pid) + "/stat") {
     errno = 0;
     const int base = getpriority(PRIO_PROCESS, 0);
     if (base == -1 && errno != 0) return;
@@ -801,44 +804,31 @@ class ReaderPriority {
     const auto now = std::chrono::steady_clock::now();
     if (unconsumed >= kBehind) {
       set(base_);
-      free_windows_ = 0;
       start_window(now);
       return;
     }
     if (now - last_ < std::chrono::milliseconds(100)) return;
-    const double machine = machine_busy(), mine = own_busy();
-    if (machine >= 0 && mine >= 0 && last_machine_ >= 0 && last_mine_ >= 0) {
-      const double seconds = std::chrono::duration<double>(now - last_).count();
-      const double others = ((machine - last_machine_) - (mine - last_mine_)) / seconds;
-      free_windows_ = others < cores_ - 0.9 ? free_windows_ + 1 : 0;
-      set(free_windows_ >= 2 ? yield_ : base_);
+    const double program = process_busy(stat_);
+    if (program >= 0 && last_program_ >= 0) {
+      const double used = (program - last_program_) / std::chrono::duration<double>(now - last_).count();
+      set(used < cores_ - 0.9 ? yield_ : base_);  // a core free: yield
     }
     last_ = now;
-    last_machine_ = machine;
-    last_mine_ = mine;
+    last_program_ = program;
   }
 
  private:
   static constexpr uint64_t kBehind = raw::kLiveAheadBlocks * 3 / 4;
+  // (A window that began while it was behind would count the time the shim
+  // held the program back as a free core.)
   void start_window(std::chrono::steady_clock::time_point now) {
     last_ = now;
-    last_machine_ = machine_busy();
-    last_mine_ = own_busy();
+    last_program_ = process_busy(stat_);
   }
-  // Seconds of CPU: the machine's busy time (every state but idle and
-  // iowait), and this process's (all its threads); -1 if unknown.
-  static double machine_busy() {
-    std::ifstream in("/proc/stat");
-    std::string cpu;
-    unsigned long long v[8] = {};
-    if (!(in >> cpu) || cpu != "cpu") return -1;
-    for (auto& x : v)
-      if (!(in >> x)) return -1;
-    // user nice system idle iowait irq softirq steal
-    return ticks_to_seconds(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
-  }
-  static double own_busy() {
-    std::ifstream in("/proc/self/stat");
+  // Seconds of CPU a process used (all its threads, from its stat file);
+  // -1 if unknown.
+  static double process_busy(const std::string& stat) {
+    std::ifstream in(stat);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const size_t paren = text.rfind(')');
     if (paren == std::string::npos || paren + 2 > text.size()) return -1;
@@ -859,13 +849,13 @@ class ReaderPriority {
     if (nice == nice_ || !able_) return;
     if (setpriority(PRIO_PROCESS, tid_, nice) == 0) nice_ = nice;
   }
+  std::string stat_;  // the captured process's
   bool able_ = false;
   id_t tid_ = 0;
   int cores_ = 1;
   int base_ = 0, yield_ = 0, nice_ = 0;
-  int free_windows_ = 0;
   std::chrono::steady_clock::time_point last_{};
-  double last_machine_ = -1, last_mine_ = -1;
+  double last_program_ = -1;
 };
 
 }  // namespace
@@ -874,7 +864,7 @@ NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, con
                                const std::function<bool()>& ended,
                                const std::function<nlohmann::json()>& final_metadata) {
   Normaliser n(in, out_path, opt);
-  ReaderPriority priority;  // (after the writer's thread started: it keeps its nice)
+  ReaderPriority priority(in.header().pid);  // (after the writer's thread started: it keeps its nice)
   while (!ended()) {
     const uint64_t now = in.poll();
     priority.update(in.unconsumed());
