@@ -57,7 +57,7 @@ constexpr std::chrono::seconds kStuckLimit{1};
 // A thread's records as far as they are written (raw_live.h).
 class LiveCursor final : public RecordCursor {
  public:
-  LiveCursor(LiveRawFile& f, size_t thread) : f_(&f), thread_(uint32_t(thread)), buf_(kBlockSize) {}
+  LiveCursor(LiveRawFile& f, size_t thread) : f_(&f), thread_(uint32_t(thread)) {}
 
   const Record* next() override {
     for (;;) {
@@ -98,8 +98,13 @@ class LiveCursor final : public RecordCursor {
       f_->consume(it->second);
       th.appended.erase(it);
     }
+    if (release_ != kNoSlot) {  // read whole from the mapping: zeroed and given back
+      f_->give_back(release_);
+      release_ = kNoSlot;
+    }
     ++seq_;
     th.next_seq = seq_;
+    holes_before_ = holes_;
     pos_ = n_ = 0;
     done_with_block_ = false;
     stuck_since_.reset();
@@ -110,6 +115,14 @@ class LiveCursor final : public RecordCursor {
   bool load() {
     LiveRawFile::Thread& th = t();
     const bool final = f_->final_;
+    // A slot no thread started in (a block a thread moved to: a spare one,
+    // or one of switch_block's) has nothing to read, and no buffer.
+    if (!th.seen) {
+      ended_ = final;
+      caught_up_ = true;
+      return false;
+    }
+    if (buf_.empty()) buf_.resize(kBlockSize);
     const bool moved_on = final || th.top_seq > seq_;
     const LiveRawFile::Slot* slot = nullptr;
     for (const LiveRawFile::Slot& s : th.mapped)
@@ -134,7 +147,8 @@ class LiveCursor final : public RecordCursor {
       const uint8_t* block = f_->slot_block(slot->index);
       const auto* src = reinterpret_cast<const Record*>(block + kBlockHeaderSize);
       uint64_t n = n_;
-      uint64_t last = n_;  // one past the last complete record copied
+      uint64_t last = n_;    // one past the last complete record copied
+      uint64_t missing = 0;  // records copied that are not written
       for (; n < kRecordsPerBlock; ++n) {
         const uint64_t head = acquire(&src[n].head);
         if (head == 0 && !moved_on) break;
@@ -143,7 +157,10 @@ class LiveCursor final : public RecordCursor {
         r.b = src[n].b;
         r.c = src[n].c;
         r.head = head;
-        if (head) last = n + 1;
+        if (head)
+          last = n + 1;
+        else
+          ++missing;
       }
       // Still the block we meant (the shim clears the magic first when it reuses one)?
       acquire_fence();
@@ -161,13 +178,25 @@ class LiveCursor final : public RecordCursor {
             return false;
           }
         }
+        // Every record of it was written (and copied, from records n_ on:
+        // those before were whole when copied): nothing can write there
+        // again, so the block goes back to the shim once returned. One left
+        // with holes stays as it is (a write may yet come).
+        // (At the end nobody takes blocks, and one both appended and mapped
+        // is counted when its appended copy is.)
+        if (!final && last == kRecordsPerBlock && missing == 0 && holes_before_ == holes_) release_ = slot->index;
         n_ = last;
         done_with_block_ = true;
         return true;
       }
       const bool more = n > n_;
       n_ = n;
-      if (n_ == kRecordsPerBlock) done_with_block_ = true;  // full: the thread appends it next
+      if (n_ == kRecordsPerBlock) {
+        // Full: the thread appends it next (then consumed when indexed),
+        // or, with no copy, leaves it here and moves on: given back then.
+        done_with_block_ = true;
+        f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
+      }
       if (more) return true;
       caught_up_ = true;
       return false;
@@ -205,6 +234,9 @@ class LiveCursor final : public RecordCursor {
   bool done_with_block_ = false;
   bool ended_ = false, caught_up_ = true;
   uint64_t holes_ = 0;
+  uint64_t holes_before_ = 0;  // holes_ when block seq_ was started
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  uint32_t release_ = kNoSlot;  // block seq_'s slot, to give back once returned
   std::optional<std::chrono::steady_clock::time_point> stuck_since_;
 };
 
@@ -289,7 +321,8 @@ void LiveRawFile::map_ring() {
   if (fstat(fd_, &st) != 0) fail(path_, std::strerror(errno));
   const uint64_t size = uint64_t(st.st_size);
   if (size <= ring_size_) return;
-  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_, 0);
+  // (Writable when consuming: blocks read in place are zeroed and given back.)
+  void* p = mmap(nullptr, size, consume_ ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) fail(path_, std::string("cannot map: ") + std::strerror(errno));
   if (ring_) munmap(const_cast<uint8_t*>(ring_), ring_size_);
   ring_ = static_cast<const uint8_t*>(p);
@@ -377,9 +410,30 @@ void LiveRawFile::wake_waiters() {
           0);
 }
 
+void LiveRawFile::give_back(uint32_t index) {
+  if (!consume_ || index >= slots_) return;
+  auto* block = const_cast<uint8_t*>(slot_block(index));
+  // The magic first: a block without it is never read as a thread's. (No
+  // thread writes it any more, and the shim takes it only through the
+  // ring's release below.)
+  __atomic_store_n(reinterpret_cast<uint32_t*>(block), 0u, __ATOMIC_RELEASE);
+  std::memset(block + sizeof(uint32_t), 0, kBlockSize - sizeof(uint32_t));
+  auto* f = reinterpret_cast<FreeBlocks*>(reinterpret_cast<char*>(header_) + kFreeBlocksOffset);
+  const uint64_t tail = f->tail;
+  // (Full only if threads stopped taking: the block then stays unused.)
+  if (tail - __atomic_load_n(&f->head, __ATOMIC_ACQUIRE) < kFreeBlocksMax) {
+    __atomic_store_n(&f->index[tail % kFreeBlocksMax], index, __ATOMIC_RELAXED);
+    __atomic_store_n(&f->tail, tail + 1, __ATOMIC_RELEASE);
+  }
+  ++consumed_;
+  __atomic_store_n(&header_->consumed_blocks, consumed_, __ATOMIC_RELEASE);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->consumed_blocks), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
 uint64_t LiveRawFile::unconsumed() const {
   if (!consume_) return 0;
-  const uint64_t appended = acquire(&header_->data_blocks);
+  const auto* f = reinterpret_cast<const FreeBlocks*>(reinterpret_cast<const char*>(header_) + kFreeBlocksOffset);
+  const uint64_t appended = acquire(&header_->data_blocks) + acquire(&f->published);
   return appended > consumed_ ? appended - consumed_ : 0;
 }
 
@@ -402,6 +456,25 @@ uint64_t LiveRawFile::poll() {
     if (!read_header(slot_block(s), &h)) continue;
     note_block(h);
     threads_[h.thread].mapped.push_back(Slot{h.thread_block_seq, s});
+  }
+  // Full blocks read in place while current: given back once their thread
+  // is seen past them with the block still in its slot (left there, not
+  // copied); forgotten once the slot holds something else (copied to
+  // .blocks, and the slot reused).
+  if (consume_ && !final_) {
+    size_t keep = 0;
+    for (const InPlace& b : read_in_place_) {
+      BlockHeader h;
+      if (b.index >= slots || !read_header(slot_block(b.index), &h) || h.thread != b.thread ||
+          h.thread_block_seq != b.seq)
+        continue;
+      if (threads_[b.thread].top_seq > b.seq) {
+        give_back(b.index);
+        continue;
+      }
+      read_in_place_[keep++] = b;
+    }
+    read_in_place_.resize(keep);
   }
   // Blocks counted: appended ones, and mapped ones never appended.
   return t;

@@ -88,6 +88,9 @@ class LiveRawFile final : public RecordSource {
   void index_appended(uint64_t upto);
   void map_ring();
   void consume(uint64_t offset);
+  // Block slot `index`, read whole from the mapping: zeroed and given back
+  // to the shim (raw::FreeBlocks), and counted as consumed.
+  void give_back(uint32_t index);
   void read_appended(uint64_t offset, uint8_t* buf) const;
   void open();
   void release();
@@ -104,6 +107,12 @@ class LiveRawFile final : public RecordSource {
   uint64_t scanned_ = 0;              // appended blocks indexed
   std::vector<uint64_t> unreadable_;  // appended blocks whose header was not written yet
   std::vector<Thread> threads_;       // by slot
+  struct InPlace {                    // a full block a cursor read in the mapping
+    uint32_t thread;
+    uint64_t seq;
+    uint32_t index;
+  };
+  std::vector<InPlace> read_in_place_;
   uint64_t blocks_ = 0, missing_ = 0, consumed_ = 0;
   std::string punch_error_;
 };

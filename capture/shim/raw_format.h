@@ -17,6 +17,12 @@
 // Depends on nothing but <stdint.h>: the shim (libc only) and the normaliser
 // both include it. Little-endian, x86-64 / AArch64 layout.
 //
+// With a live reader consuming (heaplab capture's normaliser), a full block
+// is not copied to .blocks: the thread leaves it in the mapping and moves
+// to a fresh one (the FreeBlocks the reader gave back, else a new slot).
+// The reader reads it there, zeroes it and gives it back. Either way a
+// block that a thread has moved past is complete.
+//
 // A block belongs to one thread. It starts with a BlockHeader, then records of
 // kRecordSize bytes. A record is complete when its `head` word is non-zero;
 // the shim writes `head` last. A block's unused tail is zero. A zero record
@@ -167,5 +173,21 @@ struct FileHeader {
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };
 static_assert(sizeof(FileHeader) <= kBlockSize);
+
+// Blocks a live reader has read and zeroed, given back for the shim's
+// threads to write again (a ring: the reader appends at `tail`, threads take
+// at `head` with a compare-and-swap), and the count of full blocks left in
+// the mapping for it. In the header block, after the FileHeader.
+inline constexpr uint64_t kFreeBlocksMax = 4096;
+struct FreeBlocks {
+  uint64_t published;  // full blocks left in the mapping (atomic; counted with data_blocks)
+  uint64_t head;       // (atomic)
+  uint64_t tail;       // (atomic)
+  uint64_t reserved;
+  uint32_t index[kFreeBlocksMax];  // block slots, 0-based (the block at kBlockSize * (index + 1))
+};
+inline constexpr uint64_t kFreeBlocksOffset = 40960;
+static_assert(sizeof(FileHeader) <= kFreeBlocksOffset);
+static_assert(kFreeBlocksOffset + sizeof(FreeBlocks) <= kBlockSize);
 
 }  // namespace heaplab::raw

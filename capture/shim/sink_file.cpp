@@ -138,8 +138,10 @@ void* map_aligned_segment(uint64_t file_offset) {
 }
 
 // Returns the segment's base address, mapping it (and growing the file) if
-// this thread is first. nullptr if the file cannot grow.
-char* segment(uint64_t s) {
+// this thread is first. nullptr if the file cannot grow: capture stops, or
+// with `soft` (a spare block for publish_block, which can copy instead)
+// goes on.
+char* segment(uint64_t s, bool soft = false) {
   if (s >= kMaxSegments) return nullptr;
   for (;;) {
     char* p = __atomic_load_n(&g_segments[s], __ATOMIC_ACQUIRE);
@@ -172,7 +174,7 @@ char* segment(uint64_t s) {
         char* seg = ok ? static_cast<char*>(map_aligned_segment(off)) : nullptr;
         if (!seg) {
           if (ok) err = errno;
-          stop_capture("cannot grow the raw capture file", err);
+          if (!soft) stop_capture("cannot grow the raw capture file", err);
           __atomic_store_n(&g_segments[s], nullptr, __ATOMIC_RELEASE);
           return nullptr;
         }
@@ -257,6 +259,49 @@ bool reader_alive(const FileHeader* h, uint64_t now) {
   return alive != 0 && !(now > alive && now - alive > kLiveTimeoutNs);
 }
 
+FreeBlocks* free_blocks(FileHeader* h) {
+  return reinterpret_cast<FreeBlocks*>(reinterpret_cast<char*>(h) + kFreeBlocksOffset);
+}
+
+// A block the live reader has read, zeroed and given back, or nullptr.
+char* take_free_block(FileHeader* h) {
+  FreeBlocks* f = free_blocks(h);
+  uint64_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
+  for (;;) {
+    const uint64_t tail = __atomic_load_n(&f->tail, __ATOMIC_ACQUIRE);
+    if (head >= tail) return nullptr;
+    const uint32_t index = __atomic_load_n(&f->index[head % kFreeBlocksMax], __ATOMIC_RELAXED);
+    if (__atomic_compare_exchange_n(&f->head, &head, head + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      if (index >= __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE)) return nullptr;  // (never handed out)
+      char* seg = segment(index / kBlocksPerSegment);
+      return seg ? seg + (index % kBlocksPerSegment) * kBlockSize : nullptr;
+    }
+  }
+}
+
+// The thread's block is full and a live reader is consuming: leave the block
+// in the mapping for it (no copy; it reads the block there, zeroes it and
+// gives it back) and move to a fresh one. False (the caller appends the
+// block to .blocks instead) without a live reader or a fresh block.
+bool publish_block() {
+  ThreadSink& t = t_sink;
+  FileHeader* h = g_header;
+  if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0 || !reader_alive(h, mono_ns())) return false;
+  char* block = take_free_block(h);
+  // Else a new slot, only once its segment is mapped: a file that cannot
+  // grow (a full disk) means copying, not stopping.
+  for (uint32_t n = __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE); !block;) {
+    char* seg = segment(n / kBlocksPerSegment, true);
+    if (!seg) return false;
+    if (__atomic_compare_exchange_n(&h->next_thread, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      block = seg + (n % kBlocksPerSegment) * kBlockSize;
+  }
+  __atomic_fetch_add(&free_blocks(h)->published, 1u, __ATOMIC_RELEASE);
+  t.block = block;
+  start_block(t.block);
+  return true;
+}
+
 // Sleeps until the reader counts another consumed block (it wakes the
 // count's futex: the low half of the 64-bit count), or 5 ms at most.
 void sleep_until_consumed(FileHeader* h, uint64_t seen) {
@@ -274,7 +319,8 @@ bool wait_for_consumer() {
   if (!h) return false;
   for (bool waited = false;; waited = true) {
     if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0) return waited;  // no reader: no clock read
-    const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED);
+    const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
+                              __atomic_load_n(&free_blocks(h)->published, __ATOMIC_RELAXED);
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (appended < consumed + kLiveAheadBlocks) return waited;
     if (!reader_alive(h, mono_ns()) || launcher_gone()) return waited;
@@ -311,6 +357,7 @@ bool next_block() {
     stop_capture("the program closed or replaced the capture's file descriptor; capture stopped", 0);
     return false;
   }
+  if (publish_block()) return true;
   uint64_t index = __atomic_fetch_add(&g_header->data_blocks, 1u, __ATOMIC_RELAXED);
   if ((index + 1) * kBlockSize > g_fsize_limit) {  // past RLIMIT_FSIZE: SIGXFSZ would kill the program
     stop_capture("cannot append to the raw capture file", EFBIG);
