@@ -171,7 +171,9 @@ class LiveCursor final : public RecordCursor {
       }
       if (moved_on) {
         // Left in the mapping: complete when every record is written, or at the end.
-        if (last < kRecordsPerBlock && !final) {
+        // (A record reserved before a signal handler filled the block and
+        // moved the thread on is written once the handler returns.)
+        if ((last < kRecordsPerBlock || missing > 0) && !final) {
           if (!stuck_since_) stuck_since_ = std::chrono::steady_clock::now();
           if (std::chrono::steady_clock::now() - *stuck_since_ < kStuckLimit) {
             caught_up_ = false;
@@ -193,9 +195,13 @@ class LiveCursor final : public RecordCursor {
       n_ = n;
       if (n_ == kRecordsPerBlock) {
         // Full: the thread appends it next (then consumed when indexed),
-        // or, with no copy, leaves it here and moves on: given back then.
+        // or, with no copy, leaves it here and moves on: given back then,
+        // or now if it is marked left (its thread waits for a block).
         done_with_block_ = true;
-        f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
+        if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == 1)
+          release_ = slot->index;
+        else if (f_->consume_)
+          f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
       }
       if (more) return true;
       caught_up_ = true;
@@ -468,7 +474,8 @@ uint64_t LiveRawFile::poll() {
       if (b.index >= slots || !read_header(slot_block(b.index), &h) || h.thread != b.thread ||
           h.thread_block_seq != b.seq)
         continue;
-      if (threads_[b.thread].top_seq > b.seq) {
+      if (threads_[b.thread].top_seq > b.seq ||
+          acquire(&reinterpret_cast<const BlockHeader*>(slot_block(b.index))->left) == 1) {
         give_back(b.index);
         continue;
       }

@@ -9,8 +9,10 @@
 // record by record up to the first one not yet written. Appended blocks
 // whose records were all returned are consumed: their disk space is given
 // back (fallocate's hole punching) and counted in the header, where the
-// shim waits while kLiveAheadBlocks are unconsumed. So scratch disk stays
-// bounded by that plus a block per thread.
+// shim waits while kLiveAheadBlocks are unconsumed. Blocks the shim left in
+// the mapping instead (no copy, raw::FreeBlocks) are read there, zeroed and
+// given back to be written again. So scratch disk stays bounded by that
+// limit plus about two blocks per thread (the mapping never shrinks).
 //
 // finish(), once the process image has ended, reads everything left as
 // RawFile would: holes counted, gaps in a thread's blocks skipped.

@@ -20,8 +20,9 @@
 // With a live reader consuming (heaplab capture's normaliser), a full block
 // is not copied to .blocks: the thread leaves it in the mapping and moves
 // to a fresh one (the FreeBlocks the reader gave back, else a new slot).
-// The reader reads it there, zeroes it and gives it back. Either way a
-// block that a thread has moved past is complete.
+// The reader reads it there, zeroes it and gives it back once every record
+// of it is written (a block a signal handler moved its thread off may
+// still lack the record it interrupted: raw_live.cpp waits for it).
 //
 // A block belongs to one thread. It starts with a BlockHeader, then records of
 // kRecordSize bytes. A record is complete when its `head` word is non-zero;
@@ -125,7 +126,11 @@ struct BlockHeader {
   uint64_t ticks;             // clock pair taken when the block was claimed:
   uint64_t mono_ns;           //   (ticks, CLOCK_MONOTONIC ns)
   char name[16];              // thread name when the block was claimed
-  uint8_t reserved[kBlockHeaderSize - 56];
+  // 1: full, every record written, and left in the mapping for a live
+  // reader while its thread waits for a block given back (atomic): the
+  // reader may read it and give it back before the thread has moved on.
+  uint32_t left;
+  uint8_t reserved[kBlockHeaderSize - 60];
 };
 static_assert(sizeof(BlockHeader) == kBlockHeaderSize);
 
@@ -158,7 +163,8 @@ struct FileHeader {
   uint64_t timer_overhead;  // clock ticks a timed call's two fenced reads add (kRawLatency is less it)
   // A live normaliser (heaplab capture) reads blocks while the program runs
   // and deletes the ones it has consumed. It stores CLOCK_MONOTONIC ns here
-  // every few ms (0 = none), and counts the appended blocks it consumed. The
+  // every few ms (0 = none), and counts the blocks it consumed (appended, or
+  // read in the mapping and given back: FreeBlocks). The
   // shim waits before appending while kLiveAheadBlocks are unconsumed, unless
   // the heartbeat is older than kLiveTimeoutNs: scratch disk stays bounded.
   uint64_t consumer_ns;      // (atomic)

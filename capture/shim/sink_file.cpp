@@ -1,6 +1,7 @@
 // The file sink (layout in raw_format.h): each thread writes into its own
-// block of a shared mapping of DIR/PID.GEN.hlraw and appends the block to
-// PID.GEN.hlraw.blocks with pwrite(2) when it is full. Thread slots are
+// block of a shared mapping of DIR/PID.GEN.hlraw; a full block is left in
+// the mapping for a live reader (which gives it back, raw::FreeBlocks), or
+// appended to PID.GEN.hlraw.blocks with pwrite(2) without one. Thread slots are
 // handed out lock-free; mapping a segment of 64 slots and growing the file
 // happen under a spin lock, with all signals blocked. libc only.
 #include <errno.h>
@@ -242,11 +243,21 @@ bool write_pending() {
 // block is reserved but not yet written: that block can be neither appended
 // nor cleared. Leave it in the mapping (the interrupted write completes it;
 // the normaliser reads it there) and move the thread to a fresh block.
+FreeBlocks* free_blocks(FileHeader* h);
+char* take_free_block(FileHeader* h);
+void sleep_until_consumed(FileHeader* h, uint64_t seen);
+
 bool switch_block() {
   ThreadSink& t = t_sink;
-  uint32_t unused;
-  char* block = claim_mapped_block(&unused);
+  // A block the live reader gave back, else a new one. Counted as published:
+  // the reader gives it back too once its pending write has landed.
+  char* block = take_free_block(g_header);
+  if (!block) {
+    uint32_t unused;
+    block = claim_mapped_block(&unused);
+  }
   if (!block) return false;
+  __atomic_fetch_add(&free_blocks(g_header)->published, 1u, __ATOMIC_RELEASE);
   t.block = block;
   start_block(t.block);
   return true;
@@ -279,6 +290,28 @@ char* take_free_block(FileHeader* h) {
   }
 }
 
+// A block given back by the live reader, waiting for one while it consumes
+// (asleep until it counts another consumed block, 5 ms at most a look). The
+// thread's full block is marked left first, so that the reader may take it
+// back too (else, with every other block taken, the two would wait on each
+// other). nullptr, with capture stopped, once the reader has stopped
+// answering for kLiveTimeoutNs, or has gone: the block is the reader's now,
+// and without disk space there is nowhere else to put the records.
+char* wait_free_block(FileHeader* h, char* full) {
+  __atomic_store_n(&reinterpret_cast<BlockHeader*>(full)->left, 1u, __ATOMIC_RELEASE);
+  const uint64_t start = mono_ns();
+  for (;;) {
+    const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
+    if (char* block = take_free_block(h)) return block;
+    const uint64_t now = mono_ns();
+    if (!reader_alive(h, now) || now - start > kLiveTimeoutNs || launcher_gone()) {
+      stop_capture("cannot grow the raw capture file, and the live reader gave no block back", ENOSPC);
+      return nullptr;
+    }
+    sleep_until_consumed(h, consumed);
+  }
+}
+
 // The thread's block is full and a live reader is consuming: leave the block
 // in the mapping for it (no copy; it reads the block there, zeroes it and
 // gives it back) and move to a fresh one. False (the caller appends the
@@ -288,11 +321,16 @@ bool publish_block() {
   FileHeader* h = g_header;
   if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0 || !reader_alive(h, mono_ns())) return false;
   char* block = take_free_block(h);
-  // Else a new slot, only once its segment is mapped: a file that cannot
-  // grow (a full disk) means copying, not stopping.
+  // Else a new slot, only once its segment is mapped. A file that cannot
+  // grow (a full disk): wait for the reader to give a block back (copying
+  // would need disk space too, and blocks given back free none).
   for (uint32_t n = __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE); !block;) {
     char* seg = segment(n / kBlocksPerSegment, true);
-    if (!seg) return false;
+    if (!seg) {
+      block = wait_free_block(h, t.block);
+      if (!block) return false;  // (capture stopped)
+      break;
+    }
     if (__atomic_compare_exchange_n(&h->next_thread, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       block = seg + (n % kBlocksPerSegment) * kBlockSize;
   }
@@ -345,7 +383,9 @@ bool space_freed() {
   }
 }
 
-// The thread's block is full: append it to .blocks, clear it, start the next.
+// The thread's block is full: leave it for a live reader and start the next
+// in a fresh block (publish_block), or append it to .blocks, clear it and
+// start the next in it.
 bool next_block() {
   ThreadSink& t = t_sink;
   if (launcher_gone()) {  // nobody will read a count: none is kept
@@ -358,6 +398,7 @@ bool next_block() {
     return false;
   }
   if (publish_block()) return true;
+  if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE)) return false;  // (stopped while publishing)
   uint64_t index = __atomic_fetch_add(&g_header->data_blocks, 1u, __ATOMIC_RELAXED);
   if ((index + 1) * kBlockSize > g_fsize_limit) {  // past RLIMIT_FSIZE: SIGXFSZ would kill the program
     stop_capture("cannot append to the raw capture file", EFBIG);
@@ -366,10 +407,11 @@ bool next_block() {
   uint64_t done = 0;
   while (done < kBlockSize) {
     ssize_t n = pwrite(g_data_fd, t.block + done, kBlockSize - done, off_t(index * kBlockSize + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == ENOSPC || errno == EDQUOT) && space_freed()) continue;
+    const int err = n < 0 ? errno : ENOSPC;  // (space_freed's futex wait sets errno)
+    if (n < 0 && err == EINTR) continue;
+    if (n < 0 && (err == ENOSPC || err == EDQUOT) && space_freed()) continue;
     if (n <= 0) {
-      stop_capture("cannot append to the raw capture file", n < 0 ? errno : ENOSPC);
+      stop_capture("cannot append to the raw capture file", err);
       return false;
     }
     done += uint64_t(n);
