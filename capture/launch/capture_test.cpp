@@ -669,6 +669,31 @@ TEST(Capture, ForkWithoutFollow) {
   EXPECT_FALSE(fs::exists(opt.raw_dir + "/unfollowed"));  // removed with the raw files
 }
 
+// A child forked before the parent's first heap call (the shim starts in
+// its constructor, not at the first call): followed, every call of it
+// recorded. (The example: 100,000 calls lost without a word.)
+TEST(Capture, ForkBeforeTheFirstHeapCallIsFollowed) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_c"), "forkfirst", "100000"});
+  opt.follow_fork = true;
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 2u);
+  const TraceResult& child = r.traces[1];
+  EXPECT_NE(child.pid, r.traces[0].pid);
+  EXPECT_EQ(child.report.holes, 0u);
+  EXPECT_EQ(child.report.dropped_calls, 0u);
+  uint64_t mallocs = 0, frees = 0;
+  for (const Event& e : read_events(child.path)) {
+    mallocs += e.op == Op::malloc && e.size == 32;
+    frees += e.op == Op::free && e.old != 0;
+  }
+  EXPECT_GE(mallocs, 100000u);
+  EXPECT_GE(frees, 100000u);
+  EXPECT_LE(mallocs, 100000u + 64) << "libc's own calls are a few at most";
+}
+
 TEST(Capture, ForkFollowed) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_c"), "fork"});

@@ -1,6 +1,8 @@
 /* A C program with exactly known heap calls, for the capture tests.
  *   victim_c single        one thread, a fixed sequence (see below)
  *   victim_c fork          allocates, forks; the child allocates and exits
+ *   victim_c forkfirst N   forks before any heap call of its own; the child
+ *                          makes N malloc(32)/free pairs and exits
  *   victim_c exec          allocates, then execs "victim_c single" in the same process
  *   victim_c spawn         allocates, then fork+exec "victim_c single" and waits
  *   victim_c crash MODE N  N mallocs, then dies by MODE: kill, segv or abort
@@ -93,6 +95,21 @@ static int do_fork(void) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
+static int fork_first(long n) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (long i = 0; i < n; ++i) {
+      void* p = malloc(32);
+      sink = p;
+      free(p);
+    }
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 static int do_exec(const char* self, int spawn) {
   BEGIN();
   void* p = malloc(444);
@@ -164,6 +181,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return 2;
   if (!strcmp(argv[1], "single")) return single();
   if (!strcmp(argv[1], "fork")) return do_fork();
+  if (!strcmp(argv[1], "forkfirst") && argc == 3) return fork_first(atol(argv[2]));
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
