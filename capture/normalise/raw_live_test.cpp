@@ -39,12 +39,13 @@ constexpr uint64_t kStart = 1000;
 // thread's next record comes. With `slow_appends`, the block's index is
 // reserved at once but its pwrite, clearing and the thread's next block wait
 // for the next batch (a thread preempted inside the shim's append). With
-// `publish`, while the reader consumes, a full block stays in the mapping
-// and the thread moves to a block the reader gave back (raw::FreeBlocks),
-// else to a new slot, as the shim's publish_block does.
+// `publish` (1; 2: every other full block of a thread, the rest appended),
+// while the reader consumes, a full block stays in the mapping and the
+// thread moves to a block the reader gave back (raw::FreeBlocks), else to a
+// new slot, as the shim's publish_block does.
 class FakeShim {
  public:
-  FakeShim(const std::string& path, uint32_t threads, bool slow_appends, bool publish = false)
+  FakeShim(const std::string& path, uint32_t threads, bool slow_appends, int publish = 0)
       : path_(path), threads_(threads), slow_(slow_appends), publish_(publish) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     data_fd_ = ::open((path + ".blocks").c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -107,12 +108,14 @@ class FakeShim {
   struct State {
     bool started = false, appending = false;
     uint64_t seq = 0, used = 0, index = 0;
-    uint32_t cur = 0;  // the slot of the thread's current block
+    uint32_t cur = 0;    // the slot of the thread's current block
+    uint64_t fulls = 0;  // its blocks filled
   };
   raw::FreeBlocks* free_blocks() const { return reinterpret_cast<raw::FreeBlocks*>(map_ + raw::kFreeBlocksOffset); }
   uint8_t* block(uint32_t t) { return map_ + raw::kBlockSize * (state_[t].cur + 1); }
   bool publish_block(uint32_t t) {
     if (!publish_ || __atomic_load_n(&header_->consumer_ns, __ATOMIC_ACQUIRE) == 0) return false;
+    if (publish_ == 2 && state_[t].fulls++ % 2 == 1) return false;
     raw::FreeBlocks* f = free_blocks();
     uint32_t slot;
     const uint64_t head = __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
@@ -154,7 +157,7 @@ class FakeShim {
   std::string path_;
   uint32_t threads_;
   bool slow_;
-  bool publish_;
+  int publish_;
   uint64_t taken_back_ = 0;
   int fd_ = -1, data_fd_ = -1;
   uint8_t* map_ = nullptr;
@@ -233,7 +236,7 @@ struct LiveRun {
 // Writes `steps` through a FakeShim, `batch` records per call of `ended`,
 // normalising live into DIR/live.hlt.
 LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batch, bool slow, bool consume,
-                 bool publish = false) {
+                 int publish = 0) {
   const std::string path = dir.file("4321.0.hlraw");
   FakeShim shim(path, 3, slow, publish);
   LiveRawFile raw(path, consume);
@@ -334,7 +337,7 @@ TEST(LiveNormalise, PublishedBlocksAreReadInPlaceAndGivenBack) {
   const std::vector<Step> steps = script(60000);  // about 29 blocks per thread
   TempDir keep_dir, dir;
   LiveRun kept = run_live(keep_dir, steps, 3000, false, false);
-  LiveRun live = run_live(dir, steps, 3000, false, true, true);
+  LiveRun live = run_live(dir, steps, 3000, false, true, 1);
   EXPECT_EQ(live.rep.records, steps.size());
   EXPECT_EQ(live.rep.holes, 0u);
   // Every published block consumed once and counted for the shim, but for
@@ -346,6 +349,26 @@ TEST(LiveNormalise, PublishedBlocksAreReadInPlaceAndGivenBack) {
   EXPECT_LE(live.slots, raw::kBlocksPerSegment);
   EXPECT_EQ(live.blocks_disk_bytes, 0u) << "nothing copied to .blocks";
   expect_same(live.events, kept.events);
+}
+
+// A thread's blocks alternately left in the mapping and appended (as when
+// the shim finds no fresh block, or the reader's heartbeat is late): each
+// read once, from where it is, and counted once; slow appends too.
+TEST(LiveNormalise, PublishedAndAppendedBlocksMixed) {
+  const std::vector<Step> steps = script(60000);
+  TempDir keep_dir;
+  LiveRun kept = run_live(keep_dir, steps, 3000, false, false);
+  for (bool slow : {false, true}) {
+    SCOPED_TRACE(slow ? "slow appends" : "appends");
+    TempDir dir;
+    LiveRun live = run_live(dir, steps, 3000, slow, true, 2);
+    EXPECT_EQ(live.rep.records, steps.size());
+    EXPECT_EQ(live.rep.holes, 0u);
+    EXPECT_LE(live.consumed, live.appended);
+    EXPECT_LE(live.appended - live.consumed, 3u);
+    EXPECT_GT(live.taken_back, 10u);
+    expect_same(live.events, kept.events);
+  }
 }
 
 TEST(LiveNormalise, ThreadIdleAfterAFullBlockHoldsNothingUp) {
