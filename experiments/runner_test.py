@@ -191,9 +191,9 @@ def complete_run():
     return [g for g in rows(res) if g[0] == first]
 
 
-def killed_and_resumed():
-    res = os.path.join(WORK, "killed")
-    path = experiment("slow", reps=7)  # 16 runs
+def run_and_kill(res, path):
+    """Runs the experiment (16 runs) and SIGKILLs it once 3 are stored;
+    returns how many were."""
     p = subprocess.Popen([HEAPLAB, "run", path, "--results", res, "-q"], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 60
@@ -203,6 +203,13 @@ def killed_and_resumed():
     p.wait()
     before = count(res)
     check(3 <= before < 16, f"{before} runs before the kill")
+    return before
+
+
+def killed_and_resumed():
+    res = os.path.join(WORK, "killed")
+    path = experiment("slow", reps=7)  # 16 runs
+    before = run_and_kill(res, path)
     r = heaplab("run", path, "--results", res)
     check(f"{16 - before} runs now, {before} stored before" in r.stderr, r.stderr)
     got = rows(res)
@@ -235,16 +242,8 @@ def resumed_twice_at_once():
     of its own. No cell of the killed session runs twice."""
     res = os.path.join(WORK, "race")
     path = experiment("race", reps=7)  # 16 runs
-    p = subprocess.Popen([HEAPLAB, "run", path, "--results", res, "-q"], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 60
-    while count(res) < 3 and time.time() < deadline and p.poll() is None:
-        time.sleep(0.01)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
-    before = count(res)
+    before = run_and_kill(res, path)
     killed = rows(res)[0][0]
-    check(3 <= before < 16, f"{before} runs before the kill")
     ps = [subprocess.Popen([HEAPLAB, "run", path, "--results", res], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [(p.communicate(timeout=120)[1], p.returncode) for p in ps]
