@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -445,7 +444,6 @@ TEST_F(Cli, FullDiskWhileTheReaderStallsLosesNothing) {
   spec.out = process::Stdio::null;
   spec.err = process::Stdio::file;
   spec.err_file = dir_ + "/err.txt";
-  const auto t0 = std::chrono::steady_clock::now();
   process::Child heaplab = process::spawn(spec);
   usleep(400000);  // the reader is live, blocks go round
   {
@@ -460,10 +458,9 @@ TEST_F(Cli, FullDiskWhileTheReaderStallsLosesNothing) {
   const int status = heaplab.wait();
   const std::string err = read_file(dir_ + "/err.txt");
   EXPECT_EQ(process::exit_code(status), 0) << err;
+  // (A shim and reader waiting on each other end the same way: after the
+  // shim's 10 s limit for a reader that gives nothing back, capture stops.)
   EXPECT_EQ(err.find("stopped"), std::string::npos) << err;
-  // (About 4 s here. The shim and the reader once waited on each other
-  // until the shim's 10 s limit for a reader that gives nothing back.)
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 9.0);
   Result check = run({"check", "f.hlt"}, dir_);
   EXPECT_EQ(check.status, 0) << check.out << check.err;
 }
