@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -553,6 +554,75 @@ TEST(PlanBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
       EXPECT_EQ(s.realloc_of_lost, 0u);
     }
   }
+}
+
+// A plan far larger than the builder's buffers: its events come through
+// many read-ahead batches and its arrays through the writer thread, which
+// holds at most 32 MiB at once (here 1.2 M steps of 48 bytes: 55 MiB), and
+// every step lands where it belongs.
+TEST(PlanBuild, LongPlanThroughTheWriterAndReadAhead) {
+  trace::testutil::GenOptions go;
+  go.threads = 2;
+  go.all_ops = false;
+  go.max_live = 5000;
+  go.timestamps = true;
+  auto evs = trace::testutil::generate(7, 1200000, go);
+  PlanOptions opt;
+  opt.times = true;
+  opt.live = true;
+  auto b = build(evs, opt, true);
+  const MappedPlan& p = *b->plan;
+  ASSERT_EQ(p.threads(), 2u);
+  std::vector<uint32_t> active;
+  for (const Event& e : b->events)
+    if (std::find(active.begin(), active.end(), e.thread) == active.end()) active.push_back(e.thread);
+  std::sort(active.begin(), active.end());
+  std::vector<uint32_t> replay_of(*std::max_element(active.begin(), active.end()) + 1);
+  for (uint32_t k = 0; k < active.size(); ++k) replay_of[active[k]] = k;
+  const Expected x = expected_of(b->events, replay_of);
+  EXPECT_EQ(p.total_steps(), x.total_steps);
+  EXPECT_GT(p.total_steps() * p.step_bytes(), uint64_t{48} << 20);
+  for (uint32_t k = 0; k < 2; ++k) {
+    SCOPED_TRACE("replay thread " + std::to_string(k));
+    expect_steps_eq(steps_of(p, k, x.steps), x.steps[k]);
+    // Times and live sums: each call's, at its step.
+    std::unordered_map<uint64_t, uint64_t> bytes_of;  // live objects' requested bytes
+    uint64_t n = 0;
+    int64_t live = 0;
+    for (const Event& e : b->events) {
+      if (!is_call(e)) continue;
+      int64_t delta = 0;
+      if (trace::op_consumes(e.op) && e.old != 0 && !(e.flags & trace::kFailed)) {
+        delta -= int64_t(bytes_of.at(e.old));
+        bytes_of.erase(e.old);
+      }
+      if (trace::op_produces(e.op) && !(e.flags & trace::kNullResult)) {
+        delta += int64_t(e.requested_bytes());
+        bytes_of[e.id] = e.requested_bytes();
+      }
+      if (e.thread != active[k]) continue;
+      live += delta;
+      while (n < p.step_count(k) && (p.steps(k)[n].head & 0xff) == kStepHandoff) ++n;
+      ASSERT_LT(n, p.step_count(k));
+      ASSERT_EQ(p.times(k)[n], e.time) << "step " << n;
+      ASSERT_EQ(p.live(k)[n], live) << "step " << n;
+      ++n;
+    }
+  }
+  EXPECT_EQ(b->summary.live_bytes_peak, x.peak);
+  EXPECT_EQ(b->summary.live_bytes_end, x.end);
+}
+
+// An inconsistency far into a long trace is named exactly, after the
+// builder's helper threads have read ahead of it and written behind it.
+TEST(PlanErrors, LateInconsistencyInALongTrace) {
+  std::vector<Event> evs;
+  for (uint32_t i = 0; i < 300000; ++i) {
+    evs.push_back(alloc(16, i % 2));
+    evs.push_back(release(i + 1, i % 2));
+  }
+  evs.push_back(release(7, 1));
+  EXPECT_EQ(plan_error(evs), "inconsistent trace: event 600000 (thread 1, free): object 7 was already freed");
 }
 
 // ------------------------------------------------------------ folding
