@@ -574,6 +574,13 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["format_version"] = 1;
   r["trace"] = trace_j;
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
+  // A replay of what a damaged or cut trace kept is not the program's: said
+  // where the summary says "as recorded".
+  if (trace_j.contains("warning"))
+    r["warnings"].push_back(fmt::format(
+        "{}: only the calls the trace kept are replayed ({} frees of objects whose allocation was lost skipped, {} "
+        "reallocs of such objects replayed from NULL); the program made more",
+        trace_j["warning"].get<std::string>(), group_digits(plan.skipped_lost), group_digits(plan.realloc_of_lost)));
   if (!metadata_why.empty())
     r["warnings"].push_back("the trace's metadata was not read (" + metadata_why +
                             "): what it says of the capture (coverage, the program's memory) is left out");

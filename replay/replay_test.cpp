@@ -476,6 +476,16 @@ TEST_F(ReplayTest, HungAllocatorIsKilledAtTheTimeout) {
   EXPECT_EQ(j["exit"]["after_s"], 2.0);
 }
 
+// The sampler's longest interval (an hour) does not hold the end of a
+// short replay: stop() wakes it (before, it slept out its interval, and
+// this replay was killed at its timeout).
+TEST_F(ReplayTest, LongSampleIntervalDoesNotHoldTheEnd) {
+  const json r = replay(producer_consumer(), {"--sample-ms", "3600000", "--timeout", "60"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["exit"]["status"], "ok") << r["exit"].dump();
+  EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+}
+
 // --- Bad input: one line, non-zero exit -------------------------------------
 
 TEST_F(ReplayTest, BadInputGivesOneLine) {
@@ -1265,6 +1275,14 @@ TEST_F(ReplayTest, TruncatedTraceReplaysWhatIsLeft) {
   EXPECT_FALSE(r["trace"]["complete"].get<bool>());
   EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
   EXPECT_FALSE(r["trace"].value("warning", "").empty());
+  // Said among the warnings too, which the summary prints above "calls
+  // exactly as recorded".
+  ASSERT_TRUE(r.contains("warnings")) << r.dump();
+  bool said = false;
+  for (const auto& w : r["warnings"])
+    said = said || (w.get<std::string>().rfind("trace is truncated", 0) == 0 &&
+                    w.get<std::string>().find("only the calls the trace kept are replayed") != std::string::npos);
+  EXPECT_TRUE(said) << r["warnings"].dump();
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include "replay/pinning.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,6 +118,8 @@ void MemorySampler::halve() {
   interval_ns_ *= 2;
 }
 
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
+
 void* MemorySampler::thread_main(void* self) {
   auto* s = static_cast<MemorySampler*>(self);
   if (s->pin_) s->pin_->bind(-1);
@@ -125,7 +129,14 @@ void* MemorySampler::thread_main(void* self) {
     const uint64_t ns = uint64_t(next.tv_nsec) + s->interval_ns_;
     next.tv_sec += time_t(ns / 1000000000u);
     next.tv_nsec = long(ns % 1000000000u);
-    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr);
+    // Until the next sample is due or stop() wakes it (a long --sample-ms
+    // must not hold the end of a short replay): FUTEX_WAIT_BITSET takes
+    // an absolute CLOCK_MONOTONIC time.
+    while (!s->stop_.load(std::memory_order_acquire)) {
+      const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(&s->stop_), FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG,
+                              0u, &next, nullptr, FUTEX_BITSET_MATCH_ANY);
+      if (rc != 0 && errno == ETIMEDOUT) break;
+    }
     if (s->stop_.load(std::memory_order_acquire)) break;
     s->take();
   }
@@ -147,7 +158,8 @@ void MemorySampler::start(uint64_t start_ns) {
 
 void MemorySampler::stop() {
   if (running_) {
-    stop_.store(true, std::memory_order_release);
+    stop_.store(1, std::memory_order_release);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&stop_), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, nullptr, nullptr, 0);
     pthread_join(thread_, nullptr);
     running_ = false;
   }

@@ -71,7 +71,7 @@ class MemorySampler {
   MemorySample* buf_ = nullptr;  // mmap'd
   size_t cap_ = 0, n_ = 0;
   uint64_t start_ns_ = 0;
-  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> stop_{0};  // a futex word: stop() wakes the sampling thread from its wait
   pthread_t thread_{};
   bool running_ = false;
   // Page footprint (mincore): when the live bytes reach a new high (by 5%),

@@ -8,7 +8,9 @@ used: "warm"). Each run's wall time is set against the sum of its four
 replays' own wall times (the replayer's measurement, calls only), with the
 time spent building the plan and the replayer's bookkeeping.
 
-Usage: scripts/bench-replay-all.py [--reps N] [--threads T] [--ops N]
+Usage: scripts/bench-replay-all.py [--reps N] [--threads T] [--ops N] [--trace T.hlt]
+  --trace replays a trace captured before (the same one for two builds:
+  HEAPLAB_BUILD_DIR names the build) instead of capturing one.
 Needs a build (scripts/bootstrap.sh).
 """
 import argparse
@@ -52,13 +54,15 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ops", type=int, default=2000000)
+    ap.add_argument("--trace", help="a trace to replay instead of capturing one")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="heaplab-replay-all-")
     try:
-        trace = os.path.join(work, "churn.hlt")
-        churn = os.path.join(BUILD, "capture", "testprogs", "churn")
-        subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)], check=True,
-                       stdout=subprocess.DEVNULL)
+        trace = a.trace or os.path.join(work, "churn.hlt")
+        if not a.trace:
+            churn = os.path.join(BUILD, "capture", "testprogs", "churn")
+            subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)],
+                           check=True, stdout=subprocess.DEVNULL)
         out = os.path.join(work, "all.json")
         rows = {"cold": [], "warm": []}
         for _ in range(a.reps):
