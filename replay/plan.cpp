@@ -109,14 +109,16 @@ struct PlanFile {
   }
 };
 
-// The builder's helper threads; a process that can start no more threads
-// gets a PlanError naming it, not std::system_error.
+// One of the builder's helper threads, or none (not joinable) where the
+// process can start no more threads: the builder then does that work
+// itself, as on one core.
 template <class F>
-std::thread start_thread(F&& f) {
+std::thread start_thread(bool wanted, F&& f) {
+  if (!wanted) return {};
   try {
     return std::thread(std::forward<F>(f));
-  } catch (const std::system_error& e) {
-    throw PlanError(std::string("cannot start a thread to build the replay plan: ") + e.what());
+  } catch (const std::system_error&) {
+    return {};
   }
 }
 
@@ -128,10 +130,12 @@ std::thread start_thread(F&& f) {
 class PlanWriter {
  public:
   static constexpr size_t kQueued = size_t{32} << 20;
-  explicit PlanWriter(PlanFile& f) : file_(f) {
-    thread_ = start_thread([this] { run(); });
+  // `threaded` off (or no thread to be had): write() writes at once.
+  PlanWriter(PlanFile& f, bool threaded) : file_(f) {
+    thread_ = start_thread(threaded, [this] { run(); });
   }
   ~PlanWriter() {
+    if (!thread_.joinable()) return;
     {
       std::lock_guard l(m_);
       stop_ = true;
@@ -147,6 +151,11 @@ class PlanWriter {
   template <class T>
   void write(uint64_t off, std::vector<T>& buf, size_t reserve) {
     const size_t bytes = buf.size() * sizeof(T);
+    if (!thread_.joinable()) {
+      file_.write(off, buf.data(), bytes);
+      buf.clear();
+      return;
+    }
     std::vector<T> empty;
     {
       std::unique_lock l(m_);
@@ -167,6 +176,7 @@ class PlanWriter {
   }
   // Waits until everything queued is written; throws the first error.
   void finish() {
+    if (!thread_.joinable()) return;
     std::unique_lock l(m_);
     cv_.wait(l, [&] { return (jobs_.empty() && !busy_) || error_; });
     if (error_) std::rethrow_exception(error_);
@@ -204,9 +214,13 @@ class PlanWriter {
       busy_ = false;
       queued_ -= bytes;
       if (err && !error_) error_ = err;
-      // The buffer goes back for the builder to fill again.
-      std::visit([&](auto& v) { std::get<std::vector<std::decay_t<decltype(v)>>>(pools_).push_back(std::move(v)); },
-                 j.buf);
+      // The buffer goes back for the builder to fill again (or, if even
+      // that cannot be had, is freed).
+      try {
+        std::visit([&](auto& v) { std::get<std::vector<std::decay_t<decltype(v)>>>(pools_).push_back(std::move(v)); },
+                   j.buf);
+      } catch (const std::bad_alloc&) {
+      }
       cv_.notify_all();
     }
   }
@@ -229,11 +243,11 @@ struct ArrayOut {
   uint64_t offset = 0;   // where the array starts in the file
   uint64_t flushed = 0;  // entries written out
   std::vector<T> buf;
-  void flush(PlanWriter& w, size_t cap) {
+  void flush(PlanWriter& w, size_t next_cap) {
     if (buf.empty()) return;
     const uint64_t at = offset + flushed * sizeof(T);
     flushed += buf.size();
-    w.write(at, buf, cap);
+    w.write(at, buf, next_cap);
   }
 };
 
@@ -244,11 +258,15 @@ struct ArrayOut {
 class ReadAhead {
  public:
   static constexpr size_t kBatch = 2048, kRing = 8;
-  explicit ReadAhead(const trace::TraceReader& r) : cur_(r) {
+  // `threaded` off (or no thread to be had): next() decodes in place.
+  ReadAhead(const trace::TraceReader& r, bool threaded) : cur_(r) {
+    ring_[0].events.resize(kBatch);
+    if (!threaded) return;
     for (auto& b : ring_) b.events.resize(kBatch);
-    thread_ = start_thread([this] { run(); });
+    thread_ = start_thread(true, [this] { run(); });
   }
   ~ReadAhead() {
+    if (!thread_.joinable()) return;
     {
       std::lock_guard l(m_);
       stop_ = true;
@@ -261,6 +279,7 @@ class ReadAhead {
 
   // The next batch (empty at the end), valid until the next call.
   std::span<const Event> next() {
+    if (!thread_.joinable()) return {ring_[0].events.data(), cur_.next(ring_[0].events.data(), kBatch)};
     std::unique_lock l(m_);
     if (held_) {
       ++tail_;
@@ -625,12 +644,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     times[k].offset = table[k].times_offset;
     lives[k].offset = table[k].live_offset;
   }
-  PlanWriter writer(plan);
-  // Writes replay thread k's buffered steps, times and live sums.
-  auto flush = [&](size_t k) {
-    steps[k].flush(writer, per);
-    times[k].flush(writer, per);
-    lives[k].flush(writer, per);
+  PlanWriter writer(plan, opt.helpers);
+  // Writes replay thread k's buffered steps, times and live sums (and
+  // readies buffers of `next` entries for what follows).
+  auto flush = [&](size_t k, size_t next = 0) {
+    steps[k].flush(writer, next);
+    times[k].flush(writer, next);
+    lives[k].flush(writer, next);
   };
   std::vector<uint64_t> thread_live(nthreads, 0);
 
@@ -646,7 +666,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     steps[k].buf.push_back(st);
     if (s.has_times) times[k].buf.push_back(time);
     if (s.has_live) lives[k].buf.push_back(int64_t(thread_live[k] += delta));  // modular (C++20)
-    if (steps[k].buf.size() == per) flush(k);
+    if (steps[k].buf.size() == per) flush(k, per);
     ++n_k;
     ++s.steps;
   };
@@ -812,7 +832,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     }
   };
 
-  ReadAhead cur(r);
+  ReadAhead cur(r, opt.helpers);
   common::Progress progress("building the replay plan", r.event_count());
   for (;;) {
     progress.update(s.events);

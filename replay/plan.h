@@ -117,6 +117,12 @@ struct PlanOptions {
   // objects). Off: every object keeps its own slot to the end (tests that
   // look at the table after a replay).
   bool reuse_slots = true;
+  // Build on three threads: one decodes and merges the trace ahead, one
+  // writes the arrays, this one plans (the same plan). Off: this thread
+  // does all (the replayer building its own plan, where the allocator
+  // under test is loaded, and the builder's threads would leave their
+  // arenas and caches in it). Not part of the plan's name.
+  bool helpers = true;
 };
 
 // What the plan builder learned about the trace, in trace order.

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -570,8 +571,27 @@ TEST(PlanBuild, LongPlanThroughTheWriterAndReadAhead) {
   PlanOptions opt;
   opt.times = true;
   opt.live = true;
-  auto b = build(evs, opt, true);
+  TempDir dir;
+  WriterOptions wo;
+  wo.timestamps = true;
+  trace::testutil::write_trace(dir.file("long.hlt"), evs, wo);
+  auto r = TraceReader::open(dir.file("long.hlt"));
+  auto b = build_from(*r, opt);
   const MappedPlan& p = *b->plan;
+  // The same plan, byte for byte, built on this thread alone.
+  {
+    PlanOptions alone = opt;
+    alone.helpers = false;
+    auto c = build_from(*r, alone);
+    const auto bytes = [](int fd) {
+      struct stat st {};
+      EXPECT_EQ(fstat(fd, &st), 0);
+      std::string out(size_t(st.st_size), '\0');
+      EXPECT_EQ(pread(fd, out.data(), out.size(), 0), ssize_t(out.size()));
+      return out;
+    };
+    EXPECT_TRUE(bytes(b->fd) == bytes(c->fd));
+  }
   ASSERT_EQ(p.threads(), 2u);
   std::vector<uint32_t> active;
   for (const Event& e : b->events)

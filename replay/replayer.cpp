@@ -235,7 +235,9 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   if (!args.trace.empty()) {
     auto reader = trace::TraceReader::open(args.trace);
     PlanSummary summary;
-    plan_fd = build_plan(*reader, PlanOptions{args.settings.threads, paced, true}, summary);
+    PlanOptions popt{args.settings.threads, paced, true};
+    popt.helpers = false;  // (the allocator under test is loaded here)
+    plan_fd = build_plan(*reader, popt, summary);
     plan_info = {{"trace", args.trace}, {"live_bytes_peak", summary.live_bytes_peak}};
   }
   MappedPlan plan(plan_fd);
