@@ -136,6 +136,11 @@ void* MemorySampler::thread_main(void* self) {
       const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(&s->stop_), FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG,
                               0u, &next, nullptr, FUTEX_BITSET_MATCH_ANY);
       if (rc != 0 && errno == ETIMEDOUT) break;
+      if (rc != 0 && errno != EINTR && errno != EAGAIN) {
+        // No futex to be had (a seccomp filter?): sleep out the interval.
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr);
+        break;
+      }
     }
     if (s->stop_.load(std::memory_order_acquire)) break;
     s->take();

@@ -36,7 +36,7 @@ class FlatMap {
   // as if it were dead code: written as an instruction of its own.)
   void prefetch(uint64_t key) const {
     const Entry* p = table_.data() + slot(key);
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__SSE__)
     asm volatile("prefetcht0 %0" : : "m"(*p));
 #else
     __builtin_prefetch(p);
