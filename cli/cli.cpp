@@ -1,4 +1,5 @@
 #include "cli/cli.h"
+#include "common/json.h"
 
 #include <fmt/core.h>
 
@@ -90,6 +91,19 @@ void write_or_print(const std::string& out, const std::string& text) {
     fmt::print("{}", text);
   else
     write_text(out, text, "");
+}
+
+nlohmann::json read_result_json(const std::string& path, const std::string& command) {
+  std::string text;
+  try {
+    text = common::read_input_file(path, "a replay result", common::kJsonMaxBytes);
+  } catch (const std::runtime_error& e) {
+    throw Failure{command + ": " + e.what()};
+  }
+  std::string why;
+  nlohmann::json j = common::parse_bounded_json(text, &why);
+  if (!why.empty()) throw Failure{command + ": " + path + ": not read: " + why};
+  return j;
 }
 
 }  // namespace heaplab::cli

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -73,5 +74,11 @@ int codec_level(trace::Codec codec, int level);
 void write_text(const std::string& path, const std::string& text, const std::string& prefix);
 // To standard output if `out` is empty, else write_text.
 void write_or_print(const std::string& out, const std::string& text);
+// A replay result (heaplab replay -o: tens of KiB) read for `command`, in
+// bounded memory (common/json.h's bounds: at most 16 MiB of text, 64
+// levels, 1,000,000 values; nlohmann builds a node a value); discarded if
+// it is not JSON; Failure "COMMAND: PATH: ..." if it cannot be read, is not
+// a regular file or is past the bounds.
+nlohmann::json read_result_json(const std::string& path, const std::string& command);
 
 }  // namespace heaplab::cli

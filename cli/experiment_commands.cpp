@@ -238,8 +238,7 @@ int run_diff_cmd(const DiffArgs& d) {
                   " is not a heaplab trace, and the other is: give two traces, two replay results or two sessions"};
   if (files && !is_trace(d.a)) {
     const auto load = [](const std::string& path) {
-      std::ifstream f(path);
-      nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+      nlohmann::json j = read_result_json(path, "diff");
       if (j.is_discarded() || !j.is_object())
         throw Failure{"diff: " + path + ": neither a heaplab trace nor a replay result (JSON)"};
       return j;

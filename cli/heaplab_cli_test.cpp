@@ -342,6 +342,32 @@ TEST_F(Cli, AFullOutputIsAnError) {
   }
 }
 
+// A program that never calls malloc is captured as such: its own status
+// (0), and a trace of no calls that check accepts (issue 19: it was exit 2).
+TEST_F(Cli, ProgramThatNeverAllocates) {
+  Result r = run({"capture", "-q", "-o", "none.hlt", "--", "/bin/true"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = run({"stats", "none.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\nevents: 0 in 0 threads\n"), std::string::npos) << r.out;
+  r = run({"check", "none.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+}
+
+// A closed standard output is an error too, not a silent exit 0.
+TEST_F(Cli, AClosedOutputIsAnError) {
+  import_small();
+  const std::string t = dir_ + "/small.hlt";
+  for (const char* cmd : {"stats", "cat", "check"}) {
+    process::Spec spec;
+    spec.argv = {"/bin/sh", "-c", "exec \"$0\" \"$1\" \"$2\" >&-", kHeaplab, cmd, t};
+    spec.err = process::Stdio::pipe;
+    const process::Output o = process::run(spec);
+    EXPECT_EQ(process::exit_code(o.status), 2) << cmd;
+    EXPECT_EQ(o.err, "heaplab: error: writing standard output: Bad file descriptor\n") << cmd;
+  }
+}
+
 TEST_F(Cli, CaptureTakesTheProgramWithOrWithoutDashes) {
   const std::string victim = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/victim_c";
   Result r = run({"capture", "-q", "-o", "a.hlt", "--", victim, "single"}, dir_);
@@ -477,6 +503,34 @@ TEST_F(Cli, TraceThatIsAFifoIsRefusedAtOnce) {
               std::string::npos)
         << cmd << ": " << r.err;
   }
+  // Replay results (export, diff) and experiments likewise.
+  import_small();
+  const std::string json = dir_ + "/fifo.json", yaml = dir_ + "/fifo.yaml";
+  ASSERT_EQ(mkfifo(json.c_str(), 0644), 0);
+  ASSERT_EQ(mkfifo(yaml.c_str(), 0644), 0);
+  Result r = run({"export", "--perfetto", "small.hlt", json, "-o", "x.pftrace"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: export: " + json +
+                       ": not a regular file (a replay result is read from a file, not a pipe or device)\n");
+  r = run({"run", yaml}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: " + yaml +
+                       ": not a regular file (an experiment is read from a file, not a pipe or device)\n");
+}
+
+// A replay result past common/json.h's bounds is refused in one line
+// before it is parsed (20 MB of '[' took diff and export to 1.5 GB).
+TEST_F(Cli, AHugeResultIsRefusedBeforeParsing) {
+  import_small();
+  std::ofstream(dir_ + "/deep.json") << std::string(20'000'000, '[');
+  std::ofstream(dir_ + "/nested.json") << std::string(100, '[') + std::string(100, ']');
+  Result r = run({"export", "--perfetto", "small.hlt", "deep.json", "-o", "x.pftrace"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: export: deep.json: 20000000 bytes, more than the 16 MiB a replay result may have\n");
+  r = run({"diff", "nested.json", "nested.json"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: diff: nested.json: not read: nested deeper than 64 levels\n");
 }
 
 // A negative count is refused, not wrapped into a huge unsigned one.
@@ -587,6 +641,11 @@ TEST_F(Cli, CatOfAMissingThread) {
   r = run({"cat", "--thread", "-7", "small.hlt"}, dir_);
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err, "heaplab: error: --thread: no thread -7\n");
+  // (-1 was the value of "every thread", and printed them all.)
+  r = run({"cat", "--thread", "-1", "small.hlt"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "heaplab: error: --thread: no thread -1\n");
+  EXPECT_EQ(r.out, "");
 }
 
 TEST_F(Cli, ImportFromStdinAndEveryCodec) {

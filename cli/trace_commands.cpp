@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fmt/core.h>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -261,7 +262,7 @@ int run_check(const std::string& path, size_t max_listed) {
 struct CatArgs {
   std::string path;
   std::string format = "text";
-  int64_t thread = -1;
+  std::optional<int64_t> thread;  // none: every thread
   uint64_t from = 0;
   uint64_t limit = UINT64_MAX;
   bool meta = false;
@@ -286,13 +287,14 @@ int run_cat(const CatArgs& a) {
     return 0;
   }
   std::unique_ptr<trace::EventCursor> cur;
-  if (a.thread < -1) throw Failure{fmt::format("--thread: no thread {}", a.thread)};
-  if (a.thread >= 0 && (a.thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(a.thread)).empty()))
-    throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, a.thread, r->active_threads().size())};
+  const int64_t thread = a.thread.value_or(-1);  // -1: every thread
+  if (a.thread && *a.thread < 0) throw Failure{fmt::format("--thread: no thread {}", *a.thread)};
+  if (thread >= 0 && (thread > UINT32_MAX || r->thread_chunks(static_cast<uint32_t>(thread)).empty()))
+    throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, thread, r->active_threads().size())};
   // Annotated, every event is seen (an object another thread or an earlier
   // event made), and only the chosen ones printed.
-  if (a.thread >= 0 && !a.annotate)
-    cur = std::make_unique<trace::ThreadCursor>(*r, static_cast<uint32_t>(a.thread));
+  if (thread >= 0 && !a.annotate)
+    cur = std::make_unique<trace::ThreadCursor>(*r, static_cast<uint32_t>(thread));
   else
     cur = std::make_unique<trace::MergedCursor>(*r);
   const bool json = a.format == "jsonl";
@@ -307,7 +309,7 @@ int run_cat(const CatArgs& a) {
     for (size_t i = 0; i < n && shown < a.limit; ++i) {
       const analysis::LifetimeAnnotator::Age age =
           a.annotate ? lifetimes.observe(buf[i]) : analysis::LifetimeAnnotator::Age{};
-      if (buf[i].seq < a.from || (a.thread >= 0 && buf[i].thread != a.thread)) continue;
+      if (buf[i].seq < a.from || (thread >= 0 && buf[i].thread != thread)) continue;
       const uint64_t address = has_addresses ? addresses.at(buf[i].seq) : 0;
       json ? analysis::event_jsonl(buf[i], r->has_time(), line, address)
            : analysis::event_text(buf[i], r->has_time(), line, address);
@@ -347,9 +349,7 @@ int run_export(const ExportArgs& a) {
   auto r = open_trace(a.trace);
   std::vector<analysis::PerfettoResult> results;
   for (const std::string& path : a.results) {
-    std::ifstream f(path);
-    if (!f) throw Failure{"export: " + path + ": cannot open: " + std::strerror(errno)};
-    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+    const nlohmann::json j = read_result_json(path, "export");
     if (j.is_discarded()) throw Failure{"export: " + path + ": not JSON (give replay results: heaplab replay -o)"};
     // (--allocator all -o writes an array of results; an allocator it
     // skipped, or whose replay failed, has no figures: left out, and said.)

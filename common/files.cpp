@@ -141,6 +141,37 @@ void write_text(const std::string& output, const std::string& text) {
   });
 }
 
+std::string read_input_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error(path + ": not a regular file (" + what + " is read from a file, not a pipe or device)");
+  }
+  if (uint64_t(st.st_size) > max_bytes) {
+    ::close(fd);
+    throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes, more than the " +
+                             std::to_string(max_bytes >> 20) + " MiB " + what + " may have");
+  }
+  std::string text(size_t(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(path + ": cannot read: " + std::strerror(err));
+    }
+    if (n == 0) break;  // (shorter than it was a moment ago)
+    got += size_t(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  return text;
+}
+
 std::string self_dir() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);

@@ -1,6 +1,7 @@
 // Files: writing outputs whole, and finding heaplab's own files.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,14 @@ void write_then_rename(const std::string& output, const std::function<void(const
 // Writes `text` to `output` through write_then_rename; errors as above, or
 // "OUTPUT: cannot write: REASON".
 void write_text(const std::string& output, const std::string& text);
+
+// Reads a small input file the user named (an experiment's YAML, a replay
+// result) whole, in one line of error (std::runtime_error) otherwise:
+// "PATH: cannot open: REASON", "PATH: not a regular file (WHAT is read
+// from a file, not a pipe or device)" (opened without waiting: a FIFO
+// with no writer is refused at once instead of blocking), "PATH: N bytes,
+// more than the M MiB WHAT may have". `what` names the kind of file.
+std::string read_input_file(const std::string& path, const std::string& what, uint64_t max_bytes);
 
 // The directory of the running executable (where heaplab keeps the shim,
 // the replayers and the dlfilter), or "." if /proc/self/exe cannot be read.

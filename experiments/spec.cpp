@@ -8,11 +8,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
+#include "common/text.h"
 #include "experiments/metrics.h"
 
 namespace heaplab::experiments {
 
 namespace {
+
+// A value of the user's file, quoted, at most 80 characters of it (a junk
+// line of 10 MB is not echoed whole).
+std::string q(const std::string& v) { return common::excerpt(v, 80); }
 
 struct Ctx {
   std::string path;
@@ -35,8 +41,7 @@ void check_keys(const Ctx& c, const YAML::Node& m, const std::string& where, con
   for (const auto& kv : m) {
     const std::string k = kv.first.Scalar();
     if (std::find(known.begin(), known.end(), k) == known.end())
-      c.fail(kv.first,
-             "unknown key '" + k + "'" + (where.empty() ? "" : " in " + where) + " (known: " + join(known) + ")");
+      c.fail(kv.first, "unknown key " + q(k) + (where.empty() ? "" : " in " + where) + " (known: " + join(known) + ")");
   }
 }
 
@@ -55,7 +60,7 @@ void check_duplicates(const Ctx& c, const YAML::Node& n, int depth, uint64_t& vi
       const auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first.Mark().line);
       if (!fresh)
         c.fail(kv.first,
-               "duplicate key '" + kv.first.Scalar() + "' (first at line " + std::to_string(it->second + 1) + ")");
+               "duplicate key " + q(kv.first.Scalar()) + " (first at line " + std::to_string(it->second + 1) + ")");
     }
     check_duplicates(c, kv.second, depth + 1, visited);
   }
@@ -65,7 +70,7 @@ std::string what_is(const YAML::Node& n) {
   if (n.IsMap()) return "a map";
   if (n.IsSequence()) return "a list";
   if (n.IsNull()) return "nothing";
-  return "'" + n.Scalar() + "'";
+  return q(n.Scalar());
 }
 
 std::string text(const Ctx& c, const YAML::Node& n, const std::string& key) {
@@ -86,7 +91,7 @@ uint64_t integer(const Ctx& c, const YAML::Node& n, const std::string& key, uint
 std::string one_of(const Ctx& c, const YAML::Node& n, const std::string& key, const std::vector<std::string>& ok) {
   std::string v = text(c, n, key);
   if (std::find(ok.begin(), ok.end(), v) == ok.end())
-    c.fail(n, "'" + key + "': expected one of " + join(ok) + ", not '" + v + "'");
+    c.fail(n, "'" + key + "': expected one of " + join(ok) + ", not " + q(v));
   return v;
 }
 
@@ -128,7 +133,7 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
   if (root["name"]) {
     s.name = text(c, root["name"], "name");
     if (!plain_name(s.name) || s.name.find('/') != std::string::npos)
-      c.fail(root["name"], "'name': letters, digits, '.', '_' and '-' only, not '" + s.name + "'");
+      c.fail(root["name"], "'name': letters, digits, '.', '_' and '-' only, not " + q(s.name));
   } else {
     std::string base = path.substr(path.find_last_of('/') + 1);
     if (base.size() > 5 && base.substr(base.size() - 5) == ".yaml")
@@ -147,11 +152,11 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
     if (!t["name"]) c.fail(t, "a trace without 'name'");
     ts.name = text(c, t["name"], "name");
     if (!plain_name(ts.name) || ts.name.find('/') != std::string::npos)
-      c.fail(t["name"], "'name': letters, digits, '.', '_' and '-' only, not '" + ts.name + "'");
+      c.fail(t["name"], "'name': letters, digits, '.', '_' and '-' only, not " + q(ts.name));
     for (const TraceSpec& o : s.traces)
-      if (o.name == ts.name) c.fail(t["name"], "trace '" + ts.name + "' named twice");
+      if (o.name == ts.name) c.fail(t["name"], "trace " + q(ts.name) + " named twice");
     if (bool(t["file"]) == bool(t["capture"]))
-      c.fail(t, "trace '" + ts.name + "': give either 'file' or 'capture', one of them");
+      c.fail(t, "trace " + q(ts.name) + ": give either 'file' or 'capture', one of them");
     if (t["file"]) ts.file = text(c, t["file"], "file");
     if (t["capture"]) {
       for (const YAML::Node& a : need_list(c, t["capture"], "capture")) ts.capture.push_back(text(c, a, "capture"));
@@ -179,8 +184,7 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       if (a["env"]) {
         for (const auto& kv : need_map(c, a["env"], "env")) {
           const std::string k = kv.first.Scalar();
-          if (k.empty() || k.find('=') != std::string::npos)
-            c.fail(kv.first, "'env': not a variable name: '" + k + "'");
+          if (k.empty() || k.find('=') != std::string::npos) c.fail(kv.first, "'env': not a variable name: " + q(k));
           as.env.emplace_back(k, text(c, kv.second, k));
         }
       }
@@ -195,10 +199,10 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       if (as.load == "direct") as.label += "/direct";
       if (!plain_name(as.label))  // a path ending in '/', or characters a label may not have
         c.fail(a,
-               "cannot make a label of '" + as.name + "' (give it a 'label': letters, digits, '.', '_', '-' and '/')");
+               "cannot make a label of " + q(as.name) + " (give it a 'label': letters, digits, '.', '_', '-' and '/')");
     }
     for (const AllocatorSpec& o : s.allocators)
-      if (o.label == as.label) c.fail(a, "two allocators labelled '" + as.label + "' (give each a 'label')");
+      if (o.label == as.label) c.fail(a, "two allocators labelled " + q(as.label) + " (give each a 'label')");
     s.allocators.push_back(as);
   }
   if (s.allocators.empty()) c.fail(root["allocators"], "'allocators': no allocator given");
@@ -246,7 +250,7 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       if (!find_metric(name)) {
         std::vector<std::string> known;
         for (const Metric& k : all_metrics()) known.push_back(k.name);
-        c.fail(m, "'metrics': unknown metric '" + name + "' (known: " + join(known) + ")");
+        c.fail(m, "'metrics': unknown metric " + q(name) + " (known: " + join(known) + ")");
       }
       s.metrics.push_back(name);
     }
@@ -260,7 +264,8 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
                      [&](const AllocatorSpec& a) { return a.label == s.baseline; })) {
       std::vector<std::string> labels;
       for (const AllocatorSpec& a : s.allocators) labels.push_back(a.label);
-      c.fail(root["baseline"], "'baseline': no allocator labelled '" + s.baseline + "' (labels: " + join(labels) + ")");
+      c.fail(root["baseline"],
+             "'baseline': no allocator labelled " + q(s.baseline) + " (labels: " + join(labels) + ")");
     }
   } else {
     s.baseline = s.allocators[0].label;
@@ -269,11 +274,14 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
 }
 
 ExperimentSpec load_experiment(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw SpecError(path + ": cannot read the experiment file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_experiment(ss.str(), path);
+  std::string text;
+  try {
+    // (An experiment file is a few KiB; 16 MiB is far more than any needs.)
+    text = common::read_input_file(path, "an experiment", uint64_t{16} << 20);
+  } catch (const std::runtime_error& e) {
+    throw SpecError(e.what());
+  }
+  return parse_experiment(text, path);
 }
 
 }  // namespace heaplab::experiments
