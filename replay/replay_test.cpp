@@ -435,6 +435,27 @@ TEST_F(ReplayTest, NullResultsAreRecordedNotACrash) {
     EXPECT_FALSE(r["replay"]["faithful"].get<bool>());
     EXPECT_EQ(r["exit"]["status"], "ok");
   }
+  // An allocator that also refuses the replayer's own memory (every request,
+  // or those of its sizes): preloaded, the replayer runs on it, and says so
+  // in one line (it was std::bad_alloc, or SIGABRT where the runtime could
+  // not even make the exception); loaded directly, the NULLs are counted.
+  for (const char* above : {"0", "16", "1000"}) {
+    SCOPED_TRACE(above);
+    const std::string out = (dir() / "null.json").string();
+    const Outcome o = run({kHeaplab, "replay", t, "-q", "--allocator", TEST_ALLOC_NULL, "-o", out},
+                          std::string("HEAPLAB_TEST_NULL_ABOVE=") + above);
+    EXPECT_EQ(o.code, 1) << o.err;
+    EXPECT_EQ(o.err,
+              std::string("heaplab: error: replay: malloc returned NULL for the replayer's own memory (with --load "
+                          "preload the replayer runs on the allocator it replays: the trace's NULL results are "
+                          "counted, but the replayer cannot run without memory of its own; --load direct keeps its "
+                          "memory apart)\n"));
+    const json d = replay(t, {"--allocator", TEST_ALLOC_NULL, "--load", "direct"}, 0,
+                          std::string("HEAPLAB_TEST_NULL_ABOVE=") + above);
+    ASSERT_TRUE(d.is_object());
+    EXPECT_EQ(d["replay"]["ops"]["malloc"]["calls"], 100);
+    EXPECT_EQ(d["exit"]["status"], "ok");
+  }
 }
 
 // A custom library loaded directly: what it lacks is built from what it has,

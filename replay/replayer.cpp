@@ -15,8 +15,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -497,14 +500,81 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   return calls_match ? 0 : 3;
 }
 
+namespace {
+
+// In preload mode the replayer's own memory (its arguments, its result,
+// the C++ runtime's exception objects) comes from the allocator it
+// replays. One that returns NULL there (for every request, or for those
+// of the replayer's own sizes) is named, in one line and without
+// allocating, instead of a std::bad_alloc, or a std::terminate where
+// not even an exception could be made.
+constexpr char kOwnMemoryRefused[] =
+    "malloc returned NULL for the replayer's own memory (with --load preload the replayer runs on the allocator "
+    "it replays: the trace's NULL results are counted, but the replayer cannot run without memory of its own; "
+    "--load direct keeps its memory apart)";
+int g_result_fd = 1;
+
+void report_own_memory_refused() {
+  char buf[sizeof kOwnMemoryRefused + 32];
+  size_t n = 0;
+  const auto put = [&](const char* t) {
+    for (; *t && n < sizeof buf; ++t) buf[n++] = *t;
+  };
+  if (g_result_fd != 1) {
+    put("{\"error\": \"");
+    put(kOwnMemoryRefused);
+    put("\"}\n");
+  } else {
+    put("heaplab-replay: ");
+    put(kOwnMemoryRefused);
+    put("\n");
+  }
+  const int fd = g_result_fd != 1 ? g_result_fd : 2;
+  for (size_t off = 0; off < n;) {
+    const ssize_t w = write(fd, buf + off, n - off);
+    if (w <= 0) break;
+    off += size_t(w);
+  }
+}
+
+std::terminate_handler g_previous_terminate = nullptr;
+
+// A terminate without an exception, where malloc refuses a small block:
+// the runtime could not allocate the exception being thrown.
+[[noreturn]] void on_terminate() {
+  void* probe = std::malloc(64);
+  if (probe == nullptr) {
+    report_own_memory_refused();
+    _exit(1);
+  }
+  std::free(probe);
+  if (g_previous_terminate) g_previous_terminate();
+  std::abort();
+}
+
+}  // namespace
+
 int replayer_main(int argc, char** argv, const BackendHooks& backend, SelectFn select) {
   const char* prog = argc > 0 ? argv[0] : "heaplab-replay";
   if (const char* slash = std::strrchr(prog, '/')) prog = slash + 1;
   int result_fd = 1;
+  g_previous_terminate = std::set_terminate(on_terminate);
+  // The result's descriptor, found before anything allocates (reading the
+  // arguments does): where a refusal of the replayer's own memory is said.
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--result-fd") == 0) {
+      char* end = nullptr;
+      const long fd = std::strtol(argv[i + 1], &end, 10);
+      if (end && *end == 0 && fd > 2 && fd < 1 << 20) g_result_fd = int(fd);
+    }
   try {
     const ReplayerArgs args = parse_replayer_args(argc, argv);
     result_fd = args.result_fd;
+    g_result_fd = result_fd;
     return run_replayer(args, select ? select(args) : backend);
+  } catch (const std::bad_alloc&) {
+    report_own_memory_refused();
+    return 1;
   } catch (const std::exception& e) {
     // Bad input (arguments, the plan or trace, a library that cannot be
     // loaded) exits 2; a failure while running (memory, threads) exits 1.
