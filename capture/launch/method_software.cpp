@@ -231,7 +231,10 @@ class LiveCollector {
         }
       }
       // Timestamps need the TSC's rate, measured over the first 20 ms.
-      while (raw && raw->ns_per_tick() == 0 && !ended()) nap_ms(1);
+      while (raw && raw->ns_per_tick() == 0 && !ended()) {
+        raw->beat();
+        nap_ms(1);
+      }
       if (!raw || raw->ns_per_tick() == 0) {
         // Ended before it could start: after the fact, as with --normalise after.
         raw.reset();

@@ -274,6 +274,18 @@ void LiveRawFile::open() {
   const std::string blocks = path + ".blocks";
   blocks_fd_ = ::open(blocks.c_str(), (consume_ ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (blocks_fd_ < 0) fail(blocks, std::strerror(errno));
+  // At once, not at the first poll: until the shim sees a reader it
+  // appends every full block to .blocks without a bound, and the first poll
+  // comes only after the clock's rate is measured and the normaliser is
+  // set up (with 512 busy threads on two cores, long enough for most of a
+  // capture: 319 MiB of scratch in one run of churn 512 4000).
+  beat();
+}
+
+void LiveRawFile::beat() {
+  if (!consume_ || final_) return;
+  __atomic_store_n(&header_->consumer_ns, mono_now(), __ATOMIC_RELEASE);
+  heartbeat_ = true;
 }
 
 void LiveRawFile::release() {
@@ -445,10 +457,7 @@ uint64_t LiveRawFile::unconsumed() const {
 
 uint64_t LiveRawFile::poll() {
   const uint64_t t = now();
-  if (consume_ && !final_) {
-    __atomic_store_n(&header_->consumer_ns, mono_now(), __ATOMIC_RELEASE);
-    heartbeat_ = true;
-  }
+  beat();
   const uint32_t nthreads = acquire(&header_->next_thread);
   map_ring();
   const uint32_t slots = std::min(nthreads, slots_);

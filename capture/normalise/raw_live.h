@@ -43,6 +43,11 @@ class LiveRawFile final : public RecordSource {
   // file's clock (TSC ticks or monotonic ns) read before looking: a record
   // a caught-up cursor has not returned yet is written after it.
   uint64_t poll();
+  // Tells the shim a reader consumes (its heartbeat; poll() does it too):
+  // a thread with a full block then leaves it in the mapping, or waits,
+  // instead of appending it to .blocks. Set from the start, and while the
+  // reader waits before its first poll.
+  void beat();
   // The process image has ended: everything is read as final.
   void finish();
   bool finished() const { return final_; }

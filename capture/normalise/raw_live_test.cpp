@@ -316,6 +316,31 @@ TEST(LiveNormalise, SlowAppendsKeepTheOrder) {
   expect_same(live.events, normalise_after(dir));
 }
 
+// A consuming reader's heartbeat is there as soon as it has opened the
+// raw file, before its first poll (until the shim sees one, it appends
+// every full block to .blocks); a reader that keeps the raw files sets none.
+TEST(LiveNormalise, HeartbeatFromTheOpen) {
+  TempDir dir;
+  const std::string path = dir.file("4321.0.hlraw");
+  FakeShim shim(path, 1, false);
+  const auto beat = [&] {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    raw::FileHeader h{};
+    EXPECT_EQ(pread(fd, &h, sizeof h, 0), ssize_t(sizeof h));
+    close(fd);
+    return h.consumer_ns;
+  };
+  {
+    LiveRawFile keep(path, false);
+    EXPECT_EQ(beat(), 0u);
+  }
+  {
+    LiveRawFile live(path, true);
+    EXPECT_NE(beat(), 0u);
+  }
+  EXPECT_EQ(beat(), 0u);  // cleared when the reader is done
+}
+
 TEST(LiveNormalise, ConsumedBlocksAreGivenBack) {
   const std::vector<Step> steps = script(60000);  // about 29 blocks per thread
   TempDir keep_dir, dir;
