@@ -96,13 +96,17 @@ BENCHMARK(BM_DecodeThreads)
     ->ArgNames({"threads", "codec"})
     ->Unit(benchmark::kMillisecond);
 
+// The trace file HEAPLAB_BENCH_TRACE names, or null (the benchmark skipped).
+const char* bench_trace(benchmark::State& state) {
+  const char* path = std::getenv("HEAPLAB_BENCH_TRACE");
+  if (!path) state.SkipWithError("set HEAPLAB_BENCH_TRACE to a .hlt file");
+  return path;
+}
+
 // Decoding a given trace file (HEAPLAB_BENCH_TRACE), e.g. a real import.
 void BM_DecodeFile(benchmark::State& state) {
-  const char* path = std::getenv("HEAPLAB_BENCH_TRACE");
-  if (!path) {
-    state.SkipWithError("set HEAPLAB_BENCH_TRACE to a .hlt file");
-    return;
-  }
+  const char* path = bench_trace(state);
+  if (!path) return;
   auto r = TraceReader::open(path);
   std::vector<Event> buf(1024);
   uint64_t n = 0;
@@ -115,11 +119,8 @@ BENCHMARK(BM_DecodeFile)->Unit(benchmark::kMillisecond);
 
 // The same file in global order (what a replay's plan builder reads).
 void BM_DecodeFileMerged(benchmark::State& state) {
-  const char* path = std::getenv("HEAPLAB_BENCH_TRACE");
-  if (!path) {
-    state.SkipWithError("set HEAPLAB_BENCH_TRACE to a .hlt file");
-    return;
-  }
+  const char* path = bench_trace(state);
+  if (!path) return;
   auto r = TraceReader::open(path);
   std::vector<Event> buf(2048);
   uint64_t n = 0;
