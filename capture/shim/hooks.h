@@ -4,6 +4,8 @@
 // extern "C" and operator definitions are one-line forwards to these.
 #pragma once
 
+#include <sys/types.h>
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +43,11 @@ extern char g_boot[];
 extern const size_t g_boot_size;
 
 void init();
+// _Fork (glibc 2.34): a fork that runs no atfork handlers, so the shim's
+// child handler runs here; else the child would write into its parent's
+// blocks, and with --follow-fork its calls would be lost. (glibc's own
+// fork() calls its internal _Fork, not this one.)
+pid_t hook_fork_without_handlers();
 // During initialisation (dlsym allocates), memory comes from a static arena.
 void* boot_alloc(size_t n, size_t align);
 inline bool boot_owns(const void* p) { return uintptr_t(p) - uintptr_t(g_boot) < g_boot_size; }

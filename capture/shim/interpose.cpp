@@ -25,6 +25,7 @@ HEAPLAB_EXPORT void* memalign(size_t align, size_t n) { return s::hook_memalign(
 HEAPLAB_EXPORT int posix_memalign(void** out, size_t align, size_t n) { return s::hook_posix_memalign(out, align, n); }
 HEAPLAB_EXPORT void* aligned_alloc(size_t align, size_t n) { return s::hook_aligned_alloc(align, n); }
 HEAPLAB_EXPORT void* valloc(size_t n) { return s::hook_valloc(n); }
+HEAPLAB_EXPORT pid_t _Fork(void) { return s::hook_fork_without_handlers(); }
 HEAPLAB_EXPORT void* pvalloc(size_t n) { return s::hook_pvalloc(n); }
 
 // The program's own memory (memory.h): the caller tells the program's calls

@@ -160,6 +160,8 @@ bool cpu_has_invariant_tsc() {
 #endif
 }
 
+pid_t (*g_real_fork)() = nullptr;  // glibc's _Fork, found at its first call
+
 void after_fork_child() {
   memory_after_fork();
   if (!g_dir) return;
@@ -337,6 +339,21 @@ void throw_bad_alloc() {
   auto thrower = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"));
   if (thrower) thrower();
   fatal("operator new failed and std::bad_alloc cannot be thrown (no libstdc++)");
+}
+
+pid_t hook_fork_without_handlers() {
+  pid_t (*real)() = __atomic_load_n(&g_real_fork, __ATOMIC_ACQUIRE);
+  if (real == nullptr) {
+    real = reinterpret_cast<pid_t (*)()>(next_symbol("_Fork"));
+    __atomic_store_n(&g_real_fork, real, __ATOMIC_RELEASE);
+  }
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  const pid_t pid = real();
+  if (pid == 0) after_fork_child();
+  return pid;
 }
 
 // Start-up runs at the first allocation or here, whichever comes first: a

@@ -3,6 +3,9 @@
  *   victim_c fork          allocates, forks; the child allocates and exits
  *   victim_c forkfirst N   forks before any heap call of its own; the child
  *                          makes N malloc(32)/free pairs and exits
+ *   victim_c _fork N       as forkfirst, with _Fork (no atfork handlers run), after
+ *                          N malloc(24)/free pairs of its own: the child makes N
+ *                          malloc(32)/free pairs
  *   victim_c exec          allocates, then execs "victim_c single" in the same process
  *   victim_c spawn         allocates, then fork+exec "victim_c single" and waits
  *   victim_c crash MODE N  N mallocs, then dies by MODE: kill, segv or abort
@@ -110,6 +113,28 @@ static int fork_first(long n) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
+pid_t _Fork(void);  // (glibc 2.34)
+
+static int underscore_fork(long n) {
+  for (long i = 0; i < n; ++i) {
+    void* p = malloc(24);
+    sink = p;
+    free(p);
+  }
+  pid_t pid = _Fork();
+  if (pid == 0) {
+    for (long i = 0; i < n; ++i) {
+      void* p = malloc(32);
+      sink = p;
+      free(p);
+    }
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 static int do_exec(const char* self, int spawn) {
   BEGIN();
   void* p = malloc(444);
@@ -182,6 +207,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "single")) return single();
   if (!strcmp(argv[1], "fork")) return do_fork();
   if (!strcmp(argv[1], "forkfirst") && argc == 3) return fork_first(atol(argv[2]));
+  if (!strcmp(argv[1], "_fork") && argc == 3) return underscore_fork(atol(argv[2]));
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
