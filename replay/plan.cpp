@@ -842,16 +842,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     // The live table's lines a few events ahead are brought into the cache
     // while this one is planned (a miss each was most of the build).
     constexpr size_t kAhead = 12;
-    for (size_t i = 0; i < std::min(n, kAhead); ++i) {
-      if (buf[i].old) live.prefetch(buf[i].old);
-      if (buf[i].id) live.prefetch(buf[i].id);
-    }
+    const auto prefetch = [&](const Event& f) {
+      if (f.old) live.prefetch(f.old);
+      if (f.id) live.prefetch(f.id);
+    };
+    for (size_t i = 0; i < std::min(n, kAhead); ++i) prefetch(buf[i]);
     for (size_t i = 0; i < n; ++i) {
-      if (i + kAhead < n) {
-        const Event& f = buf[i + kAhead];
-        if (f.old) live.prefetch(f.old);
-        if (f.id) live.prefetch(f.id);
-      }
+      if (i + kAhead < n) prefetch(buf[i + kAhead]);
       const Event& e = buf[i];
       if (next_call < calls.size()) memory_until(e.seq);
       ++s.events;
