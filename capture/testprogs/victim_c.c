@@ -54,13 +54,18 @@ static int single(void) {
   return 0;
 }
 
-static void* pairs(void* arg) {
-  long n = (long)arg;
-  BEGIN();
+/* n malloc(size)/free pairs. */
+static void malloc_free(long n, size_t size) {
   for (long i = 0; i < n; ++i) {
-    sink = malloc(48);
-    free(sink);
+    void* p = malloc(size);
+    sink = p;
+    free(p);
   }
+}
+
+static void* pairs(void* arg) {
+  BEGIN();
+  malloc_free((long)arg, 48);
   END();
   return NULL;
 }
@@ -98,14 +103,11 @@ static int do_fork(void) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
-static int fork_first(long n) {
-  pid_t pid = fork();
+/* After a fork that returned pid: the child makes n malloc(32)/free pairs
+ * and exits, the parent waits for it and returns its status. */
+static int child_pairs(pid_t pid, long n) {
   if (pid == 0) {
-    for (long i = 0; i < n; ++i) {
-      void* p = malloc(32);
-      sink = p;
-      free(p);
-    }
+    malloc_free(n, 32);
     _exit(0);
   }
   int st;
@@ -113,26 +115,13 @@ static int fork_first(long n) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
+static int fork_first(long n) { return child_pairs(fork(), n); }
+
 pid_t _Fork(void);  // (glibc 2.34)
 
 static int underscore_fork(long n) {
-  for (long i = 0; i < n; ++i) {
-    void* p = malloc(24);
-    sink = p;
-    free(p);
-  }
-  pid_t pid = _Fork();
-  if (pid == 0) {
-    for (long i = 0; i < n; ++i) {
-      void* p = malloc(32);
-      sink = p;
-      free(p);
-    }
-    _exit(0);
-  }
-  int st;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+  malloc_free(n, 24);
+  return child_pairs(_Fork(), n);
 }
 
 static int do_exec(const char* self, int spawn) {
