@@ -471,7 +471,18 @@ TEST_F(Cli, FullDiskWhileTheReaderStallsLosesNothing) {
   spec.err = process::Stdio::file;
   spec.err_file = dir_ + "/err.txt";
   process::Child heaplab = process::spawn(spec);
-  usleep(400000);  // the reader is live, blocks go round
+  // The shim has sized its raw file (before, a fixed 400 ms: under ASan on
+  // a busy machine the disk could fill before the program started, and
+  // capture never began), then the reader is live and blocks go round.
+  const auto raw_sized = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(mnt + "/raw", ec))
+      if (e.path().extension() == ".hlraw" && e.file_size(ec) > 0) return true;
+    return false;
+  };
+  for (int i = 0; i < 3000 && !raw_sized(); ++i) usleep(10000);
+  ASSERT_TRUE(raw_sized()) << read_file(dir_ + "/err.txt");
+  usleep(400000);
   {
     std::ofstream fill(mnt + "/filler", std::ios::binary);
     const std::string mib(1 << 20, 'x');
