@@ -1,6 +1,7 @@
 #include "capture/normalise/normalise.h"
 #include "common/progress.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -13,7 +14,6 @@
 #include <algorithm>
 #include <string>
 #include <sstream>
-#include <fstream>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -826,10 +826,17 @@ class ReaderPriority {
     last_program_ = process_busy(stat_);
   }
   // Seconds of CPU a process used (all its threads, from its stat file);
-  // -1 if unknown.
+  // -1 if unknown. (read(2), not a stream: a stat file whose process has
+  // just exited opens and then fails to read with ESRCH, which libstdc++'s
+  // filebuf throws as "basic_filebuf::underflow error reading the file".)
   static double process_busy(const std::string& stat) {
-    std::ifstream in(stat);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    char buf[1024];
+    const int fd = ::open(stat.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    ::close(fd);
+    if (n <= 0) return -1;
+    const std::string text(buf, size_t(n));
     const size_t paren = text.rfind(')');
     if (paren == std::string::npos || paren + 2 > text.size()) return -1;
     std::istringstream f(text.substr(paren + 2));  // from field 3 (state) on
