@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capture/pt/pt_synth.h"
@@ -448,6 +449,25 @@ void Cli::killed_capture_stops_recording(bool reaped) {
   if (!reaped) heaplab.wait();
 }
 
+// A 16 MiB file system (tmpfs) at `path` for the test's life; why_not says
+// why there is none (mounting needs root, and a system that allows it).
+struct SmallFs {
+  explicit SmallFs(std::string p) : path(std::move(p)) {
+    if (geteuid() != 0) {
+      why_not = "mounting a tmpfs needs root";
+      return;
+    }
+    fs::create_directory(path);
+    if (::mount("tmpfs", path.c_str(), "tmpfs", 0, "size=16m") != 0) why_not = "cannot mount a tmpfs here";
+  }
+  ~SmallFs() {
+    if (why_not.empty()) ::umount2(path.c_str(), MNT_DETACH);
+  }
+  SmallFs(const SmallFs&) = delete;
+  SmallFs& operator=(const SmallFs&) = delete;
+  std::string path, why_not;
+};
+
 // The raw directory's file system fills while the program runs and the
 // live reader is up, and the reader then stalls (SIGSTOP, 1 s): the shim
 // waits for blocks the reader gives back (they free no disk space, so
@@ -455,14 +475,9 @@ void Cli::killed_capture_stops_recording(bool reaped) {
 // shim copied, waited 10 s for space that never came, and stopped capture
 // with "Connection timed out" (its errno taken after a futex wait).
 TEST_F(Cli, FullDiskWhileTheReaderStallsLosesNothing) {
-  if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
-  const std::string mnt = dir_ + "/fs";
-  fs::create_directory(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{mnt};
+  const SmallFs small(dir_ + "/fs");
+  if (!small.why_not.empty()) GTEST_SKIP() << small.why_not;
+  const std::string& mnt = small.path;
   const std::string churn = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/churn";
   process::Spec spec;
   spec.argv = {kHeaplab, "capture", "--raw-dir", mnt + "/raw", "-o", "f.hlt", "--", churn, "1", "6000000"};
@@ -500,6 +515,38 @@ TEST_F(Cli, FullDiskWhileTheReaderStallsLosesNothing) {
   EXPECT_EQ(err.find("stopped"), std::string::npos) << err;
   Result check = run({"check", "f.hlt"}, dir_);
   EXPECT_EQ(check.status, 0) << check.out << check.err;
+}
+
+// The raw directory's file system is full before the program starts: the
+// program runs as it would have (its output and status), the shim counts
+// its calls in heaplab's spare memfd, and the trace (written elsewhere)
+// says how many were lost; capture exits 3 and check fails.
+TEST_F(Cli, FullDiskBeforeTheStartCountsEveryCall) {
+  const SmallFs small(dir_ + "/fs");
+  if (!small.why_not.empty()) GTEST_SKIP() << small.why_not;
+  const std::string& mnt = small.path;
+  const std::string churn = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/churn";
+  const Result room = run({"capture", "-o", "room.hlt", "--", churn, "1", "20000"}, dir_);
+  ASSERT_EQ(room.status, 0) << room.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(room.err, m, std::regex("room.hlt: ([0-9,]+) calls in"))) << room.err;
+  const std::string calls = m[1];
+  {
+    std::ofstream fill(mnt + "/filler", std::ios::binary);
+    const std::string mib(1 << 20, 'x');
+    while (fill.write(mib.data(), std::streamsize(mib.size())) && fill.flush()) {
+    }
+  }
+  const Result full =
+      run({"capture", "--raw-dir", mnt + "/raw", "-o", "full.hlt", "--", churn, "1", "20000"}, dir_);
+  EXPECT_EQ(full.status, 3) << full.err;
+  EXPECT_NE(full.err.find("capture could not start (No space left on device): all " + calls +
+                          " heap calls are missing from the trace (a `lost` event counts them)"),
+            std::string::npos)
+      << full.err;
+  const Result check = run({"check", "full.hlt"}, dir_);
+  EXPECT_EQ(check.status, 1);
+  EXPECT_NE(check.err.find("full.hlt: " + calls + " events lost in capture"), std::string::npos) << check.err;
 }
 
 // A FIFO with no writer (or a device) given as a trace: refused at once,

@@ -1721,21 +1721,48 @@ TEST(Capture, SmallAndFullDisk) {
     while (fill.write(mib.data(), std::streamsize(mib.size()))) {
     }
   }
-  CaptureOptions full = options(dir, {victim("victim_c"), "single"});
-  full.output = dir.file("full.hlt");
-  full.raw_dir = mnt + "/full";
-  CaptureResult r3;
-  try {
-    r3 = heaplab::launch::run_capture(full);
-  } catch (const LaunchError& e) {
-    FAIL() << e.what();
+  // The program runs as it would have, every heap call counted in the
+  // header the shim put in heaplab's spare memfd, and its trace (written
+  // elsewhere) holds one `lost` event with them all: the same calls as the
+  // capture that had room (r1), both modes, and a fork child followed.
+  for (const bool live_mode : {true, false}) {
+    SCOPED_TRACE(live_mode ? "live" : "after");
+    CaptureOptions full = options(dir, prog);
+    full.output = dir.file(live_mode ? "full-live.hlt" : "full-after.hlt");
+    full.raw_dir = mnt + (live_mode ? "/full-live" : "/full-after");
+    full.live = live_mode;
+    CaptureResult r3;
+    try {
+      r3 = heaplab::launch::run_capture(full);
+    } catch (const LaunchError& e) {
+      FAIL() << e.what();
+    }
+    EXPECT_EQ(r3.exit_code, 0);
+    EXPECT_TRUE(r3.failed.empty()) << failed_list(r3);
+    ASSERT_EQ(r3.traces.size(), 1u);
+    const auto& full_rep = r3.traces[0].report;
+    EXPECT_EQ(r3.traces[0].path, full.output);
+    EXPECT_EQ(full_rep.stop_error, ENOSPC);
+    EXPECT_EQ(full_rep.calls, 0u);
+    EXPECT_EQ(full_rep.dropped_calls, r1.traces[0].report.calls);
+    EXPECT_EQ(lost_in(full.output), full_rep.dropped_calls);
+    auto rd = TraceReader::open(full.output);
+    const heaplab::analysis::CheckReport check = heaplab::analysis::check_trace(*rd);
+    EXPECT_EQ(check.lost_events, full_rep.dropped_calls);  // `heaplab check` fails on it
   }
-  EXPECT_EQ(r3.exit_code, 0);  // the program ran as it would have
-  ASSERT_EQ(r3.failed.size(), 1u);
-  EXPECT_NE(r3.failed[0].find(": capture never started in this process (the shim could not set up its raw file: a "
-                              "full disk? its message is above)"),
-            std::string::npos)
-      << r3.failed[0];
+  CaptureOptions forks = options(dir, {victim("victim_c"), "forkfirst", "1000"});
+  forks.output = dir.file("full-fork.hlt");
+  forks.raw_dir = mnt + "/full-fork";
+  forks.follow_fork = true;
+  const CaptureResult r4 = heaplab::launch::run_capture(forks);
+  EXPECT_EQ(r4.exit_code, 0);
+  EXPECT_TRUE(r4.failed.empty()) << failed_list(r4);
+  ASSERT_EQ(r4.traces.size(), 2u);
+  EXPECT_EQ(r4.traces[0].path, forks.output);
+  EXPECT_NE(r4.traces[1].pid, r4.pid);
+  EXPECT_EQ(r4.traces[1].report.stop_error, ENOSPC);
+  EXPECT_GE(r4.traces[1].report.dropped_calls, 2000u);  // the child's 1,000 pairs at least
+  EXPECT_EQ(lost_in(r4.traces[1].path), r4.traces[1].report.dropped_calls);
 }
 
 // A program that closes every descriptor it did not open (as daemons do) and

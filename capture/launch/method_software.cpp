@@ -4,6 +4,8 @@
 // back as they are consumed), or, with --normalise after, in parallel once
 // the program has exited.
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +24,8 @@
 #include <thread>
 #include <tuple>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "capture/launch/method.h"
 #include "capture/normalise/raw_live.h"
@@ -293,6 +297,106 @@ class LiveCollector {
   std::thread watcher_;
 };
 
+// The spare header slots (raw_format.h, SpareControl) every captured
+// process gets, for when its raw file cannot be set up: a memfd, so that a
+// disk full before the start still leaves room to count the calls.
+class SpareHeaders {
+ public:
+  SpareHeaders() {
+    fd_ = memfd_create("heaplab-spare-headers", MFD_CLOEXEC);
+    if (fd_ < 0) return;
+    raw::SpareControl ctl{};
+    std::memcpy(ctl.magic, raw::kSpareMagic, sizeof ctl.magic);
+    ctl.slots = raw::kSpareSlots;
+    if (ftruncate(fd_, off_t(raw::kSpareBytes)) != 0 || pwrite(fd_, &ctl, sizeof ctl, 0) != ssize_t(sizeof ctl)) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~SpareHeaders() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SpareHeaders(const SpareHeaders&) = delete;
+  SpareHeaders& operator=(const SpareHeaders&) = delete;
+
+  // Hands the memfd to the program: at descriptor 1000 (below the usual
+  // 1024 limit, above what programs usually use; lower under a lower
+  // limit), kept open across exec for the shim of every image.
+  void pass(process::Spec& spec) const {
+    struct rlimit lim;
+    if (fd_ < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+    const rlim_t top = lim.rlim_cur == RLIM_INFINITY ? 1001 : std::min<rlim_t>(lim.rlim_cur, 1001);
+    if (top < 5) return;  // (no room above stdin, stdout and stderr)
+    const int child = int(top - 1);
+    spec.fds.emplace_back(child, fd_);
+    spec.env.emplace_back("HEAPLAB_CAPTURE_SPARE", std::to_string(child));
+  }
+
+  // After the program (and followed descendants) exited: a trace for each
+  // process image that took a slot, holding the `lost` event with the calls
+  // it counted (normalised as a raw file without threads), into res in
+  // root-first order.
+  void collect(CaptureOptions& opt, CaptureResult& res, const RunInfo& run) const {
+    if (fd_ < 0) return;
+    void* m = mmap(nullptr, raw::kSpareBytes, PROT_READ, MAP_SHARED, fd_, 0);
+    if (m == MAP_FAILED) {
+      res.failed.push_back(std::string("cannot map the spare raw headers: ") + std::strerror(errno));
+      return;
+    }
+    const auto* base = static_cast<const uint8_t*>(m);
+    const uint32_t claimed =
+        __atomic_load_n(&reinterpret_cast<const raw::SpareControl*>(base)->claimed, __ATOMIC_ACQUIRE);
+    if (claimed > raw::kSpareSlots)
+      res.failed.push_back(fmt::format(
+          "{} more processes could not set up their raw files once the {} spare headers were taken: their calls "
+          "were neither recorded nor counted (their messages are above)",
+          claimed - raw::kSpareSlots, raw::kSpareSlots));
+    if (claimed > 0 && opt.normalise.fallback_ns_per_tick == 0) {
+      const ClockPair c1 = clock_pair();
+      if (c1.ticks > run.start.ticks)
+        opt.normalise.fallback_ns_per_tick = double(c1.mono - run.start.mono) / double(c1.ticks - run.start.ticks);
+    }
+    std::set<std::pair<uint32_t, uint32_t>> taken;  // (pid, exec generation) with a trace
+    for (const TraceResult& t : res.traces) taken.insert({t.pid, t.exec_generation});
+    for (uint32_t i = 0; i < std::min(claimed, raw::kSpareSlots); ++i) {
+      const uint8_t* slot = base + raw::kBlockSize * (i + 1);
+      const auto* h = reinterpret_cast<const raw::FileHeader*>(slot);
+      if (std::memcmp(h->magic, raw::kFileMagic, sizeof h->magic) != 0) {
+        res.failed.push_back(fmt::format(
+            "spare raw header {}: claimed by a process that never wrote it (killed while starting?): its calls were "
+            "not counted",
+            i));
+        continue;
+      }
+      RawName name;
+      name.pid = h->pid;
+      name.gen = h->exec_generation;
+      while (!taken.insert({name.pid, name.gen}).second) ++name.gen;  // (no file found a generation)
+      name.path = opt.raw_dir + "/" + std::to_string(name.pid) + "." + std::to_string(name.gen) + ".hlraw";
+      const bool root = name.pid == uint32_t(run.pid) && name.gen == 0;
+      try {
+        normalise::RawFile file(name.path + " (its header, kept in memory: the raw file could not be set up)", slot);
+        const std::string out = trace_name(opt.output, name.pid, name.gen, root, file.command_line());
+        TraceResult tr = normalise_to(file, out, opt, res, root, nlohmann::json::object());
+        name_trace(tr, name, file);
+        res.traces.push_back(std::move(tr));
+      } catch (const std::exception& e) {
+        res.failed.push_back(e.what());
+      }
+    }
+    munmap(m, raw::kSpareBytes);
+    std::stable_sort(res.traces.begin(), res.traces.end(), [&](const TraceResult& a, const TraceResult& b) {
+      const bool ra = a.pid == uint32_t(run.pid) && a.exec_generation == 0;
+      const bool rb = b.pid == uint32_t(run.pid) && b.exec_generation == 0;
+      if (ra != rb) return ra;
+      return std::tie(a.pid, a.exec_generation) < std::tie(b.pid, b.exec_generation);
+    });
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 class SoftwareMethod : public CaptureMethod {
  public:
   const char* name() const override { return "software"; }
@@ -302,6 +406,7 @@ class SoftwareMethod : public CaptureMethod {
     spec.env.emplace_back("LD_PRELOAD", preload);
     spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";  // the shim knows the program's own process by it
     spec.argv = opt.argv;
+    spare_.pass(spec);
   }
 
   void started(const CaptureOptions& opt, const RunInfo& run) override {
@@ -312,6 +417,7 @@ class SoftwareMethod : public CaptureMethod {
     if (live_) {
       auto t1 = std::chrono::steady_clock::now();
       live_->finish(opt, res);
+      spare_.collect(opt, res, run);
       res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
       return;
     }
@@ -358,11 +464,13 @@ class SoftwareMethod : public CaptureMethod {
       if (done[i]) res.traces.push_back(std::move(*done[i]));
       if (!errors[i].empty()) res.failed.push_back(errors[i]);
     }
+    spare_.collect(opt, res, run);
     res.normalise_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
 
  private:
   mutable std::unique_ptr<LiveCollector> live_;
+  SpareHeaders spare_;
 };
 
 }  // namespace

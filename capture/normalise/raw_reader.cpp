@@ -115,8 +115,19 @@ RawFile::RawFile(const std::string& path) : path_(path) {
   }
 }
 
+RawFile::RawFile(const std::string& label, const void* header_block)
+    : path_(label), owned_(static_cast<const uint8_t*>(header_block), static_cast<const uint8_t*>(header_block) + kBlockSize) {
+  ring_.data = owned_.data();
+  ring_.size = owned_.size();
+  header_ = reinterpret_cast<const FileHeader*>(ring_.data);
+  check_header(*header_, label);
+  if (header_->next_thread != 0 || header_->data_blocks != 0)
+    fail(label, "a spare header that claims threads or blocks (" + std::to_string(header_->next_thread) + ", " +
+                    std::to_string(header_->data_blocks) + ")");
+}
+
 RawFile::~RawFile() {
-  if (ring_.data) munmap(const_cast<uint8_t*>(ring_.data), ring_.size);
+  if (ring_.data && owned_.empty()) munmap(const_cast<uint8_t*>(ring_.data), ring_.size);
   if (appended_fd_ >= 0) ::close(appended_fd_);
 }
 

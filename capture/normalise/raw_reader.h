@@ -86,6 +86,10 @@ class RawFile final : public RecordSource {
   // Maps and validates `path` (PID.GEN.hlraw) and `path`.blocks beside it.
   // Throws RawError naming the path.
   explicit RawFile(const std::string& path);
+  // A header alone, copied (kBlockSize bytes): a spare slot's, for a process
+  // whose raw file could not be set up; no threads, no blocks. `label` names
+  // it in errors. Throws RawError.
+  RawFile(const std::string& label, const void* header_block);
   ~RawFile();
   RawFile(const RawFile&) = delete;
   RawFile& operator=(const RawFile&) = delete;
@@ -117,6 +121,7 @@ class RawFile final : public RecordSource {
   static Mapping map_file(const std::string& path);
   std::string path_;
   Mapping ring_;
+  std::vector<uint8_t> owned_;  // the header block, when not mapped from a file
   int appended_fd_ = -1;
   const raw::FileHeader* header_ = nullptr;
   std::vector<RawThread> threads_;

@@ -196,4 +196,22 @@ inline constexpr uint64_t kFreeBlocksOffset = 40960;
 static_assert(sizeof(FileHeader) <= kFreeBlocksOffset);
 static_assert(kFreeBlocksOffset + sizeof(FreeBlocks) <= kBlockSize);
 
+// Headers for processes whose raw file could not be set up (a disk full
+// before the start, a file size limit, a directory that cannot be written):
+// `heaplab capture` hands every process a memfd (HEAPLAB_CAPTURE_SPARE=FD,
+// kept open across exec) of kSpareSlots header blocks after a control
+// block. Such a process claims a slot, writes its FileHeader there with
+// stop_error set, and counts its calls in dropped_calls instead of
+// recording them; the launcher turns each slot into a trace holding one
+// `lost` event, so that no process's calls vanish without a word.
+inline constexpr char kSpareMagic[8] = {'H', 'L', 'S', 'P', 'A', 'R', 'E', '1'};
+inline constexpr uint32_t kSpareSlots = 64;
+struct SpareControl {
+  char magic[8];    // kSpareMagic (written by the launcher)
+  uint32_t slots;   // kSpareSlots
+  uint32_t claimed;  // slots handed out (atomic; may pass `slots`: those got none)
+};
+// The memfd's size: the control block, then the slots (slot i at kBlockSize * (i + 1)).
+inline constexpr uint64_t kSpareBytes = kBlockSize * (1 + uint64_t(kSpareSlots));
+
 }  // namespace heaplab::raw

@@ -212,6 +212,11 @@ void start_capture() {
     }
     shim_error("this CPU has no ptwrite (CPUID.(EAX=14H,ECX=0):EBX[4] is 0); recording into files instead", 0);
   }
+  if (const char* spare = getenv("HEAPLAB_CAPTURE_SPARE")) {
+    char* end = nullptr;
+    const long fd = strtol(spare, &end, 10);
+    if (end != spare && *end == 0 && fd >= 3 && fd < (1L << 20)) sink_set_spare(int(fd));
+  }
   if (!sink_open(SinkConfig{dir, tsc, false})) {
     g_dir = nullptr;
     return;

@@ -185,8 +185,12 @@ struct SinkConfig {
   bool tsc;         // use the TSC (else CLOCK_MONOTONIC)
   bool fork_child;  // this image is a fork child
 };
-// Opens DIR/PID.GEN.hlraw. Returns false (capture off) with a message on stderr.
+// Opens DIR/PID.GEN.hlraw. Where that fails (a message on stderr), the
+// header goes into a spare slot (sink_set_spare) and calls are counted
+// there; false (capture off) without one.
 bool sink_open(const SinkConfig& cfg);
+// heaplab capture's spare header memfd (raw_format.h, SpareControl), or -1.
+void sink_set_spare(int fd);
 // In a fork child: drop the parent's file; open a new one if `follow`.
 void sink_after_fork(bool follow, const char* dir);
 // At exit: clock pair and clean-exit flag.

@@ -498,63 +498,12 @@ bool sink_first_image(const char* dir) {
   return access(path, F_OK) != 0 && access(marker, F_OK) != 0;
 }
 
-bool sink_open(const SinkConfig& cfg) {
-  g_clock = cfg.tsc ? kClockTsc : kClockMonotonic;
-  struct rlimit lim;
-  g_fsize_limit =
-      getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? uint64_t(lim.rlim_cur) : ~uint64_t{0};
-  if (g_fsize_limit < kBlockSize * (1 + kBlocksPerSegment)) {
-    shim_error("file size limit (ulimit -f) too small for a capture; not capturing", 0);
-    return false;
-  }
-  char path[4096];
-  uint32_t gen = 0;
-  int fd = create_image_file(cfg.dir, ".hlraw", O_RDWR, path, sizeof path, &gen);
-  if (fd == -2) {
-    shim_error("raw capture directory path too long", 0);
-    return false;
-  }
-  if (fd < 0) {
-    shim_error_path("cannot create raw capture file", path, errno);
-    return false;
-  }
-  char data_path[4096 + 8];
-  uint64_t dn = 0;
-  data_path[0] = 0;
-  append(data_path, sizeof data_path, &dn, path);
-  append(data_path, sizeof data_path, &dn, ".blocks");
-  int data_fd = open(data_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (data_fd < 0) {
-    shim_error_path("cannot create raw capture file", data_path, errno);
-    close(fd);
-    return false;
-  }
-  // The header page's disk space now: a sparse page written through the
-  // mapping on a full disk would be a SIGBUS in the program.
-  if (int rc = posix_fallocate(fd, 0, off_t(kBlockSize)); rc != 0) {
-    shim_error_path("cannot size raw capture file", path, rc);
-    close(fd);
-    close(data_fd);
-    return false;
-  }
-  void* h = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (h == MAP_FAILED) {
-    shim_error_path("cannot map raw capture file", path, errno);
-    close(fd);
-    close(data_fd);
-    return false;
-  }
-  g_pid = getpid();
-  g_fd = high_fd(fd);
-  g_data_fd = high_fd(data_fd);
-  struct stat st;
-  if (fstat(g_fd, &st) == 0) {
-    g_dev = st.st_dev;
-    g_ino = st.st_ino;
-  }
-  if (fstat(g_data_fd, &st) == 0) g_data_ino = st.st_ino;
-  g_header = static_cast<FileHeader*>(h);
-  FileHeader& fh = *g_header;
+namespace {
+
+int g_spare_fd = -1;  // heaplab capture's spare header slots (raw_format.h, SpareControl), or -1
+
+// This process image's header, the magic last (the file is then valid).
+void fill_header(FileHeader& fh, const SinkConfig& cfg, uint32_t gen) {
   fh.version = kVersion;
   fh.header_size = uint32_t(kBlockSize);
   fh.block_size = uint32_t(kBlockSize);
@@ -574,6 +523,111 @@ bool sink_open(const SinkConfig& cfg) {
   fh.timer_overhead = g_timer_overhead;
   memcpy(fh.magic, kFileMagic, sizeof fh.magic);  // last: the file is now valid
   __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+// The raw file could not be set up (`err`): the header goes into a slot of
+// heaplab capture's spare memfd instead, with capture stopped from the
+// start, so that every heap call of this image is counted there (and the
+// launcher writes a trace saying how many were lost). False without a
+// spare: not started by heaplab capture, the program closed or replaced the
+// descriptor (its control block is checked first), or every slot taken.
+bool open_spare(const SinkConfig& cfg, uint32_t gen, int err) {
+  if (g_spare_fd < 0) return false;
+  void* c = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, 0);
+  if (c == MAP_FAILED) return false;
+  auto* ctl = static_cast<SpareControl*>(c);
+  const bool ours = memcmp(ctl->magic, kSpareMagic, sizeof ctl->magic) == 0 && ctl->slots <= kSpareSlots;
+  const uint32_t slot = ours ? __atomic_fetch_add(&ctl->claimed, 1u, __ATOMIC_ACQ_REL) : 0;
+  const uint32_t slots = ours ? ctl->slots : 0;
+  munmap(c, kBlockSize);
+  if (slot >= slots) return false;
+  void* h = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, off_t(kBlockSize * (slot + 1)));
+  if (h == MAP_FAILED) return false;
+  g_pid = getpid();
+  g_header = static_cast<FileHeader*>(h);
+  g_header->stop_error = err ? int64_t(err) : int64_t(-1);
+  fill_header(*g_header, cfg, gen);
+  t_sink = ThreadSink{};
+  __atomic_store_n(&g_stopped, true, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);
+  shim_error("this process's heap calls are counted, not recorded: heaplab capture reports them as lost", 0);
+  return true;
+}
+
+// Capture cannot start in this image: a message, then a spare header if
+// there is one (the files it created, empty, are removed then).
+bool not_started(const SinkConfig& cfg, uint32_t gen, int err, const char* path = nullptr,
+                 const char* data_path = nullptr) {
+  if (!open_spare(cfg, gen, err)) return false;
+  if (path) unlink(path);
+  if (data_path) unlink(data_path);
+  return true;
+}
+
+}  // namespace
+
+void sink_set_spare(int fd) { g_spare_fd = fd; }
+
+bool sink_open(const SinkConfig& cfg) {
+  g_clock = cfg.tsc ? kClockTsc : kClockMonotonic;
+  struct rlimit lim;
+  g_fsize_limit =
+      getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? uint64_t(lim.rlim_cur) : ~uint64_t{0};
+  if (g_fsize_limit < kBlockSize * (1 + kBlocksPerSegment)) {
+    shim_error("file size limit (ulimit -f) too small for a capture; not capturing", 0);
+    return not_started(cfg, 0, EFBIG);
+  }
+  char path[4096];
+  uint32_t gen = 0;
+  int fd = create_image_file(cfg.dir, ".hlraw", O_RDWR, path, sizeof path, &gen);
+  if (fd == -2) {
+    shim_error("raw capture directory path too long", 0);
+    return not_started(cfg, gen, ENAMETOOLONG);
+  }
+  if (fd < 0) {
+    const int err = errno;
+    shim_error_path("cannot create raw capture file", path, err);
+    return not_started(cfg, gen, err);
+  }
+  char data_path[4096 + 8];
+  uint64_t dn = 0;
+  data_path[0] = 0;
+  append(data_path, sizeof data_path, &dn, path);
+  append(data_path, sizeof data_path, &dn, ".blocks");
+  int data_fd = open(data_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (data_fd < 0) {
+    const int err = errno;
+    shim_error_path("cannot create raw capture file", data_path, err);
+    close(fd);
+    return not_started(cfg, gen, err, path);
+  }
+  // The header page's disk space now: a sparse page written through the
+  // mapping on a full disk would be a SIGBUS in the program.
+  if (int rc = posix_fallocate(fd, 0, off_t(kBlockSize)); rc != 0) {
+    shim_error_path("cannot size raw capture file", path, rc);
+    close(fd);
+    close(data_fd);
+    return not_started(cfg, gen, rc, path, data_path);
+  }
+  void* h = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (h == MAP_FAILED) {
+    const int err = errno;
+    shim_error_path("cannot map raw capture file", path, err);
+    close(fd);
+    close(data_fd);
+    return not_started(cfg, gen, err, path, data_path);
+  }
+  g_pid = getpid();
+  g_fd = high_fd(fd);
+  g_data_fd = high_fd(data_fd);
+  struct stat st;
+  if (fstat(g_fd, &st) == 0) {
+    g_dev = st.st_dev;
+    g_ino = st.st_ino;
+  }
+  if (fstat(g_data_fd, &st) == 0) g_data_ino = st.st_ino;
+  g_header = static_cast<FileHeader*>(h);
+  fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
   g_capturing = true;
   return true;
