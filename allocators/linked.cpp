@@ -89,8 +89,15 @@ std::optional<ProgramAllocator> program_allocator(const std::string& path) {
     return std::nullopt;
   ProgramAllocator found;
   bool defines_malloc = false;
+  // The first dynamic section and dynamic symbol table only (a linked
+  // file has one of each): a crafted file of 65,535 sections that all name
+  // one 64 MiB string table would otherwise be read 65,535 times.
+  bool seen_dynamic = false, seen_dynsym = false;
   for (const Elf64_Shdr& s : sections) {
     if ((s.sh_type != SHT_DYNAMIC && s.sh_type != SHT_DYNSYM) || s.sh_link >= sections.size()) continue;
+    bool& seen = s.sh_type == SHT_DYNAMIC ? seen_dynamic : seen_dynsym;
+    if (seen) continue;
+    seen = true;
     std::string body, strtab;
     if (!file.section(s, body) || !file.section(sections[s.sh_link], strtab)) continue;
     if (s.sh_type == SHT_DYNAMIC) {
