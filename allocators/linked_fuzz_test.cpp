@@ -121,10 +121,17 @@ TEST(LinkedFuzz, SeedsAndMutations) {
       std::string m = seed;
       Elf64_Ehdr h = eh;
       switch (rng() % 5) {
-        case 0: h.e_shoff = edge_or_random(); break;
-        case 1: h.e_shnum = uint16_t(rng() % 3 ? edges[rng() % std::size(edges)] : rng()); break;
-        case 2: h.e_shentsize = uint16_t(rng() % 2 ? sizeof(Elf64_Shdr) + 1 : rng()); break;
-        default: break;
+        case 0:
+          h.e_shoff = edge_or_random();
+          break;
+        case 1:
+          h.e_shnum = uint16_t(rng() % 3 ? edges[rng() % std::size(edges)] : rng());
+          break;
+        case 2:
+          h.e_shentsize = uint16_t(rng() % 2 ? sizeof(Elf64_Shdr) + 1 : rng());
+          break;
+        default:
+          break;
       }
       std::memcpy(m.data(), &h, sizeof h);
       if (eh.e_shoff < m.size() && eh.e_shnum) {
@@ -134,11 +141,21 @@ TEST(LinkedFuzz, SeedsAndMutations) {
           Elf64_Shdr s;
           std::memcpy(&s, m.data() + at, sizeof s);
           switch (rng() % 5) {
-            case 0: s.sh_type = rng() % 2 ? SHT_DYNAMIC : SHT_DYNSYM; break;
-            case 1: s.sh_offset = edge_or_random(); break;
-            case 2: s.sh_size = edge_or_random(); break;
-            case 3: s.sh_link = uint32_t(edge_or_random()); break;
-            default: s.sh_link = uint32_t(rng() % eh.e_shnum); break;
+            case 0:
+              s.sh_type = rng() % 2 ? SHT_DYNAMIC : SHT_DYNSYM;
+              break;
+            case 1:
+              s.sh_offset = edge_or_random();
+              break;
+            case 2:
+              s.sh_size = edge_or_random();
+              break;
+            case 3:
+              s.sh_link = uint32_t(edge_or_random());
+              break;
+            default:
+              s.sh_link = uint32_t(rng() % eh.e_shnum);
+              break;
           }
           std::memcpy(m.data() + at, &s, sizeof s);
         }

@@ -537,8 +537,7 @@ TEST_F(Cli, FullDiskBeforeTheStartCountsEveryCall) {
     while (fill.write(mib.data(), std::streamsize(mib.size())) && fill.flush()) {
     }
   }
-  const Result full =
-      run({"capture", "--raw-dir", mnt + "/raw", "-o", "full.hlt", "--", churn, "1", "20000"}, dir_);
+  const Result full = run({"capture", "--raw-dir", mnt + "/raw", "-o", "full.hlt", "--", churn, "1", "20000"}, dir_);
   EXPECT_EQ(full.status, 3) << full.err;
   EXPECT_NE(full.err.find("capture could not start (No space left on device): all " + calls +
                           " heap calls are missing from the trace (a `lost` event counts them)"),

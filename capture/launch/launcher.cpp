@@ -536,12 +536,14 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     if (!notes.empty()) line("  " + notes);
     const std::string why = rep.stop_error > 0 ? fmt::format(" ({})", std::strerror(int(rep.stop_error))) : "";
     if (rep.dropped_calls && rep.calls == 0 && rep.records == 0)
-      line(fmt::format("  capture could not start{}: all {} heap calls are missing from the trace (a `lost` event "
-                       "counts them)",
-                       why, common::group_digits(rep.dropped_calls)));
+      line(
+          fmt::format("  capture could not start{}: all {} heap calls are missing from the trace (a `lost` event "
+                      "counts them)",
+                      why, common::group_digits(rep.dropped_calls)));
     else if (rep.dropped_calls)
-      line(fmt::format("  capture stopped{}: {} calls made after it are missing from the trace (a `lost` event says so)",
-                       why, common::group_digits(rep.dropped_calls)));
+      line(
+          fmt::format("  capture stopped{}: {} calls made after it are missing from the trace (a `lost` event says so)",
+                      why, common::group_digits(rep.dropped_calls)));
     if (rep.memory_calls)
       line(fmt::format("  {} calls of the program's own memory ({} mappings, peak {:.1f} MiB mapped)",
                        common::group_digits(rep.memory_calls), common::group_digits(rep.regions),

@@ -116,7 +116,8 @@ RawFile::RawFile(const std::string& path) : path_(path) {
 }
 
 RawFile::RawFile(const std::string& label, const void* header_block)
-    : path_(label), owned_(static_cast<const uint8_t*>(header_block), static_cast<const uint8_t*>(header_block) + kBlockSize) {
+    : path_(label),
+      owned_(static_cast<const uint8_t*>(header_block), static_cast<const uint8_t*>(header_block) + kBlockSize) {
   ring_.data = owned_.data();
   ring_.size = owned_.size();
   header_ = reinterpret_cast<const FileHeader*>(ring_.data);

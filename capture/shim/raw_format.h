@@ -207,8 +207,8 @@ static_assert(kFreeBlocksOffset + sizeof(FreeBlocks) <= kBlockSize);
 inline constexpr char kSpareMagic[8] = {'H', 'L', 'S', 'P', 'A', 'R', 'E', '1'};
 inline constexpr uint32_t kSpareSlots = 64;
 struct SpareControl {
-  char magic[8];    // kSpareMagic (written by the launcher)
-  uint32_t slots;   // kSpareSlots
+  char magic[8];     // kSpareMagic (written by the launcher)
+  uint32_t slots;    // kSpareSlots
   uint32_t claimed;  // slots handed out (atomic; may pass `slots`: those got none)
 };
 // The memfd's size: the control block, then the slots (slot i at kBlockSize * (i + 1)).
