@@ -46,6 +46,10 @@ double default_timeout_s(uint64_t calls, uint64_t bytes_requested, double paced_
 
 namespace {
 
+// A number of seconds as a limit is written: whole from 10 s on, else to
+// three significant digits (--timeout 0.5 is "0.5 s", not "0 s").
+std::string seconds_text(double s) { return s >= 10 ? fmt::format("{:.0f}", s) : fmt::format("{:.3g}", s); }
+
 std::string replayer_dir(const std::string& given) {
   if (!given.empty()) return given;
   if (const char* env = std::getenv("HEAPLAB_REPLAYER_DIR"); env && *env) return env;
@@ -529,13 +533,14 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     const double paced_s = double(plan.duration_ns) / 1e9 / opt.settings.speed;
     if (paced_s >= 60) {
       const long v = std::lround(paced_s);
-      fmt::print(stderr,
-                 "heaplab: note: replaying at the recorded pace takes about {} (the program's own run{}); --speed N "
-                 "or --timing fast shorten it{}\n",
-                 v >= 3600 ? fmt::format("{} h {:02} min", v / 3600, v / 60 % 60)
-                           : fmt::format("{} min {:02} s", v / 60, v % 60),
-                 opt.settings.speed != 1 ? fmt::format(" at speed {}", opt.settings.speed) : "",
-                 timeout_s < paced_s ? fmt::format("; the --timeout of {:.0f} s ends it first", timeout_s) : "");
+      fmt::print(
+          stderr,
+          "heaplab: note: replaying at the recorded pace takes about {} (the program's own run{}); --speed N "
+          "or --timing fast shorten it{}\n",
+          v >= 3600 ? fmt::format("{} h {:02} min", v / 3600, v / 60 % 60)
+                    : fmt::format("{} min {:02} s", v / 60, v % 60),
+          opt.settings.speed != 1 ? fmt::format(" at speed {}", opt.settings.speed) : "",
+          timeout_s < paced_s ? fmt::format("; the --timeout of {} s ends it first", seconds_text(timeout_s)) : "");
     }
   }
   bool timed_out = false, addresses_read = false;
@@ -659,9 +664,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (timed_out) {
     r["exit"] = {{"status", "timeout"}, {"after_s", timeout_s}};
     o.error = fmt::format(
-        "the replay did not finish within {:.0f} s on allocator '{}' ({}): killed (a hung allocator? --timeout "
+        "the replay did not finish within {} s on allocator '{}' ({}): killed (a hung allocator? --timeout "
         "sets the limit)",
-        timeout_s, opt.allocator, opt.load);
+        seconds_text(timeout_s), opt.allocator, opt.load);
     o.exit_code = 1;
     return o;
   }

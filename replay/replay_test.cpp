@@ -22,6 +22,7 @@
 #include "analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
+#include "replay/launch.h"
 #include "replay/run_testutil.h"
 
 namespace {
@@ -603,6 +604,30 @@ TEST_F(ReplayTest, AllAllocatorsFailingIsNotSuccess) {
               std::string::npos)
         << a << "\n"
         << r.err;
+}
+
+// `--allocator all` where every replay outlives its --timeout: each is
+// killed and counted failed with a line of its own, and the exit status is 1.
+TEST_F(ReplayTest, AllAllocatorsTimingOutIsNotSuccess) {
+  const Outcome r = run({kHeaplab, "replay", producer_consumer(), "--allocator", "all", "--timeout", "0.001", "-q"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.err.find("skipped"), std::string::npos) << r.err;
+  for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"})
+    EXPECT_NE(r.err.find(std::string("the replay did not finish within 0.001 s on allocator '") + a +
+                         "' (preload): killed (a hung allocator? --timeout sets the limit)\n"),
+              std::string::npos)
+        << a << "\n"
+        << r.err;
+}
+
+// The default timeout: 2 minutes, plus 2 us a call, 4 s a GiB requested
+// and twice the recorded duration of a paced replay.
+TEST(ReplayTimeout, DefaultScalesWithTheTrace) {
+  EXPECT_DOUBLE_EQ(heaplab::replay::default_timeout_s(0, 0, 0), 120.0);
+  EXPECT_DOUBLE_EQ(heaplab::replay::default_timeout_s(100'000'000, 0, 0), 320.0);
+  EXPECT_DOUBLE_EQ(heaplab::replay::default_timeout_s(0, uint64_t{10} << 30, 0), 160.0);
+  EXPECT_DOUBLE_EQ(heaplab::replay::default_timeout_s(1'000'000'000, uint64_t{1} << 30, 3600.0),
+                   120.0 + 2000.0 + 4.0 + 7200.0);
 }
 
 // The replayer's bookkeeping follows the live set, not the trace's length:
