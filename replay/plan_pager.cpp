@@ -133,6 +133,12 @@ void PlanPager::prime() {
     }
 }
 
+void PlanPager::check_all() {
+  for (uint32_t t = 0; t < plan_.threads(); ++t)
+    while (advance(t)) {
+    }
+}
+
 void PlanPager::run() {
   const uint32_t n = plan_.threads();
   while (!stop_.load(std::memory_order_relaxed)) {

@@ -44,6 +44,10 @@ class PlanPager {
 
   // Maps and checks every thread's first windows (before the replay starts).
   void prime();
+  // Maps and checks every window of every thread on the calling thread,
+  // leaving them mapped (the fuzz target; a replay starts the pager's own
+  // thread instead).
+  void check_all();
   void start();
   void stop();
 

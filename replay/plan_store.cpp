@@ -1,5 +1,7 @@
 #include "replay/plan_store.h"
 
+#include "common/files.h"
+#include "common/json.h"
 #include "common/text.h"
 
 #include <fcntl.h>
@@ -15,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 #include <fmt/format.h>
 
@@ -100,11 +101,16 @@ std::string PlanStore::name(const std::string& id, const PlanOptions& opt) const
 int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& summary) const {
   if (id.empty()) return -1;
   const std::string base = name(id, opt);
-  std::ifstream in(base + ".json");
-  if (!in) return -1;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  // The summary, bounded (a damaged or foreign file in the cache costs no
+  // more than this, and is built again): a real one is a few KiB, a fold
+  // of many threads a few MiB.
+  nlohmann::json j;
+  try {
+    j = common::parse_bounded_json(common::read_input_file(base + ".json", "a kept plan's summary", 64u << 20), nullptr,
+                                   64u << 20, common::kJsonMaxDepth, size_t{1} << 24);
+  } catch (const std::exception&) {
+    return -1;
+  }
   struct stat st {};
   const int fd = open((base + ".plan").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;

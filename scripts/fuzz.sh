@@ -15,17 +15,18 @@
 #   spec_fuzz          the experiment file (YAML) parser (experiments)
 #   json_fuzz          bounded JSON of users' files: trace metadata (common)
 #   linked_fuzz        the ELF reader that finds the allocator a program brings (allocators)
+#   plan_fuzz          a replay plan read as the replayer reads a kept one (replay)
 # Seeds: real traces and raw captures made by the normal build's heaplab,
 # and the ctest drivers' own seeds (HEAPLAB_FUZZ_SEED_DIR).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_TO_RUN="${1:-60}"
 WHICH="${2:-all}"
-ALL="trace_reader_fuzz normalise_fuzz perf_data_fuzz pt_stream_fuzz cmt_text_fuzz mtrace_fuzz heaptrack_fuzz logalloc_fuzz spec_fuzz json_fuzz linked_fuzz"
+ALL="trace_reader_fuzz normalise_fuzz perf_data_fuzz pt_stream_fuzz cmt_text_fuzz mtrace_fuzz heaptrack_fuzz logalloc_fuzz spec_fuzz json_fuzz linked_fuzz plan_fuzz"
 declare -A DIR=([trace_reader_fuzz]=capture/format [normalise_fuzz]=capture/normalise [perf_data_fuzz]=capture/pt
-                [pt_stream_fuzz]=capture/pt [cmt_text_fuzz]=capture/import [mtrace_fuzz]=capture/import [heaptrack_fuzz]=capture/import [logalloc_fuzz]=capture/import [spec_fuzz]=experiments [json_fuzz]=common [linked_fuzz]=allocators)
+                [pt_stream_fuzz]=capture/pt [cmt_text_fuzz]=capture/import [mtrace_fuzz]=capture/import [heaptrack_fuzz]=capture/import [logalloc_fuzz]=capture/import [spec_fuzz]=experiments [json_fuzz]=common [linked_fuzz]=allocators [plan_fuzz]=replay)
 declare -A DRIVER=([perf_data_fuzz]=perf_data_fuzz_test [pt_stream_fuzz]=pt_stream_fuzz_test
-                   [cmt_text_fuzz]=cmt_text_fuzz_test [mtrace_fuzz]=mtrace_fuzz_test [heaptrack_fuzz]=heaptrack_fuzz_test [logalloc_fuzz]=logalloc_fuzz_test [spec_fuzz]=spec_fuzz_test [json_fuzz]=json_fuzz_test [linked_fuzz]=linked_fuzz_test)
+                   [cmt_text_fuzz]=cmt_text_fuzz_test [mtrace_fuzz]=mtrace_fuzz_test [heaptrack_fuzz]=heaptrack_fuzz_test [logalloc_fuzz]=logalloc_fuzz_test [spec_fuzz]=spec_fuzz_test [json_fuzz]=json_fuzz_test [linked_fuzz]=linked_fuzz_test [plan_fuzz]=plan_fuzz_test)
 if [[ "$WHICH" == all ]]; then
   targets=($ALL)
 elif [[ -n "${DIR[$WHICH]:-}" ]]; then
