@@ -452,6 +452,24 @@ TEST(MemoryBlock, EveryFlippedByteIsDetected) {
   }
 }
 
+// Its records are held decoded: a block whose count cannot fit in the
+// memory available is refused at once, in one line.
+TEST(MemoryBlock, MoreRecordsThanTheMemoryAreRefusedAtOnce) {
+  TempDir dir;
+  const std::string img = trace_with_memory(dir);
+  const uint64_t need = some_memory_events().size() * (kMemoryRecordSize + sizeof(MemoryEvent));
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string(need).c_str(), 1);
+  EXPECT_EQ(TraceReader::from_memory(img, "memx.hlt")->memory_events(), some_memory_events());
+  setenv("HEAPLAB_MEMORY_AVAILABLE", "1024", 1);
+  const std::string err = open_error(img);
+  unsetenv("HEAPLAB_MEMORY_AVAILABLE");
+  EXPECT_NE(err.find(": memory block of 8 records needs 0.0 MiB to read, more than the 0.0 MiB this machine has "
+                     "available"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+}
+
 TEST(MemoryBlock, MalformedPayloadsAreRefused) {
   std::string error;
   EXPECT_FALSE(decode_memory_events("short", error));

@@ -25,6 +25,8 @@ using bytes::load_u32;
 using bytes::load_u64;
 
 std::string fmt_bytes(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
+uint64_t memory_available();
+std::string gib(uint64_t bytes);
 
 }  // namespace
 
@@ -290,6 +292,16 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
 }
 
 void TraceReader::load_memory(const uint8_t* payload, uint32_t len, uint64_t off) {
+  // Its records are held decoded (and their raw bytes while decoding): a
+  // block of 1 MiB may declare up to 4 GiB of records zstd squeezed, so the
+  // header's count is held against the memory available first.
+  if (len >= 24) {
+    const uint64_t count = load_u64(payload + 8);
+    const uint64_t need = count * (kMemoryRecordSize + sizeof(MemoryEvent)), available = memory_available();
+    if (count <= uint64_t{1} << 32 && available != 0 && need > available)
+      fail(off, "memory block of " + std::to_string(count) + " records needs " + gib(need) +
+                    " to read, more than the " + gib(available) + " this machine has available");
+  }
   std::string error;
   auto m = decode_memory_events({reinterpret_cast<const char*>(payload), len}, error);
   if (!m) fail(off, error);
