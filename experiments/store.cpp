@@ -13,6 +13,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "common/json.h"
 #include "experiments/metrics.h"
 
 #include "replay/result.h"
@@ -465,7 +466,9 @@ std::vector<RunRow> Store::runs(const std::string& session) {
     r.started = q.text(10);
     r.exit = q.text(11);
     r.faithful = q.integer(12) != 0;
-    r.result = nlohmann::json::parse(q.text(13), nullptr, false);
+    // Bounded (common/json.h): a store merged from a shard or a CI artifact
+    // is outside input; a result past the bounds reads as unreadable.
+    r.result = common::parse_bounded_json(q.text(13));
     r.metrics = extract_metrics(r.result);
     v.push_back(std::move(r));
   }

@@ -70,5 +70,29 @@ TEST_F(StoreTest, AttemptsCountRunnersThatDied) {
   EXPECT_EQ(st.done_cells("s").count("t|glibc|r0"), 1u);
 }
 
+// A stored result is read within common/json.h's bounds (a store merged
+// from elsewhere is outside input): one nested deeper reads as unreadable,
+// its row still listed.
+TEST_F(StoreTest, ResultsAreReadWithinTheJsonBounds) {
+  Store st(dir_ + "/heaplab.db");
+  st.add_session(session("s", "host:1"));
+  RunRow row;
+  row.cell = "t|glibc|r0";
+  row.trace = "t";
+  row.allocator = "glibc";
+  row.exit = "ok";
+  row.result = {{"replay", {{"wall_s", 1.5}}}};
+  st.add_run("s", row);
+  nlohmann::json deep = 1;
+  for (int i = 0; i < 100; ++i) deep = nlohmann::json::array({deep});
+  row.cell = "t|glibc|r1";
+  row.result = {{"deep", deep}};
+  st.add_run("s", row);
+  const std::vector<RunRow> runs = st.runs("s");
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].result["replay"]["wall_s"], 1.5);
+  EXPECT_TRUE(runs[1].result.is_discarded());
+}
+
 }  // namespace
 }  // namespace heaplab::experiments
