@@ -258,6 +258,16 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
   if (root["repetitions"]) s.repetitions = uint32_t(integer(c, root["repetitions"], "repetitions", 1, 10000));
   if (root["warmup"]) s.warmup = uint32_t(integer(c, root["warmup"], "warmup", 0, 1000));
   if (root["timeout"]) s.timeout_s = double(integer(c, root["timeout"], "timeout", 1, 7 * 24 * 3600));
+  // Every run is a cell held in memory (and a replay of seconds or more):
+  // a few lines of YAML must not ask for a billion.
+  const uint64_t rounds = uint64_t(s.warmup) + s.repetitions;
+  const uint64_t runs = uint64_t(s.traces.size()) * s.allocators.size() * rounds;
+  if (runs > kMaxRuns)
+    c.fail(root["repetitions"] ? root["repetitions"] : root,
+           "the experiment has " + std::to_string(runs) + " runs (" + std::to_string(s.traces.size()) + " traces x " +
+               std::to_string(s.allocators.size()) + " allocators x " + std::to_string(rounds) +
+               " rounds of warmup and repetitions), more than the " + std::to_string(kMaxRuns) +
+               " one experiment may have: split it");
   if (root["baseline"]) {
     s.baseline = text(c, root["baseline"], "baseline");
     if (std::none_of(s.allocators.begin(), s.allocators.end(),

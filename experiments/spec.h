@@ -63,6 +63,10 @@ struct AllocatorSpec {
 // table for the CLI, experiment files and the replayer).
 using ReplaySettings = replay::ReplaySettings;
 
+// Runs (traces x allocators x (warmup + repetitions)) one experiment may
+// have: its cells are held in memory, each a replay of seconds or more.
+inline constexpr uint64_t kMaxRuns = 1000000;
+
 struct ExperimentSpec {
   std::string path;  // the file
   std::string name;

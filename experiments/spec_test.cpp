@@ -115,6 +115,12 @@ TEST(Spec, MistakesNameTheLineAndKey) {
             "exp.yaml:3: duplicate key 'label' (first at line 3)");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "timeout: 0\n"),
             "exp.yaml:3: 'timeout': expected a whole number from 1 to 604800, not '0'");
+  std::string many = "traces:\n";
+  for (int i = 0; i < 100; ++i) many += "  - {name: t" + std::to_string(i) + ", file: x.hlt}\n";
+  EXPECT_EQ(error_of(many + ok_allocs + "repetitions: 10000\nwarmup: 1000\n"),
+            "exp.yaml:103: the experiment has 1100000 runs (100 traces x 1 allocators x 11000 rounds of warmup and "
+            "repetitions), more than the 1000000 one experiment may have: split it");
+  EXPECT_EQ(error_of(many + ok_allocs + "repetitions: 9000\nwarmup: 1000\n"), "");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetitions: five\n"),
             "exp.yaml:3: 'repetitions': expected a whole number from 1 to 10000, not 'five'");
   EXPECT_EQ(error_of(ok_traces + ok_allocs + "repetitions: 0\n"),

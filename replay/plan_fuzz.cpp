@@ -50,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // of the replay threads, with the same checks).
   auto results = std::make_unique<ThreadResult[]>(std::max<uint32_t>(1, plan->threads()));
   try {
-    PlanPager pager(*plan, results.get(), 512, [](const std::string& m) { throw Damaged{m}; }, "plan_fuzz");
+    PlanPager pager(
+        *plan, results.get(), 512, [](const std::string& m) { throw Damaged{m}; }, "plan_fuzz");
     pager.prime();
     pager.check_all();
   } catch (const Damaged&) {
