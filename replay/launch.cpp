@@ -22,6 +22,7 @@
 #include "allocators/library.h"
 #include "capture/format/trace_reader.h"
 #include "common/files.h"
+#include "common/machine.h"
 #include "common/process.h"
 #include "common/text.h"
 #include "replay/engine.h"
@@ -165,18 +166,6 @@ std::string plan_key(const std::string& trace, const PlanOptions& o) {
                      o.threads, o.times, o.live);
 }
 
-// This machine's MemAvailable (/proc/meminfo), bytes; 0 if unknown.
-uint64_t memory_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  while (in >> key >> kib) {
-    if (key == "MemAvailable:") return kib << 10;
-    in.ignore(256, '\n');
-  }
-  return 0;
-}
-
 // Tasks (threads) whose real user is `uid`, from /proc/PID/status: what
 // ulimit -u (RLIMIT_NPROC) counts, across all of the user's processes.
 uint64_t user_tasks(uid_t uid) {
@@ -252,7 +241,7 @@ uint64_t thread_limit() {
 // program's own mappings are left out: they are made with MAP_NORESERVE
 // and only their recorded pages are written. "" if it fits.
 std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings) {
-  const uint64_t available = memory_available();
+  const uint64_t available = common::memory_available();
   if (available == 0) return "";
   const uint64_t table = (plan.slots + 1) * 8, windows = kPlanWindowBudget;
   uint64_t heap = 0;
@@ -381,16 +370,19 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   std::vector<uint64_t> event_refs;
   if (opt.addresses) {
     // 8 bytes a call for the refs and 8 for the addresses here, and up to
-    // 8 a call (an object each) for the replayer's table: checked first.
-    const uint64_t need = reader->event_count() * 24, available = memory_available();
-    if (available != 0 && need > available)
-      throw ReplayError(fmt::format(
-          "{}: recording the addresses of its {} calls needs {} of memory (24 bytes a call) and this machine has {} "
-          "available: use a machine with more memory",
-          opt.trace, group_digits(reader->event_count()), common::gib_text(need), common::gib_text(available)));
-    event_refs.reserve(reader->event_count());
+    // 8 a call (an object each) for the replayer's table, and the plan,
+    // built in memory (a memfd): checked first.
     PlanOptions own = popt;
     own.reuse_slots = false;
+    const uint64_t in_plan = plan_bytes(*reader, own);
+    const uint64_t need = reader->event_count() * 24 + in_plan, available = common::memory_available();
+    if (available != 0 && need > available)
+      throw ReplayError(fmt::format(
+          "{}: recording the addresses of its {} calls needs {} of memory (24 bytes a call, and {} for the replay "
+          "plan) and this machine has {} available: use a machine with more memory",
+          opt.trace, group_digits(reader->event_count()), common::gib_text(need), common::gib_text(in_plan),
+          common::gib_text(available)));
+    event_refs.reserve(reader->event_count());
     try {
       plan_fd = build_plan(*reader, own, plan, -1, &event_refs);
     } catch (const trace::TraceError& e) {

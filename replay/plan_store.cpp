@@ -2,6 +2,7 @@
 
 #include "common/files.h"
 #include "common/json.h"
+#include "common/machine.h"
 #include "common/text.h"
 
 #include <fcntl.h>
@@ -152,7 +153,14 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (access(dir_.c_str(), W_OK) != 0) {
-    where = "memory (" + dir_ + " cannot be written: " + std::strerror(errno) + ")";
+    const std::string why = dir_ + " cannot be written: " + std::strerror(errno);
+    const uint64_t need = plan_bytes(r, opt), available = common::memory_available();
+    if (available != 0 && need > available)
+      throw PlanError(
+          fmt::format("the replay plan needs {}, held in memory since {}, and this machine has {} available (set "
+                      "HEAPLAB_PLAN_DIR to a file system with room for it)",
+                      common::gib_text(need), why, common::gib_text(available)));
+    where = "memory (" + why + ")";
     return build_plan(r, opt, summary);
   }
   const uint64_t need = plan_bytes(r, opt);

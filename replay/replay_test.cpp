@@ -827,6 +827,24 @@ TEST_F(ReplayTest, UnwritablePlanDirectoryFallsBackToMemory) {
   EXPECT_EQ(r["plan_kept"], false);
   EXPECT_EQ(r["plan_dir"], "memory (/proc/heaplab-no-such-dir cannot be written: No such file or directory)");
   EXPECT_TRUE(r["replay"]["faithful"].get<bool>());
+  // Held against the memory available first, as a plan on disk is against
+  // the free space; so is the plan --emit-trace builds in memory.
+  const Outcome small = run({kHeaplab, "replay", t, "--allocator", "glibc", "-q"},
+                            "HEAPLAB_PLAN_DIR=/proc/heaplab-no-such-dir HEAPLAB_MEMORY_AVAILABLE=1000");
+  EXPECT_EQ(small.code, 2);
+  EXPECT_EQ(small.err, "heaplab: error: replay: " + t +
+                           ": the replay plan needs 0.0 GiB, held in memory since /proc/heaplab-no-such-dir cannot be "
+                           "written: No such file or directory, and this machine has 0.0 GiB available (set "
+                           "HEAPLAB_PLAN_DIR to a file system with room for it)\n");
+  const std::string emitted = (dir() / "emitted.hlt").string();
+  const Outcome addresses = run({kHeaplab, "replay", t, "--allocator", "glibc", "-q", "--emit-trace", emitted},
+                                "HEAPLAB_MEMORY_AVAILABLE=1000");
+  EXPECT_EQ(addresses.code, 2);
+  EXPECT_NE(addresses.err.find(t + ": recording the addresses of its "), std::string::npos) << addresses.err;
+  EXPECT_NE(addresses.err.find(" calls needs 0.0 GiB of memory (24 bytes a call, and 0.0 GiB for the replay plan) and "
+                               "this machine has 0.0 GiB available: use a machine with more memory\n"),
+            std::string::npos)
+      << addresses.err;
 }
 
 // A kept plan that was damaged (here: its header zeroed, its size kept) is
