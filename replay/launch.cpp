@@ -243,7 +243,15 @@ uint64_t thread_limit() {
 std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings) {
   const uint64_t available = common::memory_available();
   if (available == 0) return "";
-  const uint64_t table = (plan.slots + 1) * 8, windows = kPlanWindowBudget;
+  const uint64_t table = (plan.slots + 1) * 8;
+  // Per replay thread: the pager's smallest windows (4 of 512 steps, past
+  // its budget with many threads) and, when calls are timed, a latency
+  // histogram per op (replayer.cpp).
+  const uint64_t threads = std::max<uint32_t>(1, plan.replay_threads);
+  const uint64_t step_bytes = sizeof(Step) + (plan.has_times ? 8 : 0) + (plan.has_live ? 8 : 0);
+  const uint64_t windows = std::max<uint64_t>(kPlanWindowBudget, threads * 4 * 512 * step_bytes);
+  const uint64_t histograms =
+      settings.latency || settings.latency_program ? threads * trace::kOpCount * sizeof(LogLinearHistogram) : 0;
   uint64_t heap = 0;
   if (settings.touch == Touch::first)
     heap = std::min<uint64_t>(plan.live_bytes_peak, plan.slots * uint64_t{4096});
@@ -251,14 +259,19 @@ std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings
     heap = plan.live_bytes_peak;
   else if (settings.touch == Touch::recorded)
     heap = plan.recorded_touches ? 0 : plan.live_bytes_peak;  // (recorded counts: only those pages)
-  const uint64_t need = table + windows + heap;
+  const uint64_t per_thread = windows - kPlanWindowBudget + histograms;
+  const uint64_t need = table + windows + histograms + heap;
   if (need <= available) return "";
   return fmt::format(
       "the replay needs {} of memory ({} for the trace's live heap at its peak, {} for the object table of {} "
-      "slots) and this machine has {} available: replay on a machine with more memory{}",
+      "slots{}) and this machine has {} available: replay on a machine with more memory{}{}",
       common::gib_text(need), common::gib_text(heap), common::gib_text(table), group_digits(plan.slots),
+      per_thread ? fmt::format(", {} for {} replay threads' plan windows{}", common::gib_text(per_thread),
+                               group_digits(threads), histograms ? " and latency histograms" : "")
+                 : "",
       common::gib_text(available),
-      heap > table ? ", or with --touch none (the heap's pages are then never written)" : "");
+      heap > table && heap > per_thread ? ", or with --touch none (the heap's pages are then never written)" : "",
+      per_thread > heap && per_thread > table ? ", or with fewer replay threads (--threads N)" : "");
 }
 
 }  // namespace

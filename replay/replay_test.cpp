@@ -750,6 +750,29 @@ TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
   EXPECT_EQ(ok["exit"]["status"], "ok");
 }
 
+// Per replay thread, the pager's smallest windows and, with --latency, a
+// histogram per op: counted before the replay starts, and the way out named.
+TEST_F(ReplayTest, ManyThreadsMemoryIsCountedBeforeTheStart) {
+  std::vector<Event> events;
+  for (uint32_t t = 0; t < 2000; ++t) {
+    Event m = malloc_ev(16);
+    m.thread = t;
+    Event f = free_ev(t + 1);
+    f.thread = t;
+    events.push_back(m);
+    events.push_back(f);
+  }
+  const std::string t = write_trace("threads2000", events, false);
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "--latency", "1"},
+                        "HEAPLAB_MEMORY_AVAILABLE=" + std::to_string(uint64_t{512} << 20));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(t + ": the replay needs "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" for 2,000 replay threads' plan windows and latency histograms) and this machine has 0.5 GiB "
+                       "available: replay on a machine with more memory, or with fewer replay threads (--threads N)\n"),
+            std::string::npos)
+      << r.err;
+}
+
 // A trace with the program's own memory calls (format 1.1): `events`, and
 // `memory` placed among them.
 std::string write_memory_trace(const fs::path& path, std::vector<Event> events,
