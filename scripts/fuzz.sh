@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET|all]        (default: 60 all)
 # Targets (each beside the parser it checks, with a ctest driver):
 #   trace_reader_fuzz  the trace reader and chunk decoders (capture/format)
-#   normalise_fuzz     the raw-capture reader and the normaliser (capture/normalise)
+#   normalise_fuzz     the raw-capture readers (finished, and live as capture reads them) and the normaliser (capture/normalise)
 #   perf_data_fuzz     the perf.data reader (capture/pt)
 #   pt_stream_fuzz     the PT packet decoder and ptwrite payload assembler (capture/pt)
 #   cmt_text_fuzz      the Compact Memory Traces text importer (capture/import)

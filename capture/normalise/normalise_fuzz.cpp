@@ -4,7 +4,12 @@
 // mapping or in .blocks); the files are written to a scratch directory and
 // normalised. Rejecting bad input with RawError/TraceError is fine; crashes,
 // sanitizer reports and hangs are not.
-//   input: byte 0      flags: bit 0 TSC clock, bit 1 write .blocks, bits 2-3 threads-1
+// Bit 4 of the flags reads the files as a capture still running would be
+// read (LiveRawFile and normalise_live, the program already ended), bit 5
+// consuming them as heaplab capture does (blocks given back, .blocks
+// punched).
+//   input: byte 0      flags: bit 0 TSC clock, bit 1 write .blocks, bits 2-3 threads-1,
+//                      bit 4 live reader, bit 5 consume
 //          bytes 1-8   start ticks
 //          then per block: 1 byte (bits 0-1 thread, bit 2 appended, bits 3-5 seq),
 //                      1 byte record count n, n * 32 bytes of records
@@ -19,6 +24,7 @@
 
 #include "capture/format/trace_format.h"
 #include "capture/normalise/normalise.h"
+#include "capture/normalise/raw_live.h"
 #include "capture/shim/raw_format.h"
 
 namespace {
@@ -78,17 +84,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     else
       ring.replace(kBlockSize * (1 + bh.thread), kBlockSize, block);
   }
+  h.data_blocks = appended.size() / kBlockSize;  // (the shim counts its appends: a live reader reads that many)
   std::memcpy(ring.data(), &h, sizeof h);
   const std::string path = scratch_dir() + "/1.0.hlraw";
   write(path, ring);
   std::filesystem::remove(path + ".blocks");
   if (flags & 2) write(path + ".blocks", appended);
   try {
-    heaplab::normalise::RawFile raw(path);
     heaplab::normalise::NormaliseOptions opt;
     opt.codec = heaplab::trace::kCodecNone;
     opt.fallback_ns_per_tick = 0.5;
-    heaplab::normalise::normalise(raw, scratch_dir() + "/out.hlt", opt);
+    if (flags & 16) {
+      heaplab::normalise::LiveRawFile raw(path, (flags & 32) != 0);
+      heaplab::normalise::normalise_live(
+          raw, scratch_dir() + "/out.hlt", opt, [] { return true; }, [] { return nlohmann::json::object(); });
+    } else {
+      heaplab::normalise::RawFile raw(path);
+      heaplab::normalise::normalise(raw, scratch_dir() + "/out.hlt", opt);
+    }
   } catch (const heaplab::normalise::RawError&) {
   } catch (const heaplab::trace::TraceError&) {
   }

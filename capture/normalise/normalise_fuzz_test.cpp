@@ -3,11 +3,16 @@
 // ctest exercises the entry point; scripts/fuzz.sh runs it under libFuzzer.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "capture/format/event.h"
+#include "capture/format/trace_reader.h"
+#include "capture/format/trace_testutil.h"
 #include "capture/shim/raw_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -60,28 +65,44 @@ TEST(NormaliseFuzz, ClockFarFromTheStart) {
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
 }
 
+// The seed read three ways: finished (RawFile), live, and live consuming
+// (LiveRawFile, as heaplab capture reads a running program's files).
 TEST(NormaliseFuzz, SeedsAndMutationsNeverCrash) {
-  std::string base = seed();
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(base.data()), base.size());
-  std::mt19937_64 rng(42);
-  for (int i = 0; i < 400; ++i) {
-    std::string m = base;
-    int edits = 1 + int(rng() % 8);
-    for (int e = 0; e < edits; ++e) {
-      size_t at = rng() % m.size();
-      switch (rng() % 3) {
-        case 0:
-          m[at] = char(rng());
-          break;
-        case 1:
-          m.erase(at, 1 + rng() % 40);
-          break;
-        default:
-          m.insert(at, std::string(1 + rng() % 40, char(rng())));
+  for (const int live : {0, 16, 16 | 32}) {
+    std::string base = seed();
+    base[0] = char(base[0] | live);
+    // (The target's scratch directory: /dev/shm, else /tmp.)
+    const std::string out = std::string(std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp") +
+                            "/heaplab-normalise-fuzz-" + std::to_string(getpid()) + "/out.hlt";
+    std::filesystem::remove(out);
+    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(base.data()), base.size());
+    // The same calls whichever way it is read (the live reader also counts
+    // the unwritten tail of an appended block, which the shim appends only
+    // full, as lost).
+    uint64_t calls = 0;
+    for (const auto& e : heaplab::trace::testutil::read_all(*heaplab::trace::TraceReader::open(out)))
+      calls += e.op != Op::lost;
+    EXPECT_EQ(calls, 12u) << live;
+    std::mt19937_64 rng(42 + uint64_t(live));
+    for (int i = 0; i < 400; ++i) {
+      std::string m = base;
+      int edits = 1 + int(rng() % 8);
+      for (int e = 0; e < edits; ++e) {
+        size_t at = rng() % m.size();
+        switch (rng() % 3) {
+          case 0:
+            m[at] = char(rng());
+            break;
+          case 1:
+            m.erase(at, 1 + rng() % 40);
+            break;
+          default:
+            m.insert(at, std::string(1 + rng() % 40, char(rng())));
+        }
+        if (m.empty()) m = base;
       }
-      if (m.empty()) m = base;
+      LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(m.data()), m.size());
     }
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(m.data()), m.size());
   }
 }
 
