@@ -698,31 +698,37 @@ TEST(Capture, ForkBeforeTheFirstHeapCallIsFollowed) {
 // by fork, and the parent's trace keeps only the parent's calls (before,
 // the child's calls were lost without a word, and the child wrote into its
 // parent's blocks).
-TEST(Capture, UnderscoreForkIsFollowed) {
-  TempDir dir;
-  CaptureOptions opt = options(dir, {victim("victim_c"), "_fork", "50000"});
-  opt.follow_fork = true;
-  CaptureResult r = heaplab::launch::run_capture(opt);
-  EXPECT_EQ(r.exit_code, 0);
-  EXPECT_TRUE(r.failed.empty()) << failed_list(r);
-  ASSERT_EQ(r.traces.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    SCOPED_TRACE(i == 0 ? "parent" : "child");
-    const TraceResult& t = r.traces[i];
-    EXPECT_EQ(t.report.holes, 0u);
-    EXPECT_EQ(t.report.dropped_calls, 0u);
-    EXPECT_EQ(t.report.unknown_frees, 0u);
-    uint64_t mine = 0, other = 0;
-    for (const Event& e : read_events(t.path)) {
-      mine += e.op == Op::malloc && e.size == (i == 0 ? 24u : 32u);
-      other += e.op == Op::malloc && e.size == (i == 0 ? 32u : 24u);
+// Forks that bypass glibc's fork(): _Fork, syscall(SYS_fork) and clone(3)
+// without CLONE_VM. The child is followed from its first call, and never
+// writes into its parent's blocks.
+TEST(Capture, ForksWithoutForkAreFollowed) {
+  for (const char* how : {"_fork", "sysfork", "clone"}) {
+    SCOPED_TRACE(how);
+    TempDir dir;
+    CaptureOptions opt = options(dir, {victim("victim_c"), how, "50000"});
+    opt.follow_fork = true;
+    CaptureResult r = heaplab::launch::run_capture(opt);
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+    ASSERT_EQ(r.traces.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      SCOPED_TRACE(i == 0 ? "parent" : "child");
+      const TraceResult& t = r.traces[i];
+      EXPECT_EQ(t.report.holes, 0u);
+      EXPECT_EQ(t.report.dropped_calls, 0u);
+      EXPECT_EQ(t.report.unknown_frees, 0u);
+      uint64_t mine = 0, other = 0;
+      for (const Event& e : read_events(t.path)) {
+        mine += e.op == Op::malloc && e.size == (i == 0 ? 24u : 32u);
+        other += e.op == Op::malloc && e.size == (i == 0 ? 32u : 24u);
+      }
+      EXPECT_GE(mine, 50000u);
+      EXPECT_LE(mine, 50000u + 64) << "libc's own calls are a few at most";
+      EXPECT_LE(other, 64u);
+      expect_trace_ok(t.path);
     }
-    EXPECT_GE(mine, 50000u);
-    EXPECT_LE(mine, 50000u + 64) << "libc's own calls are a few at most";
-    EXPECT_LE(other, 64u);
-    expect_trace_ok(t.path);
+    EXPECT_NE(r.traces[1].pid, r.traces[0].pid);
   }
-  EXPECT_NE(r.traces[1].pid, r.traces[0].pid);
 }
 
 TEST(Capture, ForkFollowed) {

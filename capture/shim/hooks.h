@@ -48,6 +48,13 @@ void init();
 // blocks, and with --follow-fork its calls would be lost. (glibc's own
 // fork() calls its internal _Fork, not this one.)
 pid_t hook_fork_without_handlers();
+// Forks that bypass glibc's fork() altogether, followed the same way (the
+// child runs the shim's child handler before anything else): syscall(2)
+// of SYS_fork, or of SYS_clone/SYS_clone3 making a process on the same
+// stack; and clone(3) without CLONE_VM, whose child function is wrapped.
+// Clones that share memory (threads, vfork, posix_spawn) pass untouched.
+long hook_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5);
+int hook_clone(int (*fn)(void*), void* stack, int flags, void* arg, void* ptid, void* tls, void* ctid);
 // During initialisation (dlsym allocates), memory comes from a static arena.
 void* boot_alloc(size_t n, size_t align);
 inline bool boot_owns(const void* p) { return uintptr_t(p) - uintptr_t(g_boot) < g_boot_size; }

@@ -26,6 +26,24 @@ HEAPLAB_EXPORT int posix_memalign(void** out, size_t align, size_t n) { return s
 HEAPLAB_EXPORT void* aligned_alloc(size_t align, size_t n) { return s::hook_aligned_alloc(align, n); }
 HEAPLAB_EXPORT void* valloc(size_t n) { return s::hook_valloc(n); }
 HEAPLAB_EXPORT pid_t _Fork(void) { return s::hook_fork_without_handlers(); }
+// (glibc reads all six arguments whatever the call: so do these.)
+HEAPLAB_EXPORT long syscall(long n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  long a[6];
+  for (long& x : a) x = va_arg(ap, long);
+  va_end(ap);
+  return s::hook_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+HEAPLAB_EXPORT int clone(int (*fn)(void*), void* stack, int flags, void* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  void* ptid = va_arg(ap, void*);
+  void* tls = va_arg(ap, void*);
+  void* ctid = va_arg(ap, void*);
+  va_end(ap);
+  return s::hook_clone(fn, stack, flags, arg, ptid, tls, ctid);
+}
 HEAPLAB_EXPORT void* pvalloc(size_t n) { return s::hook_pvalloc(n); }
 
 // The program's own memory (memory.h): the caller tells the program's calls

@@ -3,11 +3,13 @@
 // is captured, opens the sink, and follows (or leaves alone) fork children.
 // libc, libdl and pthread only: no C++ runtime, no allocation of its own.
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -359,6 +361,88 @@ pid_t hook_fork_without_handlers() {
   const pid_t pid = real();
   if (pid == 0) after_fork_child();
   return pid;
+}
+
+namespace {
+
+// syscall(2) itself: on x86-64 the instruction (no symbol to look up, so
+// no dlsym, which may allocate, from inside an allocator that calls it),
+// elsewhere the next definition.
+long raw_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
+#if defined(__x86_64__)
+  long r;
+  register long r10 asm("r10") = a3;
+  register long r8 asm("r8") = a4;
+  register long r9 asm("r9") = a5;
+  asm volatile("syscall"
+               : "=a"(r)
+               : "a"(n), "D"(a0), "S"(a1), "d"(a2), "r"(r10), "r"(r8), "r"(r9)
+               : "rcx", "r11", "memory");
+  if (static_cast<unsigned long>(r) > -4096UL) {
+    errno = int(-r);
+    return -1;
+  }
+  return r;
+#else
+  static long (*real)(long, ...) = nullptr;
+  if (!real) real = reinterpret_cast<long (*)(long, ...)>(next_symbol("syscall"));
+  return real ? real(n, a0, a1, a2, a3, a4, a5) : (errno = ENOSYS, -1);
+#endif
+}
+
+constexpr long kSharing = CLONE_VM | CLONE_VFORK | CLONE_THREAD;
+
+// Whether a raw system call makes a new process that goes on from here, on
+// this stack (its child returns from the call, as from fork()).
+bool forks_here(long n, long a0, long a1) {
+#if defined(SYS_fork)
+  if (n == SYS_fork) return true;
+#endif
+  if (n == SYS_clone) return (a0 & kSharing) == 0 && a1 == 0;  // (flags, new stack, ...)
+#if defined(SYS_clone3)
+  if (n == SYS_clone3 && a0 != 0 && a1 >= 48) {  // struct clone_args: flags at 0, stack at 40
+    uint64_t flags, stack;
+    memcpy(&flags, reinterpret_cast<const char*>(a0), 8);
+    memcpy(&stack, reinterpret_cast<const char*>(a0) + 40, 8);
+    return (flags & uint64_t(kSharing)) == 0 && stack == 0;
+  }
+#endif
+  return false;
+}
+
+// clone(3)'s child without CLONE_VM starts in a copy of the parent's memory:
+// the function and its argument, on the parent's stack when it called, are
+// in the child's copy too.
+struct CloneStart {
+  int (*fn)(void*);
+  void* arg;
+};
+int clone_child(void* p) {
+  const CloneStart* start = static_cast<const CloneStart*>(p);
+  after_fork_child();
+  return start->fn(start->arg);
+}
+
+}  // namespace
+
+long hook_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
+  if (!forks_here(n, a0, a1)) return raw_syscall(n, a0, a1, a2, a3, a4, a5);
+  const long r = raw_syscall(n, a0, a1, a2, a3, a4, a5);
+  if (r == 0) after_fork_child();
+  return r;
+}
+
+int hook_clone(int (*fn)(void*), void* stack, int flags, void* arg, void* ptid, void* tls, void* ctid) {
+  using Clone = int (*)(int (*)(void*), void*, int, void*, ...);
+  static Clone real = nullptr;
+  if (!real) real = reinterpret_cast<Clone>(next_symbol("clone"));
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  if ((flags & kSharing) != 0 || fn == nullptr) return real(fn, stack, flags, arg, ptid, tls, ctid);
+  CloneStart start{fn, arg};
+  return real(clone_child, stack, flags, &start, ptid, tls, ctid);
 }
 
 // Start-up runs at the first allocation or here, whichever comes first: a

@@ -6,6 +6,9 @@
  *   victim_c _fork N       as forkfirst, with _Fork (no atfork handlers run), after
  *                          N malloc(24)/free pairs of its own: the child makes N
  *                          malloc(32)/free pairs
+ *   victim_c sysfork N     as _fork, with syscall(SYS_fork) (no libc fork at all)
+ *   victim_c clone N       as _fork, with clone(3) without CLONE_VM (the child runs a
+ *                          function on a stack of its own)
  *   victim_c exec          allocates, then execs "victim_c single" in the same process
  *   victim_c spawn         allocates, then fork+exec "victim_c single" and waits
  *   victim_c crash MODE N  N mallocs, then dies by MODE: kill, segv or abort
@@ -27,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +129,29 @@ static int underscore_fork(long n) {
   return child_pairs(_Fork(), n);
 }
 
+static int sys_fork(long n) {
+  malloc_free(n, 24);
+  return child_pairs((pid_t)syscall(SYS_fork), n);
+}
+
+static long clone_n;
+static int clone_child(void* arg) {
+  (void)arg;
+  malloc_free(clone_n, 32);
+  return 0;
+}
+
+static int clone_fork(long n) {
+  static char stack[256 * 1024] __attribute__((aligned(16)));
+  malloc_free(n, 24);
+  clone_n = n;
+  const pid_t pid = clone(clone_child, stack + sizeof stack, SIGCHLD, NULL);
+  if (pid < 0) return 1;
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 static int do_exec(const char* self, int spawn) {
   BEGIN();
   void* p = malloc(444);
@@ -197,6 +225,8 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "fork")) return do_fork();
   if (!strcmp(argv[1], "forkfirst") && argc == 3) return fork_first(atol(argv[2]));
   if (!strcmp(argv[1], "_fork") && argc == 3) return underscore_fork(atol(argv[2]));
+  if (!strcmp(argv[1], "sysfork") && argc == 3) return sys_fork(atol(argv[2]));
+  if (!strcmp(argv[1], "clone") && argc == 3) return clone_fork(atol(argv[2]));
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
