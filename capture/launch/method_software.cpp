@@ -320,14 +320,19 @@ class SpareHeaders {
   SpareHeaders& operator=(const SpareHeaders&) = delete;
 
   // Hands the memfd to the program: at descriptor 1000 (below the usual
-  // 1024 limit, above what programs usually use; lower under a lower
-  // limit), kept open across exec for the shim of every image.
+  // 1024 limit, above what programs usually use; under a lower limit, 16
+  // below it, leaving room for what spawn parks above its targets), kept
+  // open across exec for the shim of every image. Without it (no memfd, a
+  // limit below 32), an inherited HEAPLAB_CAPTURE_SPARE (a capture inside a
+  // capture) is cleared, so that no shim claims another launcher's slots.
   void pass(process::Spec& spec) const {
     struct rlimit lim;
-    if (fd_ < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-    const rlim_t top = lim.rlim_cur == RLIM_INFINITY ? 1001 : std::min<rlim_t>(lim.rlim_cur, 1001);
-    if (top < 5) return;  // (no room above stdin, stdout and stderr)
-    const int child = int(top - 1);
+    const rlim_t limit = getrlimit(RLIMIT_NOFILE, &lim) != 0 ? 0 : lim.rlim_cur == RLIM_INFINITY ? 1016 : lim.rlim_cur;
+    if (fd_ < 0 || limit < 32) {
+      spec.env.emplace_back("HEAPLAB_CAPTURE_SPARE", std::nullopt);
+      return;
+    }
+    const int child = int(std::min<rlim_t>(1000, limit - 16));
     spec.fds.emplace_back(child, fd_);
     spec.env.emplace_back("HEAPLAB_CAPTURE_SPARE", std::to_string(child));
   }
@@ -374,6 +379,10 @@ class SpareHeaders {
       while (!taken.insert({name.pid, name.gen}).second) ++name.gen;  // (no file found a generation)
       name.path = opt.raw_dir + "/" + std::to_string(name.pid) + "." + std::to_string(name.gen) + ".hlraw";
       const bool root = name.pid == uint32_t(run.pid) && name.gen == 0;
+      // (The shim leaves its empty raw file, so that an exec'd image still
+      // tells it was not the first: that file never started; this is why.)
+      const std::string never = name.path + ": capture never started in this process";
+      std::erase_if(res.failed, [&](const std::string& f) { return f.rfind(never, 0) == 0; });
       try {
         normalise::RawFile file(name.path + " (its header, kept in memory: the raw file could not be set up)", slot);
         const std::string out = trace_name(opt.output, name.pid, name.gen, root, file.command_line());

@@ -500,7 +500,8 @@ bool sink_first_image(const char* dir) {
 
 namespace {
 
-int g_spare_fd = -1;  // heaplab capture's spare header slots (raw_format.h, SpareControl), or -1
+int g_spare_fd = -1;   // heaplab capture's spare header slots (raw_format.h, SpareControl), or -1
+bool g_spare = false;  // this image's header is in a spare slot
 
 // This process image's header, the magic last (the file is then valid).
 void fill_header(FileHeader& fh, const SinkConfig& cfg, uint32_t gen) {
@@ -533,6 +534,8 @@ void fill_header(FileHeader& fh, const SinkConfig& cfg, uint32_t gen) {
 // descriptor (its control block is checked first), or every slot taken.
 bool open_spare(const SinkConfig& cfg, uint32_t gen, int err) {
   if (g_spare_fd < 0) return false;
+  struct stat st;  // (a file the program put at this number instead is never mapped)
+  if (fstat(g_spare_fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != kSpareBytes) return false;
   void* c = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, 0);
   if (c == MAP_FAILED) return false;
   auto* ctl = static_cast<SpareControl*>(c);
@@ -548,6 +551,7 @@ bool open_spare(const SinkConfig& cfg, uint32_t gen, int err) {
   g_header->stop_error = err ? int64_t(err) : int64_t(-1);
   fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
+  g_spare = true;
   __atomic_store_n(&g_stopped, true, __ATOMIC_RELAXED);
   __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);
   shim_error("this process's heap calls are counted, not recorded: heaplab capture reports them as lost", 0);
@@ -555,11 +559,11 @@ bool open_spare(const SinkConfig& cfg, uint32_t gen, int err) {
 }
 
 // Capture cannot start in this image: a message, then a spare header if
-// there is one (the files it created, empty, are removed then).
-bool not_started(const SinkConfig& cfg, uint32_t gen, int err, const char* path = nullptr,
-                 const char* data_path = nullptr) {
+// there is one. The empty raw file stays (an image exec'd later tells by
+// it that it is not the process's first; heaplab removes it), its empty
+// .blocks goes.
+bool not_started(const SinkConfig& cfg, uint32_t gen, int err, const char* data_path = nullptr) {
   if (!open_spare(cfg, gen, err)) return false;
-  if (path) unlink(path);
   if (data_path) unlink(data_path);
   return true;
 }
@@ -599,7 +603,7 @@ bool sink_open(const SinkConfig& cfg) {
     const int err = errno;
     shim_error_path("cannot create raw capture file", data_path, err);
     close(fd);
-    return not_started(cfg, gen, err, path);
+    return not_started(cfg, gen, err);
   }
   // The header page's disk space now: a sparse page written through the
   // mapping on a full disk would be a SIGBUS in the program.
@@ -607,7 +611,7 @@ bool sink_open(const SinkConfig& cfg) {
     shim_error_path("cannot size raw capture file", path, rc);
     close(fd);
     close(data_fd);
-    return not_started(cfg, gen, rc, path, data_path);
+    return not_started(cfg, gen, rc, data_path);
   }
   void* h = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (h == MAP_FAILED) {
@@ -615,7 +619,7 @@ bool sink_open(const SinkConfig& cfg) {
     shim_error_path("cannot map raw capture file", path, err);
     close(fd);
     close(data_fd);
-    return not_started(cfg, gen, err, path, data_path);
+    return not_started(cfg, gen, err, data_path);
   }
   g_pid = getpid();
   g_fd = high_fd(fd);
@@ -638,6 +642,7 @@ void sink_after_fork(bool follow, const char* dir) {
   // starts without the parent's costs.
   g_capturing = false;
   g_stopped = false;
+  g_spare = false;
   t_sink = ThreadSink{};
   t_overhead = 0;
   t_latency_left = 0;
@@ -656,7 +661,7 @@ void sink_after_fork(bool follow, const char* dir) {
 }
 
 void sink_close() {
-  if (!g_capturing || !g_header) return;
+  if (!g_header || (!g_capturing && !g_spare)) return;
   g_header->end_ticks = stamp();
   g_header->end_mono_ns = mono_ns();
   __atomic_fetch_or(&g_header->flags, kFlagCleanExit, __ATOMIC_RELEASE);
