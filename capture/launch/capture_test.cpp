@@ -698,6 +698,43 @@ TEST(Capture, ForkBeforeTheFirstHeapCallIsFollowed) {
 // by fork, and the parent's trace keeps only the parent's calls (before,
 // the child's calls were lost without a word, and the child wrote into its
 // parent's blocks).
+// A clone(3) child on a 4 KiB stack above a guard page (runc's nsexec):
+// the shim's child handler runs on a stack of its own, so the child runs
+// as it would without the shim, followed or not.
+TEST(Capture, CloneOnATinyStack) {
+  for (const bool follow : {false, true}) {
+    SCOPED_TRACE(follow ? "followed" : "not followed");
+    TempDir dir;
+    CaptureOptions opt = options(dir, {victim("victim_c"), "clonetiny"});
+    opt.follow_fork = follow;
+    const CaptureResult r = heaplab::launch::run_capture(opt);
+    EXPECT_EQ(r.exit_code, 0) << "the child did not exit 7";
+    EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+    EXPECT_EQ(r.traces.size(), follow ? 2u : 1u);
+  }
+}
+
+// A low limit on open files (ulimit -n 64): the spare headers' descriptor
+// goes below it, and the program starts as it would.
+TEST(Capture, LowDescriptorLimit) {
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  struct rlimit low = old;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  TempDir dir;
+  CaptureResult r;
+  try {
+    r = heaplab::launch::run_capture(options(dir, {victim("victim_c"), "single"}));
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+  EXPECT_EQ(r.traces.size(), 1u);
+}
+
 // Forks that bypass glibc's fork(): _Fork, syscall(SYS_fork) and clone(3)
 // without CLONE_VM. The child is followed from its first call, and never
 // writes into its parent's blocks.
@@ -1756,6 +1793,20 @@ TEST(Capture, SmallAndFullDisk) {
     const heaplab::analysis::CheckReport check = heaplab::analysis::check_trace(*rd);
     EXPECT_EQ(check.lost_events, full_rep.dropped_calls);  // `heaplab check` fails on it
   }
+  // The program execs (not followed): its first image's spare trace only
+  // (the empty raw file the shim leaves tells the new image it is not the
+  // first; its note of the exec cannot be written on the full disk).
+  CaptureOptions execs = options(dir, {victim("victim_c"), "exec"});
+  execs.output = dir.file("full-exec.hlt");
+  execs.raw_dir = mnt + "/full-exec";
+  const CaptureResult r5 = heaplab::launch::run_capture(execs);
+  EXPECT_EQ(r5.exit_code, 0);
+  EXPECT_TRUE(r5.failed.empty()) << failed_list(r5);
+  ASSERT_EQ(r5.traces.size(), 1u);
+  EXPECT_EQ(r5.traces[0].path, execs.output);
+  EXPECT_GT(r5.traces[0].report.dropped_calls, 0u);
+  ASSERT_EQ(r5.traces[0].command_line.size(), 2u);
+  EXPECT_EQ(r5.traces[0].command_line[1], "exec");  // the first image's, not the exec'd one's
   CaptureOptions forks = options(dir, {victim("victim_c"), "forkfirst", "1000"});
   forks.output = dir.file("full-fork.hlt");
   forks.raw_dir = mnt + "/full-fork";

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -390,7 +391,10 @@ long raw_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
 #endif
 }
 
-constexpr long kSharing = CLONE_VM | CLONE_VFORK | CLONE_THREAD;
+// Clones the shim leaves alone: their child shares the parent's memory, or
+// its descriptor table (the child handler closes the raw files'
+// descriptors, which would stop the parent's capture).
+constexpr long kSharing = CLONE_VM | CLONE_VFORK | CLONE_THREAD | CLONE_FILES;
 
 // Whether a raw system call makes a new process that goes on from here, on
 // this stack (its child returns from the call, as from fork()).
@@ -412,15 +416,29 @@ bool forks_here(long n, long a0, long a1) {
 
 // clone(3)'s child without CLONE_VM starts in a copy of the parent's memory:
 // the function and its argument, on the parent's stack when it called, are
-// in the child's copy too.
+// in the child's copy too. Its stack may be small (runc's is 4 KiB), and
+// may sit just above that copy: they are read first, and the child handler
+// (8 KiB of paths) runs on a stack of the shim's own, static (the child's
+// private copy; it has one thread).
 struct CloneStart {
   int (*fn)(void*);
   void* arg;
 };
+alignas(64) char g_clone_stack[64 * 1024];
+ucontext_t g_clone_caller, g_clone_handler;
+void clone_child_handler() { after_fork_child(); }
 int clone_child(void* p) {
-  const CloneStart* start = static_cast<const CloneStart*>(p);
-  after_fork_child();
-  return start->fn(start->arg);
+  const CloneStart start = *static_cast<const CloneStart*>(p);
+  if (getcontext(&g_clone_handler) == 0) {
+    g_clone_handler.uc_stack.ss_sp = g_clone_stack;
+    g_clone_handler.uc_stack.ss_size = sizeof g_clone_stack;
+    g_clone_handler.uc_link = &g_clone_caller;
+    makecontext(&g_clone_handler, clone_child_handler, 0);
+    if (swapcontext(&g_clone_caller, &g_clone_handler) != 0) after_fork_child();
+  } else {
+    after_fork_child();
+  }
+  return start.fn(start.arg);
 }
 
 }  // namespace

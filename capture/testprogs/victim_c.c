@@ -9,6 +9,8 @@
  *   victim_c sysfork N     as _fork, with syscall(SYS_fork) (no libc fork at all)
  *   victim_c clone N       as _fork, with clone(3) without CLONE_VM (the child runs a
  *                          function on a stack of its own)
+ *   victim_c clonetiny     clone(3) without CLONE_VM on a 4 KiB stack above a guard page
+ *                          (as runc does): the child makes no heap call and exits 7
  *   victim_c exec          allocates, then execs "victim_c single" in the same process
  *   victim_c spawn         allocates, then fork+exec "victim_c single" and waits
  *   victim_c crash MODE N  N mallocs, then dies by MODE: kill, segv or abort
@@ -31,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -152,6 +155,23 @@ static int clone_fork(long n) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
+static int tiny_child(void* arg) {
+  (void)arg;
+  return 7;
+}
+
+static int clone_tiny(void) {
+  char* pages = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED || mprotect(pages, 4096, PROT_NONE) != 0) return 1;
+  BEGIN();
+  const pid_t pid = clone(tiny_child, pages + 8192, SIGCHLD, NULL);
+  if (pid < 0) return 1;
+  int st;
+  waitpid(pid, &st, 0);
+  END();
+  return WIFEXITED(st) && WEXITSTATUS(st) == 7 ? 0 : 1;
+}
+
 static int do_exec(const char* self, int spawn) {
   BEGIN();
   void* p = malloc(444);
@@ -227,6 +247,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "_fork") && argc == 3) return underscore_fork(atol(argv[2]));
   if (!strcmp(argv[1], "sysfork") && argc == 3) return sys_fork(atol(argv[2]));
   if (!strcmp(argv[1], "clone") && argc == 3) return clone_fork(atol(argv[2]));
+  if (!strcmp(argv[1], "clonetiny")) return clone_tiny();
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
