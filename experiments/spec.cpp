@@ -263,7 +263,7 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
   const uint64_t rounds = uint64_t(s.warmup) + s.repetitions;
   const uint64_t runs = uint64_t(s.traces.size()) * s.allocators.size() * rounds;
   if (runs > kMaxRuns)
-    c.fail(root["repetitions"] ? root["repetitions"] : root,
+    c.fail(root["repetitions"] ? root["repetitions"] : root["traces"],
            "the experiment has " + std::to_string(runs) + " runs (" + std::to_string(s.traces.size()) + " traces x " +
                std::to_string(s.allocators.size()) + " allocators x " + std::to_string(rounds) +
                " rounds of warmup and repetitions), more than the " + std::to_string(kMaxRuns) +

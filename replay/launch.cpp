@@ -266,9 +266,10 @@ std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings
       "the replay needs {} of memory ({} for the trace's live heap at its peak, {} for the object table of {} "
       "slots{}) and this machine has {} available: replay on a machine with more memory{}{}",
       common::gib_text(need), common::gib_text(heap), common::gib_text(table), group_digits(plan.slots),
-      per_thread ? fmt::format(", {} for {} replay threads' plan windows{}", common::gib_text(per_thread),
-                               group_digits(threads), histograms ? " and latency histograms" : "")
-                 : "",
+      fmt::format(", {} for the plan's windows{}", common::gib_text(windows),
+                  histograms ? fmt::format(", {} for {} replay threads' latency histograms",
+                                           common::gib_text(histograms), group_digits(threads))
+                             : ""),
       common::gib_text(available),
       heap > table && heap > per_thread ? ", or with --touch none (the heap's pages are then never written)" : "",
       per_thread > heap && per_thread > table ? ", or with fewer replay threads (--threads N)" : "");

@@ -738,7 +738,8 @@ TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(t + ": the replay needs 1024.1 GiB of memory (1024.0 GiB for the trace's live heap at its "
-                           "peak, 0.0 GiB for the object table of 1 slots) and this machine has "),
+                           "peak, 0.0 GiB for the object table of 1 slots, 0.1 GiB for the plan's windows) and this "
+                           "machine has "),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("available: replay on a machine with more memory, or with --touch none"), std::string::npos)
@@ -767,8 +768,9 @@ TEST_F(ReplayTest, ManyThreadsMemoryIsCountedBeforeTheStart) {
                         "HEAPLAB_MEMORY_AVAILABLE=" + std::to_string(uint64_t{512} << 20));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(t + ": the replay needs "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(" for 2,000 replay threads' plan windows and latency histograms) and this machine has 0.5 GiB "
-                       "available: replay on a machine with more memory, or with fewer replay threads (--threads N)\n"),
+  EXPECT_NE(r.err.find(" for the plan's windows, 0.9 GiB for 2,000 replay threads' latency histograms) and this "
+                       "machine has 0.5 GiB available: replay on a machine with more memory, or with fewer replay "
+                       "threads (--threads N)\n"),
             std::string::npos)
       << r.err;
 }

@@ -295,7 +295,8 @@ void TraceReader::load_memory(const uint8_t* payload, uint32_t len, uint64_t off
   // Its records are held decoded (and their raw bytes while decoding): a
   // block of 1 MiB may declare up to 4 GiB of records zstd squeezed, so the
   // header's count is held against the memory available first.
-  if (len >= 24) {
+  if (len >= 24 && load_u32(payload) == 1 &&
+      load_u32(payload + 4) == kMemoryRecordSize) {  // (a later layout is skipped)
     const uint64_t count = load_u64(payload + 8);
     const uint64_t need = count * (kMemoryRecordSize + sizeof(MemoryEvent)), available = memory_available();
     if (count <= uint64_t{1} << 32 && available != 0 && need > available)

@@ -84,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     else
       ring.replace(kBlockSize * (1 + bh.thread), kBlockSize, block);
   }
-  h.data_blocks = appended.size() / kBlockSize;  // (the shim counts its appends: a live reader reads that many)
+  if (flags & 2)
+    h.data_blocks = appended.size() / kBlockSize;  // (the shim counts its appends: a live reader reads that many)
   std::memcpy(ring.data(), &h, sizeof h);
   const std::string path = scratch_dir() + "/1.0.hlraw";
   write(path, ring);
