@@ -405,6 +405,25 @@ TEST_F(Cli, CaptureThatStoppedEarlyExitsThree) {
   EXPECT_TRUE(std::regex_search(r.err, std::regex("heaplab check: d.hlt: [0-9,]+ events lost in capture\n"))) << r.err;
 }
 
+// A raw directory that a killed capture of the same output left behind is
+// named by the next capture, with the command that recovers its trace.
+TEST_F(Cli, LeftoverRawDirectoryIsNamed) {
+  const std::string victim = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/victim_c";
+  const std::string left = dir_ + "/n.hlt.raw.2147483646";  // (no such process)
+  fs::create_directory(left);
+  std::ofstream(left + "/4242.0.hlraw") << "";
+  fs::create_directory(dir_ + "/n.hlt.raw.2147483645");  // empty: nothing to recover
+  const Result r = run({"capture", "-q", "-o", "n.hlt", "--", victim, "single"}, dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("heaplab capture: note: " + left +
+                       " holds the raw files of an earlier capture of n.hlt whose heaplab was killed: `heaplab import "
+                       "--from heaplab-raw " +
+                       left + "/4242.0.hlraw -o TRACE` recovers its trace; remove the directory otherwise\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("2147483645"), std::string::npos) << r.err;
+}
+
 // `heaplab capture` killed (SIGKILL: nothing of it runs on): its program
 // runs on, but stops recording at its next block, so the raw files stop
 // growing instead of filling the disk. Also when nobody reaps the killed

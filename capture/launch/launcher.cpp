@@ -11,6 +11,7 @@
 #include <x86intrin.h>
 #endif
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <atomic>
@@ -374,12 +375,52 @@ void validate(CaptureOptions& opt) {
   opt.argv[0] = prog;
 }
 
+namespace {
+
+// Raw directories that captures of the same output left behind when their
+// heaplab was killed (OUTPUT.raw.PID, PID gone, raw files inside): named,
+// with the command that recovers their trace, so that they are neither
+// lost nor left to fill the disk unnoticed. At most 5.
+std::vector<std::string> leftover_raw_dirs(const std::string& output, const std::string& mine) {
+  std::vector<std::string> notes;
+  std::error_code ec;
+  const fs::path out = fs::absolute(output, ec);
+  if (ec) return notes;
+  const std::string prefix = out.filename().string() + ".raw.";
+  for (fs::directory_iterator it(out.parent_path(), ec), end; !ec && it != end && notes.size() < 5; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long long n = std::stoll(digits);
+    if (n <= 0 || n > 0x7fffffff) continue;
+    const pid_t pid = pid_t(n);
+    if (it->path() == fs::path(mine) || !it->is_directory(ec) || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::vector<RawName> raws;
+    try {
+      raws = list_raw(it->path().string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (raws.empty()) continue;
+    std::sort(raws.begin(), raws.end(), [](const RawName& a, const RawName& b) { return a.path < b.path; });
+    notes.push_back(fmt::format(
+        "note: {} holds the raw files of an earlier capture of {} whose heaplab was killed: `heaplab import --from "
+        "heaplab-raw {} -o TRACE` recovers its trace; remove the directory otherwise",
+        it->path().string(), output, raws.front().path));
+  }
+  return notes;
+}
+
+}  // namespace
+
 CaptureResult run_capture(CaptureOptions opt) {
   std::string given = opt.argv.empty() ? "" : opt.argv[0];
   CaptureResult res;
   const std::unique_ptr<CaptureMethod> method = choose_method(opt, res);
   opt.method = res.method = method->name();
   validate(opt);
+  for (std::string& n : leftover_raw_dirs(opt.output, opt.raw_dir)) res.notes.push_back(std::move(n));
   res.raw_dir = opt.raw_dir;
   if (const auto& pa = opt.program_allocator) {
     const std::string prog = fs::path(opt.argv[0]).filename().string();
