@@ -205,7 +205,7 @@ static_assert(kFreeBlocksOffset + sizeof(FreeBlocks) <= kBlockSize);
 // recording them; the launcher turns each slot into a trace holding one
 // `lost` event, so that no process's calls vanish without a word.
 inline constexpr char kSpareMagic[8] = {'H', 'L', 'S', 'P', 'A', 'R', 'E', '1'};
-inline constexpr uint32_t kSpareSlots = 64;
+inline constexpr uint32_t kSpareSlots = 1024;  // (64 MiB of memfd, sparse: a slot costs memory once taken)
 struct SpareControl {
   char magic[8];     // kSpareMagic (written by the launcher)
   uint32_t slots;    // kSpareSlots
