@@ -576,7 +576,8 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     note(rep.latency_samples_dropped, "timed calls beyond the 16 Mi kept (use a larger --latency N)");
     if (!notes.empty()) line("  " + notes);
     const std::string why = rep.stop_error > 0 ? fmt::format(" ({})", std::strerror(int(rep.stop_error))) : "";
-    if (rep.dropped_calls && rep.calls == 0 && rep.records == 0)
+    const bool never_started = rep.dropped_calls && rep.calls == 0 && rep.records == 0;
+    if (never_started)
       line(
           fmt::format("  capture could not start{}: all {} heap calls are missing from the trace (a `lost` event "
                       "counts them)",
@@ -589,7 +590,8 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
       line(fmt::format("  {} calls of the program's own memory ({} mappings, peak {:.1f} MiB mapped)",
                        common::group_digits(rep.memory_calls), common::group_digits(rep.regions),
                        double(rep.mapped_peak) / 1048576.0));
-    if (rep.coverage >= 0) line("  " + common::coverage_text(rep.coverage, rep.explained_peak, r.anon_rss_peak_kib));
+    if (rep.coverage >= 0 && !never_started)  // (nothing recorded: nothing to explain)
+      line("  " + common::coverage_text(rep.coverage, rep.explained_peak, r.anon_rss_peak_kib));
   }
   // An image the capture followed (behind a wrapper) that hands heap blocks
   // to its own allocator's functions while another allocator answered its
