@@ -714,6 +714,16 @@ TEST(Capture, CloneOnATinyStack) {
   }
 }
 
+// A thread made by syscall(SYS_clone) with a stack of its own: its child
+// resumes inside syscall(2), so the shim's entry must leave no frame of its
+// own there (it jumps to glibc's).
+TEST(Capture, RawCloneThreadRunsAsWithoutTheShim) {
+  TempDir dir;
+  const CaptureResult r = heaplab::launch::run_capture(options(dir, {victim("victim_c"), "rawthread"}));
+  EXPECT_EQ(r.exit_code, 0) << "the raw thread did not run";
+  EXPECT_EQ(r.signal, 0);
+}
+
 // A low limit on open files (ulimit -n 64): the spare headers' descriptor
 // goes below it, and the program starts as it would.
 TEST(Capture, LowDescriptorLimit) {

@@ -19,6 +19,10 @@
 #include "capture/shim/hooks.h"
 #include "capture/shim/shim_util.h"
 
+#if defined(__x86_64__)
+extern "C" __attribute__((visibility("hidden"))) void* heaplab_real_syscall;  // interpose.cpp
+#endif
+
 namespace heaplab::shim {
 
 Real g_real;
@@ -127,6 +131,9 @@ void* next_operator(const char* name) {
 }
 
 void resolve() {
+#if defined(__x86_64__)
+  heaplab_real_syscall = next_symbol("syscall");  // (interpose.cpp's entry: clones go straight there)
+#endif
   g_real.malloc = reinterpret_cast<void* (*)(size_t)>(next_symbol("malloc"));
   g_real.free = reinterpret_cast<void (*)(void*)>(next_symbol("free"));
   g_real.calloc = reinterpret_cast<void* (*)(size_t, size_t)>(next_symbol("calloc"));
@@ -395,6 +402,9 @@ long raw_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
 // its descriptor table (the child handler closes the raw files'
 // descriptors, which would stop the parent's capture).
 constexpr long kSharing = CLONE_VM | CLONE_VFORK | CLONE_THREAD | CLONE_FILES;
+#if defined(__x86_64__)
+static_assert(SYS_clone == 56 && SYS_clone3 == 435 && kSharing == 0x14500, "interpose.cpp's syscall entry");
+#endif
 
 // Whether a raw system call makes a new process that goes on from here, on
 // this stack (its child returns from the call, as from fork()).

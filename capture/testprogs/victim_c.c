@@ -11,6 +11,9 @@
  *                          function on a stack of its own)
  *   victim_c clonetiny     clone(3) without CLONE_VM on a 4 KiB stack above a guard page
  *                          (as runc does): the child makes no heap call and exits 7
+ *   victim_c rawthread     a thread made by syscall(SYS_clone, CLONE_VM | ..., stack): its
+ *                          child resumes inside syscall(2) on the new stack and returns to
+ *                          the address placed at its top (exits 0 once it ran)
  *   victim_c exec          allocates, then execs "victim_c single" in the same process
  *   victim_c spawn         allocates, then fork+exec "victim_c single" and waits
  *   victim_c crash MODE N  N mallocs, then dies by MODE: kill, segv or abort
@@ -172,6 +175,24 @@ static int clone_tiny(void) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 7 ? 0 : 1;
 }
 
+static volatile int raw_thread_ran;
+static void raw_thread_entry(void) {
+  raw_thread_ran = 1;
+  syscall(SYS_exit, 0);
+}
+
+static int raw_thread(void) {
+  char* stack = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (stack == MAP_FAILED) return 1;
+  void** top = (void**)(stack + 65536 - 64);
+  void (*entry)(void) = raw_thread_entry;
+  memcpy(top, &entry, sizeof entry); /* what syscall(2)'s `ret` pops in the child */
+  const long flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM;
+  if (syscall(SYS_clone, flags, top, NULL, NULL, 0) < 0) return 1;
+  for (int i = 0; i < 5000 && !raw_thread_ran; ++i) usleep(1000);
+  return raw_thread_ran ? 0 : 1;
+}
+
 static int do_exec(const char* self, int spawn) {
   BEGIN();
   void* p = malloc(444);
@@ -248,6 +269,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "sysfork") && argc == 3) return sys_fork(atol(argv[2]));
   if (!strcmp(argv[1], "clone") && argc == 3) return clone_fork(atol(argv[2]));
   if (!strcmp(argv[1], "clonetiny")) return clone_tiny();
+  if (!strcmp(argv[1], "rawthread")) return raw_thread();
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
