@@ -745,11 +745,11 @@ TEST(Capture, LowDescriptorLimit) {
   EXPECT_EQ(r.traces.size(), 1u);
 }
 
-// Forks that bypass glibc's fork(): _Fork, syscall(SYS_fork) and clone(3)
+// Forks that bypass glibc's fork(): _Fork, syscall(SYS_fork), syscall(SYS_clone3) and clone(3)
 // without CLONE_VM. The child is followed from its first call, and never
 // writes into its parent's blocks.
 TEST(Capture, ForksWithoutForkAreFollowed) {
-  for (const char* how : {"_fork", "sysfork", "clone"}) {
+  for (const char* how : {"_fork", "sysfork", "clone3", "clone"}) {
     SCOPED_TRACE(how);
     TempDir dir;
     CaptureOptions opt = options(dir, {victim("victim_c"), how, "50000"});

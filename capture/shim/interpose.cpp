@@ -1,5 +1,6 @@
 // The override layer: every allocation entry point of C and C++, each a
 // one-line forward to its hook (hooks.h). Nothing else lives here.
+#include <errno.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -28,27 +29,35 @@ HEAPLAB_EXPORT void* valloc(size_t n) { return s::hook_valloc(n); }
 HEAPLAB_EXPORT pid_t _Fork(void) { return s::hook_fork_without_handlers(); }
 #if defined(__x86_64__)
 // syscall(2) in assembly, so that no frame of the shim's is in the way: a
-// clone that is not a fork on this stack (SYS_clone with a stack of its
-// own or sharing memory, any SYS_clone3) jumps to glibc's with the
-// caller's frame untouched (its child resumes inside it, as without the
-// shim); every other call jumps to the hook, whose seven arguments are in
-// the same registers and stack slot as syscall's.
+// clone that is not a fork on this stack (SYS_clone or SYS_clone3 with a
+// stack of its own, or sharing memory) is made here exactly as glibc makes
+// it (its child resumes on its new stack at the `ret`); every other call
+// jumps to the hook, whose seven arguments are in the same registers and
+// stack slot as syscall's (56 SYS_clone, 435 SYS_clone3; 0x14500 CLONE_VM |
+// CLONE_FILES | CLONE_VFORK | CLONE_THREAD: shim.cpp's kSharing, checked
+// there; struct clone_args: flags at 0, stack at 40).
 extern "C" {
-__attribute__((visibility("hidden"))) void* heaplab_real_syscall = nullptr;
-__attribute__((visibility("hidden"))) long heaplab_syscall_hook(long n, long a0, long a1, long a2, long a3, long a4,
-                                                                long a5) {
+__attribute__((visibility("hidden"), used)) long heaplab_syscall_hook(long n, long a0, long a1, long a2, long a3,
+                                                                      long a4, long a5) {
   return s::hook_syscall(n, a0, a1, a2, a3, a4, a5);
+}
+__attribute__((visibility("hidden"), used)) long heaplab_syscall_failed(long r) {
+  errno = int(-r);
+  return -1;
 }
 }
 asm(R"(
-  .text
+  .pushsection .text
+  .p2align 4
   .globl syscall
   .type syscall, @function
 syscall:
+  .cfi_startproc
+  endbr64
   cmpq $56, %rdi
   je 1f
   cmpq $435, %rdi
-  je 2f
+  je 4f
   jmp heaplab_syscall_hook
 1:
   testl $0x14500, %esi
@@ -56,17 +65,35 @@ syscall:
   testq %rdx, %rdx
   jnz 2f
   jmp heaplab_syscall_hook
-2:
-  movq heaplab_real_syscall(%rip), %rax
-  testq %rax, %rax
-  jz 3f
-  jmp *%rax
-3:
+4:
+  testq %rsi, %rsi
+  jz 2f
+  cmpq $48, %rdx
+  jb 2f
+  testl $0x14500, (%rsi)
+  jnz 2f
+  cmpq $0, 40(%rsi)
+  jne 2f
   jmp heaplab_syscall_hook
+2:
+  movq %rdi, %rax
+  movq %rsi, %rdi
+  movq %rdx, %rsi
+  movq %rcx, %rdx
+  movq %r8, %r10
+  movq %r9, %r8
+  movq 8(%rsp), %r9
+  syscall
+  cmpq $-4095, %rax
+  jae 3f
+  ret
+3:
+  movq %rax, %rdi
+  jmp heaplab_syscall_failed
+  .cfi_endproc
   .size syscall, .-syscall
+  .popsection
 )");
-// (56 SYS_clone, 435 SYS_clone3; 0x14500 CLONE_VM | CLONE_FILES |
-// CLONE_VFORK | CLONE_THREAD: shim.cpp's kSharing, checked there.)
 #else
 // (glibc reads all six arguments whatever the call: so do these.)
 HEAPLAB_EXPORT long syscall(long n, ...) {

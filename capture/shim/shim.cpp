@@ -19,10 +19,6 @@
 #include "capture/shim/hooks.h"
 #include "capture/shim/shim_util.h"
 
-#if defined(__x86_64__)
-extern "C" __attribute__((visibility("hidden"))) void* heaplab_real_syscall;  // interpose.cpp
-#endif
-
 namespace heaplab::shim {
 
 Real g_real;
@@ -131,9 +127,6 @@ void* next_operator(const char* name) {
 }
 
 void resolve() {
-#if defined(__x86_64__)
-  heaplab_real_syscall = next_symbol("syscall");  // (interpose.cpp's entry: clones go straight there)
-#endif
   g_real.malloc = reinterpret_cast<void* (*)(size_t)>(next_symbol("malloc"));
   g_real.free = reinterpret_cast<void (*)(void*)>(next_symbol("free"));
   g_real.calloc = reinterpret_cast<void* (*)(size_t, size_t)>(next_symbol("calloc"));

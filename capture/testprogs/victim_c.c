@@ -7,6 +7,7 @@
  *                          N malloc(24)/free pairs of its own: the child makes N
  *                          malloc(32)/free pairs
  *   victim_c sysfork N     as _fork, with syscall(SYS_fork) (no libc fork at all)
+ *   victim_c clone3 N      as _fork, with syscall(SYS_clone3) of a process on this stack
  *   victim_c clone N       as _fork, with clone(3) without CLONE_VM (the child runs a
  *                          function on a stack of its own)
  *   victim_c clonetiny     clone(3) without CLONE_VM on a 4 KiB stack above a guard page
@@ -140,6 +141,13 @@ static int sys_fork(long n) {
   return child_pairs((pid_t)syscall(SYS_fork), n);
 }
 
+static int sys_clone3(long n) {
+  uint64_t args[11] = {0}; /* struct clone_args: flags, pidfd, child_tid, parent_tid, exit_signal, stack, ... */
+  args[4] = SIGCHLD;
+  malloc_free(n, 24);
+  return child_pairs((pid_t)syscall(SYS_clone3, args, (size_t)88), n);
+}
+
 static long clone_n;
 static int clone_child(void* arg) {
   (void)arg;
@@ -268,6 +276,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "_fork") && argc == 3) return underscore_fork(atol(argv[2]));
   if (!strcmp(argv[1], "sysfork") && argc == 3) return sys_fork(atol(argv[2]));
   if (!strcmp(argv[1], "clone") && argc == 3) return clone_fork(atol(argv[2]));
+  if (!strcmp(argv[1], "clone3") && argc == 3) return sys_clone3(atol(argv[2]));
   if (!strcmp(argv[1], "clonetiny")) return clone_tiny();
   if (!strcmp(argv[1], "rawthread")) return raw_thread();
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
