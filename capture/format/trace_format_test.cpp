@@ -651,6 +651,33 @@ TEST(AddressBlock, DamageBehindValidChecksumsIsCaught) {
   }
 }
 
+// Each thread with events costs the writer about 640 bytes: from 65,536
+// threads on, each doubling is held against the memory available (an
+// importer fed a new thread id an event stops in one line, not at 10 GB).
+TEST(BadInput, WriterThreadsBeyondTheMemoryAreRefused) {
+  TempDir dir;
+  const std::string path = dir.file("many.hlt");
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string(uint64_t{64} << 20).c_str(), 1);
+  std::string error;
+  uint32_t written = 0;
+  try {
+    TraceWriter w(path, WriterOptions{});
+    for (uint32_t t = 0; t < 70000; ++t, ++written) {
+      Event e;
+      e.op = Op::thread_start;
+      e.thread = t;
+      w.append(e);
+    }
+  } catch (const TraceError& e) {
+    error = e.what();
+  }
+  unsetenv("HEAPLAB_MEMORY_AVAILABLE");
+  EXPECT_EQ(written, 65536u);
+  EXPECT_EQ(error, path +
+                       ": 65536 threads so far; twice that needs about 80 MiB to write (640 bytes a thread), more than "
+                       "the 64 MiB this machine has available");
+}
+
 // Reading in global order holds a decoded chunk per thread: a trace whose
 // chunks declare more than the memory available is refused at once, in
 // one line (a few KiB of file can declare 64 MiB chunks for many threads).

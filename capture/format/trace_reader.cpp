@@ -16,6 +16,7 @@
 
 #include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
+#include "capture/format/memory_available.h"
 
 namespace heaplab::trace {
 namespace {
@@ -25,7 +26,6 @@ using bytes::load_u32;
 using bytes::load_u64;
 
 std::string fmt_bytes(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
-uint64_t memory_available();
 std::string gib(uint64_t bytes);
 
 }  // namespace
@@ -694,20 +694,6 @@ uint64_t TraceReader::decoded_bytes_at_once() const {
 }
 
 namespace {
-
-// This machine's MemAvailable, bytes (0: unknown). HEAPLAB_MEMORY_AVAILABLE
-// (bytes) replaces it, for tests.
-uint64_t memory_available() {
-  if (const char* v = getenv("HEAPLAB_MEMORY_AVAILABLE")) return std::strtoull(v, nullptr, 10);
-  FILE* f = std::fopen("/proc/meminfo", "re");
-  if (!f) return 0;
-  char line[256];
-  unsigned long long kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-  std::fclose(f);
-  return uint64_t(kib) << 10;
-}
 
 std::string gib(uint64_t bytes) {
   char buf[32];

@@ -15,6 +15,7 @@
 
 #include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
+#include "capture/format/memory_available.h"
 
 namespace heaplab::trace {
 namespace {
@@ -57,6 +58,9 @@ constexpr size_t kStagedBytesPerEvent = 1 + 8 * kColumnCount;
 // flushed threads give their staging arrays back.
 constexpr size_t kStagingBudget = size_t{32} << 20;
 constexpr size_t kMaxStagedEvents = kStagingBudget / kStagedBytesPerEvent;
+// What a thread with events costs the writer (measured: 637 MiB for 2^20
+// threads of one call each, BENCHMARKS.md).
+constexpr uint64_t kWriterBytesPerThread = 640;
 
 // Writes the low W bytes of each value (8-byte stores; 8 bytes of slack).
 template <unsigned W>
@@ -171,6 +175,18 @@ struct TraceWriter::Impl {
   }
 
   [[gnu::noinline]] ThreadEncoder& new_encoder(uint32_t t) {
+    // About 640 bytes a thread that has events (its encoder, index and
+    // info): from 65,536 threads on, each doubling is held against the
+    // memory available first (a few MB of input naming a new thread an
+    // event would otherwise take the writer to 10 GB at 2^24 threads).
+    if (const size_t n = active.size(); n >= (size_t{1} << 16) && (n & (n - 1)) == 0) {
+      const uint64_t need = uint64_t(n) * 2 * kWriterBytesPerThread, available = memory_available();
+      if (available != 0 && need > available)
+        throw TraceError(path + ": " + std::to_string(n) + " threads so far; twice that needs about " +
+                         std::to_string(need >> 20) + " MiB to write (" + std::to_string(kWriterBytesPerThread) +
+                         " bytes a thread), more than the " + std::to_string(available >> 20) +
+                         " MiB this machine has available");
+    }
     const uint32_t p = t >> kPageBits;
     if (p >= pages.size()) pages.resize(p + 1);
     if (!pages[p]) pages[p] = std::make_unique<Page>();
