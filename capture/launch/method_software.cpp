@@ -97,13 +97,23 @@ void name_trace(TraceResult& tr, const RawName& name, const normalise::RecordSou
   tr.exe.assign(h.exe, std::min<size_t>(h.exe_len, sizeof h.exe));
 }
 
-// Root first, then by pid and image.
+// The order of process images: root first, then by pid and image.
+bool root_first(uint32_t pa, uint32_t ga, uint32_t pb, uint32_t gb, pid_t root) {
+  const bool ra = pa == uint32_t(root) && ga == 0, rb = pb == uint32_t(root) && gb == 0;
+  if (ra != rb) return ra;
+  return std::tie(pa, ga) < std::tie(pb, gb);
+}
+
 void sort_raws(std::vector<RawName>& raws, pid_t root) {
-  std::sort(raws.begin(), raws.end(), [&](const RawName& a, const RawName& b) {
-    bool ra = a.pid == uint32_t(root) && a.gen == 0, rb = b.pid == uint32_t(root) && b.gen == 0;
-    if (ra != rb) return ra;
-    return std::tie(a.pid, a.gen) < std::tie(b.pid, b.gen);
-  });
+  std::sort(raws.begin(), raws.end(),
+            [&](const RawName& a, const RawName& b) { return root_first(a.pid, a.gen, b.pid, b.gen, root); });
+}
+
+// ns per tick from the program's start to now (0 if unknown), for an image
+// too short-lived to measure its own.
+double ns_per_tick_since(const ClockPair& c0) {
+  const ClockPair c1 = clock_pair();
+  return c1.ticks > c0.ticks ? double(c1.mono - c0.mono) / double(c1.ticks - c0.ticks) : 0;
 }
 
 // Normalises every process image's raw file while the program runs: a
@@ -246,7 +256,7 @@ class LiveCollector {
         normalise::RawFile file(j.name.path);
         out = trace_name(opt_.output, j.name.pid, j.name.gen, j.root, file.command_line());
         CaptureOptions o = opt_;
-        o.normalise.fallback_ns_per_tick = fallback_ns_per_tick();
+        o.normalise.fallback_ns_per_tick = ns_per_tick_since(run_.start);
         // (j.meta holds the capture's metadata already: nothing for normalise_to to add from a result.)
         TraceResult tr = normalise_to(file, out, o, CaptureResult{}, false, j.meta);
         name_trace(tr, j.name, file);
@@ -280,13 +290,6 @@ class LiveCollector {
         j.error += " (" + std::to_string(consumed) +
                    " raw blocks were already normalised and deleted: the raw files left hold only the rest)";
     }
-  }
-
-  // ns per tick from the program's start to now, for an image too short-lived to measure its own.
-  double fallback_ns_per_tick() const {
-    const ClockPair c1 = clock_pair();
-    const ClockPair& c0 = run_.start;
-    return c1.ticks > c0.ticks ? double(c1.mono - c0.mono) / double(c1.ticks - c0.ticks) : 0;
   }
 
   const CaptureOptions& opt_;
@@ -356,11 +359,8 @@ class SpareHeaders {
           "{} more processes could not set up their raw files once the {} spare headers were taken: their calls "
           "were neither recorded nor counted (their messages are above)",
           claimed - raw::kSpareSlots, raw::kSpareSlots));
-    if (claimed > 0 && opt.normalise.fallback_ns_per_tick == 0) {
-      const ClockPair c1 = clock_pair();
-      if (c1.ticks > run.start.ticks)
-        opt.normalise.fallback_ns_per_tick = double(c1.mono - run.start.mono) / double(c1.ticks - run.start.ticks);
-    }
+    if (claimed > 0 && opt.normalise.fallback_ns_per_tick == 0)
+      opt.normalise.fallback_ns_per_tick = ns_per_tick_since(run.start);
     std::set<std::pair<uint32_t, uint32_t>> taken;  // (pid, exec generation) with a trace
     for (const TraceResult& t : res.traces) taken.insert({t.pid, t.exec_generation});
     for (uint32_t i = 0; i < std::min(claimed, raw::kSpareSlots); ++i) {
@@ -395,10 +395,7 @@ class SpareHeaders {
     }
     munmap(m, raw::kSpareBytes);
     std::stable_sort(res.traces.begin(), res.traces.end(), [&](const TraceResult& a, const TraceResult& b) {
-      const bool ra = a.pid == uint32_t(run.pid) && a.exec_generation == 0;
-      const bool rb = b.pid == uint32_t(run.pid) && b.exec_generation == 0;
-      if (ra != rb) return ra;
-      return std::tie(a.pid, a.exec_generation) < std::tie(b.pid, b.exec_generation);
+      return root_first(a.pid, a.exec_generation, b.pid, b.exec_generation, run.pid);
     });
   }
 
@@ -433,10 +430,7 @@ class SoftwareMethod : public CaptureMethod {
     // A TSC rate for processes too short-lived to calibrate on their own.
     auto elapsed = std::chrono::steady_clock::now() - run.t0;
     if (elapsed < std::chrono::milliseconds(20)) std::this_thread::sleep_for(std::chrono::milliseconds(20) - elapsed);
-    ClockPair c1 = clock_pair();
-    const ClockPair& c0 = run.start;
-    if (c1.ticks > c0.ticks)
-      opt.normalise.fallback_ns_per_tick = double(c1.mono - c0.mono) / double(c1.ticks - c0.ticks);
+    opt.normalise.fallback_ns_per_tick = ns_per_tick_since(run.start);
 
     auto t1 = std::chrono::steady_clock::now();
     std::vector<RawName> raws = list_raw(opt.raw_dir);
