@@ -1832,6 +1832,58 @@ TEST(Capture, SmallAndFullDisk) {
   EXPECT_EQ(lost_in(r4.traces[1].path), r4.traces[1].report.dropped_calls);
 }
 
+// A live capture on a disk too small for its raw data waits for the reader
+// to give space or blocks back, with the program's signals open (Ctrl-C is
+// not held up): a signal handler's heap calls during such a wait are counted
+// as lost, every other call is recorded, and none vanishes.
+TEST(Capture, HandlerCallsWhileWaitingForDiskAreCounted) {
+  TempDir dir;
+  const std::string mnt = dir.file("fs");
+  std::filesystem::create_directory(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  CaptureOptions opt = options(dir, {victim("victim_c"), "signal", "1500000"});
+  opt.raw_dir = mnt + "/raw";
+  const std::string out = dir.file("stdout.txt");
+  CaptureResult r = run_with_stdout(opt, out);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 1u);
+  const TraceResult& t = r.traces[0];
+  EXPECT_EQ(t.report.stop_error, 0);
+  long loop = -1, handler = -1;
+  {
+    std::istringstream in(heaplab::trace::testutil::read_file(out));
+    in >> loop >> handler;
+    ASSERT_TRUE(in);
+  }
+  auto mid = between_markers(read_events(t.path), false);
+  ASSERT_TRUE(mid);
+  std::map<uint64_t, uint64_t> mallocs, frees;  // by size
+  std::unordered_map<uint64_t, uint64_t> size_of;
+  for (const Event& e : *mid) {
+    if (e.op == Op::malloc) {
+      ++mallocs[e.size];
+      size_of[e.id] = e.size;
+    } else if (e.op == Op::free) {
+      auto it = size_of.find(e.old);
+      ASSERT_TRUE(it != size_of.end()) << describe(e);
+      ++frees[it->second];
+      size_of.erase(it);
+    }
+  }
+  EXPECT_EQ(mallocs[32], uint64_t(loop));  // the program's own thread: every call
+  EXPECT_EQ(frees[32], uint64_t(loop));
+  EXPECT_EQ(mallocs[48], frees[48]);  // a handler runs whole inside a wait, or outside
+  EXPECT_EQ(mallocs[48] + frees[48] + t.report.dropped_calls, 2 * uint64_t(handler));
+  EXPECT_EQ(lost_in(t.path), t.report.dropped_calls);
+  std::printf("%ld handler calls, %llu heap calls of theirs counted as lost\n", handler,
+              static_cast<unsigned long long>(t.report.dropped_calls));
+}
+
 // A program that closes every descriptor it did not open (as daemons do) and
 // opens files of its own: the capture stops, and never writes into them.
 TEST(Capture, ProgramClosingOurDescriptorsKeepsItsFiles) {
