@@ -30,6 +30,12 @@ struct MemoryCounts {
 
 class MemoryMap {
  public:
+  // Memory a recorded call costs: 88 bytes while recording (its event and
+  // its place in the order), 240 at the end (sorted, copied and encoded).
+  // Past kCheckedFrom calls, each doubling is checked against the memory
+  // available first (std::runtime_error).
+  static constexpr uint64_t kBytesPerCall = 240;
+  static constexpr size_t kCheckedFrom = size_t{1} << 20;
   // `fixed`: MAP_FIXED, replacing what was mapped there (`pages` of it resident).
   void map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed, uint64_t pages = trace::kUnknownPages);
   void unmap(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages);

@@ -24,6 +24,7 @@
 #include "capture/format/event.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_testutil.h"
+#include "capture/normalise/memory_map.h"
 #include "capture/normalise/raw_reader.h"
 #include "capture/shim/raw_format.h"
 
@@ -474,6 +475,33 @@ std::vector<std::string> memory_text(const trace::TraceReader& r) {
                   (m.pages == trace::kUnknownPages ? std::string("?") : std::to_string(m.pages)) +
                   (m.new_region ? " -> r" + std::to_string(m.new_region) + " " + std::to_string(m.new_length) : ""));
   return out;
+}
+
+// The program's own memory calls are held until the trace is written: from
+// 2^20 on, each doubling is checked against the memory available first.
+TEST(Normalise, ProgramsOwnMemoryCallsAreHeldAgainstTheMemoryAvailable) {
+  using heaplab::normalise::MemoryMap;
+  constexpr size_t n = MemoryMap::kCheckedFrom;
+  const uint64_t need = uint64_t(n) * 2 * MemoryMap::kBytesPerCall;
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string(need - 1).c_str(), 1);
+  MemoryMap m;
+  heaplab::normalise::MemoryPosition at;
+  size_t calls = 0;
+  std::string error;
+  try {
+    for (; calls < n + 2; calls += 2, ++at.after) {
+      m.map(at, 0x100000, 0x10000, false, 0);
+      m.unmap(at, 0x100000, 0x10000, 0);
+    }
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  unsetenv("HEAPLAB_MEMORY_AVAILABLE");
+  EXPECT_EQ(calls, n);  // the map after the 2^20th record is the one refused
+  EXPECT_EQ(error,
+            "the program's own memory calls (mmap, munmap, ...): 1048576 recorded so far; twice that needs "
+            "about 480 MiB to keep and write (240 bytes a call), more than the 479 MiB this machine has "
+            "available");
 }
 
 TEST(Normalise, ProgramsOwnMemoryBecomesRegions) {

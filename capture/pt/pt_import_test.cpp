@@ -245,6 +245,31 @@ TEST(PtImport, PerCpuBuffersGiveTheSameTraceAsPerThread) {
   }
 }
 
+// Per-cpu events are held until every CPU is decoded (40 bytes each): from
+// 65,536 on, each doubling is checked against the memory available first.
+TEST(PtImport, PerCpuEventsAreHeldAgainstTheMemoryAvailable) {
+  TempDir dir;
+  PerfSynthOptions o = options(true);
+  o.cpus = 2;
+  o.migrate_every = 37;
+  const std::string path = dir.path + "/cpu.data";
+  write(path, synth_perf_data(three_threads(22000), o));                    // 66,000 events
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string(5u << 20).c_str(), 1);  // 65,536 * 2 * 40 B is 5 MiB
+  EXPECT_EQ(decode(path, Decoder::direct, dir.path + "/a").report.events, 66000u);
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string((5u << 20) - 1).c_str(), 1);
+  std::string error;
+  try {
+    decode(path, Decoder::direct, dir.path + "/b");
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  unsetenv("HEAPLAB_MEMORY_AVAILABLE");
+  EXPECT_EQ(error,
+            "per-CPU PT buffers: 65536 events held so far to be put in order (40 bytes each until every CPU is "
+            "decoded); twice that needs about 5 MiB, more than the 4 MiB this machine has available: record per "
+            "thread (perf record --per-thread)");
+}
+
 // Events out of their numbering: one written before the one numbered just
 // ahead of it (a signal handler that allocated between the shim numbering
 // an event and writing it) finds its place; one that is not the thread's
