@@ -1805,7 +1805,8 @@ TEST(Capture, SmallAndFullDisk) {
   }
   // The program execs (not followed): its first image's spare trace only
   // (the empty raw file the shim leaves tells the new image it is not the
-  // first; its note of the exec cannot be written on the full disk).
+  // first; its note of the exec cannot be written on the full disk, and is
+  // counted in the spare memfd instead).
   CaptureOptions execs = options(dir, {victim("victim_c"), "exec"});
   execs.output = dir.file("full-exec.hlt");
   execs.raw_dir = mnt + "/full-exec";
@@ -1817,6 +1818,12 @@ TEST(Capture, SmallAndFullDisk) {
   EXPECT_GT(r5.traces[0].report.dropped_calls, 0u);
   ASSERT_EQ(r5.traces[0].command_line.size(), 2u);
   EXPECT_EQ(r5.traces[0].command_line[1], "exec");  // the first image's, not the exec'd one's
+  EXPECT_TRUE(r5.unfollowed.empty());
+  EXPECT_EQ(r5.unnoted_execs, 1u);
+  EXPECT_EQ(r5.unnoted_forks, 0u);
+  EXPECT_NE(heaplab::launch::summary(r5, execs).find(
+                "1 more process image was not followed (1 exec'd, 0 forked) and could not be named"),
+            std::string::npos);
   CaptureOptions forks = options(dir, {victim("victim_c"), "forkfirst", "1000"});
   forks.output = dir.file("full-fork.hlt");
   forks.raw_dir = mnt + "/full-fork";
@@ -1830,6 +1837,16 @@ TEST(Capture, SmallAndFullDisk) {
   EXPECT_EQ(r4.traces[1].report.stop_error, ENOSPC);
   EXPECT_GE(r4.traces[1].report.dropped_calls, 2000u);  // the child's 1,000 pairs at least
   EXPECT_EQ(lost_in(r4.traces[1].path), r4.traces[1].report.dropped_calls);
+  // Not followed: the child is counted, though its note cannot be written.
+  forks.output = dir.file("full-nofollow.hlt");
+  forks.raw_dir = mnt + "/full-nofollow";
+  forks.follow_fork = false;
+  const CaptureResult r6 = heaplab::launch::run_capture(forks);
+  EXPECT_EQ(r6.exit_code, 0);
+  EXPECT_EQ(r6.traces.size(), 1u);
+  EXPECT_TRUE(r6.unfollowed.empty());
+  EXPECT_EQ(r6.unnoted_execs, 0u);
+  EXPECT_EQ(r6.unnoted_forks, 1u);
 }
 
 // A live capture on a disk too small for its raw data waits for the reader

@@ -674,6 +674,12 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
         "them",
         others.size(), others.size() == 1 ? " was" : "es were", list, others.size() == 1 ? "its" : "their"));
   }
+  if (const uint32_t n = r.unnoted_execs + r.unnoted_forks)
+    line(
+        fmt::format("{} more process image{} not followed ({} exec'd, {} forked) and could not be named (no room for "
+                    "the note on the raw directory's disk): {} heap calls are not in any trace; --follow records "
+                    "them",
+                    n, n == 1 ? " was" : "s were", r.unnoted_execs, r.unnoted_forks, n == 1 ? "its" : "their"));
   if (r.descendants_running)
     line(
         "some child processes were still running when the wait for them was interrupted; "

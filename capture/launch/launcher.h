@@ -76,10 +76,13 @@ struct CaptureResult {
   std::vector<TraceResult> traces;          // the program's own first
   uint32_t pid = 0;                         // the program's process (software method)
   std::vector<UnfollowedImage> unfollowed;  // in the order they started
-  std::vector<std::string> failed;          // raw files that could not be normalised: "PATH: why"
-  std::vector<std::string> notes;           // e.g. "--method pt: ...; recorded with --method software instead"
-  std::string method = "software";          // the method used
-  std::string perf_data;                    // --method pt: the recording (kept with --keep-raw)
+  // Images not followed whose note could not be written (a full disk):
+  // counted by the shim in the spare memfd instead, by kind.
+  uint32_t unnoted_execs = 0, unnoted_forks = 0;
+  std::vector<std::string> failed;  // raw files that could not be normalised: "PATH: why"
+  std::vector<std::string> notes;   // e.g. "--method pt: ...; recorded with --method software instead"
+  std::string method = "software";  // the method used
+  std::string perf_data;            // --method pt: the recording (kept with --keep-raw)
 };
 
 // Checks the program, allocator, shim and output; throws LaunchError naming

@@ -352,8 +352,10 @@ class SpareHeaders {
       return;
     }
     const auto* base = static_cast<const uint8_t*>(m);
-    const uint32_t claimed =
-        __atomic_load_n(&reinterpret_cast<const raw::SpareControl*>(base)->claimed, __ATOMIC_ACQUIRE);
+    const auto* ctl = reinterpret_cast<const raw::SpareControl*>(base);
+    const uint32_t claimed = __atomic_load_n(&ctl->claimed, __ATOMIC_ACQUIRE);
+    res.unnoted_execs = __atomic_load_n(&ctl->unnoted_exec, __ATOMIC_ACQUIRE);
+    res.unnoted_forks = __atomic_load_n(&ctl->unnoted_fork, __ATOMIC_ACQUIRE);
     if (claimed > raw::kSpareSlots)
       res.failed.push_back(fmt::format(
           "{} more processes could not set up their raw files once the {} spare headers were taken: their calls "

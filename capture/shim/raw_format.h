@@ -212,6 +212,10 @@ struct SpareControl {
   char magic[8];     // kSpareMagic (written by the launcher)
   uint32_t slots;    // kSpareSlots
   uint32_t claimed;  // slots handed out (atomic; may pass `slots`: those got none)
+  // Process images not followed whose note in DIR/unfollowed could not be
+  // written (a full disk), by kind: counted here instead (atomic).
+  uint32_t unnoted_exec;
+  uint32_t unnoted_fork;
 };
 // The memfd's size: the control block, then the slots (slot i at kBlockSize * (i + 1)).
 inline constexpr uint64_t kSpareBytes = kBlockSize * (1 + uint64_t(kSpareSlots));

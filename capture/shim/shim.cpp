@@ -168,7 +168,7 @@ pid_t (*g_real_fork)() = nullptr;  // glibc's _Fork, found at its first call
 void after_fork_child() {
   memory_after_fork();
   if (!g_dir) return;
-  if (!g_follow_fork) note_unfollowed(g_dir, "fork");
+  if (!g_follow_fork && !note_unfollowed(g_dir, "fork")) sink_count_unnoted(false);
   if (g_ptwrite) {
     // perf traces the child too (inherit): a followed child marks itself and
     // numbers its events from 0; any other stops.
@@ -185,10 +185,16 @@ void start_capture() {
   const char* follow = getenv("HEAPLAB_CAPTURE_FOLLOW");
   bool follow_exec = follow && strstr(follow, "exec");
   g_follow_fork = follow && strstr(follow, "fork");
+  if (const char* spare = getenv("HEAPLAB_CAPTURE_SPARE")) {
+    char* end = nullptr;
+    const long fd = strtol(spare, &end, 10);
+    if (end != spare && *end == 0 && fd >= 3 && fd < (1L << 20)) sink_set_spare(int(fd));
+  }
   const char* root = getenv("HEAPLAB_CAPTURE_ROOT");
   bool is_root = root && strtol(root, nullptr, 10) == long(getpid());
   if (!((is_root && sink_first_image(dir)) || follow_exec)) {
-    note_unfollowed(dir, "exec");  // heaplab capture names what it did not follow
+    // heaplab capture names what it did not follow (or counts it, on a full disk)
+    if (!note_unfollowed(dir, "exec")) sink_count_unnoted(true);
     return;
   }
   g_dir = dir;
@@ -214,11 +220,6 @@ void start_capture() {
       _exit(127);
     }
     shim_error("this CPU has no ptwrite (CPUID.(EAX=14H,ECX=0):EBX[4] is 0); recording into files instead", 0);
-  }
-  if (const char* spare = getenv("HEAPLAB_CAPTURE_SPARE")) {
-    char* end = nullptr;
-    const long fd = strtol(spare, &end, 10);
-    if (end != spare && *end == 0 && fd >= 3 && fd < (1L << 20)) sink_set_spare(int(fd));
   }
   if (!sink_open(SinkConfig{dir, tsc, false})) {
     g_dir = nullptr;

@@ -62,14 +62,15 @@ inline int create_image_file(const char* dir, const char* ext, int flags, char* 
 // write on an O_APPEND file, so lines of processes writing at once never
 // mix; past 1 MiB only "KIND\tPID\tPPID\n", so a program forking millions
 // of times still counts right without filling the disk. Async-signal-safe
-// (called in a fork child).
-inline void note_unfollowed(const char* dir, const char* kind) {
+// (called in a fork child). False if the line could not be written whole
+// (a full disk): the caller counts the image elsewhere (sink_count_unnoted).
+inline bool note_unfollowed(const char* dir, const char* kind) {
   char path[4096];
   uint64_t n = 0;
   path[0] = 0;
-  if (!append(path, sizeof path, &n, dir) || !append(path, sizeof path, &n, "/unfollowed")) return;
+  if (!append(path, sizeof path, &n, dir) || !append(path, sizeof path, &n, "/unfollowed")) return false;
   const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   char line[768];
   uint64_t len = 0;
   line[0] = 0;
@@ -108,6 +109,7 @@ inline void note_unfollowed(const char* dir, const char* kind) {
     w = write(fd, line, len);
   } while (w < 0 && errno == EINTR);
   close(fd);
+  return w == ssize_t(len);
 }
 
 // The name of an errno value, without strerror() (which may allocate

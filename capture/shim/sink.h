@@ -191,6 +191,9 @@ struct SinkConfig {
 bool sink_open(const SinkConfig& cfg);
 // heaplab capture's spare header memfd (raw_format.h, SpareControl), or -1.
 void sink_set_spare(int fd);
+// An image not followed whose note_unfollowed line could not be written:
+// counted in the spare memfd's control block instead. Async-signal-safe.
+void sink_count_unnoted(bool exec);
 // In a fork child: drop the parent's file; open a new one if `follow`.
 void sink_after_fork(bool follow, const char* dir);
 // At exit: clock pair and clean-exit flag.

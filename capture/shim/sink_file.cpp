@@ -606,6 +606,18 @@ bool not_started(const SinkConfig& cfg, uint32_t gen, int err, const char* data_
 
 void sink_set_spare(int fd) { g_spare_fd = fd; }
 
+void sink_count_unnoted(bool exec) {
+  if (g_spare_fd < 0) return;
+  struct stat st;
+  if (fstat(g_spare_fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != kSpareBytes) return;
+  void* c = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, 0);
+  if (c == MAP_FAILED) return;
+  auto* ctl = static_cast<SpareControl*>(c);
+  if (memcmp(ctl->magic, kSpareMagic, sizeof ctl->magic) == 0)
+    __atomic_fetch_add(exec ? &ctl->unnoted_exec : &ctl->unnoted_fork, 1u, __ATOMIC_RELAXED);
+  munmap(c, kBlockSize);
+}
+
 bool sink_open(const SinkConfig& cfg) {
   g_clock = cfg.tsc ? kClockTsc : kClockMonotonic;
   struct rlimit lim;
