@@ -749,7 +749,7 @@ TEST(Capture, LowDescriptorLimit) {
 // without CLONE_VM. The child is followed from its first call, and never
 // writes into its parent's blocks.
 TEST(Capture, ForksWithoutForkAreFollowed) {
-  for (const char* how : {"_fork", "sysfork", "clone3", "clone"}) {
+  for (const char* how : {"_fork", "sysfork", "clone3", "clone", "sysclonestack"}) {
     SCOPED_TRACE(how);
     TempDir dir;
     CaptureOptions opt = options(dir, {victim("victim_c"), how, "50000"});

@@ -54,6 +54,9 @@ pid_t hook_fork_without_handlers();
 // stack; and clone(3) without CLONE_VM, whose child function is wrapped.
 // Clones that share memory (threads, vfork, posix_spawn) pass untouched.
 long hook_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5);
+// The child of a raw clone making a process on a stack of its own (called
+// by interpose.cpp's syscall entry, on a static stack): as a fork child.
+void hook_clone_child();
 int hook_clone(int (*fn)(void*), void* stack, int flags, void* arg, void* ptid, void* tls, void* ctid);
 // During initialisation (dlsym allocates), memory comes from a static arena.
 void* boot_alloc(size_t n, size_t align);

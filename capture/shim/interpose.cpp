@@ -35,7 +35,10 @@ HEAPLAB_EXPORT pid_t _Fork(void) { return s::hook_fork_without_handlers(); }
 // jumps to the hook, whose seven arguments are in the same registers and
 // stack slot as syscall's (56 SYS_clone, 435 SYS_clone3; 0x14500 CLONE_VM |
 // CLONE_FILES | CLONE_VFORK | CLONE_THREAD: shim.cpp's kSharing, checked
-// there; struct clone_args: flags at 0, stack at 40).
+// there; struct clone_args: flags at 0, stack at 40). A new process on a
+// stack of its own (sharing nothing) runs the fork child handler first, on
+// a static stack (the child's private copy: it has one thread; the stack it
+// was given may be small), then returns on its own stack as without the shim.
 extern "C" {
 __attribute__((visibility("hidden"), used)) long heaplab_syscall_hook(long n, long a0, long a1, long a2, long a3,
                                                                       long a4, long a5) {
@@ -45,6 +48,9 @@ __attribute__((visibility("hidden"), used)) long heaplab_syscall_failed(long r) 
   errno = int(-r);
   return -1;
 }
+__attribute__((visibility("hidden"), used)) void heaplab_clone_child_hook() { s::hook_clone_child(); }
+__attribute__((visibility("hidden"), used, aligned(64))) char heaplab_clone_stack[64 * 1024];
+__attribute__((visibility("hidden"), used)) void* heaplab_clone_rsp;
 }
 asm(R"(
   .pushsection .text
@@ -63,7 +69,7 @@ syscall:
   testl $0x14500, %esi
   jnz 2f
   testq %rdx, %rdx
-  jnz 2f
+  jnz 5f
   jmp heaplab_syscall_hook
 4:
   testq %rsi, %rsi
@@ -73,7 +79,7 @@ syscall:
   testl $0x14500, (%rsi)
   jnz 2f
   cmpq $0, 40(%rsi)
-  jne 2f
+  jne 5f
   jmp heaplab_syscall_hook
 2:
   movq %rdi, %rax
@@ -90,6 +96,30 @@ syscall:
 3:
   movq %rax, %rdi
   jmp heaplab_syscall_failed
+5:
+  movq %rdi, %rax
+  movq %rsi, %rdi
+  movq %rdx, %rsi
+  movq %rcx, %rdx
+  movq %r8, %r10
+  movq %r9, %r8
+  movq 8(%rsp), %r9
+  syscall
+  testq %rax, %rax
+  jnz 6f
+  .cfi_remember_state
+  .cfi_undefined %rip
+  movq %rsp, heaplab_clone_rsp(%rip)
+  leaq heaplab_clone_stack+65536(%rip), %rsp
+  call heaplab_clone_child_hook
+  movq heaplab_clone_rsp(%rip), %rsp
+  .cfi_restore_state
+  xorl %eax, %eax
+  ret
+6:
+  cmpq $-4095, %rax
+  jae 3b
+  ret
   .cfi_endproc
   .size syscall, .-syscall
   .popsection

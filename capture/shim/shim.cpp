@@ -447,6 +447,8 @@ int clone_child(void* p) {
 
 }  // namespace
 
+void hook_clone_child() { after_fork_child(); }
+
 long hook_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
   if (!forks_here(n, a0, a1)) return raw_syscall(n, a0, a1, a2, a3, a4, a5);
   const long r = raw_syscall(n, a0, a1, a2, a3, a4, a5);

@@ -12,6 +12,9 @@
  *                          function on a stack of its own)
  *   victim_c clonetiny     clone(3) without CLONE_VM on a 4 KiB stack above a guard page
  *                          (as runc does): the child makes no heap call and exits 7
+ *   victim_c sysclonestack N  as _fork, with syscall(SYS_clone) of a process on a stack of
+ *                          its own: the child resumes inside syscall(2) on it and returns to
+ *                          the address placed at its top
  *   victim_c rawthread     a thread made by syscall(SYS_clone, CLONE_VM | ..., stack): its
  *                          child resumes inside syscall(2) on the new stack and returns to
  *                          the address placed at its top (exits 0 once it ran)
@@ -189,6 +192,26 @@ static void raw_thread_entry(void) {
   syscall(SYS_exit, 0);
 }
 
+static long raw_proc_n;
+static void raw_proc_entry(void) {
+  malloc_free(raw_proc_n, 32);
+  _exit(0);
+}
+
+static int sys_clone_stack(long n) {
+  static char stack[256 * 1024] __attribute__((aligned(16)));
+  void** top = (void**)(stack + sizeof stack - 64);
+  void (*entry)(void) = raw_proc_entry;
+  memcpy(top, &entry, sizeof entry); /* what syscall(2)'s `ret` pops in the child */
+  malloc_free(n, 24);
+  raw_proc_n = n;
+  const long pid = syscall(SYS_clone, (long)SIGCHLD, top, NULL, NULL, 0);
+  if (pid < 0) return 1;
+  int st;
+  waitpid((pid_t)pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 static int raw_thread(void) {
   char* stack = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (stack == MAP_FAILED) return 1;
@@ -279,6 +302,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "clone3") && argc == 3) return sys_clone3(atol(argv[2]));
   if (!strcmp(argv[1], "clonetiny")) return clone_tiny();
   if (!strcmp(argv[1], "rawthread")) return raw_thread();
+  if (!strcmp(argv[1], "sysclonestack") && argc == 3) return sys_clone_stack(atol(argv[2]));
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
   if (!strcmp(argv[1], "crash") && argc == 4) return crash(argv[2], atol(argv[3]));
