@@ -1850,9 +1850,9 @@ TEST(Capture, SmallAndFullDisk) {
 }
 
 // A live capture on a disk too small for its raw data waits for the reader
-// to give space or blocks back, with the program's signals open (Ctrl-C is
-// not held up): a signal handler's heap calls during such a wait are counted
-// as lost, every other call is recorded, and none vanishes.
+// to give space or blocks back, signals blocked (a handler that allocates
+// runs once the block has moved on): every call of the program and of its
+// signal handler is recorded or counted as lost, none vanishes.
 TEST(Capture, HandlerCallsWhileWaitingForDiskAreCounted) {
   TempDir dir;
   const std::string mnt = dir.file("fs");

@@ -582,11 +582,6 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
           fmt::format("  capture could not start{}: all {} heap calls are missing from the trace (a `lost` event "
                       "counts them)",
                       why, common::group_digits(rep.dropped_calls)));
-    else if (rep.dropped_calls && rep.stop_error == 0)
-      line(
-          fmt::format("  {} heap calls made by signal handlers while the shim waited for disk space are missing "
-                      "from the trace (a `lost` event counts them)",
-                      common::group_digits(rep.dropped_calls)));
     else if (rep.dropped_calls)
       line(
           fmt::format("  capture stopped{}: {} calls made after it are missing from the trace (a `lost` event says so)",

@@ -42,8 +42,7 @@ struct NormaliseReport {
   uint64_t unknown_reallocs = 0;         // reallocs of such memory: written as realloc(NULL, n)
   uint64_t reused_live = 0;              // an allocation returned a still-live address
   uint64_t dropped_calls = 0;            // calls made after capture stopped on an error (a full
-                                         // disk ...), or by signal handlers while the shim waited
-                                         // for disk space: counted by the shim, in `holes` too
+                                         // disk ...): counted by the shim, in `holes` too
   int64_t stop_error = 0;                // why it stopped: errno, -1 without one, 0 = it did not
   uint64_t holes = 0;                    // events lost (records the program died while writing, or the
                                          // PT route's sequence gaps): written as `lost`

@@ -171,9 +171,7 @@ struct FileHeader {
   uint64_t consumed_blocks;  // (atomic)
   // Capture stopped on an error (a full disk, a file grown past its limit, a
   // descriptor the program closed): the errno (or -1 without one), and the
-  // heap calls made afterwards, counted instead of recorded (atomic); also
-  // the calls of signal handlers that ran while a thread waited for disk
-  // space with signals open (stop_error 0 if capture went on).
+  // heap calls made afterwards, counted instead of recorded (atomic).
   int64_t stop_error;
   uint64_t dropped_calls;
   uint64_t reserved[2];

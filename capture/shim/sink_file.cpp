@@ -31,10 +31,6 @@ uint32_t g_latency_every = 0;
 // The fast path's measured cost, once per process; a followed fork child's file gets it too.
 uint64_t g_event_cost_x1024 = 0, g_timer_overhead = 0;
 __thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
-// While emit_slow runs with signals blocked: the program's own mask, which a
-// long wait opens again (sleep_open), and whether this thread is in such a wait.
-__thread const sigset_t* t_open_mask __attribute__((tls_model("initial-exec")));
-__thread bool t_waiting __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
 bool g_capturing = false;
 bool g_stopped = false;
@@ -294,28 +290,6 @@ char* take_free_block(FileHeader* h) {
   }
 }
 
-// sleep_until_consumed from inside emit_slow, with the program's signals
-// open: a wait for disk space or for a block can last seconds, and must not
-// hold Ctrl-C (or any signal) up. A handler's heap call meanwhile finds
-// t_waiting set and is counted (dropped_calls), not recorded: the thread's
-// block is mid-switch. Its position is parked at 0 so that the fast path
-// takes every such call to emit_slow.
-void sleep_open(FileHeader* h, uint64_t seen) {
-  ThreadSink& t = t_sink;
-  const uint64_t cur = t.cur;
-  t.cur = 0;
-  __atomic_store_n(&t_waiting, true, __ATOMIC_RELAXED);
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  if (t_open_mask) pthread_sigmask(SIG_SETMASK, t_open_mask, nullptr);
-  sleep_until_consumed(h, seen);
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, nullptr);
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  __atomic_store_n(&t_waiting, false, __ATOMIC_RELAXED);
-  t.cur = cur;
-}
-
 // A block given back by the live reader, waiting for one while it consumes
 // (asleep until it counts another consumed block, 5 ms at most a look). The
 // thread's full block is marked left first, so that the reader may take it
@@ -334,7 +308,7 @@ char* wait_free_block(FileHeader* h, char* full) {
       stop_capture("cannot grow the raw capture file, and the live reader gave no block back", ENOSPC);
       return nullptr;
     }
-    sleep_open(h, consumed);
+    sleep_until_consumed(h, consumed);
   }
 }
 
@@ -405,7 +379,7 @@ bool space_freed() {
     if (!reader_alive(h, now) || now - start > kLiveTimeoutNs) return false;
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (consumed != before) return true;
-    sleep_open(h, consumed);
+    sleep_until_consumed(h, consumed);
   }
 }
 
@@ -473,13 +447,7 @@ void count_dropped(uint32_t op) {
 }
 
 void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) {
-  const int saved_errno = errno;                        // the program's call must not see ours (free keeps errno)
-  if (__atomic_load_n(&t_waiting, __ATOMIC_RELAXED)) {  // a handler's call while this thread waits (sleep_open)
-    t_sink.cur = 0;
-    count_dropped(op);
-    errno = saved_errno;
-    return;
-  }
+  const int saved_errno = errno;  // the program's call must not see ours (free keeps errno)
   const uint64_t t0 = stamp();
   // A full block (not the thread's first): wait for a live reader first. A
   // record stamped before a long wait is stamped again: an allocation's still
@@ -488,7 +456,6 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
-  t_open_mask = &old;
   ThreadSink& t = t_sink;
   // A child made by a raw fork/clone (no atfork handlers) still shares our
   // mapping: it must stop writing at once.
@@ -510,7 +477,6 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
     r->c = c;
     __atomic_store_n(&r->head, record_head(op, ticks), __ATOMIC_RELEASE);
   }
-  t_open_mask = nullptr;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   // The block switch (an append, a fresh segment) is the shim's cost, not the program's.
   if (t.cur && op != kRawOverhead) note_overhead(t0);
