@@ -724,6 +724,18 @@ TEST(Capture, RawCloneThreadRunsAsWithoutTheShim) {
   EXPECT_EQ(r.signal, 0);
 }
 
+// A process cloned with thread-local storage of its own (CLONE_SETTLS) is
+// left alone: the shim's child handler would use the shim's thread state
+// in that storage (it crashed the child).
+TEST(Capture, CloneWithItsOwnTlsRunsAsWithoutTheShim) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_c"), "clonetls"});
+  opt.follow_fork = true;
+  const CaptureResult r = heaplab::launch::run_capture(opt);
+  EXPECT_EQ(r.exit_code, 7) << "the child did not exit 7 (128 + N: signal N)";
+  EXPECT_EQ(r.traces.size(), 1u);
+}
+
 // A low limit on open files (ulimit -n 64): the spare headers' descriptor
 // goes below it, and the program starts as it would.
 TEST(Capture, LowDescriptorLimit) {

@@ -33,8 +33,8 @@ HEAPLAB_EXPORT pid_t _Fork(void) { return s::hook_fork_without_handlers(); }
 // stack of its own, or sharing memory) is made here exactly as glibc makes
 // it (its child resumes on its new stack at the `ret`); every other call
 // jumps to the hook, whose seven arguments are in the same registers and
-// stack slot as syscall's (56 SYS_clone, 435 SYS_clone3; 0x14500 CLONE_VM |
-// CLONE_FILES | CLONE_VFORK | CLONE_THREAD: shim.cpp's kSharing, checked
+// stack slot as syscall's (56 SYS_clone, 435 SYS_clone3; 0x94500 CLONE_VM |
+// CLONE_FILES | CLONE_VFORK | CLONE_THREAD | CLONE_SETTLS: shim.cpp's kSharing, checked
 // there; struct clone_args: flags at 0, stack at 40). A new process on a
 // stack of its own (sharing nothing) runs the fork child handler first, on
 // a static stack (the child's private copy: it has one thread; the stack it
@@ -66,7 +66,7 @@ syscall:
   je 4f
   jmp heaplab_syscall_hook
 1:
-  testl $0x14500, %esi
+  testl $0x94500, %esi
   jnz 2f
   testq %rdx, %rdx
   jnz 5f
@@ -76,7 +76,7 @@ syscall:
   jz 2f
   cmpq $48, %rdx
   jb 2f
-  testl $0x14500, (%rsi)
+  testl $0x94500, (%rsi)
   jnz 2f
   cmpq $0, 40(%rsi)
   jne 5f

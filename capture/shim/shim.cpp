@@ -395,9 +395,11 @@ long raw_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5) {
 // Clones the shim leaves alone: their child shares the parent's memory, or
 // its descriptor table (the child handler closes the raw files'
 // descriptors, which would stop the parent's capture).
-constexpr long kSharing = CLONE_VM | CLONE_VFORK | CLONE_THREAD | CLONE_FILES;
+// (CLONE_SETTLS: the child's thread-local storage is not the shim's, and its
+// handler would read and write the shim's thread state there.)
+constexpr long kSharing = CLONE_VM | CLONE_VFORK | CLONE_THREAD | CLONE_FILES | CLONE_SETTLS;
 #if defined(__x86_64__)
-static_assert(SYS_clone == 56 && SYS_clone3 == 435 && kSharing == 0x14500, "interpose.cpp's syscall entry");
+static_assert(SYS_clone == 56 && SYS_clone3 == 435 && kSharing == 0x94500, "interpose.cpp's syscall entry");
 #endif
 
 // Whether a raw system call makes a new process that goes on from here, on

@@ -15,6 +15,8 @@
  *   victim_c sysclonestack N  as _fork, with syscall(SYS_clone) of a process on a stack of
  *                          its own: the child resumes inside syscall(2) on it and returns to
  *                          the address placed at its top
+ *   victim_c clonetls      as sysclonestack, with CLONE_SETTLS (thread-local storage of its own,
+ *                          an empty page): the child makes no heap call and exits 7
  *   victim_c rawthread     a thread made by syscall(SYS_clone, CLONE_VM | ..., stack): its
  *                          child resumes inside syscall(2) on the new stack and returns to
  *                          the address placed at its top (exits 0 once it ran)
@@ -212,6 +214,24 @@ static int sys_clone_stack(long n) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
+static void raw_tls_entry(void) { syscall(SYS_exit, 7); }
+
+static int clone_tls(void) {
+  static char stack[64 * 1024] __attribute__((aligned(16)));
+  char* tls = mmap(NULL, 128 * 1024, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tls == MAP_FAILED) return 1;
+  char* tcb = tls + 64 * 1024; /* %fs:0 points at itself, the TLS below it */
+  memcpy(tcb, &tcb, sizeof tcb);
+  void** top = (void**)(stack + sizeof stack - 64);
+  void (*entry)(void) = raw_tls_entry;
+  memcpy(top, &entry, sizeof entry);
+  const long pid = syscall(SYS_clone, (long)(SIGCHLD | CLONE_SETTLS), top, NULL, NULL, tcb);
+  if (pid < 0) return 1;
+  int st;
+  waitpid((pid_t)pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
 static int raw_thread(void) {
   char* stack = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (stack == MAP_FAILED) return 1;
@@ -302,6 +322,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "clone3") && argc == 3) return sys_clone3(atol(argv[2]));
   if (!strcmp(argv[1], "clonetiny")) return clone_tiny();
   if (!strcmp(argv[1], "rawthread")) return raw_thread();
+  if (!strcmp(argv[1], "clonetls")) return clone_tls();
   if (!strcmp(argv[1], "sysclonestack") && argc == 3) return sys_clone_stack(atol(argv[2]));
   if (!strcmp(argv[1], "exec")) return do_exec(argv[0], 0);
   if (!strcmp(argv[1], "spawn")) return do_exec(argv[0], 1);
