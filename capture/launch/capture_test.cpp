@@ -2027,6 +2027,22 @@ TEST(CapturePt, SingleThreadExactSequenceThroughEveryDecoder) {
   }
 }
 
+// A pt capture inside a software capture: the outer launcher's spare
+// headers (HEAPLAB_CAPTURE_SPARE) are not handed on to the program, which
+// would count its unfollowed images into the outer capture's memfd.
+TEST(CapturePt, OuterSpareHeadersAreNotHandedOn) {
+  FakePt fake;
+  TempDir dir;
+  setenv("HEAPLAB_CAPTURE_SPARE", "1000", 1);
+  CaptureOptions opt =
+      pt_options(dir, {"/bin/sh", "-c", "printf '%s' \"${HEAPLAB_CAPTURE_SPARE-unset}\""}, "direct", "pt.hlt");
+  const std::string out = dir.file("stdout.txt");
+  const CaptureResult r = run_with_stdout(opt, out);
+  unsetenv("HEAPLAB_CAPTURE_SPARE");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(heaplab::trace::testutil::read_file(out), "unset");
+}
+
 // Threads, cross-thread frees: every call of every thread decoded.
 TEST(CapturePt, ThreadsCrossThreadFrees) {
   FakePt fake;

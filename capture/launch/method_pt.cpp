@@ -33,6 +33,10 @@ class PtMethod : public CaptureMethod {
     res.perf_data = opt.raw_dir + "/perf.data";
     spec.env.emplace_back("HEAPLAB_CAPTURE_SINK", "ptwrite");
     spec.env.emplace_back("HEAPLAB_CAPTURE_NO_PTWRITE", "refuse");  // never SIGILL
+    // No spare headers here: an inherited one (this capture runs inside a
+    // software capture) belongs to the outer launcher, which must not count
+    // this capture's images.
+    spec.env.emplace_back("HEAPLAB_CAPTURE_SPARE", std::nullopt);
     spec.argv = pt::perf_record_argv(opt.pt, res.perf_data, preload, opt.argv);
     spec.search_path = true;
   }
