@@ -38,6 +38,7 @@
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_testutil.h"
 #include "capture/launch/launcher.h"
+#include "capture/launch/method.h"
 
 #ifndef HEAPLAB_TEST_BINARY_DIR
 #define HEAPLAB_TEST_BINARY_DIR "."
@@ -717,6 +718,31 @@ TEST(Capture, CloneOnATinyStack) {
 // A thread made by syscall(SYS_clone) with a stack of its own: its child
 // resumes inside syscall(2), so the shim's entry must leave no frame of its
 // own there (it jumps to glibc's).
+// The shim's notes of images it did not follow: a line cut short by a full
+// disk (the shim counted that image in the spare headers instead) is not
+// read, nor joined to the line after it.
+TEST(Capture, UnfollowedNotesCutShortAreSkipped) {
+  TempDir dir;
+  std::ofstream(dir.file("unfollowed"), std::ios::binary)
+      << "\nfork\t11\t10\t/bin/a\ta x\t.\n"
+      << "\nexec\t12\t10\t/usr/b"  // cut
+      << "\nexec\t13\t10\t/bin/c\tc  \t.\n"
+      << "\nfork\t14\t13\t.\n"  // past the first MiB: no program named
+      << "\nfork\t15\t13";      // cut
+  const std::vector<heaplab::launch::UnfollowedImage> u = heaplab::launch::read_unfollowed(dir.path());
+  ASSERT_EQ(u.size(), 3u);
+  EXPECT_EQ(u[0].kind, "fork");
+  EXPECT_EQ(u[0].pid, 11u);
+  EXPECT_EQ(u[0].exe, "/bin/a");
+  EXPECT_EQ(u[0].command_line, "a x");
+  EXPECT_EQ(u[1].kind, "exec");
+  EXPECT_EQ(u[1].pid, 13u);
+  EXPECT_EQ(u[1].ppid, 10u);
+  EXPECT_EQ(u[1].command_line, "c");
+  EXPECT_EQ(u[2].pid, 14u);
+  EXPECT_EQ(u[2].exe, "");
+}
+
 TEST(Capture, RawCloneThreadRunsAsWithoutTheShim) {
   TempDir dir;
   const CaptureResult r = heaplab::launch::run_capture(options(dir, {victim("victim_c"), "rawthread"}));

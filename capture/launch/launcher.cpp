@@ -114,7 +114,10 @@ std::vector<UnfollowedImage> read_unfollowed(const std::string& raw_dir) {
       if (tab == std::string::npos) break;
       at = tab + 1;
     }
-    if (f.size() < 3 || (f[0] != "exec" && f[0] != "fork")) continue;  // a line cut by a full disk
+    // Only lines written whole (ending in "."): a line cut by a full disk
+    // was counted in the spare headers instead.
+    if (f.size() < 4 || f.back() != "." || (f[0] != "exec" && f[0] != "fork")) continue;
+    f.pop_back();
     UnfollowedImage u;
     u.kind = f[0];
     u.pid = uint32_t(std::strtoul(f[1].c_str(), nullptr, 10));

@@ -55,15 +55,18 @@ inline int create_image_file(const char* dir, const char* ext, int flags, char* 
 }
 
 // A process image the capture does not follow, for `heaplab capture` to
-// name: one line in DIR/unfollowed, "KIND\tPID\tPPID\tEXE\tCOMMAND LINE\n"
+// name: one line in DIR/unfollowed, "\nKIND\tPID\tPPID\tEXE\tCOMMAND LINE\t.\n"
 // (KIND "exec": this image, exec'd by a process that is not followed into
 // it; "fork": this child of a captured image, not followed; the command
 // line's NULs as spaces, tabs and newlines as spaces, cut at 240 bytes). One
 // write on an O_APPEND file, so lines of processes writing at once never
-// mix; past 1 MiB only "KIND\tPID\tPPID\n", so a program forking millions
-// of times still counts right without filling the disk. Async-signal-safe
-// (called in a fork child). False if the line could not be written whole
-// (a full disk): the caller counts the image elsewhere (sink_count_unnoted).
+// mix; past 1 MiB only "\nKIND\tPID\tPPID\t.\n", so a program forking
+// millions of times still counts right without filling the disk. The
+// leading newline ends a line cut short before it (a full disk), and the
+// final "." marks a line written whole: the reader takes no other.
+// Async-signal-safe (called in a fork child). False if the line could not
+// be written whole: the caller counts the image elsewhere
+// (sink_count_unnoted).
 inline bool note_unfollowed(const char* dir, const char* kind) {
   char path[4096];
   uint64_t n = 0;
@@ -74,6 +77,7 @@ inline bool note_unfollowed(const char* dir, const char* kind) {
   char line[768];
   uint64_t len = 0;
   line[0] = 0;
+  append(line, sizeof line, &len, "\n");
   append(line, sizeof line, &len, kind);
   append(line, sizeof line, &len, "\t");
   append_u64(line, sizeof line, &len, uint64_t(getpid()));
@@ -103,7 +107,7 @@ inline bool note_unfollowed(const char* dir, const char* kind) {
     append(line, sizeof line, &len, "\t");
     append(line, sizeof line, &len, cmd);
   }
-  append(line, sizeof line, &len, "\n");
+  append(line, sizeof line, &len, "\t.\n");
   ssize_t w;
   do {
     w = write(fd, line, len);
