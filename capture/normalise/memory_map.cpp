@@ -21,9 +21,9 @@ size_t MemoryMap::push(const MemoryEvent& e, uint64_t order) {
     const uint64_t need = uint64_t(n) * 2 * kBytesPerCall, available = trace::memory_available();
     if (available != 0 && need > available)
       throw std::runtime_error("the program's own memory calls (mmap, munmap, ...): " + std::to_string(n) +
-                               " recorded so far; twice that needs about " + std::to_string(need >> 20) +
+                               " records kept so far; twice that needs about " + std::to_string(need >> 20) +
                                " MiB to keep and write (" + std::to_string(kBytesPerCall) +
-                               " bytes a call), more than the " + std::to_string(available >> 20) +
+                               " bytes a record), more than the " + std::to_string(available >> 20) +
                                " MiB this machine has available");
   }
   events_.push_back(e);

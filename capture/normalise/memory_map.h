@@ -30,10 +30,11 @@ struct MemoryCounts {
 
 class MemoryMap {
  public:
-  // Memory a recorded call costs: 88 bytes while recording (its event and
-  // its place in the order), 240 at the end (sorted, copied and encoded).
-  // Past kCheckedFrom calls, each doubling is checked against the memory
-  // available first (std::runtime_error).
+  // Memory a record costs (a call makes one, or one per mapping it
+  // touches): 88 bytes while recording (its event and its place in the
+  // order), 240 at the end (sorted, copied and encoded). Past kCheckedFrom
+  // records, each doubling is checked against the memory available first
+  // (std::runtime_error).
   static constexpr uint64_t kBytesPerCall = 240;
   static constexpr size_t kCheckedFrom = size_t{1} << 20;
   // `fixed`: MAP_FIXED, replacing what was mapped there (`pages` of it resident).

@@ -499,8 +499,8 @@ TEST(Normalise, ProgramsOwnMemoryCallsAreHeldAgainstTheMemoryAvailable) {
   unsetenv("HEAPLAB_MEMORY_AVAILABLE");
   EXPECT_EQ(calls, n);  // the map after the 2^20th record is the one refused
   EXPECT_EQ(error,
-            "the program's own memory calls (mmap, munmap, ...): 1048576 recorded so far; twice that needs "
-            "about 480 MiB to keep and write (240 bytes a call), more than the 479 MiB this machine has "
+            "the program's own memory calls (mmap, munmap, ...): 1048576 records kept so far; twice that needs "
+            "about 480 MiB to keep and write (240 bytes a record), more than the 479 MiB this machine has "
             "available");
 }
 
