@@ -352,10 +352,13 @@ void sleep_until_consumed(FileHeader* h, uint64_t seen) {
 // but never for one that stopped answering. Returns whether it waited.
 // (Called with signals open, so that Ctrl-C is not held up; the wait is the
 // shim's cost: the caller times it.)
+// The header is looked up again at every round: a handler that forked
+// while this thread slept leaves its child here with the parent's header
+// unmapped (sink_after_fork), and the child's own, or none.
 bool wait_for_consumer() {
-  FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
-  if (!h) return false;
   for (bool waited = false;; waited = true) {
+    FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
+    if (!h) return waited;
     if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0) return waited;  // no reader: no clock read
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
                               __atomic_load_n(&free_blocks(h)->published, __ATOMIC_RELAXED);
