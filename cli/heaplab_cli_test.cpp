@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "capture/format/trace_testutil.h"
 #include "capture/pt/pt_synth.h"
 #include "common/process.h"
 
@@ -26,6 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace process = heaplab::process;
+using heaplab::trace::testutil::SmallFs;
 
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -467,25 +469,6 @@ void Cli::killed_capture_stops_recording(bool reaped) {
   kill(pid_t(program), SIGKILL);
   if (!reaped) heaplab.wait();
 }
-
-// A 16 MiB file system (tmpfs) at `path` for the test's life; why_not says
-// why there is none (mounting needs root, and a system that allows it).
-struct SmallFs {
-  explicit SmallFs(std::string p) : path(std::move(p)) {
-    if (geteuid() != 0) {
-      why_not = "mounting a tmpfs needs root";
-      return;
-    }
-    fs::create_directory(path);
-    if (::mount("tmpfs", path.c_str(), "tmpfs", 0, "size=16m") != 0) why_not = "cannot mount a tmpfs here";
-  }
-  ~SmallFs() {
-    if (why_not.empty()) ::umount2(path.c_str(), MNT_DETACH);
-  }
-  SmallFs(const SmallFs&) = delete;
-  SmallFs& operator=(const SmallFs&) = delete;
-  std::string path, why_not;
-};
 
 // The raw directory's file system fills while the program runs and the
 // live reader is up, and the reader then stalls (SIGSTOP, 1 s): the shim

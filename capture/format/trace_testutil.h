@@ -182,6 +182,8 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
 }  // namespace heaplab::trace::testutil
 
 #include <stdlib.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -190,6 +192,7 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
 #include <iterator>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 
 #include "capture/format/trace_format.h"
 #include "capture/format/trace_reader.h"
@@ -238,6 +241,25 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A 16 MiB file system (tmpfs) at `path` for the test's life; why_not says
+// why there is none (mounting needs root, and a system that allows it).
+struct SmallFs {
+  explicit SmallFs(std::string p) : path(std::move(p)) {
+    if (geteuid() != 0) {
+      why_not = "mounting a tmpfs needs root";
+      return;
+    }
+    std::filesystem::create_directory(path);
+    if (::mount("tmpfs", path.c_str(), "tmpfs", 0, "size=16m") != 0) why_not = "cannot mount a tmpfs here";
+  }
+  ~SmallFs() {
+    if (why_not.empty()) ::umount2(path.c_str(), MNT_DETACH);
+  }
+  SmallFs(const SmallFs&) = delete;
+  SmallFs& operator=(const SmallFs&) = delete;
+  std::string path, why_not;
 };
 
 // Event builders for hand-written traces.

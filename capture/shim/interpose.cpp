@@ -53,6 +53,16 @@ __attribute__((visibility("hidden"), used, aligned(64))) char heaplab_clone_stac
 __attribute__((visibility("hidden"), used)) void* heaplab_clone_rsp;
 }
 asm(R"(
+  .macro heaplab_raw_syscall  # syscall(2)'s arguments into the kernel's registers, and the call
+  movq %rdi, %rax
+  movq %rsi, %rdi
+  movq %rdx, %rsi
+  movq %rcx, %rdx
+  movq %r8, %r10
+  movq %r9, %r8
+  movq 8(%rsp), %r9
+  syscall
+  .endm
   .pushsection .text
   .p2align 4
   .globl syscall
@@ -82,14 +92,7 @@ syscall:
   jne 5f
   jmp heaplab_syscall_hook
 2:
-  movq %rdi, %rax
-  movq %rsi, %rdi
-  movq %rdx, %rsi
-  movq %rcx, %rdx
-  movq %r8, %r10
-  movq %r9, %r8
-  movq 8(%rsp), %r9
-  syscall
+  heaplab_raw_syscall
   cmpq $-4095, %rax
   jae 3f
   ret
@@ -97,14 +100,7 @@ syscall:
   movq %rax, %rdi
   jmp heaplab_syscall_failed
 5:
-  movq %rdi, %rax
-  movq %rsi, %rdi
-  movq %rdx, %rsi
-  movq %rcx, %rdx
-  movq %r8, %r10
-  movq %r9, %r8
-  movq 8(%rsp), %r9
-  syscall
+  heaplab_raw_syscall
   testq %rax, %rax
   jnz 6f
   .cfi_remember_state
