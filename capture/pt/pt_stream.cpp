@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 namespace heaplab::pt {
@@ -19,7 +20,10 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
   pt_config_init(&cfg);
   cfg.begin = const_cast<uint8_t*>(data);
   cfg.end = const_cast<uint8_t*>(data) + len;
-  pt_packet_decoder* dec = pt_pkt_alloc_decoder(&cfg);
+  // Freed however the decoding ends (the sink may throw: a memory check).
+  const std::unique_ptr<pt_packet_decoder, void (*)(pt_packet_decoder*)> owner(pt_pkt_alloc_decoder(&cfg),
+                                                                               pt_pkt_free_decoder);
+  pt_packet_decoder* dec = owner.get();
   if (!dec) throw std::runtime_error("libipt: cannot allocate a packet decoder");
   uint64_t pos = 0;  // the next packet's offset
   // Synchronises at the next PSB, or PTW pair, at or after `pos`; false at
@@ -140,7 +144,6 @@ StreamEnd decode_stream(const uint8_t* data, size_t len, PtwAssembler& assembler
         break;
     }
   }
-  pt_pkt_free_decoder(dec);
   stats.bytes += end.stopped;
   end.synced = ok && pos >= end.stopped;
   return end;

@@ -245,14 +245,24 @@ bool write_pending() {
 // the normaliser reads it there) and move the thread to a fresh block.
 FreeBlocks* free_blocks(FileHeader* h);
 char* take_free_block(FileHeader* h);
+char* new_block_if_room();
+char* wait_given_back(FileHeader* h);
+bool reader_alive(const FileHeader* h, uint64_t now);
 void sleep_until_consumed(FileHeader* h, uint64_t seen);
 
 bool switch_block() {
   ThreadSink& t = t_sink;
   // A block the live reader gave back, else a new one. Counted as published:
-  // the reader gives it back too once its pending write has landed.
-  char* block = take_free_block(g_header);
-  if (!block) {
+  // the reader gives it back too once its pending write has landed. With a
+  // live reader and a file that cannot grow (a full disk), wait for it to
+  // give one back (the full block stays: its pending write has not landed).
+  FileHeader* h = g_header;
+  char* block = take_free_block(h);
+  const bool live = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) != 0 && reader_alive(h, mono_ns());
+  if (!block && live) {
+    block = new_block_if_room();
+    if (!block) block = wait_given_back(h);
+  } else if (!block) {
     uint32_t unused;
     block = claim_mapped_block(&unused);
   }
@@ -299,6 +309,12 @@ char* take_free_block(FileHeader* h) {
 // and without disk space there is nowhere else to put the records.
 char* wait_free_block(FileHeader* h, char* full) {
   __atomic_store_n(&reinterpret_cast<BlockHeader*>(full)->left, 1u, __ATOMIC_RELEASE);
+  return wait_given_back(h);
+}
+
+// A block given back by the live reader, asleep until it gives one (50 ms at
+// most a look); nullptr with capture stopped past kLiveTimeoutNs.
+char* wait_given_back(FileHeader* h) {
   const uint64_t start = mono_ns();
   for (;;) {
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
@@ -312,6 +328,19 @@ char* wait_free_block(FileHeader* h, char* full) {
   }
 }
 
+// A new slot's block, taken only once its segment is mapped (so that every
+// slot counted in next_thread has its block); nullptr if the file cannot
+// grow (capture goes on).
+char* new_block_if_room() {
+  FileHeader* h = g_header;
+  for (uint32_t n = __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE);;) {
+    char* seg = segment(n / kBlocksPerSegment, true);
+    if (!seg) return nullptr;
+    if (__atomic_compare_exchange_n(&h->next_thread, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return seg + (n % kBlocksPerSegment) * kBlockSize;
+  }
+}
+
 // The thread's block is full and a live reader is consuming: leave the block
 // in the mapping for it (no copy; it reads the block there, zeroes it and
 // gives it back) and move to a fresh one. False (the caller appends the
@@ -321,18 +350,13 @@ bool publish_block() {
   FileHeader* h = g_header;
   if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0 || !reader_alive(h, mono_ns())) return false;
   char* block = take_free_block(h);
-  // Else a new slot, only once its segment is mapped. A file that cannot
-  // grow (a full disk): wait for the reader to give a block back (copying
-  // would need disk space too, and blocks given back free none).
-  for (uint32_t n = __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE); !block;) {
-    char* seg = segment(n / kBlocksPerSegment, true);
-    if (!seg) {
-      block = wait_free_block(h, t.block);
-      if (!block) return false;  // (capture stopped)
-      break;
-    }
-    if (__atomic_compare_exchange_n(&h->next_thread, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      block = seg + (n % kBlocksPerSegment) * kBlockSize;
+  // Else a new slot. A file that cannot grow (a full disk): wait for the
+  // reader to give a block back (copying would need disk space too, and
+  // blocks given back free none).
+  if (!block) block = new_block_if_room();
+  if (!block) {
+    block = wait_free_block(h, t.block);
+    if (!block) return false;  // (capture stopped)
   }
   __atomic_fetch_add(&free_blocks(h)->published, 1u, __ATOMIC_RELEASE);
   t.block = block;
