@@ -313,10 +313,12 @@ char* wait_free_block(FileHeader* h, char* full) {
 }
 
 // A block given back by the live reader, asleep until it gives one (50 ms at
-// most a look); nullptr with capture stopped past kLiveTimeoutNs.
+// most a look); nullptr with capture stopped past kLiveTimeoutNs, or once
+// another thread stopped it.
 char* wait_given_back(FileHeader* h) {
   const uint64_t start = mono_ns();
   for (;;) {
+    if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE)) return nullptr;
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (char* block = take_free_block(h)) return block;
     const uint64_t now = mono_ns();
