@@ -22,7 +22,7 @@
 #include "allocators/library.h"
 #include "capture/format/trace_reader.h"
 #include "common/files.h"
-#include "common/machine.h"
+#include "capture/format/memory_available.h"
 #include "common/process.h"
 #include "common/text.h"
 #include "replay/engine.h"
@@ -241,7 +241,7 @@ uint64_t thread_limit() {
 // program's own mappings are left out: they are made with MAP_NORESERVE
 // and only their recorded pages are written. "" if it fits.
 std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings) {
-  const uint64_t available = common::memory_available();
+  const uint64_t available = trace::memory_available();
   if (available == 0) return "";
   const uint64_t table = (plan.slots + 1) * 8;
   // Per replay thread: the pager's smallest windows (4 of 512 steps, past
@@ -389,7 +389,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     PlanOptions own = popt;
     own.reuse_slots = false;
     const uint64_t in_plan = plan_bytes(*reader, own);
-    const uint64_t need = reader->event_count() * 24 + in_plan, available = common::memory_available();
+    const uint64_t need = reader->event_count() * 24 + in_plan, available = trace::memory_available();
     if (available != 0 && need > available)
       throw ReplayError(fmt::format(
           "{}: recording the addresses of its {} calls needs {} of memory (24 bytes a call, and {} for the replay "

@@ -2,7 +2,7 @@
 
 #include "common/files.h"
 #include "common/json.h"
-#include "common/machine.h"
+#include "capture/format/memory_available.h"
 #include "common/text.h"
 
 #include <fcntl.h>
@@ -154,7 +154,7 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   fs::create_directories(dir_, ec);
   if (access(dir_.c_str(), W_OK) != 0) {
     const std::string why = dir_ + " cannot be written: " + std::strerror(errno);
-    const uint64_t need = plan_bytes(r, opt), available = common::memory_available();
+    const uint64_t need = plan_bytes(r, opt), available = trace::memory_available();
     if (available != 0 && need > available)
       throw PlanError(
           fmt::format("the replay plan needs {}, held in memory since {}, and this machine has {} available (set "
