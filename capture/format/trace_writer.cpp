@@ -179,14 +179,12 @@ struct TraceWriter::Impl {
     // info): from 65,536 threads on, each doubling is held against the
     // memory available first (a few MB of input naming a new thread an
     // event would otherwise take the writer to 10 GB at 2^24 threads).
-    if (const size_t n = active.size(); n >= (size_t{1} << 16) && (n & (n - 1)) == 0) {
-      const uint64_t need = uint64_t(n) * 2 * kWriterBytesPerThread, available = memory_available();
-      if (available != 0 && need > available)
-        throw TraceError(path + ": " + std::to_string(n) + " threads so far; twice that needs about " +
-                         std::to_string(need >> 20) + " MiB to write (" + std::to_string(kWriterBytesPerThread) +
-                         " bytes a thread), more than the " + std::to_string(available >> 20) +
-                         " MiB this machine has available");
-    }
+    const uint64_t n = active.size();
+    if (const auto s = doubling_short_of_memory(n, uint64_t{1} << 16, kWriterBytesPerThread))
+      throw TraceError(path + ": " + std::to_string(n) + " threads so far; twice that needs about " +
+                       std::to_string(s->need >> 20) + " MiB to write (" + std::to_string(kWriterBytesPerThread) +
+                       " bytes a thread), more than the " + std::to_string(s->available >> 20) +
+                       " MiB this machine has available");
     const uint32_t p = t >> kPageBits;
     if (p >= pages.size()) pages.resize(p + 1);
     if (!pages[p]) pages[p] = std::make_unique<Page>();

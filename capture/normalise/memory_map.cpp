@@ -17,15 +17,13 @@ size_t MemoryMap::push(const MemoryEvent& e, uint64_t order) {
   // From 2^20 records on, each doubling is held against the memory
   // available first: a program that maps and unmaps in a loop would
   // otherwise take the normaliser past the machine's memory.
-  if (const size_t n = events_.size(); n >= kCheckedFrom && (n & (n - 1)) == 0) {
-    const uint64_t need = uint64_t(n) * 2 * kBytesPerCall, available = trace::memory_available();
-    if (available != 0 && need > available)
-      throw std::runtime_error("the program's own memory calls (mmap, munmap, ...): " + std::to_string(n) +
-                               " records kept so far; twice that needs about " + std::to_string(need >> 20) +
-                               " MiB to keep and write (" + std::to_string(kBytesPerCall) +
-                               " bytes a record), more than the " + std::to_string(available >> 20) +
-                               " MiB this machine has available");
-  }
+  const uint64_t n = events_.size();
+  if (const auto s = trace::doubling_short_of_memory(n, kCheckedFrom, kBytesPerCall))
+    throw std::runtime_error("the program's own memory calls (mmap, munmap, ...): " + std::to_string(n) +
+                             " records kept so far; twice that needs about " + std::to_string(s->need >> 20) +
+                             " MiB to keep and write (" + std::to_string(kBytesPerCall) +
+                             " bytes a record), more than the " + std::to_string(s->available >> 20) +
+                             " MiB this machine has available");
   events_.push_back(e);
   order_.emplace_back(e.after, order);
   return events_.size() - 1;

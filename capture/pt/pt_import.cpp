@@ -20,7 +20,7 @@
 
 #include "capture/pt/ptw_assembler.h"
 #include "capture/shim/raw_format.h"
-#include "common/machine.h"
+#include "capture/format/memory_available.h"
 #include "common/process.h"
 
 namespace heaplab::pt {
@@ -209,7 +209,7 @@ class Collector {
  private:
   void put(Thread& t, const Ev& e) {
     if (hold_) {
-      if (++held_ >= kHeldCheckedFrom && (held_ & (held_ - 1)) == 0) check_held();
+      check_held(++held_);
       t.held.push_back(e);
     } else {
       write_event(t, e);
@@ -219,14 +219,13 @@ class Collector {
   // each): from 2^16 on, each doubling is checked against the memory
   // available first.
   static constexpr uint64_t kHeldCheckedFrom = uint64_t{1} << 16;
-  void check_held() const {
-    const uint64_t need = held_ * 2 * sizeof(Ev), available = common::memory_available();
-    if (available != 0 && need > available)
-      throw std::runtime_error("per-CPU PT buffers: " + std::to_string(held_) +
-                               " events held so far to be put in order (" + std::to_string(sizeof(Ev)) +
-                               " bytes each until every CPU is decoded); twice that needs about " +
-                               std::to_string(need >> 20) + " MiB, more than the " + std::to_string(available >> 20) +
-                               " MiB this machine has available: record per thread (perf record --per-thread)");
+  static void check_held(uint64_t held) {
+    if (const auto s = trace::doubling_short_of_memory(held, kHeldCheckedFrom, sizeof(Ev)))
+      throw std::runtime_error(
+          "per-CPU PT buffers: " + std::to_string(held) + " events held so far to be put in order (" +
+          std::to_string(sizeof(Ev)) + " bytes each until every CPU is decoded); twice that needs about " +
+          std::to_string(s->need >> 20) + " MiB, more than the " + std::to_string(s->available >> 20) +
+          " MiB this machine has available: record per thread (perf record --per-thread)");
   }
   // A thread's events go through a small window ordered by sequence
   // number before they are written, so that
