@@ -247,7 +247,7 @@ FreeBlocks* free_blocks(FileHeader* h);
 char* take_free_block(FileHeader* h);
 char* new_block_if_room();
 char* wait_given_back(FileHeader* h);
-bool reader_alive(const FileHeader* h, uint64_t now);
+bool live_reader(const FileHeader* h);
 void sleep_until_consumed(FileHeader* h, uint64_t seen);
 
 bool switch_block() {
@@ -258,8 +258,7 @@ bool switch_block() {
   // give one back (the full block stays: its pending write has not landed).
   FileHeader* h = g_header;
   char* block = take_free_block(h);
-  const bool live = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) != 0 && reader_alive(h, mono_ns());
-  if (!block && live) {
+  if (!block && live_reader(h)) {
     block = new_block_if_room();
     if (!block) block = wait_given_back(h);
   } else if (!block) {
@@ -278,6 +277,11 @@ bool switch_block() {
 bool reader_alive(const FileHeader* h, uint64_t now) {
   const uint64_t alive = __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE);
   return alive != 0 && !(now > alive && now - alive > kLiveTimeoutNs);
+}
+
+// Whether a live reader is consuming now (no clock read without one).
+bool live_reader(const FileHeader* h) {
+  return __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) != 0 && reader_alive(h, mono_ns());
 }
 
 FreeBlocks* free_blocks(FileHeader* h) {
@@ -350,7 +354,7 @@ char* new_block_if_room() {
 bool publish_block() {
   ThreadSink& t = t_sink;
   FileHeader* h = g_header;
-  if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0 || !reader_alive(h, mono_ns())) return false;
+  if (!live_reader(h)) return false;
   char* block = take_free_block(h);
   // Else a new slot. A file that cannot grow (a full disk): wait for the
   // reader to give a block back (copying would need disk space too, and
@@ -558,6 +562,24 @@ void fill_header(FileHeader& fh, const SinkConfig& cfg, uint32_t gen) {
   __atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
+// heaplab capture's spare control block, mapped (munmap it, kBlockSize), or
+// nullptr: no spare memfd, or the descriptor is not it (the program closed
+// or replaced it: a file the program put at this number is never mapped,
+// and a block without the control block's magic is unmapped again).
+SpareControl* map_spare_control() {
+  if (g_spare_fd < 0) return nullptr;
+  struct stat st;
+  if (fstat(g_spare_fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != kSpareBytes) return nullptr;
+  void* c = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, 0);
+  if (c == MAP_FAILED) return nullptr;
+  auto* ctl = static_cast<SpareControl*>(c);
+  if (memcmp(ctl->magic, kSpareMagic, sizeof ctl->magic) != 0 || ctl->slots > kSpareSlots) {
+    munmap(c, kBlockSize);
+    return nullptr;
+  }
+  return ctl;
+}
+
 // The raw file could not be set up (`err`): the header goes into a slot of
 // heaplab capture's spare memfd instead, with capture stopped from the
 // start, so that every heap call of this image is counted there (and the
@@ -565,16 +587,11 @@ void fill_header(FileHeader& fh, const SinkConfig& cfg, uint32_t gen) {
 // spare: not started by heaplab capture, the program closed or replaced the
 // descriptor (its control block is checked first), or every slot taken.
 bool open_spare(const SinkConfig& cfg, uint32_t gen, int err) {
-  if (g_spare_fd < 0) return false;
-  struct stat st;  // (a file the program put at this number instead is never mapped)
-  if (fstat(g_spare_fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != kSpareBytes) return false;
-  void* c = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, 0);
-  if (c == MAP_FAILED) return false;
-  auto* ctl = static_cast<SpareControl*>(c);
-  const bool ours = memcmp(ctl->magic, kSpareMagic, sizeof ctl->magic) == 0 && ctl->slots <= kSpareSlots;
-  const uint32_t slot = ours ? __atomic_fetch_add(&ctl->claimed, 1u, __ATOMIC_ACQ_REL) : 0;
-  const uint32_t slots = ours ? ctl->slots : 0;
-  munmap(c, kBlockSize);
+  SpareControl* ctl = map_spare_control();
+  if (!ctl) return false;
+  const uint32_t slot = __atomic_fetch_add(&ctl->claimed, 1u, __ATOMIC_ACQ_REL);
+  const uint32_t slots = ctl->slots;
+  munmap(ctl, kBlockSize);
   if (slot >= slots) return false;
   void* h = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, off_t(kBlockSize * (slot + 1)));
   if (h == MAP_FAILED) return false;
@@ -605,15 +622,10 @@ bool not_started(const SinkConfig& cfg, uint32_t gen, int err, const char* data_
 void sink_set_spare(int fd) { g_spare_fd = fd; }
 
 void sink_count_unnoted(bool exec) {
-  if (g_spare_fd < 0) return;
-  struct stat st;
-  if (fstat(g_spare_fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != kSpareBytes) return;
-  void* c = mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_spare_fd, 0);
-  if (c == MAP_FAILED) return;
-  auto* ctl = static_cast<SpareControl*>(c);
-  if (memcmp(ctl->magic, kSpareMagic, sizeof ctl->magic) == 0)
+  if (SpareControl* ctl = map_spare_control()) {
     __atomic_fetch_add(exec ? &ctl->unnoted_exec : &ctl->unnoted_fork, 1u, __ATOMIC_RELAXED);
-  munmap(c, kBlockSize);
+    munmap(ctl, kBlockSize);
+  }
 }
 
 bool sink_open(const SinkConfig& cfg) {
