@@ -14,6 +14,11 @@
 #include "capture/shim/memory.h"
 #include "capture/shim/sink.h"
 
+// The stack a new process's child handler runs on (clone(3)'s wrapper and
+// the syscall entry): the child's private copy of it, for its one thread,
+// since the stack the child was given may be small.
+extern "C" __attribute__((visibility("hidden"))) char heaplab_clone_stack[64 * 1024];
+
 namespace heaplab::shim {
 
 using trace::Op;
@@ -55,7 +60,7 @@ pid_t hook_fork_without_handlers();
 // Clones that share memory (threads, vfork, posix_spawn) pass untouched.
 long hook_syscall(long n, long a0, long a1, long a2, long a3, long a4, long a5);
 // The child of a raw clone making a process on a stack of its own (called
-// by interpose.cpp's syscall entry, on a static stack): as a fork child.
+// by interpose.cpp's syscall entry, on heaplab_clone_stack): as a fork child.
 void hook_clone_child();
 int hook_clone(int (*fn)(void*), void* stack, int flags, void* arg, void* ptid, void* tls, void* ctid);
 // During initialisation (dlsym allocates), memory comes from a static arena.

@@ -49,7 +49,6 @@ __attribute__((visibility("hidden"), used)) long heaplab_syscall_failed(long r) 
   return -1;
 }
 __attribute__((visibility("hidden"), used)) void heaplab_clone_child_hook() { s::hook_clone_child(); }
-__attribute__((visibility("hidden"), used, aligned(64))) char heaplab_clone_stack[64 * 1024];
 __attribute__((visibility("hidden"), used)) void* heaplab_clone_rsp;
 }
 asm(R"(

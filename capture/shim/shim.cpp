@@ -19,6 +19,8 @@
 #include "capture/shim/hooks.h"
 #include "capture/shim/shim_util.h"
 
+alignas(64) char heaplab_clone_stack[64 * 1024];
+
 namespace heaplab::shim {
 
 Real g_real;
@@ -430,14 +432,13 @@ struct CloneStart {
   int (*fn)(void*);
   void* arg;
 };
-alignas(64) char g_clone_stack[64 * 1024];
 ucontext_t g_clone_caller, g_clone_handler;
 void clone_child_handler() { after_fork_child(); }
 int clone_child(void* p) {
   const CloneStart start = *static_cast<const CloneStart*>(p);
   if (getcontext(&g_clone_handler) == 0) {
-    g_clone_handler.uc_stack.ss_sp = g_clone_stack;
-    g_clone_handler.uc_stack.ss_size = sizeof g_clone_stack;
+    g_clone_handler.uc_stack.ss_sp = heaplab_clone_stack;
+    g_clone_handler.uc_stack.ss_size = sizeof heaplab_clone_stack;
     g_clone_handler.uc_link = &g_clone_caller;
     makecontext(&g_clone_handler, clone_child_handler, 0);
     if (swapcontext(&g_clone_caller, &g_clone_handler) != 0) after_fork_child();
