@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""The normaliser's memory for a program with many threads (issue 16):
-`churn THREADS OPS` is captured once with its raw files kept, then the raw
-file is normalised again on its own (`heaplab import --from heaplab-raw`)
---reps times; the peak RSS of that process (wait4), its wall time and the
+"""The normaliser's memory and CPU (issue 16): `churn THREADS OPS` is
+captured once with its raw files kept (or --raw names a kept raw file), then
+the raw file is normalised again on its own (`heaplab import --from
+heaplab-raw`) --reps times; the peak RSS of that process (wait4), its wall
+time, its CPU time (user + system, both of its threads) per record and the
 trace's size are printed, with the trace's peak of live objects (the
 normaliser keeps one entry per live object, whatever it does per thread).
 
+With --compare BUILD_DIR, the same raw file is normalised by that build too,
+the two builds' runs interleaved (a noisy machine moves both alike).
+
 Usage: scripts/bench-normalise-threads.py [--threads 512] [--ops 2000] [--reps 3]
+           [--raw FILE.hlraw] [--compare BUILD_DIR]
 HEAPLAB_BUILD_DIR picks the build to measure (default: build/).
 """
 import argparse
@@ -21,7 +26,23 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
-HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
+
+
+def heaplab(build):
+    return os.path.join(build, "cli", "heaplab")
+
+
+def normalise(build, raw, out):
+    """One run: (wall s, CPU s, peak RSS MiB)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen([heaplab(build), "import", "--from", "heaplab-raw", "-o", out, raw],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.monotonic() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench-normalise-threads: {build}: the normaliser failed: {err.decode(errors='replace').strip()}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 
 def main():
@@ -29,34 +50,42 @@ def main():
     ap.add_argument("--threads", type=int, default=512)
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--raw", help="a kept .hlraw file to normalise (default: capture churn)")
+    ap.add_argument("--compare", help="another build directory, measured on the same raw file")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="heaplab-norm-threads-")
     try:
-        raw = os.path.join(work, "raw")
-        trace = os.path.join(work, "churn.hlt")
-        churn = os.path.join(BUILD, "capture", "testprogs", "churn")
-        subprocess.run([HEAPLAB, "capture", "-q", "--keep-raw", "--raw-dir", raw, "-o", trace, "--", churn,
-                        str(a.threads), str(a.ops)], check=True, stdout=subprocess.DEVNULL)
-        raws = glob.glob(os.path.join(raw, "*.hlraw"))
-        if len(raws) != 1:
-            sys.exit(f"bench-normalise-threads: expected one raw file, found {len(raws)}")
-        rss, wall = [], []
-        out = os.path.join(work, "again.hlt")
+        raw = a.raw
+        what = os.path.basename(raw) if raw else f"churn {a.threads} {a.ops}"
+        if not raw:
+            rawdir = os.path.join(work, "raw")
+            churn = os.path.join(BUILD, "capture", "testprogs", "churn")
+            subprocess.run([heaplab(BUILD), "capture", "-q", "--keep-raw", "--raw-dir", rawdir, "-o",
+                            os.path.join(work, "churn.hlt"), "--", churn, str(a.threads), str(a.ops)],
+                           check=True, stdout=subprocess.DEVNULL)
+            raws = glob.glob(os.path.join(rawdir, "*.hlraw"))
+            if len(raws) != 1:
+                sys.exit(f"bench-normalise-threads: expected one raw file, found {len(raws)}")
+            raw = raws[0]
+        builds = [BUILD] + ([a.compare] if a.compare else [])
+        runs = {b: [] for b in builds}
         for _ in range(a.reps):
-            t0 = time.monotonic()
-            p = subprocess.Popen([HEAPLAB, "import", "--from", "heaplab-raw", "-o", out, raws[0]],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            _, status, ru = os.wait4(p.pid, 0)
-            wall.append(time.monotonic() - t0)
-            if os.waitstatus_to_exitcode(status) != 0:
-                sys.exit("bench-normalise-threads: the normaliser failed")
-            rss.append(ru.ru_maxrss / 1024)
-        stats = subprocess.run([HEAPLAB, "stats", out], capture_output=True, text=True).stdout
+            for i, b in enumerate(builds):
+                runs[b].append(normalise(b, raw, os.path.join(work, f"again{i}.hlt")))
+        out = os.path.join(work, "again0.hlt")
+        stats = subprocess.run([heaplab(BUILD), "stats", out], capture_output=True, text=True).stdout
         live = next((line for line in stats.splitlines() if line.startswith("peak live objects")), "")
         events = next((line for line in stats.splitlines() if line.startswith("events:")), "")
-        print(f"churn {a.threads} {a.ops}: {events}; {live}")
-        print(f"  normaliser peak RSS {statistics.median(rss):.0f} MiB, wall {statistics.median(wall):.2f} s "
-              f"(medians of {a.reps}); trace {os.path.getsize(out) / 2**20:.2f} MiB")
+        n = int(events.split(":")[1].split()[0].replace(",", "")) if events else 0
+        print(f"{what}: {events}; {live}")
+        for i, b in enumerate(builds):
+            wall = statistics.median(r[0] for r in runs[b])
+            cpu = statistics.median(r[1] for r in runs[b])
+            rss = statistics.median(r[2] for r in runs[b])
+            per = f", {cpu / n * 1e9:.0f} ns of CPU an event" if n else ""
+            size = os.path.getsize(os.path.join(work, f"again{i}.hlt")) / 2**20
+            print(f"  {b}: normaliser peak RSS {rss:.0f} MiB, wall {wall:.2f} s, CPU {cpu:.2f} s{per} "
+                  f"(medians of {a.reps}); trace {size:.2f} MiB")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
