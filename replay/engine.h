@@ -58,7 +58,9 @@ struct ThreadResult {
   uint64_t handoff_wait_ns = 0;
   uint64_t unrepresentable = 0;  // results at or above 2^48 (counted as NULL)
   uint64_t remap_length = 0;     // the engine's: the last kStepArg's length
-  uint64_t plan_waits = 0;       // windows of the plan not mapped yet when due
+  uint64_t ext_old = 0;          // the engine's: the kStepExt for the next step (0, 0: none)
+  uint64_t ext_arg = 0;
+  uint64_t plan_waits = 0;  // windows of the plan not mapped yet when due
   uint64_t plan_wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
   int cpu = -1;                       // the CPU the thread finished on
@@ -95,7 +97,7 @@ struct RunParams {
   // The thread's first step, when its steps run in several calls (a pause
   // at the live peak): times[] and progress count from there. Null: from
   // the first step of this call.
-  const Step* origin = nullptr;
+  const PlanStep* origin = nullptr;
 };
 
 namespace detail {
@@ -225,9 +227,9 @@ inline uint64_t tick_end(bool tsc) {
 }
 
 // The program's own memory (plan.h, kStepMap ...): real system calls,
-// outside the allocator under test. `arg` carries a remap's old length from
-// its kStepArg step.
-[[gnu::noinline]] inline void memory_step(const Step& st, Slot* table, Touch mode, uint64_t& arg, ThreadResult& r) {
+// outside the allocator under test. `st` is the step unpacked (plan.h);
+// `length` carries a remap's old length from its kStepArg step.
+[[gnu::noinline]] inline void memory_step(const Step& st, Slot* table, Touch mode, uint64_t& length, ThreadResult& r) {
   const unsigned op = st.head & 0xff;
   ++r.memory[op - kStepMap];
   char* region = nullptr;
@@ -259,11 +261,11 @@ inline uint64_t tick_end(bool tsc) {
       }
       break;
     case kStepArg:
-      arg = st.size;
+      length = st.size;
       break;
     case kStepRemap: {
       char* b = base();
-      void* p = b ? mremap(b + st.arg, arg, st.size, MREMAP_MAYMOVE) : MAP_FAILED;
+      void* p = b ? mremap(b + st.arg, length, st.size, MREMAP_MAYMOVE) : MAP_FAILED;
       if (p == MAP_FAILED) ++r.memory_failed;
       table[ref_slot(st.id())].store(
           slot_value(p == MAP_FAILED ? kNullObject : reinterpret_cast<uintptr_t>(p), st.id()),
@@ -293,39 +295,51 @@ inline uint64_t tick_end(bool tsc) {
 
 // Runs steps [s, end) with backend B.
 template <allocators::BackendCalls B, bool kPaced = false, bool kTimed = false>
-void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResult& r) {
+void run_steps(const PlanStep* s, const PlanStep* end, const RunParams& prm, ThreadResult& r) {
   using trace::Op;
   Slot* const table = prm.table;
   const Touch run_mode = prm.touch;
   // (A remap's old length, from its kStepArg step: kept in the thread's
   // result, since a window of the plan can end between the two.)
   uint64_t& remap_length = r.remap_length;
+  // (Likewise the kStepExt before a step: what it has no room for.)
+  uint64_t ext_old = r.ext_old, ext_arg = r.ext_arg;
   [[maybe_unused]] uint32_t countdown = 1;
   [[maybe_unused]] const bool tsc = prm.tsc;
-  const Step* const first = s;
-  const Step* const origin = prm.origin ? prm.origin : s;
+  const PlanStep* const first = s;
+  const PlanStep* const origin = prm.origin ? prm.origin : s;
   if constexpr (kTimed) {  // every sample_every-th step from the origin: steps 0, N, 2N...
     const uint64_t every = prm.sample_every ? prm.sample_every : 1;
     countdown = uint32_t((every - uint64_t(s - origin) % every) % every) + 1;
   }
-  const Step* const last = s == end ? end : end - 1;
+  const PlanStep* const last = s == end ? end : end - 1;
   for (; s != end; ++s) {
     if constexpr (kPaced) detail::pace(prm.start_ns, prm.times[s - origin], prm.speed);
       // The steps are known in advance: fetch the table slot a later step will
       // consume now, so that its cache miss overlaps this step's work.
 #ifndef HEAPLAB_NO_PREFETCH
-    __builtin_prefetch(&table[ref_slot((s + 16 < last ? s + 16 : last)->old)], 0, 3);
+    // (A step's ref: what it consumes, produces or, in a kStepExt, what the
+    // step after it consumes.)
+    __builtin_prefetch(&table[ref_slot((s + 16 < last ? s + 16 : last)->head >> 16)], 0, 3);
 #endif
     const uint64_t head = s->head;
     const unsigned op = head & 0xff;
     const unsigned flags = (head >> 8) & 0xff;
+    // The object produced; for the calls that only consume, the object consumed.
     const uint64_t id = head >> 16;
-    const size_t n = s->size, a = s->arg;
+    const size_t n = s->val, a = ext_arg;
     if (__builtin_expect(op >= kStepFirstMemory, 0)) {
-      if (op == kStepHandoff)
-        detail::handoff(prm.peers, s->old, s->size, r);
-      else
-        detail::memory_step(*s, table, run_mode, remap_length, r);
+      if (op == kStepExt) {
+        ext_old = id;
+        ext_arg = n;
+      } else {
+        const PlanStep ext{uint64_t{kStepExt} | ext_old << 16, ext_arg};
+        if (op == kStepHandoff)
+          detail::handoff(prm.peers, id, n, r);
+        else
+          detail::memory_step(unpack_step(*s, &ext), table, run_mode, remap_length, r);
+        ext_old = ext_arg = 0;
+      }
       r.progress.store(uint64_t(s - origin) + 1, std::memory_order_release);
       continue;
     }
@@ -333,7 +347,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     // recorded gets that many (its touch_object step, next, says how many).
     const Touch mode = run_mode;
     // (The plan always has that step right after: check_steps() made sure.)
-    const uint64_t touch_cap = (flags & kStepTouchFollows) && run_mode == Touch::recorded ? s[1].size : ~uint64_t{0};
+    const uint64_t touch_cap = (flags & kStepTouchFollows) && run_mode == Touch::recorded ? s[1].val : ~uint64_t{0};
     [[maybe_unused]] bool sample = false;
     [[maybe_unused]] uint64_t t0 = 0, t1 = 0;
     if constexpr (kTimed) {
@@ -362,7 +376,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
     HEAPLAB_TIMED(made_ = (expr));                             \
     detail::made(table, id, made_, n, op, mode, r, touch_cap); \
   } while (0)
-#define HEAPLAB_OLD detail::obtain(table, s->old, r)
+#define HEAPLAB_OLD detail::obtain(table, id, r)
     switch (static_cast<Op>(op)) {
       case Op::malloc:
         HEAPLAB_MADE(B::malloc(n));
@@ -375,7 +389,7 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
       }
       case Op::realloc:
       case Op::reallocarray: {
-        void* q = HEAPLAB_OLD;
+        void* q = detail::obtain(table, ext_old, r);
         void* p;
         HEAPLAB_TIMED(p = static_cast<Op>(op) == Op::realloc ? B::realloc(q, n) : B::reallocarray(q, a, n));
         if (__builtin_expect(flags & trace::kFailed, 0)) {
@@ -559,14 +573,17 @@ void run_steps(const Step* s, const Step* end, const RunParams& prm, ThreadResul
         prm.latency[op].add(d > prm.timer_overhead ? d - prm.timer_overhead : 0);
       }
     }
+    ext_old = ext_arg = 0;
     // (Release: a handoff step on another thread that sees this progress
     // may reuse the slots this thread's consumes read.)
     r.progress.store(uint64_t(s - origin) + 1, std::memory_order_release);
   }
+  r.ext_old = ext_old;
+  r.ext_arg = ext_arg;
   r.end_ns = monotonic_ns();
   // The calls made, per op: every step executed makes exactly its call, so
   // they are counted here, off the hot loop.
-  for (const Step* t = first; t != end; ++t) {
+  for (const PlanStep* t = first; t != end; ++t) {
     const unsigned op = t->head & 0xff;
     if (op < trace::kOpCount) ++r.calls[op];  // (memory steps count themselves)
   }

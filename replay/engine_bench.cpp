@@ -113,8 +113,17 @@ std::vector<Step> make_steps(size_t n, uint64_t first_id, uint64_t seed) {
 
 struct Fixture {
   std::vector<std::vector<Step>> steps;
+  std::vector<std::vector<heaplab::replay::PlanStep>> packed;  // as a plan holds them
   Slot* table = nullptr;
 };
+
+std::vector<heaplab::replay::PlanStep> packed_of(const std::vector<Step>& steps) {
+  std::vector<heaplab::replay::PlanStep> v;
+  v.reserve(steps.size() * 2);
+  heaplab::replay::PlanStep p[2];
+  for (const Step& s : steps) v.insert(v.end(), p, p + heaplab::replay::pack_step(s, p));
+  return v;
+}
 
 // Per thread its own objects: thread t's ids start at t * steps + 1.
 Fixture& fixture(size_t threads) {
@@ -124,7 +133,10 @@ Fixture& fixture(size_t threads) {
   Fixture& x = f[threads];
   if (x.table) return x;
   const size_t n = steps_per_thread();
-  for (size_t t = 0; t < threads; ++t) x.steps.push_back(make_steps(n, t * n + 1, 42 + t));
+  for (size_t t = 0; t < threads; ++t) {
+    x.steps.push_back(make_steps(n, t * n + 1, 42 + t));
+    x.packed.push_back(packed_of(x.steps.back()));
+  }
   const size_t bytes = (threads * n + 1) * sizeof(Slot);
   x.table = static_cast<Slot*>(
       mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
@@ -137,13 +149,14 @@ void BM_Engine(benchmark::State& state) {
   const size_t threads = size_t(state.threads());
   Fixture& f = fixture(threads);
   const auto& steps = f.steps[size_t(state.thread_index())];
+  const auto& packed = f.packed[size_t(state.thread_index())];
   RunParams prm;
   prm.table = f.table;
   prm.touch = Touch::none;
   for (auto _ : state) {
     ThreadResult r;
     const uint64_t t0 = heaplab::replay::monotonic_ns();
-    heaplab::replay::run_steps<B>(steps.data(), steps.data() + steps.size(), prm, r);
+    heaplab::replay::run_steps<B>(packed.data(), packed.data() + packed.size(), prm, r);
     // The loop only, as the replayer times it (run_steps counts the calls
     // per op after taking end_ns).
     state.SetIterationTime(double(r.end_ns - t0) / 1e9);
@@ -246,7 +259,7 @@ void BM_EngineBumpRealTrace(benchmark::State& state) {
     uint64_t ns = 0;
     for (uint32_t k = 0; k < t.plan->threads(); ++k) {
       ThreadResult r;
-      const Step* s = t.plan->steps(k);
+      const heaplab::replay::PlanStep* s = t.plan->steps(k);
       const uint64_t t0 = heaplab::replay::monotonic_ns();
       heaplab::replay::run_steps<Bump>(s, s + t.plan->step_count(k), prm, r);
       ns += r.end_ns - t0;

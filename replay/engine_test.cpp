@@ -229,9 +229,9 @@ struct Plan {
     dense = heaplab::replay::testutil::dense_steps(*mapped);
     for (uint32_t t = 0; t < mapped->threads(); ++t) {
       size_t j = 0;
-      for (const Step* s = begin(t); s != end(t); ++s) {
-        if ((s->head & 0xff) == heaplab::replay::kStepHandoff) continue;
-        if (s->id() != 0) ref_of[dense[t].at(j).id()] = s->id();
+      for (const PlanStep* s = begin(t); s != end(t); ++s) {
+        if (s->op() == heaplab::replay::kStepHandoff || s->op() == heaplab::replay::kStepExt) continue;
+        if (!heaplab::replay::ref_is_old(s->op()) && s->ref() != 0) ref_of[dense[t].at(j).id()] = s->ref();
         ++j;
       }
     }
@@ -244,8 +244,8 @@ struct Plan {
     table.reset(new Slot[mapped->slots() + 1]());
     table[0].store(heaplab::replay::kNullObject);  // the engine's contract: slot 0 is NULL
   }
-  const Step* begin(uint32_t t) const { return mapped->steps(t); }
-  const Step* end(uint32_t t) const { return mapped->steps(t) + mapped->step_count(t); }
+  const PlanStep* begin(uint32_t t) const { return mapped->steps(t); }
+  const PlanStep* end(uint32_t t) const { return mapped->steps(t) + mapped->step_count(t); }
   // The steps with dense ids (replay/plan_testutil.h), and each dense id's ref.
   std::vector<std::vector<Step>> dense;
   std::map<uint64_t, uint64_t> ref_of;
@@ -379,7 +379,7 @@ TEST_F(Engine, EveryOpCallsItsBackendFunctionWithItsArguments) {
       consume(Op::free, 0),
   };
   Plan plan(evs);
-  ASSERT_EQ(plan.mapped->step_count(0), want.size());
+  ASSERT_EQ(plan.dense[0].size(), want.size());
   ThreadResult r;
   plan.run(r, 0, Touch::all);
 
@@ -411,7 +411,7 @@ TEST_F(Engine, EveryOpCallsItsBackendFunctionWithItsArguments) {
   EXPECT_EQ(r.moved_failed_reallocs, 0u);
   EXPECT_EQ(r.waits, 0u);
   EXPECT_EQ(r.wait_ns, 0u);
-  EXPECT_EQ(r.progress.load(), want.size());
+  EXPECT_EQ(r.progress.load(), plan.mapped->step_count(0));
 }
 
 // ------------------------------------------------------------ NULL results
@@ -481,7 +481,8 @@ TEST_F(Engine, ThrowingOperatorNewIsANullResult) {
   }
   EXPECT_EQ(r.nulls[idx(Op::op_new)], 1u);
   EXPECT_EQ(r.calls[idx(Op::op_new)], 2u);
-  EXPECT_EQ(r.progress.load(), 10u);
+  EXPECT_EQ(r.progress.load(), plan.mapped->step_count(0));  // 10 calls, the aligned news after a kStepExt
+  EXPECT_EQ(r.progress.load(), 14u);
 }
 
 // ------------------------------------------------------------ failed reallocs
@@ -508,7 +509,7 @@ TEST_F(Engine, FailedReallocThatSucceedsMovesTheObject) {
   Plan plan(evs);
   EXPECT_EQ(plan.summary.objects, 2u);
   ASSERT_EQ(plan.mapped->max_id(), 4u);
-  ASSERT_EQ(plan.mapped->step_count(0), 7u);
+  ASSERT_EQ(plan.dense[0].size(), 7u);
   const Step* st = plan.dense[0].data();
   EXPECT_EQ(st[0].id(), 1u);
   EXPECT_EQ(st[1].id(), 2u);
@@ -571,7 +572,7 @@ TEST_F(Engine, FailedReallocOfAnObjectThatIsNullHere) {
   Plan plan(evs);
   ASSERT_EQ(plan.mapped->max_id(), 4u);
   const Step* st = plan.dense[0].data();
-  ASSERT_EQ(plan.mapped->step_count(0), 6u);
+  ASSERT_EQ(plan.dense[0].size(), 6u);
   EXPECT_EQ(st[1].id(), 2u);
   EXPECT_EQ(st[1].old, 1u);
   EXPECT_EQ(st[3].id(), 4u);
@@ -618,8 +619,8 @@ TEST_F(Engine, CrossThreadFreeWaitsForAFailedReallocThatMoves) {
   Plan plan(evs);
   ASSERT_EQ(plan.mapped->threads(), 2u);
   ASSERT_EQ(plan.mapped->max_id(), 2u);
-  ASSERT_EQ(plan.mapped->step_count(0), 2u);
-  ASSERT_EQ(plan.mapped->step_count(1), 1u);
+  ASSERT_EQ(plan.dense[0].size(), 2u);
+  ASSERT_EQ(plan.dense[1].size(), 1u);
   EXPECT_EQ(plan.dense[0][1].id(), 2u);
   EXPECT_EQ(plan.dense[0][1].old, 1u);
   EXPECT_EQ(plan.dense[1][0].old, 2u);
@@ -884,6 +885,69 @@ TEST_F(Engine, PacedReplayFollowsRecordedTimes) {
       EXPECT_GE(elapsed, 1 * ms);
     free_leftovers();  // object 2 is never freed
     Recording::reset();
+  }
+}
+
+// A call that needs a kStepExt (plan.h: realloc's old object, calloc's
+// count, an alignment) has it as the step before: where the replayer runs
+// a thread's steps in several calls (a window of the plan at a time), one
+// may end between the two. Run in two calls split at every step, the
+// backend gets the same calls as in one.
+TEST_F(Engine, AKStepExtSplitFromItsStepKeepsItsFields) {
+  std::vector<Event> evs = {
+      alloc(8),                                      // 1
+      with(consume(Op::realloc, 1), 64),             // 2 (old 1)
+      with(ev(Op::calloc), 16, 0, 3),                // 3
+      with(ev(Op::aligned_alloc), 100, 64),          // 4
+      with(consume(Op::reallocarray, 3), 10, 0, 7),  // 5 (old 3)
+      consume(Op::op_delete_aligned, 4, 0, 64),      //
+      consume(Op::free, 2),                          //
+      consume(Op::free, 5),                          //
+  };
+  Plan plan(evs);
+  const uint64_t n = plan.mapped->step_count(0);
+  ASSERT_EQ(n, 13u);  // 8 calls; all but the malloc and the frees after a kStepExt
+  ThreadResult one;
+  plan.run(one);
+  const std::vector<Call> whole = log();
+  ASSERT_EQ(whole.size(), 8u);
+  EXPECT_EQ(whole[1].ptr, whole[0].ret);  // realloc(p, 64)
+  EXPECT_EQ(whole[2].a, 3u);              // calloc(3, 16)
+  EXPECT_EQ(whole[3].a, 64u);             // aligned_alloc(64, 100)
+  EXPECT_EQ(whole[4].ptr, whole[2].ret);  // reallocarray(q, 7, 10)
+  EXPECT_EQ(whole[4].a, 7u);
+  EXPECT_EQ(whole[5].ptr, whole[3].ret);  // delete(r, align 64)
+  EXPECT_EQ(whole[5].a, 64u);
+  free_leftovers();
+  for (uint64_t split = 1; split < n; ++split) {
+    SCOPED_TRACE("split at step " + std::to_string(split));
+    Recording::reset();
+    plan.reset_table();
+    ThreadResult r;
+    RunParams prm;
+    prm.table = plan.table.get();
+    prm.touch = Touch::none;
+    prm.origin = plan.begin(0);
+    run_steps<Recording>(plan.begin(0), plan.begin(0) + split, prm, r);
+    run_steps<Recording>(plan.begin(0) + split, plan.end(0), prm, r);
+    EXPECT_EQ(r.progress.load(), n);
+    const std::vector<Call>& got = log();
+    ASSERT_EQ(got.size(), whole.size());
+    std::map<const void*, size_t> made;  // pointer -> the call that returned it
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].op, whole[i].op) << i;
+      EXPECT_EQ(got[i].a, whole[i].a) << i;
+      EXPECT_EQ(got[i].b, whole[i].b) << i;
+      // A consumer gets what the same call as in one run returned.
+      if (whole[i].ptr) {
+        ASSERT_TRUE(made.count(got[i].ptr)) << i;
+        size_t j = 0;
+        while (whole[j].ret != whole[i].ptr) ++j;
+        EXPECT_EQ(made[got[i].ptr], j) << i;
+      }
+      if (got[i].ret) made[got[i].ret] = i;
+    }
+    free_leftovers();
   }
 }
 

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <fmt/format.h>
 
 #include "allocators/library.h"
@@ -248,7 +249,7 @@ std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings
   // its budget with many threads) and, when calls are timed, a latency
   // histogram per op (replayer.cpp).
   const uint64_t threads = std::max<uint32_t>(1, plan.replay_threads);
-  const uint64_t step_bytes = sizeof(Step) + (plan.has_times ? 8 : 0) + (plan.has_live ? 8 : 0);
+  const uint64_t step_bytes = sizeof(PlanStep) + (plan.has_times ? 8 : 0) + (plan.has_live ? 8 : 0);
   const uint64_t windows = std::max<uint64_t>(kPlanWindowBudget, threads * 4 * 512 * step_bytes);
   const uint64_t histograms =
       settings.latency || settings.latency_program ? threads * trace::kOpCount * sizeof(LogLinearHistogram) : 0;
@@ -431,8 +432,10 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     }
     plan_cache().keep(key, plan_fd, plan, trace_id);
   }
-  uint64_t memory_steps = 0;
-  for (uint64_t m : plan.memory_ops) memory_steps += m;
+  // (The plan's steps also hold its memory calls, handoffs and kStepExt
+  // steps: plan.h.)
+  const uint64_t calls = std::accumulate(plan.ops.begin(), plan.ops.end(), uint64_t{0});
+  const uint64_t memory_steps = std::accumulate(plan.memory_ops.begin(), plan.memory_ops.end(), uint64_t{0});
   if (std::string why = memory_check(plan, opt.settings); !why.empty()) {
     close(plan_fd);
     throw ReplayError(opt.trace + ": " + why);
@@ -442,7 +445,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   nlohmann::json trace_j = {{"path", opt.trace},
                             {"id", trace_id},
                             {"events", plan.events},
-                            {"calls", plan.steps - memory_steps - plan.handoffs},
+                            {"calls", calls},
                             {"complete", reader->complete()},
                             {"recorded_threads", plan.recorded_threads},
                             {"objects", plan.objects},
@@ -526,7 +529,6 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   spec.default_signals = {SIGXFSZ};
   std::string out, exec_error;
   int status = 0;
-  const uint64_t calls = plan.steps - memory_steps - plan.handoffs;
   const double timeout_s =
       opt.timeout_s > 0
           ? opt.timeout_s

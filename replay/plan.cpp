@@ -35,7 +35,7 @@ namespace {
 // thread; more pages if there are many threads), then per thread its steps,
 // then per thread its times (if any). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 6;
+constexpr uint32_t kPlanVersion = 7;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -65,14 +65,15 @@ struct PlanThread {
 uint64_t page_up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
 
 // The plan's file, `len` bytes: the caller's file (its disk space reserved
-// first: a full disk is an error now), or a new memfd. It is written with
+// first, for the ranges the plan fills whatever its trace: a disk too full
+// for them is an error now), or a new memfd. It is written with
 // pwrite from a buffer per array (writing through a mapping would make the
 // kernel read, or zero, each new page before it is overwritten).
 // release() hands over the descriptor.
 struct PlanFile {
   int fd = -1;
   size_t len = 0;
-  PlanFile(uint64_t bytes, int given) : len(size_t(bytes)) {
+  PlanFile(uint64_t bytes, const std::vector<std::pair<uint64_t, uint64_t>>& reserve, int given) : len(size_t(bytes)) {
     fd = given >= 0 ? given : memfd_create("heaplab-plan", MFD_CLOEXEC);
     if (fd < 0) throw PlanError(std::string("memfd_create: ") + std::strerror(errno));
     if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
@@ -81,10 +82,16 @@ struct PlanFile {
       throw PlanError("sizing the replay plan (" + std::to_string(len) + " bytes): " + std::strerror(err));
     }
     if (given >= 0) {
-      if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(len)); err != 0 && err != EOPNOTSUPP) {
-        close(fd);
-        throw PlanError("reserving disk space for the replay plan (" + std::to_string(len) +
-                        " bytes): " + std::strerror(err));
+      uint64_t reserved = 0;
+      for (const auto& [at, n] : reserve) reserved += n;
+      for (const auto& [at, n] : reserve) {
+        if (n == 0) continue;
+        if (const int err = posix_fallocate(fd, static_cast<off_t>(at), static_cast<off_t>(n));
+            err != 0 && err != EOPNOTSUPP) {
+          close(fd);
+          throw PlanError("reserving disk space for the replay plan (" + std::to_string(reserved) +
+                          " bytes): " + std::strerror(err));
+        }
       }
     }
   }
@@ -107,6 +114,13 @@ struct PlanFile {
     fd = -1;
     return f;
   }
+  // Gives [from, to) back to the file system (from rounded up to a page):
+  // room the layout kept that the plan did not use. (Where the file system
+  // cannot punch holes, the plan keeps the room, and works as well.)
+  void punch(uint64_t from, uint64_t to) {
+    from = (from + 4095) & ~uint64_t{4095};
+    if (to > from) (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(from), off_t(to - from));
+  }
 };
 
 // One of the builder's helper threads, or none (not joinable) where the
@@ -123,8 +137,8 @@ std::thread start_thread(bool wanted, F&& f) {
 }
 
 // Writes the plan's arrays on a thread of its own: the builder hands over
-// a full buffer and goes on filling an empty one (copying 40 bytes a call
-// into the page cache was a fifth of a build on one core). At most
+// a full buffer and goes on filling an empty one (copying the plan into
+// the page cache was a fifth of a build on one core). At most
 // kQueued bytes wait; the first error is thrown to the builder at its
 // next hand-over or at finish().
 class PlanWriter {
@@ -183,7 +197,7 @@ class PlanWriter {
   }
 
  private:
-  using Buffer = std::variant<std::vector<Step>, std::vector<uint64_t>, std::vector<int64_t>>;
+  using Buffer = std::variant<std::vector<PlanStep>, std::vector<uint64_t>, std::vector<int64_t>>;
   struct Job {
     uint64_t off;
     Buffer buf;
@@ -228,7 +242,7 @@ class PlanWriter {
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
-  std::tuple<std::vector<std::vector<Step>>, std::vector<std::vector<uint64_t>>, std::vector<std::vector<int64_t>>>
+  std::tuple<std::vector<std::vector<PlanStep>>, std::vector<std::vector<uint64_t>>, std::vector<std::vector<int64_t>>>
       pools_;
   size_t queued_ = 0;
   bool busy_ = false, stop_ = false;
@@ -518,13 +532,19 @@ std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uin
 namespace {
 
 // Where each replay thread's arrays lie in the plan's file: sized for all
-// its recorded threads' events (a few markers more than its calls), its
-// memory calls, a touch step per object with a recorded count and a handoff
-// step per SlotTable::kBatch slots taken.
+// its recorded threads' events (a few markers more than its calls) and its
+// memory calls, each perhaps with a kStepExt step, a touch step per object
+// with a recorded count and a handoff step per SlotTable::kBatch slots
+// taken. How many calls need a kStepExt is known once the plan is built,
+// so the file is sized for all of them (its unused ends are then given
+// back, PlanFile::punch), and its disk space reserved for none: `reserve`,
+// the room the plan needs at least, is what is held against the disk.
 struct Layout {
   std::vector<PlanThread> table;
   std::vector<uint64_t> cap;
+  std::vector<std::pair<uint64_t, uint64_t>> reserve;  // offset, bytes
   uint64_t total = 0;
+  uint64_t reserved = 0;  // the sum of `reserve`
 };
 Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint32_t>>& fold,
                  const std::vector<uint64_t>& memory_steps, uint64_t touch_steps, bool times, bool live) {
@@ -532,28 +552,37 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
   Layout l;
   l.table.resize(nthreads);
   l.cap.assign(nthreads, 0);
-  uint64_t off = page_up(sizeof(PlanHeader) + sizeof(PlanThread) * nthreads);
+  const uint64_t first = page_up(sizeof(PlanHeader) + sizeof(PlanThread) * nthreads);
+  uint64_t off = first;
+  l.reserve.emplace_back(0, first);
+  std::vector<uint64_t> least(nthreads);  // steps at least: none with a kStepExt
   for (size_t k = 0; k < nthreads; ++k) {
     uint64_t& c = l.cap[k];
     uint64_t events = 0;
     for (uint32_t t : fold[k]) events += r.thread_event_count(t);
     // (At most one touch step per object the thread makes.)
-    c = memory_steps[k] + events + std::min(touch_steps, events);
+    const uint64_t touches = std::min(touch_steps, events);
+    c = 2 * (memory_steps[k] + events) + touches;
     c += c / SlotTable::kBatch + 1;
+    least[k] = memory_steps[k] + events + touches;
     l.table[k].steps_offset = off;
-    off = page_up(off + c * sizeof(Step));
+    l.reserve.emplace_back(off, least[k] * sizeof(PlanStep));
+    off = page_up(off + c * sizeof(PlanStep));
   }
   if (times)
     for (size_t k = 0; k < nthreads; ++k) {
       l.table[k].times_offset = off;
+      l.reserve.emplace_back(off, least[k] * sizeof(uint64_t));
       off = page_up(off + l.cap[k] * sizeof(uint64_t));
     }
   if (live)
     for (size_t k = 0; k < nthreads; ++k) {
       l.table[k].live_offset = off;
+      l.reserve.emplace_back(off, least[k] * sizeof(int64_t));
       off = page_up(off + l.cap[k] * sizeof(int64_t));
     }
   l.total = std::max(off, kPage);
+  for (const auto& [at, n] : l.reserve) l.reserved += page_up(n);
   return l;
 }
 
@@ -606,7 +635,7 @@ Layout layout_of(const trace::TraceReader& r, const Shape& sh, bool times, bool 
 }  // namespace
 
 uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt) {
-  return layout_of(r, shape_of(r, opt), opt.times && r.has_time(), opt.live).total;
+  return layout_of(r, shape_of(r, opt), opt.times && r.has_time(), opt.live).reserved;
 }
 
 int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s, int fd,
@@ -632,11 +661,10 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   Layout layout = layout_of(r, sh, s.has_times, s.has_live);
   std::vector<PlanThread>& table = layout.table;
   const std::vector<uint64_t>& cap = layout.cap;
-  const uint64_t total = layout.total;
-  PlanFile plan(total, fd);
+  PlanFile plan(layout.total, layout.reserve, fd);
   // Buffers of about 16 MiB in all (1,024 to 32,768 entries an array).
   const size_t per = std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 48), 1024, 32768);
-  std::vector<ArrayOut<Step>> steps(nthreads);
+  std::vector<ArrayOut<PlanStep>> steps(nthreads);
   std::vector<ArrayOut<uint64_t>> times(nthreads);
   std::vector<ArrayOut<int64_t>> lives(nthreads);
   for (size_t k = 0; k < nthreads; ++k) {
@@ -659,16 +687,21 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   uint128 live_bytes = 0, requested = 0;
   const bool complete = r.complete();
 
-  // Appends a step to replay thread k's arrays.
+  // Appends a step to replay thread k's arrays (packed: perhaps a
+  // kStepExt first); its index is then table[k].steps - 1.
   auto put = [&](uint32_t k, const Step& st, uint64_t time, uint64_t delta) {
-    uint64_t& n_k = table[k].steps;
-    if (n_k == cap[k]) throw PlanError("trace: thread event counts do not match its events");
-    steps[k].buf.push_back(st);
-    if (s.has_times) times[k].buf.push_back(time);
-    if (s.has_live) lives[k].buf.push_back(int64_t(thread_live[k] += delta));  // modular (C++20)
-    if (steps[k].buf.size() == per) flush(k, per);
-    ++n_k;
-    ++s.steps;
+    PlanStep packed[2];
+    const unsigned units = pack_step(st, packed);
+    for (unsigned u = 0; u < units; ++u) {
+      uint64_t& n_k = table[k].steps;
+      if (n_k == cap[k]) throw PlanError("trace: thread event counts do not match its events");
+      steps[k].buf.push_back(packed[u]);
+      if (s.has_times) times[k].buf.push_back(time);
+      if (s.has_live) lives[k].buf.push_back(int64_t(thread_live[k] += u + 1 == units ? delta : 0));  // modular (C++20)
+      if (steps[k].buf.size() == per) flush(k, per);
+      ++n_k;
+      ++s.steps;
+    }
   };
 
   SlotTable slots(nthreads, opt.reuse_slots);
@@ -705,12 +738,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
     ++s.max_id;
   };
-  // Region `g`'s current ref is consumed by replay thread k's next step.
-  auto release_region = [&](Region& g, uint32_t k) {
+  // Region `g`'s current ref is consumed by the memory step about to be
+  // put; its slot goes back once that step's index is known (`give`).
+  auto release_region = [&](Region& g, uint64_t& give) {
     if (g.read_more)
       slots.retire(g.ref);  // another thread's remap may still read it
     else
-      slots.give(g.ref, k, table[k].steps);
+      give = g.ref;
     g.read_more = false;
   };
   auto memory_until = [&](uint64_t seq) {
@@ -720,6 +754,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       const uint32_t k = replay_thread(m.thread);
       Step st{};
       StepOp op = kStepMap;
+      uint64_t give = 0;  // the ref this step consumes, to give back once it is put
       if (m.op == MemOp::map) {
         count_id();
         Region& g = region(m.region);
@@ -812,14 +847,14 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           region(m.new_region) = Region{next, m.new_length, false, false};
           Region& o = region(m.region);  // (the line above may have moved it)
           if (all_gone) {
-            release_region(o, k);
+            release_region(o, give);
             o.ref = 0;
             o.gone = true;
           } else {
             o.read_more = true;
           }
         } else {
-          release_region(h, k);
+          release_region(h, give);
           h.ref = next;
           h.gone = wholly_gone;
         }
@@ -828,6 +863,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       mapped.apply(m);
       s.mapped_peak = mapped.peak();
       put(k, st, m.time, 0);
+      if (give) slots.give(give, k, table[k].steps - 1);
       ++s.memory_ops[(st.head & 0xff) - kStepMap];
     }
   };
@@ -876,7 +912,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       }
       uint64_t old = 0;
       uint64_t id = 0;
-      bool give_old = false;  // the consumed object's slot goes back, once this step's ref is taken
+      bool give_old = false;  // the consumed object's slot goes back, once this step is put
+      bool at_peak = false;   // this call's step first reaches the live peak
       // Requested bytes this call makes live (or frees), modulo 2^64: sizes
       // near 2^64 (failed or absurd requests) must not overflow, and the
       // sum over threads comes out right whenever the true total fits.
@@ -951,7 +988,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         if (saturate(live_bytes) > s.live_bytes_peak) {
           s.live_bytes_peak = saturate(live_bytes);
           s.peak_thread = k;
-          s.peak_step = table[k].steps;  // this call's step
+          at_peak = true;
         }
       } else if (e.id != 0) {
         inconsistent(e, "object id " + std::to_string(e.id) + " given for a call without result");
@@ -966,12 +1003,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       const uint8_t flags = uint8_t(e.flags | (pages ? kStepTouchFollows : 0) | (timed ? kStepProgramTimed : 0));
       st.head = static_cast<uint64_t>(e.op) | uint64_t{flags} << 8 | id << 16;
       st.old = old;
-      if (give_old) slots.give(old, k, table[k].steps);
       // The object whose address the event names: the one it produced (a
       // realloc that failed in the trace: the object, where the replay's
       // call left it), else the one it consumed.
       if (event_refs) event_refs->back() = id != 0 ? id : old;
       put(k, st, e.time, delta);
+      if (give_old) slots.give(old, k, table[k].steps - 1);
+      if (at_peak) s.peak_step = table[k].steps - 1;
       ++s.ops[static_cast<unsigned>(e.op)];
       if (pages) {
         Step t{};
@@ -1006,6 +1044,12 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   std::copy(s.memory_ops.begin(), s.memory_ops.end(), h.memory_ops);
   for (size_t k = 0; k < nthreads; ++k) flush(k);
   writer.finish();
+  for (size_t k = 0; k < nthreads; ++k) {
+    const uint64_t n = table[k].steps, c = cap[k];
+    plan.punch(table[k].steps_offset + n * sizeof(PlanStep), table[k].steps_offset + c * sizeof(PlanStep));
+    if (s.has_times) plan.punch(table[k].times_offset + n * 8, table[k].times_offset + c * 8);
+    if (s.has_live) plan.punch(table[k].live_offset + n * 8, table[k].live_offset + c * 8);
+  }
   plan.write(0, &h, sizeof h);
   plan.write(sizeof h, table.data(), table.size() * sizeof(PlanThread));
   return plan.release();
@@ -1015,6 +1059,7 @@ MappedPlan::MappedPlan(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) throw PlanError(std::string("plan: ") + std::strerror(errno));
   len_ = static_cast<size_t>(st.st_size);
+  stored_ = std::min<uint64_t>(uint64_t(st.st_blocks) * 512, len_);
   if (len_ < sizeof(PlanHeader)) throw PlanError("plan: too short to be a replay plan");
   // Not populated: the replayer maps windows of it as the replay goes
   // (replay/plan_pager.h).
@@ -1057,10 +1102,11 @@ void MappedPlan::load() {
     const auto fits = [&](uint64_t off, uint64_t n, uint64_t width) {
       return off % 8 == 0 && off <= len_ && n <= (len_ - off) / width;
     };
-    if (!fits(t.steps_offset, t.steps, sizeof(Step)) || (times_ && !fits(t.times_offset, t.steps, sizeof(uint64_t))) ||
+    if (!fits(t.steps_offset, t.steps, sizeof(PlanStep)) ||
+        (times_ && !fits(t.times_offset, t.steps, sizeof(uint64_t))) ||
         (live_ && !fits(t.live_offset, t.steps, sizeof(int64_t))))
       throw PlanError("plan: thread " + std::to_string(k) + "'s arrays lie past the end");
-    steps_.push_back(reinterpret_cast<const Step*>(base + t.steps_offset));
+    steps_.push_back(reinterpret_cast<const PlanStep*>(base + t.steps_offset));
     time_.push_back(times_ ? reinterpret_cast<const uint64_t*>(base + t.times_offset) : nullptr);
     livearr_.push_back(live_ ? reinterpret_cast<const int64_t*>(base + t.live_offset) : nullptr);
     counts_.push_back(t.steps);

@@ -17,7 +17,8 @@
 
 namespace heaplab::replay {
 
-// One call to replay: 32 bytes.
+// One call to replay, as the builder makes it and tests read it back
+// (testutil::dense_steps); the plan's file holds it packed (PlanStep, below).
 //   head = op | flags << 8 | ref << 16  (op: trace::Op 0..29; flags: trace
 //                                        EventFlag; ref: object produced, 0 none)
 //   old  = ref of the object consumed (0 = NULL pointer)
@@ -85,6 +86,9 @@ enum StepOp : uint8_t {
   // slot is among them). old = that replay thread. The builder hands slots
   // between threads in batches, long after they were freed: rarely a wait.
   kStepHandoff = 80,
+  // Not a call: what the step after it has no room for in its 16 bytes
+  // (PlanStep): ref = its old, val = its arg.
+  kStepExt = 81,
 };
 inline constexpr unsigned kStepFirstMemory = kStepMap;
 inline constexpr unsigned kMemorySteps = kStepEnd - kStepMap;
@@ -95,6 +99,59 @@ inline constexpr uint8_t kStepTouchFollows = 0x80;
 // --latency): `--latency-of program` times exactly these.
 inline constexpr uint8_t kStepProgramTimed = 0x40;
 const char* memory_step_name(unsigned op);
+
+// A step as the plan's file holds it, and the engine runs it: 16 bytes.
+//   head = op | flags << 8 | ref << 16
+//   val  = size (a handoff: the steps to wait for)
+// ref is the object produced (regions: the region's next id), except where
+// ref_is_old(op): the object consumed by calls that only consume (free, the
+// deletes), the object of a touch_object, the replay thread a handoff waits
+// for. A step with more to say (the object a realloc or a region call
+// consumes besides what it produces; an element count or an alignment)
+// comes right after a kStepExt step: ref = its old, val = its arg. Malloc,
+// new, free and the (sized) deletes, most of a program's calls, take 16
+// bytes; realloc, calloc and the aligned calls 32.
+struct PlanStep {
+  uint64_t head;
+  uint64_t val;
+
+  unsigned op() const { return unsigned(head & 0xff); }
+  uint8_t flags() const { return static_cast<uint8_t>(head >> 8); }
+  uint64_t ref() const { return head >> 16; }
+};
+static_assert(sizeof(PlanStep) == 16);
+
+constexpr bool ref_is_old(unsigned op) {
+  return op == kStepTouchObject || op == kStepHandoff ||
+         (op < trace::kOpCount && trace::op_consumes(trace::Op(op)) && !trace::op_produces(trace::Op(op)));
+}
+
+// `s` packed into out[0, n) (n = 1, or 2 with its kStepExt first).
+inline unsigned pack_step(const Step& s, PlanStep out[2]) {
+  const unsigned op = unsigned(s.head & 0xff);
+  const bool by_old = ref_is_old(op);
+  const uint64_t old = by_old ? 0 : s.old;
+  unsigned n = 0;
+  if (old != 0 || s.arg != 0) out[n++] = PlanStep{uint64_t{kStepExt} | old << 16, s.arg};
+  out[n++] = PlanStep{(s.head & 0xffff) | (by_old ? s.old : s.id()) << 16, s.size};
+  return n;
+}
+
+// The step `p` packs, with `ext` the kStepExt step right before it (or
+// nullptr): the inverse of pack_step.
+inline Step unpack_step(const PlanStep& p, const PlanStep* ext) {
+  Step s{};
+  if (ref_is_old(p.op())) {
+    s.head = p.head & 0xffff;
+    s.old = p.ref();
+  } else {
+    s.head = p.head;
+    s.old = ext ? ext->ref() : 0;
+  }
+  s.size = p.val;
+  s.arg = ext ? ext->val : 0;
+  return s;
+}
 
 inline constexpr uint64_t kMaxObjectId = (uint64_t{1} << 48) - 1;
 // About how many bytes of plan a replayer maps at once, all threads
@@ -128,7 +185,7 @@ struct PlanOptions {
 // What the plan builder learned about the trace, in trace order.
 struct PlanSummary {
   uint64_t events = 0;                          // all events of the trace
-  uint64_t steps = 0;                           // calls in the plan
+  uint64_t steps = 0;                           // PlanSteps: calls, memory calls, handoffs, kStepExt
   std::array<uint64_t, trace::kOpCount> ops{};  // calls per op in the plan
   uint64_t skipped_lost = 0;                    // consumes of objects a truncated trace lost, dropped
   uint64_t realloc_of_lost = 0;                 // reallocs of such objects, replayed with NULL
@@ -179,8 +236,10 @@ struct PlanSummary {
 int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& summary, int fd = -1,
                std::vector<uint64_t>* event_refs = nullptr);
 
-// The size of `r`'s plan file, from the trace's index alone (no decoding):
-// what build_plan will ask of the disk.
+// The disk space `r`'s plan takes at least, from the trace's index alone
+// (no decoding): what build_plan reserves first. (Its calls with a kStepExt
+// take more, up to twice as much; the file is sized for that, and what is
+// not used is given back.)
 uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt);
 
 class PlanError : public std::runtime_error {
@@ -204,8 +263,8 @@ class MappedPlan {
   bool has_times() const { return times_; }
   bool has_live() const { return live_; }
   // Bytes of plan per step: the step, and its recorded time and live sum if any.
-  uint64_t step_bytes() const { return sizeof(Step) + (times_ ? 8 : 0) + (live_ ? 8 : 0); }
-  const Step* steps(uint32_t t) const { return steps_[t]; }
+  uint64_t step_bytes() const { return sizeof(PlanStep) + (times_ ? 8 : 0) + (live_ ? 8 : 0); }
+  const PlanStep* steps(uint32_t t) const { return steps_[t]; }
   uint64_t step_count(uint32_t t) const { return counts_[t]; }
   // Recorded time of each step (ns since capture start), or nullptr.
   const uint64_t* times(uint32_t t) const { return time_[t]; }
@@ -214,6 +273,9 @@ class MappedPlan {
   const std::array<uint64_t, trace::kOpCount>& expected_ops() const { return ops_; }
   const std::array<uint64_t, kMemorySteps>& expected_memory_ops() const { return memory_ops_; }
   size_t mapped_bytes() const { return len_; }
+  // What the plan's file holds on disk (or in memory): its size leaves
+  // room for a kStepExt before every call, which few plans use.
+  uint64_t stored_bytes() const { return stored_; }
   // The step after which the trace's live bytes first reach their peak:
   // replay thread and step index (kNoPeak: none).
   uint32_t peak_thread() const { return peak_thread_; }
@@ -224,10 +286,11 @@ class MappedPlan {
   void load();
   void* map_ = nullptr;
   size_t len_ = 0;
+  uint64_t stored_ = 0;
   uint32_t threads_ = 0;
   uint64_t max_id_ = 0, slots_ = 0, total_steps_ = 0;
   bool times_ = false;
-  std::vector<const Step*> steps_;
+  std::vector<const PlanStep*> steps_;
   std::vector<const uint64_t*> time_;
   bool live_ = false;
   std::vector<const int64_t*> livearr_;

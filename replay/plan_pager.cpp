@@ -83,7 +83,7 @@ bool PlanPager::advance(uint32_t t) {
   const uint64_t from = l.checked.load(std::memory_order_relaxed);
   if (from >= counts_[t]) return false;
   const uint64_t to = std::min(counts_[t], from + window_);
-  populate(plan_.steps(t) + from, (to - from) * sizeof(Step));
+  populate(plan_.steps(t) + from, (to - from) * sizeof(PlanStep));
   if (plan_.has_times()) populate(plan_.times(t) + from, (to - from) * sizeof(uint64_t));
   if (plan_.has_live()) populate(plan_.live(t) + from, (to - from) * sizeof(int64_t));
   check(t, from, to);
@@ -97,32 +97,34 @@ void PlanPager::drop(uint32_t t, uint64_t upto) {
   Lane& l = lanes_[t];
   if (upto <= l.dropped) return;
   const uint64_t from = l.dropped, n = upto - from;  // whole windows: page-aligned in every array
-  bool ok = release(plan_.steps(t) + from, n * sizeof(Step));
+  bool ok = release(plan_.steps(t) + from, n * sizeof(PlanStep));
   if (plan_.has_times()) ok = release(plan_.times(t) + from, n * sizeof(uint64_t)) && ok;
   if (plan_.has_live()) ok = release(plan_.live(t) + from, n * sizeof(int64_t)) && ok;
   if (ok) add_resident(-int64_t(n * step_bytes_));  // (else they stay mapped, and counted)
   l.dropped = upto;
 }
 
-// What the engine trusts: ops are calls, refs fit the table, a handoff
-// waits for another thread's steps that exist, a step flagged with a touch
-// to follow has it next.
+// What the engine trusts: ops are calls, refs fit the table (a kStepExt's
+// too: it is the old of the step after it), a handoff waits for another
+// thread's steps that exist, a step flagged with a touch to follow has it
+// next.
 void PlanPager::check(uint32_t t, uint64_t from, uint64_t to) const {
   const auto ref_ok = [&](uint64_t ref) {
     return ref == 0 || ((ref >> (kRefGenerationShift + 16)) == 0 && ref_slot(ref) != 0 &&
                         ref_slot(ref) <= plan_.slots() && ref_generation(ref) != 0);
   };
-  const Step* s = plan_.steps(t);
+  const PlanStep* s = plan_.steps(t);
   for (uint64_t i = from; i < to; ++i) {
-    const unsigned op = s[i].head & 0xff;
+    const unsigned op = s[i].op();
+    const uint64_t ref = s[i].ref();
     const bool call = op <= static_cast<unsigned>(trace::Op::op_delete_array_aligned_nothrow);
     const bool memory = op >= kStepFirstMemory && op < kStepEnd;
     const bool touch_follows = call && (s[i].flags() & kStepTouchFollows);
     const bool handoff = op == kStepHandoff;
-    if (!(call || memory || handoff) || !ref_ok(s[i].id()) || (!handoff && !ref_ok(s[i].old)) ||
-        (handoff && (s[i].old >= plan_.threads() || s[i].old == t || s[i].size > counts_[s[i].old])) ||
-        ((op == kStepMap || op == kStepRemap) && s[i].id() == 0) ||
-        (touch_follows && (i + 1 >= counts_[t] || (s[i + 1].head & 0xff) != kStepTouchObject)))
+    if (!(call || memory || handoff || op == kStepExt) || (!handoff && !ref_ok(ref)) ||
+        (handoff && (ref >= plan_.threads() || ref == t || s[i].val > counts_[ref])) ||
+        ((op == kStepMap || op == kStepRemap) && ref == 0) ||
+        (touch_follows && (i + 1 >= counts_[t] || s[i + 1].op() != kStepTouchObject)))
       damaged_("plan: thread " + std::to_string(t) + " step " + std::to_string(i) + " is not a valid call");
   }
 }

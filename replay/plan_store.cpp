@@ -39,7 +39,7 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 // What a plan must leave free on its file system.
 constexpr uint64_t kMargin = 512 * kMiB;
 // The plan file's layout version, in the names of kept plans (plan.cpp's kPlanVersion).
-constexpr int kLayout = 5;
+constexpr int kLayout = 6;
 
 uint64_t free_bytes_of(const std::string& dir) {
   struct statvfs v {};

@@ -259,7 +259,8 @@ Expected expected_of(const std::vector<Event>& events, const std::vector<uint32_
     const std::optional<Step> s = m.step(e, k);
     if (!s) continue;
     x.steps.at(k).push_back(*s);
-    ++x.total_steps;
+    PlanStep packed[2];
+    x.total_steps += pack_step(*s, packed);  // PlanSteps: a kStepExt first where the step needs one
     ++x.ops[idx(e.op)];
   }
   x.max_id = m.max_id;
@@ -280,6 +281,54 @@ uint64_t trace_max_id(const std::vector<Event>& events) {
   uint64_t m = 0;
   for (const Event& e : events) m = std::max(m, e.id);
   return m;
+}
+
+// ------------------------------------------------------------ packed steps
+
+// The plan's file holds a step in 16 bytes, or 32 with a kStepExt first
+// where it has an object consumed besides its ref, or an arg; unpacked, it
+// is the step again, field for field.
+TEST(PlanStepPacking, SixteenBytesOrAKStepExtFirst) {
+  const auto step = [](unsigned op, uint64_t id, uint64_t old, uint64_t size, uint64_t arg, uint8_t flags = 0) {
+    return Step{op | uint64_t{flags} << 8 | id << 16, old, size, arg};
+  };
+  const uint64_t a = make_ref(7, 3), b = make_ref(0xfffffffe, kMaxGeneration);
+  struct Case {
+    Step s;
+    unsigned units;
+  };
+  const std::vector<Case> cases = {
+      {step(idx(Op::malloc), a, 0, 100, 0), 1},
+      {step(idx(Op::op_new), b, 0, ~uint64_t{0}, 0, kFailedFlags), 1},
+      {step(idx(Op::free), 0, a, 0, 0), 1},
+      {step(idx(Op::free), 0, 0, 0, 0), 1},  // free(NULL)
+      {step(idx(Op::op_delete_sized), 0, b, uint64_t{1} << 40, 0), 1},
+      {step(idx(Op::realloc), b, a, 300, 0), 2},
+      {step(idx(Op::realloc), a, 0, 300, 0), 1},  // realloc(NULL, n)
+      {step(idx(Op::realloc), 0, a, 0, 0, trace::kNullResult), 2},
+      {step(idx(Op::reallocarray), a, b, 10, 5), 2},
+      {step(idx(Op::calloc), a, 0, 40, 3), 2},
+      {step(idx(Op::posix_memalign), a, 0, 256, 64), 2},
+      {step(idx(Op::op_delete_sized_aligned), 0, a, 48, 32), 2},
+      {step(kStepHandoff, 0, 3, 1024, 0), 1},
+      {step(kStepMap, a, 0, 8192, 0), 1},
+      {step(kStepUnmap, b, a, 4096, 8192), 2},
+      {step(kStepArg, 0, 0, 8192, 0), 1},
+      {step(kStepRemap, b, a, 16384, 0), 2},
+      {step(kStepTouchObject, 0, a, 4096, 0), 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("op " + std::to_string(c.s.head & 0xff));
+    PlanStep p[2];
+    const unsigned n = pack_step(c.s, p);
+    ASSERT_EQ(n, c.units);
+    if (n == 2) {
+      EXPECT_EQ(p[0].op(), kStepExt);
+    }
+    EXPECT_EQ(p[n - 1].op(), c.s.head & 0xff);
+    EXPECT_EQ(p[n - 1].flags(), c.s.flags());
+    expect_steps_eq({unpack_step(p[n - 1], n == 2 ? &p[0] : nullptr)}, {c.s});
+  }
 }
 
 // ------------------------------------------------------------ one thread, every field
@@ -313,7 +362,10 @@ TEST(PlanBuild, HandWrittenSingleThread) {
   const MappedPlan& p = *b->plan;
 
   EXPECT_EQ(s.events, 15u);
-  EXPECT_EQ(s.steps, 12u);
+  // 12 calls in 18 PlanSteps: the calloc, the three reallocs (an object
+  // consumed besides the one produced) and the two aligned calls come
+  // after a kStepExt each.
+  EXPECT_EQ(s.steps, 18u);
   EXPECT_EQ(s.objects, 6u);  // trace ids 1..6
   EXPECT_EQ(s.max_id, 7u);   // and the failed realloc's new id
   EXPECT_EQ(s.live_bytes_peak, 420u);
@@ -341,12 +393,12 @@ TEST(PlanBuild, HandWrittenSingleThread) {
 
   EXPECT_EQ(p.threads(), 1u);
   EXPECT_EQ(p.max_id(), 7u);
-  EXPECT_EQ(p.total_steps(), 12u);
+  EXPECT_EQ(p.total_steps(), 18u);
   EXPECT_EQ(p.expected_ops(), ops);
   EXPECT_FALSE(p.has_times());
   EXPECT_EQ(p.times(0), nullptr);
   EXPECT_EQ(p.mapped_bytes() % 4096, 0u);
-  ASSERT_EQ(p.step_count(0), 12u);
+  ASSERT_EQ(p.step_count(0), 18u);
 
   const std::vector<Step> dense = steps_of(p, 0);
   const Step* st = dense.data();
@@ -386,7 +438,7 @@ TEST(PlanBuild, ReallocOfNullAndReallocToZero) {
   };
   evs[1].flags = trace::kNullResult;
   auto b = build(evs);
-  EXPECT_EQ(b->summary.steps, 3u);
+  EXPECT_EQ(b->summary.steps, 4u);  // (realloc(1, 0) consumes: a kStepExt before it)
   EXPECT_EQ(b->summary.live_bytes_peak, 64u);
   EXPECT_EQ(b->summary.live_bytes_end, 8u);
   EXPECT_EQ(b->summary.bytes_requested, 72u);
@@ -422,7 +474,7 @@ TEST(PlanBuild, FailedReallocGivesTheKeptObjectANewId) {
   auto b = build(evs);
   const PlanSummary& s = b->summary;
   const MappedPlan& p = *b->plan;
-  EXPECT_EQ(s.steps, 9u);
+  EXPECT_EQ(s.steps, 13u);  // 9 calls; the reallocs with an object besides the one made come after a kStepExt
   EXPECT_EQ(s.objects, 3u);
   EXPECT_EQ(s.max_id, 6u);
   EXPECT_EQ(p.max_id(), 6u);
@@ -440,8 +492,8 @@ TEST(PlanBuild, FailedReallocGivesTheKeptObjectANewId) {
   EXPECT_EQ(s.ops, ops);
 
   ASSERT_EQ(p.threads(), 2u);
-  ASSERT_EQ(p.step_count(0), 5u);
-  ASSERT_EQ(p.step_count(1), 4u);
+  ASSERT_EQ(p.step_count(0), 6u);
+  ASSERT_EQ(p.step_count(1), 7u);
   const Expected x = expected_of(b->events, {0, 1});
   ASSERT_EQ(x.steps.size(), 2u);
   const std::vector<Step> d0 = steps_of(p, 0, x.steps), d1 = steps_of(p, 1, x.steps);
@@ -559,7 +611,7 @@ TEST(PlanBuild, GeneratedTracesOneReplayThreadPerRecordedThread) {
 
 // A plan far larger than the builder's buffers: its events come through
 // many read-ahead batches and its arrays through the writer thread, which
-// holds at most 32 MiB at once (here 1.2 M steps of 48 bytes: 55 MiB), and
+// holds at most 32 MiB at once (here 1.2 M steps of 32 bytes: 37 MiB), and
 // every step lands where it belongs.
 TEST(PlanBuild, LongPlanThroughTheWriterAndReadAhead) {
   trace::testutil::GenOptions go;
@@ -601,7 +653,7 @@ TEST(PlanBuild, LongPlanThroughTheWriterAndReadAhead) {
   for (uint32_t k = 0; k < active.size(); ++k) replay_of[active[k]] = k;
   const Expected x = expected_of(b->events, replay_of);
   EXPECT_EQ(p.total_steps(), x.total_steps);
-  EXPECT_GT(p.total_steps() * p.step_bytes(), uint64_t{48} << 20);
+  EXPECT_GT(p.total_steps() * p.step_bytes(), uint64_t{36} << 20);
   for (uint32_t k = 0; k < 2; ++k) {
     SCOPED_TRACE("replay thread " + std::to_string(k));
     expect_steps_eq(steps_of(p, k, x.steps), x.steps[k]);
@@ -622,7 +674,7 @@ TEST(PlanBuild, LongPlanThroughTheWriterAndReadAhead) {
       }
       if (e.thread != active[k]) continue;
       live += delta;
-      while (n < p.step_count(k) && (p.steps(k)[n].head & 0xff) == kStepHandoff) ++n;
+      while (n < p.step_count(k) && (p.steps(k)[n].op() == kStepHandoff || p.steps(k)[n].op() == kStepExt)) ++n;
       ASSERT_LT(n, p.step_count(k));
       ASSERT_EQ(p.times(k)[n], e.time) << "step " << n;
       ASSERT_EQ(p.live(k)[n], live) << "step " << n;
@@ -1034,7 +1086,7 @@ TEST(PlanErrors, TruncatedTraceFailedReallocsTakeDenseIds) {
   auto b = build_from(*r, PlanOptions{});
   const PlanSummary& s = b->summary;
   EXPECT_EQ(s.events, 6u);
-  EXPECT_EQ(s.steps, 6u);
+  EXPECT_EQ(s.steps, 7u);  // 6 calls, the failed realloc of 2 after a kStepExt
   EXPECT_EQ(s.skipped_lost, 0u);
   EXPECT_EQ(s.realloc_of_lost, 1u);
   EXPECT_EQ(s.objects, 2u);
@@ -1043,7 +1095,7 @@ TEST(PlanErrors, TruncatedTraceFailedReallocsTakeDenseIds) {
   EXPECT_EQ(s.live_bytes_peak, 20u);
   EXPECT_EQ(s.live_bytes_end, 0u);
   ASSERT_EQ(b->plan->threads(), 1u);
-  ASSERT_EQ(b->plan->step_count(0), 6u);
+  ASSERT_EQ(b->plan->step_count(0), 7u);
   const std::vector<Step> dense = steps_of(*b->plan, 0);
   const Step* st = dense.data();
   expect_step(st[0], Op::malloc, 0, 1, 0, 20, 0, 0);
@@ -1108,12 +1160,49 @@ TEST(PlanSlots, ASlotIsRetiredAtItsLastGeneration) {
   EXPECT_EQ(b->summary.slots, 2u);
   EXPECT_EQ(b->summary.slots_retired, 1u);
   EXPECT_EQ(b->summary.handoffs, 0u);
-  const Step* st = b->plan->steps(0);
-  EXPECT_EQ(st[0].id(), make_ref(1, 1));
-  EXPECT_EQ(st[2 * (kMaxGeneration - 1)].id(), make_ref(1, kMaxGeneration));
-  EXPECT_EQ(st[2 * kMaxGeneration].id(), make_ref(2, 1));
+  const PlanStep* st = b->plan->steps(0);  // (malloc and free: a PlanStep each)
+  EXPECT_EQ(st[0].ref(), make_ref(1, 1));
+  EXPECT_EQ(st[2 * (kMaxGeneration - 1)].ref(), make_ref(1, kMaxGeneration));
+  EXPECT_EQ(st[2 * kMaxGeneration].ref(), make_ref(2, 1));
   const Expected x = expected_of(b->events, {0});
   expect_steps_eq(steps_of(*b->plan, 0), x.steps[0]);
+}
+
+// ------------------------------------------------------------ the plan's disk space
+
+// Disk space is reserved first for the plan at its smallest (a PlanStep a
+// call): a file system without room for that is refused before anything is
+// built. The calls that need a kStepExt take the rest as they are written:
+// a file system that fills then gives a one-line error too. (A 16 MiB
+// tmpfs; realloc(p, n) chains: 24 bytes a call reserved, 48 written.)
+TEST(PlanDisk, TooSmallForTheReservationOrForTheWholePlan) {
+  const auto plan_error = [](uint64_t reallocs) {
+    TempDir dir;
+    trace::testutil::SmallFs fs(dir.file("small"));
+    if (!fs.why_not.empty()) return "skip: " + fs.why_not;
+    std::vector<Event> evs = {alloc(8)};
+    for (uint64_t i = 1; i <= reallocs; ++i) evs.push_back(realloc_ev(i, 8 + i % 64));
+    const std::string path = dir.file("t.hlt");
+    trace::testutil::write_trace(path, evs, WriterOptions{});
+    auto r = TraceReader::open(path);
+    PlanOptions opt;
+    opt.live = true;
+    const int fd = ::open((fs.path + "/plan").c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return std::string("cannot create the plan file");
+    PlanSummary s;
+    std::string err;
+    try {
+      close(build_plan(*r, opt, s, fd));
+    } catch (const PlanError& e) {
+      err = e.what();
+    }
+    return err;
+  };
+  const std::string fits = plan_error(200000);  // 4.8 MB reserved, 9.6 MB written
+  if (fits.rfind("skip: ", 0) == 0) GTEST_SKIP() << fits.substr(6);
+  EXPECT_EQ(fits, "");
+  EXPECT_EQ(plan_error(400000), "writing the replay plan: No space left on device");  // 9.6 MB, 19.2 MB
+  EXPECT_EQ(plan_error(800000), "reserving disk space for the replay plan (19204120 bytes): No space left on device");
 }
 
 // ------------------------------------------------------------ not a plan
@@ -1143,7 +1232,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(PlanMapped, RejectsWhatIsNotAPlan) {
-  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 6");
+  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 7");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
@@ -1158,7 +1247,7 @@ TEST(PlanMapped, RejectsDamagedPlan) {
 
   std::string bad_version = img;
   bad_version[8] = 1;  // version, after the 8-byte magic: an older layout
-  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 6");
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 7");
 
   std::string bad_peak = img;  // the live peak's step (after the ops and the peak value) past the thread's end
   const uint64_t step = 4;     // (after magic, version, threads, max_id, slots, steps, times, live: 56 bytes)

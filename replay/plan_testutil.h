@@ -14,7 +14,8 @@
 
 namespace heaplab::replay::testutil {
 
-// Each thread's steps without its handoff steps, with every ref replaced by a
+// Each thread's steps unpacked (plan.h's Step: a kStepExt folded into the
+// step after it), without its handoff steps, with every ref replaced by a
 // dense id. A producing step's id is taken from `want` (the expected steps,
 // thread by thread, in the same order) where given, else counted 1, 2, 3...
 // in the order the run makes them (for one thread: the order of creation).
@@ -44,7 +45,13 @@ inline std::vector<std::vector<Step>> dense_steps(const MappedPlan& p,
   const auto name_of = [&](uint64_t ref) { return ref == 0 ? 0 : slot[ref_slot(ref)].name; };
   // Runs thread t's next step if it can; false if it must wait.
   const auto step = [&](uint32_t t) {
-    const Step& s = p.steps(t)[pos[t]];
+    const PlanStep& u = p.steps(t)[pos[t]];
+    if (u.op() == kStepExt) {  // (folded into the next)
+      ++pos[t];
+      return true;
+    }
+    const PlanStep* ext = pos[t] > 0 && p.steps(t)[pos[t] - 1].op() == kStepExt ? &p.steps(t)[pos[t] - 1] : nullptr;
+    const Step s = unpack_step(u, ext);
     const unsigned op = s.head & 0xff;
     if (op == kStepHandoff) {
       if (s.old >= p.threads() || pos[s.old] < s.size) return false;

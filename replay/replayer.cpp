@@ -52,7 +52,7 @@ struct Worker {
   Pinning* pin;
   int index;
   const BackendHooks* backend;
-  const Step* steps;
+  const PlanStep* steps;
   uint64_t count;
   RunParams params;
   ThreadResult* result;
@@ -470,7 +470,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   // objects), results, thread table and histograms.
   const uint64_t other_bookkeeping = bookkeeping - pages(table_bytes);
   j["bookkeeping_bytes"] = {{"plan", pager.resident_peak_bytes()},
-                            {"plan_total", plan.mapped_bytes()},
+                            {"plan_total", plan.stored_bytes()},
                             {"object_table", table_bytes},
                             {"other", other_bookkeeping},
                             {"total", pager.resident_peak_bytes() + pages(table_bytes) + other_bookkeeping}};

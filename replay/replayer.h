@@ -24,7 +24,7 @@
 
 namespace heaplab::replay {
 
-using StepsFn = void (*)(const Step*, const Step*, const RunParams&, ThreadResult&);
+using StepsFn = void (*)(const PlanStep*, const PlanStep*, const RunParams&, ThreadResult&);
 
 struct BackendHooks {
   const char* name;
