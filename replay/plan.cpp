@@ -358,12 +358,22 @@ class ReadAhead {
 __extension__ typedef unsigned __int128 uint128;
 uint64_t saturate(uint128 v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v); }
 
+// 24 bytes, so that the live table's entries (with their key) are 32: two
+// a cache line, none across two (a miss each was most of a build).
 struct Live {
   uint64_t bytes;
-  uint64_t plan_id;  // the ref the replay knows it by
-  uint64_t align;    // the alignment it was made with (aligned calls), else 0
-  uint32_t thread;   // replay thread that produced it (or last moved it)
+  uint64_t packed;  // the ref the replay knows it by | log2 of its alignment + 1 (0: none) << 48
+  uint32_t thread;  // replay thread that produced it (or last moved it)
+
+  // `align`: the alignment it was made with (aligned calls, a power of two), else 0.
+  Live(uint64_t b, uint64_t ref, uint64_t align, uint32_t k)
+      : bytes(b), packed(ref | (align ? uint64_t(std::countr_zero(align)) + 1 : 0) << 48), thread(k) {}
+  Live() : Live(0, 0, 0, 0) {}
+  uint64_t plan_id() const { return packed & kMaxObjectId; }
+  void set_plan_id(uint64_t ref) { packed = (packed & ~kMaxObjectId) | ref; }
+  uint64_t align() const { return packed >> 48 ? uint64_t{1} << ((packed >> 48) - 1) : 0; }
 };
+static_assert(sizeof(Live) == 24);
 
 // The object table's slots (plan.h, refs). A consumed object's slot goes
 // back to the replay thread that consumed it, which reuses it first (last
@@ -935,7 +945,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           }
           ++s.realloc_of_lost;
         } else {
-          old = o.plan_id;
+          old = o.plan_id();
           give_old = true;
           if (o.thread != k) ++s.cross_thread_consumes;
           // A sized or aligned delete that names another size or alignment
@@ -946,8 +956,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
               st.size = o.bytes;
               ++s.sizes_corrected;
             }
-            if (aligned && o.align != 0 && st.arg != o.align) {
-              st.arg = o.align;
+            if (aligned && o.align() != 0 && st.arg != o.align()) {
+              st.arg = o.align();
               ++s.alignments_corrected;
             }
           }
@@ -963,7 +973,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
             if (s.max_id >= kMaxObjectId) inconsistent(e, "too many objects");
             ++s.max_id;
             id = take(k, e.time);
-            kept->plan_id = id;
+            kept->set_plan_id(id);
             kept->thread = k;
           }
         }
