@@ -60,7 +60,8 @@ struct ThreadResult {
   uint64_t remap_length = 0;     // the engine's: the last kStepArg's length
   uint64_t ext_old = 0;          // the engine's: the kStepExt for the next step (0, 0: none)
   uint64_t ext_arg = 0;
-  uint64_t plan_waits = 0;  // windows of the plan not mapped yet when due
+  uint32_t sample_countdown = 0;  // the engine's (latency): calls to the next timed one (0: from the first)
+  uint64_t plan_waits = 0;        // windows of the plan not mapped yet when due
   uint64_t plan_wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
   int cpu = -1;                       // the CPU the thread finished on
@@ -308,10 +309,9 @@ void run_steps(const PlanStep* s, const PlanStep* end, const RunParams& prm, Thr
   [[maybe_unused]] const bool tsc = prm.tsc;
   const PlanStep* const first = s;
   const PlanStep* const origin = prm.origin ? prm.origin : s;
-  if constexpr (kTimed) {  // every sample_every-th step from the origin: steps 0, N, 2N...
-    const uint64_t every = prm.sample_every ? prm.sample_every : 1;
-    countdown = uint32_t((every - uint64_t(s - origin) % every) % every) + 1;
-  }
+  // Latency: every sample_every-th call of the thread, calls 0, N, 2N...
+  // (counted on from the call before, when its steps run in several calls).
+  if constexpr (kTimed) countdown = r.sample_countdown ? r.sample_countdown : 1;
   const PlanStep* const last = s == end ? end : end - 1;
   for (; s != end; ++s) {
     if constexpr (kPaced) detail::pace(prm.start_ns, prm.times[s - origin], prm.speed);
@@ -580,6 +580,7 @@ void run_steps(const PlanStep* s, const PlanStep* end, const RunParams& prm, Thr
   }
   r.ext_old = ext_old;
   r.ext_arg = ext_arg;
+  if constexpr (kTimed) r.sample_countdown = countdown;
   r.end_ns = monotonic_ns();
   // The calls made, per op: every step executed makes exactly its call, so
   // they are counted here, off the hot loop.

@@ -951,6 +951,36 @@ TEST_F(Engine, AKStepExtSplitFromItsStepKeepsItsFields) {
   }
 }
 
+// --latency N times every Nth call of a thread, counted in calls (not in
+// steps, which include kStepExt steps), however its steps are split into
+// runs (a window of the plan at a time): 10 calls, every 3rd timed, in two
+// runs split at every step, time calls 0, 3, 6 and 9.
+TEST_F(Engine, LatencySamplesEveryNthCallAcrossRuns) {
+  std::vector<Event> evs;
+  for (int i = 0; i < 5; ++i) evs.push_back(with(ev(Op::calloc), 16, 0, 2));
+  for (uint64_t id = 1; id <= 5; ++id) evs.push_back(consume(Op::free, id));
+  Plan plan(evs);
+  const uint64_t n = plan.mapped->step_count(0);
+  ASSERT_EQ(n, 15u);  // each calloc after a kStepExt
+  for (uint64_t split = 1; split < n; ++split) {
+    SCOPED_TRACE("split at step " + std::to_string(split));
+    Recording::reset();
+    plan.reset_table();
+    std::array<LogLinearHistogram, trace::kOpCount> latency{};
+    ThreadResult r;
+    RunParams prm;
+    prm.table = plan.table.get();
+    prm.touch = Touch::none;
+    prm.origin = plan.begin(0);
+    prm.latency = latency.data();
+    prm.sample_every = 3;
+    run_steps<Recording, false, true>(plan.begin(0), plan.begin(0) + split, prm, r);
+    run_steps<Recording, false, true>(plan.begin(0) + split, plan.end(0), prm, r);
+    EXPECT_EQ(latency[idx(Op::calloc)].count(), 2u);  // calls 0 and 3
+    EXPECT_EQ(latency[idx(Op::free)].count(), 2u);    // calls 6 and 9
+  }
+}
+
 // The recording backend has the rest of a backend's interface.
 TEST_F(Engine, RecordingBackendDescribesItself) {
   EXPECT_STREQ(Recording::kName, "recording");

@@ -103,7 +103,13 @@ struct PlanFile {
     while (n > 0) {
       const ssize_t w = pwrite(fd, p, n, static_cast<off_t>(off));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw PlanError(std::string("writing the replay plan: ") + std::strerror(w < 0 ? errno : ENOSPC));
+      if (w <= 0) {
+        const int err = w < 0 ? errno : ENOSPC;
+        throw PlanError(std::string("writing the replay plan: ") + std::strerror(err) +
+                        (err == ENOSPC ? " (its reallocs, callocs and aligned calls took more than the room reserved "
+                                         "for it first: set HEAPLAB_PLAN_DIR to a file system with more room)"
+                                       : ""));
+      }
       p += w;
       off += uint64_t(w);
       n -= size_t(w);
@@ -389,9 +395,9 @@ class SlotTable {
   static constexpr size_t kBatch = 1024;
   SlotTable(size_t threads, bool reuse) : own_(threads), gen_(1, 0), reuse_(reuse) {}  // slot 0: NULL
 
-  // A ref for an object that replay thread k produces in its step `step`
-  // (its index); `handoff(giver, steps)` appends a handoff step before it,
-  // which moves the step to step + 1.
+  // A ref for an object that replay thread k produces in a step after its
+  // step `step` (the index the next step takes); `handoff(giver, steps)`
+  // appends a handoff step there, which moves the next index to step + 1.
   template <class Handoff>
   uint64_t take(uint32_t k, uint64_t step, Handoff&& handoff) {
     for (;;) {
@@ -648,6 +654,10 @@ uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt) {
   return layout_of(r, shape_of(r, opt), opt.times && r.has_time(), opt.live).reserved;
 }
 
+uint64_t plan_bytes_at_most(const trace::TraceReader& r, const PlanOptions& opt) {
+  return layout_of(r, shape_of(r, opt), opt.times && r.has_time(), opt.live).total;
+}
+
 int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s, int fd,
                std::vector<uint64_t>* event_refs) {
   s = PlanSummary{};
@@ -673,7 +683,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   const std::vector<uint64_t>& cap = layout.cap;
   PlanFile plan(layout.total, layout.reserve, fd);
   // Buffers of about 16 MiB in all (1,024 to 32,768 entries an array).
-  const size_t per = std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 48), 1024, 32768);
+  const size_t per = std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 32), 1024, 32768);
   std::vector<ArrayOut<PlanStep>> steps(nthreads);
   std::vector<ArrayOut<uint64_t>> times(nthreads);
   std::vector<ArrayOut<int64_t>> lives(nthreads);
@@ -1069,7 +1079,6 @@ MappedPlan::MappedPlan(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) throw PlanError(std::string("plan: ") + std::strerror(errno));
   len_ = static_cast<size_t>(st.st_size);
-  stored_ = std::min<uint64_t>(uint64_t(st.st_blocks) * 512, len_);
   if (len_ < sizeof(PlanHeader)) throw PlanError("plan: too short to be a replay plan");
   // Not populated: the replayer maps windows of it as the replay goes
   // (replay/plan_pager.h).
@@ -1128,6 +1137,7 @@ void MappedPlan::load() {
   peak_thread_ = h.peak_thread;
   peak_step_ = h.peak_step;
   live_peak_ = h.live_peak;
+  stored_ = sizeof h + uint64_t{threads_} * sizeof(PlanThread) + total_steps_ * step_bytes();
 }
 
 MappedPlan::~MappedPlan() {

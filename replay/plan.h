@@ -241,6 +241,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
 // take more, up to twice as much; the file is sized for that, and what is
 // not used is given back.)
 uint64_t plan_bytes(const trace::TraceReader& r, const PlanOptions& opt);
+// The most it can take: its file's size (what a plan held in memory is
+// checked against).
+uint64_t plan_bytes_at_most(const trace::TraceReader& r, const PlanOptions& opt);
 
 class PlanError : public std::runtime_error {
  public:
@@ -273,8 +276,8 @@ class MappedPlan {
   const std::array<uint64_t, trace::kOpCount>& expected_ops() const { return ops_; }
   const std::array<uint64_t, kMemorySteps>& expected_memory_ops() const { return memory_ops_; }
   size_t mapped_bytes() const { return len_; }
-  // What the plan's file holds on disk (or in memory): its size leaves
-  // room for a kStepExt before every call, which few plans use.
+  // The plan's bytes: its header, steps, times and live sums. (The file's
+  // size leaves room for a kStepExt before every call, which few plans use.)
   uint64_t stored_bytes() const { return stored_; }
   // The step after which the trace's live bytes first reach their peak:
   // replay thread and step index (kNoPeak: none).

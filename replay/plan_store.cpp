@@ -38,7 +38,8 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 // What a plan must leave free on its file system.
 constexpr uint64_t kMargin = 512 * kMiB;
-// The plan file's layout version, in the names of kept plans (plan.cpp's kPlanVersion).
+// The plan file's layout version, in the names of kept plans (changed with
+// plan.cpp's kPlanVersion: 7 is named v6).
 constexpr int kLayout = 6;
 
 uint64_t free_bytes_of(const std::string& dir) {
@@ -154,7 +155,7 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   fs::create_directories(dir_, ec);
   if (access(dir_.c_str(), W_OK) != 0) {
     const std::string why = dir_ + " cannot be written: " + std::strerror(errno);
-    const uint64_t need = plan_bytes(r, opt), available = trace::memory_available();
+    const uint64_t need = plan_bytes_at_most(r, opt), available = trace::memory_available();
     if (available != 0 && need > available)
       throw PlanError(
           fmt::format("the replay plan needs {}, held in memory since {}, and this machine has {} available (set "
