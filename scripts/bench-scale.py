@@ -10,7 +10,8 @@ bookkeeping (plan windows mapped, object table, the rest).
 
 Usage: scripts/bench-scale.py [--calls N] [--dir DIR] [--keep]
 DIR (default: a new directory under /var/tmp) must have room for the
-trace, the capture's scratch files and the plan (about 75 bytes a call).
+trace, the capture's scratch files and the plan (about 30 bytes a call; the plan's file is
+sparse, sized for 48).
 Needs a build (scripts/bootstrap.sh).
 """
 import argparse
