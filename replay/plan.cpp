@@ -124,7 +124,7 @@ struct PlanFile {
   // room the layout kept that the plan did not use. (Where the file system
   // cannot punch holes, the plan keeps the room, and works as well.)
   void punch(uint64_t from, uint64_t to) {
-    from = (from + 4095) & ~uint64_t{4095};
+    from = page_up(from);
     if (to > from) (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(from), off_t(to - from));
   }
 };
