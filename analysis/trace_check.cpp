@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture/format/flat_map.h"
+#include "capture/format/id_map.h"
 #include "common/json.h"
 
 namespace heaplab::analysis {
@@ -39,7 +40,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     uint64_t bytes;  // requested
     uint64_t align;  // aligned calls' alignment, else 0
   };
-  FlatMap<Obj> live;  // by id
+  IdMap<Obj> live;  // by id
   uint64_t max_id = 0;
   uint64_t expected_seq = 0;
   uint64_t missing_seqs = 0;

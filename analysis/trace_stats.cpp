@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "capture/format/flat_map.h"
+#include "capture/format/id_map.h"
 #include "common/text.h"
 #include "common/json.h"
 
@@ -77,7 +77,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   s.has_time = r.has_time();
   s.thread_ops.resize(s.threads);
   s.thread_events.resize(s.threads);
-  FlatMap<Obj> live;
+  IdMap<Obj> live;  // by id
   uint32_t cached_thread = UINT32_MAX;
   size_t cached_slot = 0;
   uint128 live_bytes = 0;

@@ -22,6 +22,7 @@
 #include <variant>
 
 #include "capture/format/flat_map.h"
+#include "capture/format/id_map.h"
 #include "common/progress.h"
 
 namespace heaplab::replay {
@@ -702,7 +703,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   };
   std::vector<uint64_t> thread_live(nthreads, 0);
 
-  FlatMap<Live> live;  // by trace id
+  IdMap<Live> live;  // by trace id
   uint64_t trace_max_id = 0;
   uint128 live_bytes = 0, requested = 0;
   const bool complete = r.complete();
