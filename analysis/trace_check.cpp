@@ -40,7 +40,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
     uint64_t bytes;  // requested
     uint64_t align;  // aligned calls' alignment, else 0
   };
-  IdMap<Obj> live;  // by id
+  auto live = IdMap<Obj>::for_events(r.event_count());  // by id
   uint64_t max_id = 0;
   uint64_t expected_seq = 0;
   uint64_t missing_seqs = 0;

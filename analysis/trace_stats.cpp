@@ -77,7 +77,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   s.has_time = r.has_time();
   s.thread_ops.resize(s.threads);
   s.thread_events.resize(s.threads);
-  IdMap<Obj> live;  // by id
+  auto live = IdMap<Obj>::for_events(r.event_count());  // by id
   uint32_t cached_thread = UINT32_MAX;
   size_t cached_slot = 0;
   uint128 live_bytes = 0;

@@ -703,7 +703,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   };
   std::vector<uint64_t> thread_live(nthreads, 0);
 
-  IdMap<Live> live;  // by trace id
+  auto live = IdMap<Live>::for_events(r.event_count());  // by trace id
   uint64_t trace_max_id = 0;
   uint128 live_bytes = 0, requested = 0;
   const bool complete = r.complete();

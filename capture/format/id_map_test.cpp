@@ -1,6 +1,7 @@
 // IdMap against a std::map model: ids in order of creation with random
 // lifetimes (the window moving past live objects), ids out of order and wild
-// ids (a damaged trace), overwrites, clear.
+// ids (a damaged trace), overwrites, clear; and what moving the window costs
+// for ids far apart or hostile.
 #include "capture/format/id_map.h"
 
 #include <gtest/gtest.h>
@@ -64,7 +65,10 @@ TEST(IdMap, IdsInOrderWithRandomLifetimesMatchAModel) {
   EXPECT_GT(m.outside(), 0u);  // the window moved past live objects
   EXPECT_LT(m.outside(), m.size());
   expect_same(m, model);
-  // Ids never made, inside the window and beyond it.
+  EXPECT_FALSE(m.hashed());
+  // Ids made in order scan at most a slot each as the window moves.
+  EXPECT_LE(m.scanned(), next);
+  // Ids never made: one above the window, and far beyond it.
   EXPECT_EQ(m.find(next), nullptr);
   EXPECT_EQ(m.find(next + 1000000), nullptr);
   EXPECT_FALSE(m.erase(next + 5));
@@ -88,8 +92,16 @@ TEST(IdMap, AnyKeyWorksOutOfOrderWildAndOverwritten) {
     model[k] = v;
   }
   expect_same(m, model);
-  for (int i = 0; i < 2000; ++i) {
-    const uint64_t k = 1 + rng() % 3000;
+  // Random keys near a window that moves up as it goes, one in ten far
+  // below it (old ids, out of order), and near the end a few wild ones (each
+  // moves the window far away: the keys after it are all below it).
+  m.clear();
+  model.clear();
+  m.for_each([](uint64_t k, const Val&) { ADD_FAILURE() << "cleared, but " << k << " is left"; });
+  for (int i = 0; i < 4000; ++i) {
+    uint64_t k = 1 + uint64_t(i) / 2 + rng() % 40;
+    if (rng() % 10 == 0) k = 1 + rng() % (1 + uint64_t(i) / 2);
+    if (i > 3900 && rng() % 30 == 0) k = rng() | 1;
     if (rng() % 2) {
       const Val v{rng(), uint32_t(i)};
       EXPECT_EQ(m.put(k, v), model.count(k) == 0) << "id " << k;
@@ -99,6 +111,7 @@ TEST(IdMap, AnyKeyWorksOutOfOrderWildAndOverwritten) {
     }
   }
   expect_same(m, model);
+  EXPECT_GT(m.outside(), 0u);
   m.clear();
   EXPECT_EQ(m.size(), 0u);
   EXPECT_EQ(m.find(3), nullptr);
@@ -120,6 +133,69 @@ TEST(IdMap, AWindowThatJumpsFarMovesEveryLiveEntryOut) {
   EXPECT_TRUE(m.erase(1u << 20));
   EXPECT_TRUE(m.erase(16));
   EXPECT_EQ(m.size(), 15u);
+}
+
+TEST(IdMap, TheDefaultWindowKeepsTwoToThe18IdsInTheRing) {
+  IdMap<Val> m;
+  const uint64_t window = IdMap<Val>::kDefaultWindow;
+  ASSERT_EQ(window, uint64_t{1} << 18);
+  m.put(1, Val{1, 0});  // lives on
+  for (uint64_t k = 2; k <= window; ++k) {
+    m.put(k, Val{k, 0});
+    m.erase(k);
+  }
+  EXPECT_EQ(m.outside(), 0u);  // ids 1 .. 2^18: one window
+  m.put(window + 1, Val{0, 0});
+  EXPECT_EQ(m.outside(), 1u);  // id 1 left it
+  ASSERT_NE(m.find(1), nullptr);
+  EXPECT_EQ(m.find(1)->a, 1u);
+  EXPECT_EQ(IdMap<Val>::for_events(100).size(), 0u);
+}
+
+// Ids far apart (a trace whose ids have gaps): each move of the window scans
+// a slot or two, not the ring.
+TEST(IdMap, IdsFarApartScanASlotOrTwoEach) {
+  IdMap<Val> m(1 << 16);
+  std::map<uint64_t, Val> model;
+  for (uint64_t i = 1; i <= 20000; ++i) {
+    const uint64_t k = i << 20;
+    m.put(k, Val{i, 0});
+    model[k] = Val{i, 0};
+    if (i % 3 == 0) {
+      m.erase(k);
+      model.erase(k);
+    }
+  }
+  EXPECT_LE(m.scanned(), 2 * 20000u);
+  EXPECT_FALSE(m.hashed());
+  expect_same(m, model);
+}
+
+// A hostile order: each time, an id at the bottom of the window and one at
+// its top, then one a window above, so that every move would scan the whole
+// ring. The ring is given up after a few and everything is hashed; the map
+// still matches the model.
+TEST(IdMap, IdsThatMoveTheWindowMoreThanTheyFillItAreHashed) {
+  const uint64_t ring = 1 << 12;
+  IdMap<Val> m(ring);
+  std::map<uint64_t, Val> model;
+  uint64_t base = 1;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    for (uint64_t k : {base, base + ring - 1, base + 2 * ring}) {
+      m.put(k, Val{k, uint32_t(i)});
+      model[k] = Val{k, uint32_t(i)};
+    }
+    base += 2 * ring + 1;
+  }
+  EXPECT_TRUE(m.hashed());
+  EXPECT_LE(m.scanned(), 4 * 3 * 2000 + 5 * ring);  // the budget: 4 a put and 4 rings, and one ring more
+  expect_same(m, model);
+  for (const auto& [k, v] : model) ASSERT_TRUE(m.erase(k)) << "id " << k;
+  EXPECT_EQ(m.size(), 0u);
+  m.clear();
+  EXPECT_FALSE(m.hashed());
+  EXPECT_TRUE(m.put(5, Val{5, 5}));
+  EXPECT_EQ(m.outside(), 0u);
 }
 
 }  // namespace
