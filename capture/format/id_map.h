@@ -64,8 +64,9 @@ class IdMap {
     if (key - base_ > mask_ || hashed_) {
       if (key < base_ || hashed_) return old_.put(key, value);
       // (An eighth of the ring at least at a time: ids made in order move it
-      // once every ring / 8 puts, not at every one.)
-      advance(std::max(key - mask_, base_ + (mask_ + 1) / 8));
+      // once every ring / 8 puts, not at every one. Never past UINT64_MAX:
+      // a window that wrapped would take small keys for its own.)
+      advance(std::max(key - mask_, std::min(base_ + (mask_ + 1) / 8, UINT64_MAX - mask_)));
       if (hashed_) return old_.put(key, value);
     }
     Entry& e = ring_[key & mask_];

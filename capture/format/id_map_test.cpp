@@ -152,6 +152,30 @@ TEST(IdMap, TheDefaultWindowKeepsTwoToThe18IdsInTheRing) {
   EXPECT_EQ(IdMap<Val>::for_events(100).size(), 0u);
 }
 
+// Ids at the top of the range: the window stops at UINT64_MAX (one that
+// wrapped would take key 1 for its own and miss the entry kept for it); key
+// 0 (a damaged trace's) is kept as FlatMap keeps it, never in the ring.
+TEST(IdMap, TheWindowNeverWrapsPastTheTopAndKeyZeroIsHashed) {
+  IdMap<Val> m(64);
+  std::map<uint64_t, Val> model;
+  for (uint64_t k : {uint64_t{1}, uint64_t{2}, UINT64_MAX - 70, UINT64_MAX - 1, UINT64_MAX}) {
+    EXPECT_TRUE(m.put(k, Val{k, 1})) << "id " << k;
+    model[k] = Val{k, 1};
+    expect_same(m, model);
+  }
+  EXPECT_FALSE(m.put(1, Val{7, 7}));  // an overwrite, not a second entry
+  model[1] = Val{7, 7};
+  expect_same(m, model);
+  EXPECT_TRUE(m.erase(1));
+  EXPECT_EQ(m.find(1), nullptr);
+  model.erase(1);
+  expect_same(m, model);
+  IdMap<Val> z(16);
+  z.put(0, Val{1, 1});  // FlatMap keeps no entry for key 0: neither does IdMap
+  EXPECT_EQ(z.size(), 0u);
+  EXPECT_FALSE(z.erase(0));
+}
+
 // Ids far apart (a trace whose ids have gaps): each move of the window scans
 // a slot or two, not the ring.
 TEST(IdMap, IdsFarApartScanASlotOrTwoEach) {
