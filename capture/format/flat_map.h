@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <new>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace heaplab {
@@ -74,6 +75,25 @@ class FlatMap {
         e.value = value;
         ++size_;
         return true;
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+  // Finds key (key != 0), or inserts it with a value-initialised value, in
+  // one probe: its value and whether it is new. (The pointer stays valid
+  // until the map next changes.)
+  std::pair<V*, bool> try_insert(uint64_t key) {
+    if ((size_ + 1) * 2 > table_.size()) rehash(table_.size() * 2);
+    size_t i = slot(key);
+    for (;;) {
+      Entry& e = table_[i];
+      if (e.key == key) return {&e.value, false};
+      if (e.key == 0) {
+        e.key = key;
+        e.value = V{};
+        ++size_;
+        return {&e.value, true};
       }
       i = (i + 1) & mask_;
     }

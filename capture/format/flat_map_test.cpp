@@ -1,0 +1,86 @@
+// FlatMap against a std::map model: random puts, finds, try_inserts and
+// erases over a small key range (long probe runs, erases shifting entries
+// back across the table's end), through the table's growth.
+#include "capture/format/flat_map.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+
+namespace heaplab {
+namespace {
+
+TEST(FlatMap, RandomOperationsMatchAModel) {
+  FlatMap<uint64_t> m;
+  std::map<uint64_t, uint64_t> model;
+  std::mt19937_64 rng(42);
+  for (int step = 0; step < 200000; ++step) {
+    // Keys from a few thousand, and now and then the top of the range.
+    const uint64_t key = rng() % 8 == 0 ? UINT64_MAX - rng() % 16 : 1 + rng() % 3000;
+    switch (rng() % 4) {
+      case 0:
+        EXPECT_EQ(m.put(key, uint64_t(step)), model.count(key) == 0) << "step " << step;
+        model[key] = uint64_t(step);
+        break;
+      case 1: {
+        const auto [value, fresh] = m.try_insert(key);
+        ASSERT_NE(value, nullptr);
+        EXPECT_EQ(fresh, model.count(key) == 0) << "step " << step;
+        if (fresh) {
+          EXPECT_EQ(*value, 0u);  // value-initialised
+          *value = uint64_t(step) + 1000000;
+          model[key] = *value;
+        } else {
+          EXPECT_EQ(*value, model[key]) << "step " << step;
+        }
+        break;
+      }
+      case 2: {
+        uint64_t old = 0;
+        const bool had = model.count(key) != 0;
+        EXPECT_EQ(m.erase(key, &old), had) << "step " << step;
+        if (had) {
+          EXPECT_EQ(old, model[key]);
+        }
+        model.erase(key);
+        break;
+      }
+      default: {
+        const uint64_t* v = m.find(key);
+        ASSERT_EQ(v != nullptr, model.count(key) != 0) << "step " << step;
+        if (v) {
+          EXPECT_EQ(*v, model[key]);
+        }
+      }
+    }
+    ASSERT_EQ(m.size(), model.size()) << "step " << step;
+  }
+  size_t seen = 0;
+  m.for_each([&](uint64_t k, uint64_t v) {
+    ++seen;
+    EXPECT_EQ(model.at(k), v);
+  });
+  EXPECT_EQ(seen, model.size());
+}
+
+// try_insert grows the table as put does: a pointer it returns is into the
+// table as it is after the growth.
+TEST(FlatMap, TryInsertThroughGrowth) {
+  FlatMap<uint64_t> m;
+  for (uint64_t k = 1; k <= 100000; ++k) {
+    const auto [v, fresh] = m.try_insert(k * 0x9e3779b97f4a7c15ULL);
+    ASSERT_TRUE(fresh);
+    *v = k;
+  }
+  ASSERT_EQ(m.size(), 100000u);
+  for (uint64_t k = 1; k <= 100000; ++k) {
+    const uint64_t* v = m.find(k * 0x9e3779b97f4a7c15ULL);
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(*v, k);
+  }
+}
+
+}  // namespace
+}  // namespace heaplab
