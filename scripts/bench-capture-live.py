@@ -13,7 +13,14 @@ heaplab's own peak RSS (VmHWM) every 2 ms.
 Then one long capture (`churn 2 --long-ops`, 16 M calls per million ops)
 shows scratch disk staying bounded whatever the length.
 
+With --compare BUILD_DIR, live captures by this build and by that one are
+interleaved with the native runs instead (no `after` runs, no long run), and
+each build's median wall time and CPU time (heaplab and the program, user +
+system) are printed: the CPU time moves less with the machine's noise.
+--programs picks the thread counts to run (default: 1,2,512).
+
 Usage: scripts/bench-capture-live.py [--reps 5] [--long-ops 20000000] [--skip-long]
+           [--programs 1,2,512] [--compare BUILD_DIR]
 HEAPLAB_BUILD_DIR picks the build to measure (default: build/).
 """
 import argparse
@@ -56,12 +63,16 @@ def hwm_kib(pid):
         return 0
 
 
-def run_capture(work, prog, mode):
-    """Returns (wall seconds, peak scratch bytes, heaplab peak RSS KiB, stderr)."""
+PROGRAMS = {"1": ["1", "4000000"], "2": ["2", "2000000"], "512": ["512", "4000"]}
+
+
+def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None):
+    """Returns (wall seconds, peak scratch bytes, heaplab peak RSS KiB, stderr);
+    appends the CPU seconds of heaplab and its children to `cpu` if given."""
     out = os.path.join(work, "t.hlt")
     raw = os.path.join(work, "raw")
     shutil.rmtree(raw, ignore_errors=True)
-    cmd = [HEAPLAB, "capture", "--normalise", mode, "--raw-dir", raw, "-o", out, "--"] + prog
+    cmd = [heaplab, "capture", "--normalise", mode, "--raw-dir", raw, "-o", out, "--"] + prog
     peak = {"disk": 0, "rss": 0}
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -75,10 +86,14 @@ def run_capture(work, prog, mode):
 
     th = threading.Thread(target=sample)
     th.start()
-    err = p.communicate()[1]
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
     dt = time.monotonic() - t0
     done.set()
     th.join()
+    if cpu is not None:
+        cpu.append(ru.ru_utime + ru.ru_stime)
     if p.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd)} exited {p.returncode}: {err.strip()[-500:]}")
     return dt, peak["disk"], peak["rss"], err
@@ -101,16 +116,27 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--long-ops", type=int, default=20000000)
     ap.add_argument("--skip-long", action="store_true")
+    ap.add_argument("--programs", default="1,2,512", help="thread counts of churn to run: 1, 2, 512")
+    ap.add_argument("--compare", help="another build directory: its live captures interleaved with this build's")
     a = ap.parse_args()
-    for p in (HEAPLAB, CHURN):
+    programs = []
+    for name in a.programs.split(","):
+        if name not in PROGRAMS:
+            sys.exit(f"bench: --programs: {name!r} is not one of {', '.join(PROGRAMS)}")
+        programs.append(PROGRAMS[name])
+    other = os.path.join(a.compare, "cli", "heaplab") if a.compare else None
+    for p in (HEAPLAB, CHURN) + ((other,) if other else ()):
         if not os.path.exists(p):
             sys.exit(f"bench: {p} not found: build first (scripts/bootstrap.sh)")
     work = tempfile.mkdtemp(prefix="heaplab-bench-live-")
     try:
+        if other:
+            compare(work, programs, other, a.compare, a.reps)
+            return
         print("| program | native | capture, live | vs native | capture, after | vs native "
               "| scratch peak, live | scratch peak, after | heaplab RSS, live |")
         print("|---|---|---|---|---|---|---|---|---|")
-        for prog in (["1", "4000000"], ["2", "2000000"], ["512", "4000"]):
+        for prog in programs:
             cmdline = [CHURN] + prog
             nat, live, after, disk_live, disk_after, rss_live = [], [], [], [], [], []
             for _ in range(a.reps):
@@ -137,6 +163,27 @@ def main():
                   if calls != "?" else f"long: {err}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(work, programs, other, other_dir, reps):
+    builds = [(BUILD, HEAPLAB), (other_dir, other)]
+    print(f"live captures, medians of {reps}, runs interleaved (native, this build, the other)")
+    print("| program | native | build | capture, live | vs native | CPU (heaplab + program) |")
+    print("|---|---|---|---|---|---|")
+    for prog in programs:
+        cmdline = [CHURN] + prog
+        nat = []
+        wall = {b: [] for b, _ in builds}
+        cpu = {b: [] for b, _ in builds}
+        for _ in range(reps):
+            nat.append(timed(cmdline))
+            for b, exe in builds:
+                wall[b].append(run_capture(work, cmdline, "live", exe, cpu[b])[0])
+        n = statistics.median(nat)
+        for b, _ in builds:
+            w = statistics.median(wall[b])
+            print(f"| `churn {' '.join(prog)}` | {n:.3f} s | {b} | {w:.3f} s | **{w / n:.2f}x** "
+                  f"| {statistics.median(cpu[b]):.2f} s |", flush=True)
 
 
 if __name__ == "__main__":
