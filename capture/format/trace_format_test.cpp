@@ -248,6 +248,55 @@ TEST(Writer, FlushMakesEventsDurableBeforeClose) {
   EXPECT_TRUE(TraceReader::open(path)->complete());
 }
 
+// A trace whose level changes between chunks (live capture compresses
+// faster while the program keeps every core busy) reads back exactly; the
+// later chunks take the new level; levels out of range are refused.
+TEST(Writer, SetLevelAppliesToLaterChunks) {
+  TempDir dir;
+  testutil::GenOptions g;
+  g.threads = 1;
+  const std::vector<Event> expected = generate(5, 40000, g);
+  auto write = [&](const std::string& name, int first, int second) {
+    WriterOptions opt;
+    opt.chunk_events = 4096;
+    opt.level = first;
+    opt.timestamps = true;
+    TraceWriter w(dir.file(name), opt);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      if (i == 4096) w.set_level(second);  // the first chunk is full and written: the rest take `second`
+      Event e = expected[i];
+      w.append(e);
+    }
+    w.close();
+    return dir.file(name);
+  };
+  const std::string fast = write("fast.hlt", 1, 1), mixed = write("mixed.hlt", 1, 19);
+  for (const std::string& path : {fast, mixed}) {
+    auto r = TraceReader::open(path);
+    ASSERT_TRUE(r->complete());
+    EXPECT_EQ(read_all(*r), expected) << path;
+  }
+  EXPECT_LT(read_file(mixed).size(), read_file(fast).size());
+
+  TraceWriter w(dir.file("z.hlt"), {});
+  try {
+    w.set_level(0);
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.file("z.hlt") + ": zstd level must be between 1 and 22");
+  }
+  WriterOptions lz4;
+  lz4.codec = kCodecLz4;
+  lz4.level = 1;
+  TraceWriter l(dir.file("l.hlt"), lz4);
+  try {
+    l.set_level(65538);
+    FAIL();
+  } catch (const TraceError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.file("l.hlt") + ": lz4 acceleration must be between 1 and 65537");
+  }
+}
+
 // ------------------------------------------------------------ bad input
 
 std::string small_trace(const TempDir& dir, std::vector<Event>* out = nullptr, Codec codec = kCodecZstd) {

@@ -140,6 +140,13 @@ struct TraceWriter::Impl {
   std::string block;
   std::string zbuf;
 
+  void check_level(int level) const {
+    if (opt.codec == kCodecZstd && (level < 1 || level > ZSTD_maxCLevel()))
+      throw TraceError(path + ": zstd level must be between 1 and " + std::to_string(ZSTD_maxCLevel()));
+    if (opt.codec == kCodecLz4 && (level < 1 || level > 65537))
+      throw TraceError(path + ": lz4 acceleration must be between 1 and 65537");
+  }
+
   [[noreturn]] void io_fail(const char* what) { throw TraceError(path + ": " + what + ": " + std::strerror(errno)); }
 
   void write_all(const void* data, size_t len) {
@@ -367,10 +374,7 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options) : impl_
     throw TraceError(path + ": chunk size must be between 1 and 1048576 events");
   if (m.opt.codec != kCodecNone && m.opt.codec != kCodecZstd && m.opt.codec != kCodecLz4)
     throw TraceError(path + ": unknown codec " + std::to_string(m.opt.codec));
-  if (m.opt.codec == kCodecZstd && (m.opt.level < 1 || m.opt.level > ZSTD_maxCLevel()))
-    throw TraceError(path + ": zstd level must be between 1 and " + std::to_string(ZSTD_maxCLevel()));
-  if (m.opt.codec == kCodecLz4 && (m.opt.level < 1 || m.opt.level > 65537))
-    throw TraceError(path + ": lz4 acceleration must be between 1 and 65537");
+  m.check_level(m.opt.level);
   m.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (m.fd < 0) m.io_fail("cannot create");
   if (m.opt.codec == kCodecZstd) {
@@ -451,6 +455,11 @@ void TraceWriter::set_addresses(std::vector<uint64_t> by_seq) { impl_->addresses
 void TraceWriter::set_final_metadata(std::string json) {
   impl_->final_meta = std::move(json);
   impl_->has_final_meta = true;
+}
+
+void TraceWriter::set_level(int level) {
+  impl_->check_level(level);
+  impl_->opt.level = level;
 }
 
 void TraceWriter::flush() {

@@ -59,6 +59,10 @@ class TraceWriter {
   // The address of each event, by seq (0: none): written by close() as ADDR
   // blocks after the MEMX block (the file is then version 1.2).
   void set_addresses(std::vector<uint64_t> by_seq);
+  // The compression level of the chunks written from now on (as
+  // WriterOptions::level; a chunk is one compressed frame, so a trace may
+  // mix levels). Throws TraceError naming the path if out of range.
+  void set_level(int level);
   // Writes every open chunk, so that all events so far survive a crash.
   void flush();
   // Flushes, writes the thread table, index and footer. Throws on I/O errors.
