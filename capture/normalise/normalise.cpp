@@ -97,6 +97,8 @@ class WriterPipe {
   ~WriterPipe() { finish_nothrow(); }
 
   void set_thread_info(uint32_t thread, trace::ThreadInfo info) { cur_.infos.emplace_back(thread, std::move(info)); }
+  // The level of the chunks the writer compresses from the current batch on.
+  void set_level(int level) { cur_.level = level; }
   void push(const Event& e) {
     cur_.events.push_back(e);
     if (cur_.events.size() == kBatch) send();
@@ -112,6 +114,7 @@ class WriterPipe {
   struct Batch {
     std::vector<std::pair<uint32_t, trace::ThreadInfo>> infos;
     std::vector<Event> events;
+    int level = 0;  // set_level()'s, to apply first; 0: none
   };
 
   void send() {
@@ -158,10 +161,12 @@ class WriterPipe {
       }
       space_.notify_one();
       try {
+        if (b.level != 0) w_.set_level(b.level);
         for (auto& [t, info] : b.infos) w_.set_thread_info(t, std::move(info));
         for (Event& e : b.events) w_.append(e);
         b.infos.clear();
         b.events.clear();
+        b.level = 0;
         std::lock_guard<std::mutex> lock(mu_);
         free_.push_back(std::move(b));
       } catch (...) {
@@ -202,6 +207,13 @@ class Normaliser {
   uint64_t step(uint64_t now);
   // The source is complete: the rest, and the trace closed.
   NormaliseReport finish(const nlohmann::json& capture_metadata);
+  // Whether the program keeps every core busy (or the reader is behind):
+  // chunks are then compressed at opt_.busy_level, if set.
+  void set_busy(bool busy) {
+    if (opt_.busy_level == 0 || busy == busy_) return;
+    busy_ = busy;
+    pipe_.set_level(busy ? opt_.busy_level : opt_.level);
+  }
 
  private:
   void add_streams();
@@ -245,6 +257,7 @@ class Normaliser {
   trace::TraceWriter writer_;
   WriterPipe pipe_;
   uint64_t next_id_ = 0;  // ids the writer will assign (dense, in order)
+  bool busy_ = false;     // set_busy()
   uint64_t events_ = 0;
   std::vector<Stream> streams_;
   FlatMap<Obj> live_;  // address -> live object
@@ -309,7 +322,13 @@ nlohmann::json Normaliser::metadata() {
 
 // Writes a successful producing call whose result is `addr`.
 void Normaliser::produce(Event& e, uint64_t addr, uint64_t old_bytes) {
-  if (live_.find(addr) && !resolve(addr, true)) ++rep_.reused_live;  // the old object leaks (its bytes stay counted)
+  const auto [obj, fresh] = live_.try_insert(addr);
+  if (fresh) {  // (append() leaves live_ alone: obj stays valid)
+    const uint64_t id = append(e, old_bytes);
+    *obj = Obj{id, e.requested_bytes()};
+    return;
+  }
+  if (!resolve(addr, true)) ++rep_.reused_live;  // the old object leaks (its bytes stay counted)
   const uint64_t id = append(e, old_bytes);
   live_.put(addr, Obj{id, e.requested_bytes()});
 }
@@ -322,6 +341,7 @@ uint64_t Normaliser::append(Event& e, uint64_t old_bytes) {
   bool produces = trace::op_produces(e.op) && !(e.flags & trace::kNullResult);
   e.id = produces ? ++next_id_ : 0;
   ++events_;
+  rep_.busy_level_events += busy_;
   if (e.thread >= last_seq_.size()) last_seq_.resize(e.thread + 1, UINT64_MAX);
   // A latency record names this call; after a lost stretch, none.
   last_seq_[e.thread] = unsigned(e.op) < unsigned(Op::thread_start) ? events_ - 1 : UINT64_MAX;
@@ -772,17 +792,20 @@ namespace {
 // started with, and only where a throwaway thread could go there and back
 // (root without CAP_SYS_NICE, or ulimit -e below 20, cannot come back):
 // elsewhere it stays as it started. Nice is per thread on Linux; the
-// writer's thread keeps its own.
+// writer's thread keeps its own. busy() tells the normaliser when to
+// compress faster (NormaliseOptions::busy_level): while the program keeps
+// every core busy, or the reader is behind (measured whether or not the
+// reader can yield).
 class ReaderPriority {
  public:
   explicit ReaderPriority(uint32_t pid) : stat_("/proc/" + std::to_string(pid) + "/stat") {
+    cpu_set_t set;
+    cores_ = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : int(sysconf(_SC_NPROCESSORS_ONLN));
     errno = 0;
     const int base = getpriority(PRIO_PROCESS, 0);
     if (base == -1 && errno != 0) return;
     base_ = nice_ = base;
     yield_ = std::min(19, base + 5);
-    cpu_set_t set;
-    cores_ = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : int(sysconf(_SC_NPROCESSORS_ONLN));
     if (yield_ == base_ || cores_ < 2) return;  // (no lower priority, or no core to leave free)
     bool there_and_back = false;
     std::thread probe([&] {
@@ -800,9 +823,9 @@ class ReaderPriority {
   void restore() { set(base_); }
   // After each poll: the appended blocks it has not consumed yet.
   void update(uint64_t unconsumed) {
-    if (!able_) return;
     const auto now = std::chrono::steady_clock::now();
-    if (unconsumed >= kBehind) {
+    behind_ = unconsumed >= kBehind;
+    if (behind_) {
       set(base_);
       start_window(now);
       return;
@@ -811,11 +834,14 @@ class ReaderPriority {
     const double program = process_busy(stat_);
     if (program >= 0 && last_program_ >= 0) {
       const double used = (program - last_program_) / std::chrono::duration<double>(now - last_).count();
-      set(used < cores_ - 0.9 ? yield_ : base_);  // a core free: yield
+      cores_busy_ = used >= cores_ - 0.9;
+      set(cores_busy_ ? base_ : yield_);  // a core free: yield
     }
     last_ = now;
     last_program_ = program;
   }
+  // The program keeps every core busy, or the reader is behind.
+  bool busy() const { return behind_ || cores_busy_; }
 
  private:
   static constexpr uint64_t kBehind = raw::kLiveAheadBlocks * 3 / 4;
@@ -861,6 +887,7 @@ class ReaderPriority {
   id_t tid_ = 0;
   int cores_ = 1;
   int base_ = 0, yield_ = 0, nice_ = 0;
+  bool behind_ = false, cores_busy_ = false;
   std::chrono::steady_clock::time_point last_{};
   double last_program_ = -1;
 };
@@ -875,6 +902,7 @@ NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, con
   while (!ended()) {
     const uint64_t now = in.poll();
     priority.update(in.unconsumed());
+    n.set_busy(opt.busy ? opt.busy() : priority.busy());
     // Few records: let more gather (each poll reads every thread's block header).
     if (n.step(now) < 4096) {
       timespec ts{0, 1000000};
@@ -901,6 +929,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
                       {"bad_records", r.bad_records},
                       {"reordered_records", r.reordered},
                       {"blocks_missing", r.blocks_missing},
+                      {"busy_level_events", r.busy_level_events},
                       {"duration_ns", r.duration_ns},
                       {"captured_duration_ns", r.captured_duration_ns},
                       {"shim_cost_ns", r.shim_cost_ns},

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -236,7 +237,7 @@ struct LiveRun {
 // Writes `steps` through a FakeShim, `batch` records per call of `ended`,
 // normalising live into DIR/live.hlt.
 LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batch, bool slow, bool consume,
-                 int publish = 0) {
+                 int publish = 0, const NormaliseOptions& opt = {}) {
   const std::string path = dir.file("4321.0.hlraw");
   FakeShim shim(path, 3, slow, publish);
   LiveRawFile raw(path, consume);
@@ -259,7 +260,6 @@ LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batc
     }
     return next == steps.size() && waiting.empty() && out.polls > 2;
   };
-  NormaliseOptions opt;
   out.rep = normalise_live(raw, dir.file("live.hlt"), opt, ended, [] { return nlohmann::json::object(); });
   out.events = read_events(dir.file("live.hlt"));
   out.appended = shim.appended();
@@ -302,6 +302,36 @@ TEST(LiveNormalise, SameEventsAsAfterTheFact) {
     EXPECT_EQ(live.consumed, 0u);  // the raw files stay whole
     expect_same(live.events, normalise_after(dir));
   }
+}
+
+// While the program keeps every core busy (here: said so for the first 30
+// polls of about 90), chunks are compressed at busy_level; the events are
+// the same.
+TEST(LiveNormalise, BusyLevelWhileTheProgramKeepsTheCoresBusy) {
+  const std::vector<Step> steps = script(30000);
+  auto run = [&](const TempDir& dir, uint64_t busy_polls) {
+    NormaliseOptions opt;
+    opt.chunk_events = 2048;  // chunks written all along
+    opt.level = 19;
+    opt.busy_level = 1;
+    auto asked = std::make_shared<uint64_t>(0);
+    opt.busy = [asked, busy_polls] { return ++*asked <= busy_polls; };
+    return run_live(dir, steps, 1000, false, false, 0, opt);
+  };
+  TempDir some, all, none;
+  const LiveRun r = run(some, 30);
+  EXPECT_GT(r.rep.busy_level_events, 20000u);
+  EXPECT_LT(r.rep.busy_level_events, 40000u);
+  expect_same(r.events, normalise_after(some));
+
+  const LiveRun a = run(all, UINT64_MAX), n = run(none, 0);
+  EXPECT_EQ(a.rep.busy_level_events, a.rep.events);
+  EXPECT_EQ(n.rep.busy_level_events, 0u);
+  expect_same(a.events, n.events);
+  // Level 1 throughout against level 19 throughout: a larger trace.
+  EXPECT_GT(a.rep.bytes, n.rep.bytes);
+  EXPECT_GT(r.rep.bytes, n.rep.bytes);
+  EXPECT_LT(r.rep.bytes, a.rep.bytes);
 }
 
 TEST(LiveNormalise, SlowAppendsKeepTheOrder) {
