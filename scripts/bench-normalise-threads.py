@@ -8,10 +8,12 @@ trace's size are printed, with the trace's peak of live objects (the
 normaliser keeps one entry per live object, whatever it does per thread).
 
 With --compare BUILD_DIR, the same raw file is normalised by that build too,
-the two builds' runs interleaved (a noisy machine moves both alike).
+the two builds' runs interleaved (a noisy machine moves both alike). With
+--levels 3,1, each build normalises it at each zstd level (`--level`), all
+runs interleaved: what a level costs in CPU and gains in size.
 
 Usage: scripts/bench-normalise-threads.py [--threads 512] [--ops 2000] [--reps 3]
-           [--raw FILE.hlraw] [--compare BUILD_DIR]
+           [--raw FILE.hlraw] [--compare BUILD_DIR] [--levels 3,1]
 HEAPLAB_BUILD_DIR picks the build to measure (default: build/).
 """
 import argparse
@@ -32,10 +34,11 @@ def heaplab(build):
     return os.path.join(build, "cli", "heaplab")
 
 
-def normalise(build, raw, out):
+def normalise(build, raw, out, level=None):
     """One run: (wall s, CPU s, peak RSS MiB)."""
     t0 = time.monotonic()
-    p = subprocess.Popen([heaplab(build), "import", "--from", "heaplab-raw", "-o", out, raw],
+    extra = ["--level", str(level)] if level else []
+    p = subprocess.Popen([heaplab(build), "import", "--from", "heaplab-raw", "-o", out] + extra + [raw],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)
@@ -52,7 +55,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--raw", help="a kept .hlraw file to normalise (default: capture churn)")
     ap.add_argument("--compare", help="another build directory, measured on the same raw file")
+    ap.add_argument("--levels", help="zstd levels to normalise at, comma-separated (default: the import default)")
     a = ap.parse_args()
+    try:
+        levels = [int(x) for x in a.levels.split(",")] if a.levels else [None]
+    except ValueError:
+        sys.exit(f"bench-normalise-threads: --levels: not a list of numbers: {a.levels!r}")
     work = tempfile.mkdtemp(prefix="heaplab-norm-threads-")
     try:
         raw = a.raw
@@ -68,20 +76,22 @@ def main():
                 sys.exit(f"bench-normalise-threads: expected one raw file, found {len(raws)}")
             raw = raws[0]
         builds = [BUILD] + ([a.compare] if a.compare else [])
-        runs = {b: [] for b in builds}
+        configs = [(b, lv) for b in builds for lv in levels]
+        runs = {c: [] for c in configs}
         for _ in range(a.reps):
-            for i, b in enumerate(builds):
-                runs[b].append(normalise(b, raw, os.path.join(work, f"again{i}.hlt")))
+            for i, c in enumerate(configs):
+                runs[c].append(normalise(c[0], raw, os.path.join(work, f"again{i}.hlt"), c[1]))
         out = os.path.join(work, "again0.hlt")
         stats = subprocess.run([heaplab(BUILD), "stats", out], capture_output=True, text=True).stdout
         live = next((line for line in stats.splitlines() if line.startswith("peak live objects")), "")
         events = next((line for line in stats.splitlines() if line.startswith("events:")), "")
         n = int(events.split(":")[1].split()[0].replace(",", "")) if events else 0
         print(f"{what}: {events}; {live}")
-        for i, b in enumerate(builds):
-            wall = statistics.median(r[0] for r in runs[b])
-            cpu = statistics.median(r[1] for r in runs[b])
-            rss = statistics.median(r[2] for r in runs[b])
+        for i, c in enumerate(configs):
+            b = c[0] + (f" (level {c[1]})" if c[1] else "")
+            wall = statistics.median(r[0] for r in runs[c])
+            cpu = statistics.median(r[1] for r in runs[c])
+            rss = statistics.median(r[2] for r in runs[c])
             per = f", {cpu / n * 1e9:.0f} ns of CPU an event" if n else ""
             size = os.path.getsize(os.path.join(work, f"again{i}.hlt")) / 2**20
             print(f"  {b}: normaliser peak RSS {rss:.0f} MiB, wall {wall:.2f} s, CPU {cpu:.2f} s{per} "
