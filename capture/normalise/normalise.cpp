@@ -227,7 +227,13 @@ class Normaliser {
   trace::WriterOptions writer_options();
   nlohmann::json metadata();
   void advance(size_t s);
-  void process(size_t s);
+  // queue_next: put the stream's next record in the heap (drain() may
+  // process it at once instead).
+  void process(size_t s, bool queue_next = true);
+  Key key(size_t s) const {
+    const Stream& st = streams_[s];
+    return Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen};
+  }
   bool resolve(uint64_t addr, bool want_release);
   void handle(Stream& st, const Record& r, uint64_t time);
   void handle_memory(Stream& st, const Record& r, uint64_t time);
@@ -514,7 +520,7 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
 
 // Processes stream s's current record: writes its events, advances the
 // stream and queues its next record.
-void Normaliser::process(size_t s) {
+void Normaliser::process(size_t s, bool queue_next) {
   Stream& st = streams_[s];
   st.busy = true;
   // The native timeline: the shim's cost on this thread so far (timed work,
@@ -563,9 +569,9 @@ void Normaliser::process(size_t s) {
   now_ticks_ = st.ticks_of_current;
   handle(st, rec, time);
   now_ticks_ = saved_now;
-  if (st.rec)
-    queue(s);
-  else if (st.cursor->ended())
+  if (st.rec) {
+    if (queue_next) queue(s);
+  } else if (st.cursor->ended())
     end_stream(st, time);
   else  // waiting for the thread's next record: nothing may pass it
     watermark_ = std::min(watermark_, bound(st));
@@ -602,10 +608,7 @@ uint64_t Normaliser::bound(const Stream& st) const {
   return b - std::min(b, window_ticks_);
 }
 
-void Normaliser::queue(size_t s) {
-  const Stream& st = streams_[s];
-  heap_.push(Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen});
-}
+void Normaliser::queue(size_t s) { heap_.push(key(s)); }
 
 void Normaliser::add_streams() {
   while (streams_.size() < in_.thread_count()) {
@@ -637,8 +640,20 @@ uint64_t Normaliser::drain(bool all, common::Progress* progress) {
     heap_.pop();
     Stream& st = streams_[k.stream];
     if (k.gen != st.gen || !st.rec) continue;  // processed early by resolve()
-    process(k.stream);
+    process(k.stream, false);
     ++done;
+    // The stream's next records while they come before every other
+    // stream's: processed without going through the heap (the same order).
+    while (st.rec) {
+      const Key next = key(k.stream);
+      if ((!all && next.ticks > watermark_) || (!heap_.empty() && next > heap_.top())) {
+        heap_.push(next);
+        break;
+      }
+      if (progress) progress->update(rep_.records);
+      process(k.stream, false);
+      ++done;
+    }
   }
   return done;
 }
