@@ -124,6 +124,8 @@ def main():
         if name not in PROGRAMS:
             sys.exit(f"bench: --programs: {name!r} is not one of {', '.join(PROGRAMS)}")
         programs.append(PROGRAMS[name])
+    if a.compare and os.path.realpath(a.compare) == os.path.realpath(BUILD):
+        sys.exit(f"bench: --compare {a.compare} is the build measured already")
     other = os.path.join(a.compare, "cli", "heaplab") if a.compare else None
     for p in (HEAPLAB, CHURN) + ((other,) if other else ()):
         if not os.path.exists(p):

@@ -61,6 +61,10 @@ def main():
         levels = [int(x) for x in a.levels.split(",")] if a.levels else [None]
     except ValueError:
         sys.exit(f"bench-normalise-threads: --levels: not a list of numbers: {a.levels!r}")
+    if any(lv is not None and not 1 <= lv <= 22 for lv in levels):
+        sys.exit(f"bench-normalise-threads: --levels: zstd levels are 1 to 22 (got {a.levels!r})")
+    if a.compare and os.path.realpath(a.compare) == os.path.realpath(BUILD):
+        sys.exit(f"bench-normalise-threads: --compare {a.compare} is the build measured already")
     work = tempfile.mkdtemp(prefix="heaplab-norm-threads-")
     try:
         raw = a.raw

@@ -248,14 +248,28 @@ TEST(Writer, FlushMakesEventsDurableBeforeClose) {
   EXPECT_TRUE(TraceReader::open(path)->complete());
 }
 
+// The CHNK blocks' payloads of a trace file, in file order.
+std::vector<std::string> chunk_payloads(const std::string& file) {
+  std::vector<std::string> out;
+  const auto* p = reinterpret_cast<const uint8_t*>(file.data());
+  for (size_t off = kFileHeaderSize; off + kBlockHeaderSize <= file.size();) {
+    const uint32_t type = bytes::load_u32(p + off), size = bytes::load_u32(p + off + 4);
+    if (type == kBlockChunk) out.push_back(file.substr(off + kBlockHeaderSize, size));
+    off += kBlockHeaderSize + size;
+  }
+  return out;
+}
+
 // A trace whose level changes between chunks (live capture compresses
-// faster while the program keeps every core busy) reads back exactly; the
-// later chunks take the new level; levels out of range are refused.
+// faster while the program keeps every core busy) reads back exactly; each
+// chunk is the one a writer at its level throughout writes; levels out of
+// range are refused.
 TEST(Writer, SetLevelAppliesToLaterChunks) {
   TempDir dir;
   testutil::GenOptions g;
   g.threads = 1;
   const std::vector<Event> expected = generate(5, 40000, g);
+  uint64_t at1 = 0, at19 = 0;
   auto write = [&](const std::string& name, int first, int second) {
     WriterOptions opt;
     opt.chunk_events = 4096;
@@ -268,15 +282,26 @@ TEST(Writer, SetLevelAppliesToLaterChunks) {
       w.append(e);
     }
     w.close();
-    return dir.file(name);
+    at1 = w.events_at_level(1);
+    at19 = w.events_at_level(19);
+    return read_file(dir.file(name));
   };
-  const std::string fast = write("fast.hlt", 1, 1), mixed = write("mixed.hlt", 1, 19);
-  for (const std::string& path : {fast, mixed}) {
-    auto r = TraceReader::open(path);
+  const std::string fast = write("fast.hlt", 1, 1), slow = write("slow.hlt", 19, 19);
+  const std::string mixed = write("mixed.hlt", 1, 19);
+  EXPECT_EQ(at1, 4096u);
+  EXPECT_EQ(at19, expected.size() - 4096);
+  for (const char* name : {"fast.hlt", "slow.hlt", "mixed.hlt"}) {
+    auto r = TraceReader::open(dir.file(name));
     ASSERT_TRUE(r->complete());
-    EXPECT_EQ(read_all(*r), expected) << path;
+    EXPECT_EQ(read_all(*r), expected) << name;
   }
-  EXPECT_LT(read_file(mixed).size(), read_file(fast).size());
+  const std::vector<std::string> f = chunk_payloads(fast), s = chunk_payloads(slow), m = chunk_payloads(mixed);
+  ASSERT_EQ(m.size(), 10u);  // 40,000 events in chunks of 4,096
+  ASSERT_EQ(f.size(), m.size());
+  ASSERT_EQ(s.size(), m.size());
+  EXPECT_EQ(m[0], f[0]);
+  EXPECT_NE(m[0], s[0]);  // (the two levels compress differently here)
+  for (size_t i = 1; i < m.size(); ++i) EXPECT_EQ(m[i], s[i]) << "chunk " << i;
 
   TraceWriter w(dir.file("z.hlt"), {});
   try {
@@ -285,6 +310,8 @@ TEST(Writer, SetLevelAppliesToLaterChunks) {
   } catch (const TraceError& e) {
     EXPECT_EQ(std::string(e.what()), dir.file("z.hlt") + ": zstd level must be between 1 and 22");
   }
+  EXPECT_THROW(w.check_level(23), TraceError);
+  w.check_level(22);
   WriterOptions lz4;
   lz4.codec = kCodecLz4;
   lz4.level = 1;

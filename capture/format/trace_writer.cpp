@@ -130,6 +130,7 @@ struct TraceWriter::Impl {
   // import's chunks of 2^20 events stay whole).
   size_t max_staged() const { return std::max<size_t>(kMaxStagedEvents, opt.chunk_events); }
   std::map<uint32_t, ThreadInfo> infos;
+  std::map<int, uint64_t> level_events;  // events in the chunks written at each level
   std::vector<IndexEntry> index;
   std::string final_meta;
   bool has_final_meta = false;
@@ -255,6 +256,7 @@ struct TraceWriter::Impl {
         break;
     }
     index.push_back({offset, t, te.n, te.first_seq, te.last_seq, te.first_time, te.last_time});
+    level_events[opt.level] += te.n;
     write_block(kBlockChunk, block);
 
     staged_events -= te.n;
@@ -460,6 +462,13 @@ void TraceWriter::set_final_metadata(std::string json) {
 void TraceWriter::set_level(int level) {
   impl_->check_level(level);
   impl_->opt.level = level;
+}
+
+void TraceWriter::check_level(int level) const { impl_->check_level(level); }
+
+uint64_t TraceWriter::events_at_level(int level) const {
+  const auto it = impl_->level_events.find(level);
+  return it == impl_->level_events.end() ? 0 : it->second;
 }
 
 void TraceWriter::flush() {

@@ -63,6 +63,10 @@ class TraceWriter {
   // WriterOptions::level; a chunk is one compressed frame, so a trace may
   // mix levels). Throws TraceError naming the path if out of range.
   void set_level(int level);
+  // Throws that TraceError if `level` is out of range for this codec.
+  void check_level(int level) const;
+  // Events in the chunks written so far at compression level `level`.
+  uint64_t events_at_level(int level) const;
   // Writes every open chunk, so that all events so far survive a crash.
   void flush();
   // Flushes, writes the thread table, index and footer. Throws on I/O errors.

@@ -97,8 +97,12 @@ class WriterPipe {
   ~WriterPipe() { finish_nothrow(); }
 
   void set_thread_info(uint32_t thread, trace::ThreadInfo info) { cur_.infos.emplace_back(thread, std::move(info)); }
-  // The level of the chunks the writer compresses from the current batch on.
-  void set_level(int level) { cur_.level = level; }
+  // The level of the chunks the writer compresses from the next event on
+  // (the events so far go in a batch of their own).
+  void set_level(int level) {
+    if (!cur_.events.empty() || !cur_.infos.empty()) send();
+    cur_.level = level;
+  }
   void push(const Event& e) {
     cur_.events.push_back(e);
     if (cur_.events.size() == kBatch) send();
@@ -142,7 +146,7 @@ class WriterPipe {
     if (!thread_.joinable()) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!cur_.events.empty() || !cur_.infos.empty()) queue_.push_back(std::move(cur_));
+      if (!cur_.events.empty() || !cur_.infos.empty() || cur_.level != 0) queue_.push_back(std::move(cur_));
       done_ = true;
     }
     ready_.notify_one();
@@ -197,6 +201,7 @@ class Normaliser {
       : in_(in), opt_(opt), writer_(out, writer_options()), pipe_(writer_) {
     window_ticks_ = ticks_for_ns(10000);  // 10 us; the real skew is well under 1 us
     read_header_fields();
+    if (opt_.busy_level != 0) writer_.check_level(opt_.busy_level);  // (not midway, on the writer's thread)
   }
 
   // Everything, from a source that is complete.
@@ -347,7 +352,6 @@ uint64_t Normaliser::append(Event& e, uint64_t old_bytes) {
   bool produces = trace::op_produces(e.op) && !(e.flags & trace::kNullResult);
   e.id = produces ? ++next_id_ : 0;
   ++events_;
-  rep_.busy_level_events += busy_;
   if (e.thread >= last_seq_.size()) last_seq_.resize(e.thread + 1, UINT64_MAX);
   // A latency record names this call; after a lost stretch, none.
   last_seq_[e.thread] = unsigned(e.op) < unsigned(Op::thread_start) ? events_ - 1 : UINT64_MAX;
@@ -761,6 +765,8 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
     rep_.corrected_wall_ns = wall - std::min(wall, rep_.shim_cost_ns);
   }
   rep_.events = writer_.events();
+  if (opt_.busy_level != 0 && opt_.busy_level != opt_.level)
+    rep_.busy_level_events = writer_.events_at_level(opt_.busy_level);
   rep_.memory_calls = memory_.counts().calls;
   rep_.regions = memory_.counts().regions;
   rep_.unknown_memory_releases = memory_.counts().unknown_releases;
@@ -925,6 +931,7 @@ NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, con
     }
   }
   priority.restore();
+  n.set_busy(false);  // nothing left to compete with
   in.finish();
   return n.finish(final_metadata());
 }
