@@ -29,7 +29,7 @@ int run_capture(CaptureArgs& a, std::vector<std::string> command) {
   a.opt.normalise.codec = parse_codec(a.codec);
   a.opt.normalise.level = codec_level(a.opt.normalise.codec, a.level);
   // zstd's default level, but level 1 while the program keeps every core
-  // busy (live normalising): the normaliser takes about 13% less CPU, for
+  // busy or the normaliser is behind (live normalising): the normaliser takes about 13% less CPU, for
   // traces about 4% larger (BENCHMARKS.md). A --level given holds throughout.
   if (a.level == 0 && a.opt.normalise.codec == trace::kCodecZstd) a.opt.normalise.busy_level = 1;
   launch::CaptureResult r;
@@ -87,7 +87,7 @@ void add_capture_commands(CLI::App& app, Commands& commands, const CommandLine& 
       ->capture_default_str();
   cap->add_option("--level", cap_args.level,
                   "zstd level 1..22 (default 3; with --normalise live, 1 while the program keeps every core "
-                  "busy), or lz4 acceleration")
+                  "busy or the normaliser is behind), or lz4 acceleration")
       ->check(CLI::Range(1, 65537));
   cap->add_flag("-q,--quiet", cap_args.quiet, "No summary");
   cap->add_option("--method", cap_args.opt.method,

@@ -16,6 +16,7 @@
 namespace heaplab::trace {
 namespace {
 
+using testutil::chunk_payloads;
 using testutil::generate;
 using testutil::read_all;
 using testutil::read_file;
@@ -248,18 +249,6 @@ TEST(Writer, FlushMakesEventsDurableBeforeClose) {
   EXPECT_TRUE(TraceReader::open(path)->complete());
 }
 
-// The CHNK blocks' payloads of a trace file, in file order.
-std::vector<std::string> chunk_payloads(const std::string& file) {
-  std::vector<std::string> out;
-  const auto* p = reinterpret_cast<const uint8_t*>(file.data());
-  for (size_t off = kFileHeaderSize; off + kBlockHeaderSize <= file.size();) {
-    const uint32_t type = bytes::load_u32(p + off), size = bytes::load_u32(p + off + 4);
-    if (type == kBlockChunk) out.push_back(file.substr(off + kBlockHeaderSize, size));
-    off += kBlockHeaderSize + size;
-  }
-  return out;
-}
-
 // A trace whose level changes between chunks (live capture compresses
 // faster while the program keeps every core busy) reads back exactly; each
 // chunk is the one a writer at its level throughout writes; levels out of
@@ -282,7 +271,7 @@ TEST(Writer, SetLevelAppliesToLaterChunks) {
       w.append(e);
     }
     w.close();
-    at1 = w.events_at_level(1);
+    at1 = w.events_at_level(1);  // (the last call's: the mixed trace's)
     at19 = w.events_at_level(19);
     return read_file(dir.file(name));
   };

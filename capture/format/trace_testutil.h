@@ -194,6 +194,7 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
 #include <string_view>
 #include <utility>
 
+#include "capture/format/bytes.h"
 #include "capture/format/trace_format.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
@@ -213,6 +214,25 @@ inline std::string source_dir() {
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The CHNK blocks' payloads of a trace file's bytes, in file order (up to
+// the index, which the footer follows).
+inline std::vector<std::string> chunk_payloads(const std::string& file) {
+  std::vector<std::string> out;
+  const auto* p = reinterpret_cast<const uint8_t*>(file.data());
+  for (size_t off = kFileHeaderSize; off + kBlockHeaderSize <= file.size();) {
+    const uint32_t type = bytes::load_u32(p + off), size = bytes::load_u32(p + off + 4);
+    if (type == kBlockIndex) break;
+    if (type == kBlockChunk) out.push_back(file.substr(off + kBlockHeaderSize, size));
+    off += kBlockHeaderSize + size;
+  }
+  return out;
+}
+
+// The events in a CHNK payload (its second u32, after the thread).
+inline uint32_t chunk_events(const std::string& payload) {
+  return bytes::load_u32(reinterpret_cast<const uint8_t*>(payload.data()) + 4);
 }
 
 inline void write_file(const std::string& path, std::string_view data) {

@@ -97,8 +97,9 @@ class WriterPipe {
   ~WriterPipe() { finish_nothrow(); }
 
   void set_thread_info(uint32_t thread, trace::ThreadInfo info) { cur_.infos.emplace_back(thread, std::move(info)); }
-  // The level of the chunks the writer compresses from the next event on
-  // (the events so far go in a batch of their own).
+  // The level of the chunks the writer compresses once it has appended the
+  // events so far (they go in a batch of their own); chunks still open then
+  // take the new level too.
   void set_level(int level) {
     if (!cur_.events.empty() || !cur_.infos.empty()) send();
     cur_.level = level;

@@ -23,8 +23,8 @@ struct NormaliseOptions {
   // Live normalising (normalise_live): the level of the chunks written
   // while the program keeps every core busy, or the reader is behind, where
   // compressing competes with the program for the CPU (0: `level` always).
-  // (On one core the two always compete.) Once the program has ended, what
-  // is left takes `level`.
+  // (On one core, a program using a tenth of it counts as busy.) Once the
+  // program has ended, what is left takes `level`.
   int busy_level = 0;
   // Whether the program keeps every core busy now (asked after each poll);
   // unset: measured, from the CPU time it used over the last 100 ms.
@@ -60,7 +60,8 @@ struct NormaliseReport {
   uint64_t reordered = 0;                // records taken ahead of their timestamp to keep
                                          // an address's alloc/free order (unfenced TSC)
   uint64_t blocks_missing = 0;           // blocks claimed but not written
-  uint64_t busy_level_events = 0;        // events in the chunks compressed at busy_level
+  uint64_t busy_level_events = 0;        // events in the chunks compressed at busy_level (0 if it is
+                                         // 0 or `level`)
   uint64_t duration_ns = 0;              // first to last event, the shim's cost taken off (the native timeline)
   uint64_t captured_duration_ns = 0;     // the same as captured (the shim's cost in)
   uint64_t shim_cost_ns = 0;             // the shim's cost on the thread that paid most

@@ -334,6 +334,17 @@ TEST(LiveNormalise, BusyLevelWhileTheProgramKeepsTheCoresBusy) {
   EXPECT_EQ(n.rep.busy_level_events, 0u);
   expect_same(a.events, n.events);
   expect_same(r.events, n.events);
+  // The same chunks, compressed at 1 or at 19: those that differ hold
+  // exactly the events counted at level 1; those written once the program
+  // ended (the tail, and the chunks still open) are alike.
+  const auto ca = trace::testutil::chunk_payloads(trace::testutil::read_file(all.file("live.hlt")));
+  const auto cn = trace::testutil::chunk_payloads(trace::testutil::read_file(none.file("live.hlt")));
+  ASSERT_EQ(ca.size(), cn.size());
+  uint64_t differ = 0, alike = 0;
+  for (size_t i = 0; i < ca.size(); ++i) (ca[i] == cn[i] ? alike : differ) += trace::testutil::chunk_events(ca[i]);
+  EXPECT_EQ(differ, a.rep.busy_level_events);
+  EXPECT_EQ(differ + alike, a.rep.events);
+  EXPECT_FALSE(ca.empty() || ca.back() != cn.back());
 }
 
 // A busy level out of range is refused before anything is read, not on
