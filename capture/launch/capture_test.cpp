@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +29,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -38,6 +42,7 @@
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_testutil.h"
 #include "capture/launch/launcher.h"
+#include "capture/shim/raw_format.h"
 #include "capture/launch/method.h"
 
 #ifndef HEAPLAB_TEST_BINARY_DIR
@@ -559,7 +564,7 @@ TEST(Capture, ThreadsCrossThreadFrees) {
 
 // Normalising while the program runs gives the trace normalising afterwards
 // gives, on a real multi-threaded program long enough (about 780 blocks) for
-// the shim to wait for the reader (kLiveAheadBlocks) and for blocks to be
+// the shim to wait for the reader (raw::live_ahead_blocks) and for blocks to be
 // given back as they are consumed.
 TEST(Capture, LiveNormalisingMatchesAfter) {
   auto strip = [](std::vector<Event> evs) {
@@ -611,6 +616,54 @@ TEST(Capture, LiveNormalisingMatchesAfter) {
   }
   EXPECT_EQ(mallocs, 800000u);
   EXPECT_EQ(frees, 800000u);
+  expect_trace_ok(r.traces[0].path);
+}
+
+// Scratch disk with many threads: each keeps a block of its own until the
+// process ends, so fewer blocks may wait for the reader
+// (raw::live_ahead_blocks). 600 threads captured with a reader that consumes
+// only while the shim holds the program back, so the waiting blocks reach
+// their limit: the raw files (sampled every millisecond) stay within 64 MiB
+// (with the 512 waiting blocks of fewer threads they reached 72 MiB), and
+// the trace is whole.
+TEST(Capture, LiveScratchStaysBoundedWithManyThreads) {
+  static_assert(heaplab::raw::live_ahead_blocks(2) == heaplab::raw::kLiveAheadBlocks);
+  static_assert(heaplab::raw::live_ahead_blocks(601) == 359);
+  static_assert(heaplab::raw::live_ahead_blocks(5000) == heaplab::raw::kLiveMinAheadBlocks);
+  static_assert(heaplab::raw::live_slots_at_most(601) == 960);
+  static_assert(heaplab::raw::live_slots_at_most(5000) == 5064);
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("churn"), "600", "1000"});
+  opt.raw_dir = dir.file("raw");
+  opt.normalise.consume_late = true;
+  std::atomic<bool> done{false};
+  uint64_t peak = 0;
+  std::thread sampler([&] {
+    while (!done.load()) {
+      uint64_t bytes = 0;
+      std::error_code ec;
+      for (auto it = std::filesystem::directory_iterator(opt.raw_dir, ec);
+           !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+        struct stat st {};
+        if (::stat(it->path().c_str(), &st) == 0) bytes += uint64_t(st.st_blocks) * 512;
+      }
+      peak = std::max(peak, bytes);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  done = true;
+  sampler.join();
+  ASSERT_EQ(r.exit_code, 0);
+  ASSERT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_EQ(r.traces[0].report.holes, 0u);
+  EXPECT_EQ(r.traces[0].report.blocks_missing, 0u);
+  EXPECT_EQ(r.traces[0].report.threads, 601u);
+  EXPECT_LE(peak, uint64_t{64} << 20);
+  // 601 threads' blocks and 359 waiting: 14 segments of 64 blocks at least.
+  EXPECT_GE(peak, (1 + 14 * heaplab::raw::kBlocksPerSegment) * heaplab::raw::kBlockSize)
+      << "the waiting blocks did not reach their limit";
   expect_trace_ok(r.traces[0].path);
 }
 

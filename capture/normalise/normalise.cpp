@@ -843,10 +843,11 @@ class ReaderPriority {
   ReaderPriority& operator=(const ReaderPriority&) = delete;
   // The program has ended: no one to yield to.
   void restore() { set(base_); }
-  // After each poll: the appended blocks it has not consumed yet.
-  void update(uint64_t unconsumed) {
+  // After each poll: the appended blocks it has not consumed yet, and how
+  // many may wait before the shim holds the program back.
+  void update(uint64_t unconsumed, uint64_t ahead) {
     const auto now = std::chrono::steady_clock::now();
-    behind_ = unconsumed >= kBehind;
+    behind_ = unconsumed >= ahead * 3 / 4;
     if (behind_) {
       set(base_);
       start_window(now);
@@ -866,7 +867,6 @@ class ReaderPriority {
   bool busy() const { return behind_ || cores_busy_; }
 
  private:
-  static constexpr uint64_t kBehind = raw::kLiveAheadBlocks * 3 / 4;
   // (A window that began while it was behind would count the time the shim
   // held the program back as a free core.)
   void start_window(std::chrono::steady_clock::time_point now) {
@@ -923,10 +923,10 @@ NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, con
   ReaderPriority priority(in.header().pid);  // (after the writer's thread started: it keeps its nice)
   while (!ended()) {
     const uint64_t now = in.poll();
-    priority.update(in.unconsumed());
+    priority.update(in.unconsumed(), in.ahead_limit());
     n.set_busy(opt.busy ? opt.busy() : priority.busy());
     // Few records: let more gather (each poll reads every thread's block header).
-    if (n.step(now) < 4096) {
+    if ((opt.consume_late && in.unconsumed() < in.ahead_limit()) || n.step(now) < 4096) {
       timespec ts{0, 1000000};
       nanosleep(&ts, nullptr);
     }

@@ -29,6 +29,10 @@ struct NormaliseOptions {
   // Whether the program keeps every core busy now (asked after each poll);
   // unset: measured, from the CPU time it used over the last 100 ms.
   std::function<bool()> busy;
+  // Live normalising: consume only while the shim holds the program back
+  // (the blocks waiting at its limit), as a reader starved of CPU would.
+  // For tests of the scratch disk's bound, which this reaches.
+  bool consume_late = false;
   uint32_t chunk_events = 65536;
   // Merged into the metadata's "capture" object (allocator, exit status ...).
   nlohmann::json capture_metadata = nlohmann::json::object();

@@ -455,6 +455,8 @@ uint64_t LiveRawFile::unconsumed() const {
   return appended > consumed_ ? appended - consumed_ : 0;
 }
 
+uint64_t LiveRawFile::ahead_limit() const { return live_ahead_blocks(acquire(&header_->threads)); }
+
 uint64_t LiveRawFile::poll() {
   const uint64_t t = now();
   beat();

@@ -9,10 +9,11 @@
 // record by record up to the first one not yet written. Appended blocks
 // whose records were all returned are consumed: their disk space is given
 // back (fallocate's hole punching) and counted in the header, where the
-// shim waits while kLiveAheadBlocks are unconsumed. Blocks the shim left in
-// the mapping instead (no copy, raw::FreeBlocks) are read there, zeroed and
-// given back to be written again. So scratch disk stays bounded by that
-// limit plus about two blocks per thread (the mapping never shrinks).
+// shim waits while raw::live_ahead_blocks are unconsumed. Blocks the shim
+// left in the mapping instead (no copy, raw::FreeBlocks) are read there,
+// zeroed and given back to be written again, and the shim takes no more
+// slots than raw::live_slots_at_most. So scratch disk stays within 60 MiB
+// with up to 896 threads (the mapping never shrinks).
 //
 // finish(), once the process image has ended, reads everything left as
 // RawFile would: holes counted, gaps in a thread's blocks skipped.
@@ -33,7 +34,7 @@ class LiveRawFile final : public RecordSource {
   // Opens PATH and PATH.blocks. Throws RawError if the header is not valid
   // (yet: the shim writes its magic last) or not readable by this reader.
   // `consume`: give consumed blocks' disk space back and hold the shim to
-  // kLiveAheadBlocks (else the raw files stay whole: --keep-raw).
+  // raw::live_ahead_blocks (else the raw files stay whole: --keep-raw).
   LiveRawFile(const std::string& path, bool consume);
   ~LiveRawFile() override;
   LiveRawFile(const LiveRawFile&) = delete;
@@ -60,6 +61,9 @@ class LiveRawFile final : public RecordSource {
   // Blocks the process has appended that this reader has not consumed yet
   // (as of now; with `consume` off, 0: nothing holds the process back).
   uint64_t unconsumed() const;
+  // How many may wait before the shim holds the program back
+  // (raw::live_ahead_blocks of its threads).
+  uint64_t ahead_limit() const;
 
   const raw::FileHeader& header() const override { return *header_; }
   std::vector<std::string> command_line() const override;

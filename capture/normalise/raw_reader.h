@@ -29,7 +29,7 @@ struct BlockRef {
 };
 
 struct RawThread {
-  uint32_t slot = 0;  // the shim's thread slot
+  uint32_t slot = 0;  // the shim's thread number (raw::BlockHeader::thread)
   uint64_t tid = 0;
   std::string name;              // from its last block
   std::vector<BlockRef> blocks;  // in thread_block_seq order

@@ -2,8 +2,9 @@
 // image, and the normaliser reads:
 //
 //   PID.GEN.hlraw         FileHeader (kBlockSize bytes), then one block per
-//                         thread slot s at offset kBlockSize*(s+1): the
-//                         thread's current block, a shared file mapping.
+//                         slot s at offset kBlockSize*(s+1), a shared file
+//                         mapping: a thread's current block (or, with a
+//                         live reader, a full one left for it).
 //   PID.GEN.hlraw.blocks  full blocks, appended with pwrite(2) in the order
 //                         they filled up (kBlockSize each).
 //
@@ -45,7 +46,30 @@ inline constexpr uint64_t kRecordSize = 32;
 inline constexpr uint64_t kRecordsPerBlock = (kBlockSize - kBlockHeaderSize) / kRecordSize;
 inline constexpr uint64_t kBlocksPerSegment = 64;    // the shim maps 64 thread slots at a time
 inline constexpr uint32_t kBlockMagic = 0x4B4C4248;  // "HBLK"
-inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended blocks
+inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended blocks, at most
+// A live capture's scratch disk: the header block, then the mapping's
+// slots (it grows a segment at a time): a block for each thread (its last
+// one kept until the process ends) and the full blocks that wait for the
+// reader, or that it gave back; and blocks appended to .blocks until it
+// consumes them. While a live reader consumes, the slots stay within
+// kLiveScratchBlocks (15 segments: 60 MiB), or the threads' own and
+// kLiveMinAheadBlocks where more threads than that leave no room: a thread
+// that needs a block then waits for one the reader gives back
+// (live_slots_at_most). And the blocks that may wait for the reader are
+// fewer with many threads (live_ahead_blocks).
+inline constexpr uint64_t kLiveScratchBlocks = 15 * kBlocksPerSegment;
+inline constexpr uint64_t kLiveMinAheadBlocks = 64;
+// How many full blocks may wait for a live reader while `threads` threads
+// have a block each: the shim waits at this many, and the reader counts
+// itself behind at three quarters of it.
+inline constexpr uint64_t live_ahead_blocks(uint64_t threads) {
+  const uint64_t room = kLiveScratchBlocks > threads ? kLiveScratchBlocks - threads : 0;
+  return room < kLiveMinAheadBlocks ? kLiveMinAheadBlocks : room > kLiveAheadBlocks ? kLiveAheadBlocks : room;
+}
+// The mapping's slots a live capture of `threads` threads may use.
+inline constexpr uint64_t live_slots_at_most(uint64_t threads) {
+  return threads + kLiveMinAheadBlocks > kLiveScratchBlocks ? threads + kLiveMinAheadBlocks : kLiveScratchBlocks;
+}
 // Long enough for a reader starved of CPU by a program of many busy threads
 // (the waiting threads give it the CPU back); a dead reader costs a stop this long.
 inline constexpr uint64_t kLiveTimeoutNs = 10000000000;
@@ -120,7 +144,8 @@ inline constexpr uint64_t record_ticks(uint64_t head) { return head >> 8; }
 
 struct BlockHeader {
   uint32_t magic;             // kBlockMagic once the block is claimed
-  uint32_t thread;            // the process's thread slot, 0-based, in order of first event
+  uint32_t thread;            // the process's thread, 0-based, in order of first event (FileHeader::threads
+                              // counts them; a shim before that field numbered a thread by its first slot)
   uint64_t thread_block_seq;  // this block's position among its thread's blocks, 0-based
   uint64_t tid;               // the kernel's thread id
   uint64_t ticks;             // clock pair taken when the block was claimed:
@@ -165,8 +190,9 @@ struct FileHeader {
   // and deletes the ones it has consumed. It stores CLOCK_MONOTONIC ns here
   // every few ms (0 = none), and counts the blocks it consumed (appended, or
   // read in the mapping and given back: FreeBlocks). The
-  // shim waits before appending while kLiveAheadBlocks are unconsumed, unless
-  // the heartbeat is older than kLiveTimeoutNs: scratch disk stays bounded.
+  // shim waits before appending while live_ahead_blocks(threads) are
+  // unconsumed, unless the heartbeat is older than kLiveTimeoutNs: scratch
+  // disk stays bounded.
   uint64_t consumer_ns;      // (atomic)
   uint64_t consumed_blocks;  // (atomic)
   // Capture stopped on an error (a full disk, a file grown past its limit, a
@@ -174,7 +200,9 @@ struct FileHeader {
   // heap calls made afterwards, counted instead of recorded (atomic).
   int64_t stop_error;
   uint64_t dropped_calls;
-  uint64_t reserved[2];
+  uint32_t threads;  // threads that have written (atomic; 0 from a shim before this field)
+  uint32_t reserved32;
+  uint64_t reserved[1];
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };

@@ -29,7 +29,7 @@ namespace heaplab::shim {
 // slot and never tears the interrupted record.
 struct ThreadSink {
   uint64_t cur;   // 0 = no block yet
-  uint32_t slot;  // thread slot + 1, 0 = not assigned
+  uint32_t slot;  // the thread's number + 1 (raw::BlockHeader::thread), 0 = not assigned
   uint32_t tid;
   uint64_t block_seq;  // blocks this thread has started
   char* block;         // the thread's block in the mapping

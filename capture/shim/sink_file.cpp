@@ -205,22 +205,23 @@ void start_block(char* block) {
   t.cur = reinterpret_cast<uint64_t>(block) + kBlockHeaderSize;
 }
 
-// A fresh block in the mapping: a slot number from the counter. Returns the
-// slot + 1 in *slot.
-char* claim_mapped_block(uint32_t* slot) {
+// A fresh block in the mapping: a slot number from the counter.
+char* claim_mapped_block() {
   uint32_t n = __atomic_add_fetch(&g_header->next_thread, 1u, __ATOMIC_RELAXED);
   char* seg = segment((n - 1) / kBlocksPerSegment);
-  *slot = n;
   return seg ? seg + ((n - 1) % kBlocksPerSegment) * kBlockSize : nullptr;
 }
 
-// The thread's first event: a slot, and its block in the mapping.
+char* fresh_block();
+
+// The thread's first event: its number (in order of first event), and a
+// block in the mapping.
 bool claim_slot() {
   ThreadSink& t = t_sink;
-  uint32_t slot;
-  char* block = claim_mapped_block(&slot);
+  char* block = fresh_block();
   if (!block) return false;
-  t.slot = slot;
+  // (Numbered once it has a block: a number is below the slots handed out.)
+  t.slot = __atomic_add_fetch(&g_header->threads, 1u, __ATOMIC_ACQ_REL);
   t.tid = uint32_t(syscall(SYS_gettid));
   t.block_seq = 0;
   t.block = block;
@@ -250,21 +251,28 @@ char* wait_given_back(FileHeader* h);
 bool live_reader(const FileHeader* h);
 void sleep_until_consumed(FileHeader* h, uint64_t seen);
 
-bool switch_block() {
-  ThreadSink& t = t_sink;
-  // A block the live reader gave back, else a new one. Counted as published:
-  // the reader gives it back too once its pending write has landed. With a
-  // live reader and a file that cannot grow (a full disk), wait for it to
-  // give one back (the full block stays: its pending write has not landed).
+// A block for a thread to move to: one the live reader gave back, else a
+// new slot. With a live reader and no new slot (a file that cannot grow, or
+// the scratch disk's budget spent: new_block_if_room), wait for the reader
+// to give one back. nullptr with capture stopped.
+char* fresh_block() {
   FileHeader* h = g_header;
   char* block = take_free_block(h);
   if (!block && live_reader(h)) {
     block = new_block_if_room();
     if (!block) block = wait_given_back(h);
   } else if (!block) {
-    uint32_t unused;
-    block = claim_mapped_block(&unused);
+    block = claim_mapped_block();
   }
+  return block;
+}
+
+bool switch_block() {
+  ThreadSink& t = t_sink;
+  // A fresh block. Counted as published: the reader gives it back too once
+  // its pending write has landed. (Waiting for one, the full block stays:
+  // its pending write has not landed.)
+  char* block = fresh_block();
   if (!block) return false;
   __atomic_fetch_add(&free_blocks(g_header)->published, 1u, __ATOMIC_RELEASE);
   t.block = block;
@@ -336,10 +344,12 @@ char* wait_given_back(FileHeader* h) {
 
 // A new slot's block, taken only once its segment is mapped (so that every
 // slot counted in next_thread has its block); nullptr if the file cannot
-// grow (capture goes on).
+// grow (capture goes on), or its slots are as many as a live capture may
+// use (raw::live_slots_at_most: scratch disk stays bounded).
 char* new_block_if_room() {
   FileHeader* h = g_header;
   for (uint32_t n = __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE);;) {
+    if (n >= live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE))) return nullptr;
     char* seg = segment(n / kBlocksPerSegment, true);
     if (!seg) return nullptr;
     if (__atomic_compare_exchange_n(&h->next_thread, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -381,7 +391,7 @@ void sleep_until_consumed(FileHeader* h, uint64_t seen) {
 }
 
 // A live normaliser consumes appended blocks while the program runs: wait
-// while it is kLiveAheadBlocks behind, so that scratch disk stays bounded,
+// while it is live_ahead_blocks behind, so that scratch disk stays bounded,
 // but never for one that stopped answering. Returns whether it waited.
 // (Called with signals open, so that Ctrl-C is not held up; the wait is the
 // shim's cost: the caller times it.)
@@ -396,7 +406,7 @@ bool wait_for_consumer() {
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
                               __atomic_load_n(&free_blocks(h)->published, __ATOMIC_RELAXED);
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
-    if (appended < consumed + kLiveAheadBlocks) return waited;
+    if (appended < consumed + live_ahead_blocks(__atomic_load_n(&h->threads, __ATOMIC_RELAXED))) return waited;
     if (!reader_alive(h, mono_ns()) || launcher_gone()) return waited;
     // Asleep, not spinning: hundreds of threads waiting must not take the CPU the reader needs.
     sleep_until_consumed(h, consumed);
