@@ -52,12 +52,13 @@ inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended block
 // one kept until the process ends) and the full blocks that wait for the
 // reader, or that it gave back; and blocks appended to .blocks until it
 // consumes them. While a live reader consumes, the slots stay within
-// kLiveScratchBlocks (15 segments: 60 MiB), or the threads' own and
+// kLiveScratchBlocks (14 segments: 56 MiB), or the threads' own and
 // kLiveMinAheadBlocks where more threads than that leave no room: a thread
 // that needs a block then waits for one the reader gives back
 // (live_slots_at_most). And the blocks that may wait for the reader are
-// fewer with many threads (live_ahead_blocks).
-inline constexpr uint64_t kLiveScratchBlocks = 15 * kBlocksPerSegment;
+// fewer with many threads (live_ahead_blocks). What is left of 64 MiB is
+// for the blocks appended to .blocks before the reader started.
+inline constexpr uint64_t kLiveScratchBlocks = 14 * kBlocksPerSegment;
 inline constexpr uint64_t kLiveMinAheadBlocks = 64;
 // How many full blocks may wait for a live reader while `threads` threads
 // have a block each: the shim waits at this many, and the reader counts
