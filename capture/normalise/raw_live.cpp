@@ -115,8 +115,9 @@ class LiveCursor final : public RecordCursor {
   bool load() {
     LiveRawFile::Thread& th = t();
     const bool final = f_->final_;
-    // A slot no thread started in (a block a thread moved to: a spare one,
-    // or one of switch_block's) has nothing to read, and no buffer.
+    // A number no thread has (yet: numbers are below the slots handed out,
+    // and a thread may take a slot or a block given back) has nothing to
+    // read, and no buffer.
     if (!th.seen) {
       ended_ = final;
       caught_up_ = true;

@@ -63,8 +63,10 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     appended_size = uint64_t(st.st_size);
   }
 
-  // A thread writes only after its slot's block is in the file, so slots
-  // beyond the file (a corrupt or cut-off header) hold nothing.
+  // A thread writes only after its block is in the file, so slots beyond
+  // the file (a corrupt or cut-off header) hold nothing; and thread numbers
+  // are below the slots handed out (the shim gives a thread numbered past
+  // them a new slot).
   uint64_t in_ring = (ring_.size - kBlockSize) / kBlockSize;
   uint32_t nthreads = uint32_t(std::min<uint64_t>(h.next_thread, in_ring));
   std::vector<RawThread> by_slot(nthreads);
@@ -83,8 +85,9 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     BlockRef ref;
     ref.mapped = ring_.data + kBlockSize * (s + 1);
     std::memcpy(&ref.header, ref.mapped, sizeof ref.header);
-    // Usually slot s's own block; a block a thread moved to from a signal
-    // handler (sink_file.cpp, switch_block) sits in a slot of its own.
+    // A thread's current block, or (with a live reader) a full one left for
+    // it, or one a signal handler moved its thread off (sink_file.cpp,
+    // switch_block).
     if (valid(ref.header)) by_slot[ref.header.thread].blocks.push_back(ref);
   }
   for (uint32_t s = 0; s < nthreads; ++s) {

@@ -27,6 +27,9 @@ using namespace heaplab::raw;
 
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
+// Set when the thread slept for a block (wait_given_back): its record is
+// stamped again.
+__thread bool t_waited_for_block __attribute__((tls_model("initial-exec")));
 uint32_t g_latency_every = 0;
 // The fast path's measured cost, once per process; a followed fork child's file gets it too.
 uint64_t g_event_cost_x1024 = 0, g_timer_overhead = 0;
@@ -215,13 +218,17 @@ char* claim_mapped_block() {
 char* fresh_block();
 
 // The thread's first event: its number (in order of first event), and a
-// block in the mapping.
+// block in the mapping. Readers take a thread's number only below the slots
+// handed out: a thread numbered past them takes a new slot (then there are
+// at least as many slots as numbers: every thread numbered before it did
+// the same, or found the slots enough), else a block given back.
 bool claim_slot() {
   ThreadSink& t = t_sink;
-  char* block = fresh_block();
+  FileHeader* h = g_header;
+  const uint32_t number = __atomic_add_fetch(&h->threads, 1u, __ATOMIC_ACQ_REL);
+  char* block = number > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE) ? claim_mapped_block() : fresh_block();
   if (!block) return false;
-  // (Numbered once it has a block: a number is below the slots handed out.)
-  t.slot = __atomic_add_fetch(&g_header->threads, 1u, __ATOMIC_ACQ_REL);
+  t.slot = number;
   t.tid = uint32_t(syscall(SYS_gettid));
   t.block_seq = 0;
   t.block = block;
@@ -246,7 +253,7 @@ bool write_pending() {
 // the normaliser reads it there) and move the thread to a fresh block.
 FreeBlocks* free_blocks(FileHeader* h);
 char* take_free_block(FileHeader* h);
-char* new_block_if_room();
+char* new_block_if_room(bool capped = true);
 char* wait_given_back(FileHeader* h);
 bool live_reader(const FileHeader* h);
 void sleep_until_consumed(FileHeader* h, uint64_t seen);
@@ -254,12 +261,12 @@ void sleep_until_consumed(FileHeader* h, uint64_t seen);
 // A block for a thread to move to: one the live reader gave back, else a
 // new slot. With a live reader and no new slot (a file that cannot grow, or
 // the scratch disk's budget spent: new_block_if_room), wait for the reader
-// to give one back. nullptr with capture stopped.
+// to give one back (wait_given_back). nullptr with capture stopped.
 char* fresh_block() {
   FileHeader* h = g_header;
   char* block = take_free_block(h);
   if (!block && live_reader(h)) {
-    block = new_block_if_room();
+    block = new_block_if_room(true);
     if (!block) block = wait_given_back(h);
   } else if (!block) {
     block = claim_mapped_block();
@@ -325,31 +332,45 @@ char* wait_free_block(FileHeader* h, char* full) {
 }
 
 // A block given back by the live reader, asleep until it gives one (50 ms at
-// most a look); nullptr with capture stopped past kLiveTimeoutNs, or once
-// another thread stopped it.
+// most a look), or a new slot once there may be one (the slots a live
+// capture may use grow with its threads; a file that could not grow may
+// have room again). Without a live reader any more, a new slot beyond that
+// budget. nullptr with capture stopped: the file cannot grow, and the
+// reader has gone or consumed nothing for kLiveTimeoutNs; or another
+// thread stopped it.
 char* wait_given_back(FileHeader* h) {
-  const uint64_t start = mono_ns();
+  uint64_t since = mono_ns();
+  uint64_t seen = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
   for (;;) {
     if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE)) return nullptr;
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (char* block = take_free_block(h)) return block;
     const uint64_t now = mono_ns();
-    if (!reader_alive(h, now) || now - start > kLiveTimeoutNs || launcher_gone()) {
+    const bool alive = reader_alive(h, now) && !launcher_gone();
+    if (char* block = new_block_if_room(true)) return block;
+    if (consumed != seen) {  // the reader is consuming: wait on
+      seen = consumed;
+      since = now;
+    }
+    if (!alive || now - since > kLiveTimeoutNs) {
+      // Past the scratch budget rather than lose the records.
+      if (char* block = new_block_if_room(false)) return block;
       stop_capture("cannot grow the raw capture file, and the live reader gave no block back", ENOSPC);
       return nullptr;
     }
+    t_waited_for_block = true;
     sleep_until_consumed(h, consumed);
   }
 }
 
 // A new slot's block, taken only once its segment is mapped (so that every
 // slot counted in next_thread has its block); nullptr if the file cannot
-// grow (capture goes on), or its slots are as many as a live capture may
-// use (raw::live_slots_at_most: scratch disk stays bounded).
-char* new_block_if_room() {
+// grow (capture goes on), or, `capped`, if its slots are as many as a live
+// capture may use (raw::live_slots_at_most: scratch disk stays bounded).
+char* new_block_if_room(bool capped) {
   FileHeader* h = g_header;
   for (uint32_t n = __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE);;) {
-    if (n >= live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE))) return nullptr;
+    if (capped && n >= live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE))) return nullptr;
     char* seg = segment(n / kBlocksPerSegment, true);
     if (!seg) return nullptr;
     if (__atomic_compare_exchange_n(&h->next_thread, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -366,10 +387,11 @@ bool publish_block() {
   FileHeader* h = g_header;
   if (!live_reader(h)) return false;
   char* block = take_free_block(h);
-  // Else a new slot. A file that cannot grow (a full disk): wait for the
+  // Else a new slot. A file that cannot grow (a full disk), or the slots a
+  // live capture may use all taken (raw::live_slots_at_most): wait for the
   // reader to give a block back (copying would need disk space too, and
   // blocks given back free none).
-  if (!block) block = new_block_if_room();
+  if (!block) block = new_block_if_room(true);
   if (!block) {
     block = wait_free_block(h, t.block);
     if (!block) return false;  // (capture stopped)
@@ -513,6 +535,10 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   if ((t.cur & (kBlockSize - 1)) < kBlockHeaderSize) {
     bool ok = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
     if (!ok) t.cur = 0;
+    if (t_waited_for_block) {  // stamped again, as after wait_for_consumer
+      t_waited_for_block = false;
+      ticks = stamp();
+    }
   }
   if (!t.cur && __atomic_load_n(&g_stopped, __ATOMIC_ACQUIRE)) count_dropped(op);  // this one too
   if (t.cur) {
