@@ -114,6 +114,7 @@ struct Capture {
   uint64_t event_cost_x1024 = 0, timer_overhead = 0;
   uint64_t consumed_blocks = 0;         // by a live normaliser
   std::optional<uint32_t> next_thread;  // default: slots.size()
+  uint32_t threads = 0;                 // threads counted (0: a shim before that field)
 
   std::vector<std::optional<Block>> slots;  // mapped blocks, by slot
   std::vector<Block> appended;              // .blocks, in file order
@@ -148,6 +149,7 @@ struct Capture {
     h->end_mono_ns = end_mono_ns;
     h->data_blocks = appended.size();
     h->next_thread = next_thread ? *next_thread : uint32_t(slots.size());
+    h->threads = threads;
     h->flags = flags;
     h->event_cost_x1024 = event_cost_x1024;
     h->timer_overhead = timer_overhead;
@@ -344,6 +346,49 @@ TEST(Normalise, OneThreadExactTrace) {
   EXPECT_EQ(meta["capture"]["pid"], 4321);
   EXPECT_EQ(meta["capture"]["exe"], "/usr/bin/prog");
   EXPECT_EQ(meta["capture"]["records"], 10);
+}
+
+// Threads starting together may number past the slots handed out (a thread
+// may start in a block the live reader gave back): a number is read up to
+// the threads the header counts, and no further than kThreadsPastSlotsMax
+// past the slots for a damaged count.
+TEST(Normalise, ThreadNumbersPastTheSlotsUpToTheThreadsCounted) {
+  static_assert(raw::thread_numbers(2, 0) == 2);
+  static_assert(raw::thread_numbers(2, 3) == 3);
+  static_assert(raw::thread_numbers(2, 4000000000u) == 2 + raw::kThreadsPastSlotsMax);
+  auto capture = [](uint32_t threads, uint32_t past) {
+    Capture c;
+    c.thread(0, {rec(Op::malloc, 1010, 0x1000, 16)});
+    c.map(1, block(past, 0, {rec(Op::malloc, 1020, 0x2000, 32)}));
+    c.threads = threads;
+    return c;
+  };
+  {
+    TempDir dir;
+    Result r = run(capture(3, 2), dir);  // thread 2 in slot 1 of 2
+    EXPECT_EQ(r.rep.threads, 2u);
+    EXPECT_EQ(r.rep.calls, 2u);
+    expect_events(r.events, {
+                                X(Op::thread_start, 10),
+                                X(Op::malloc, 10).id(1).size(16),
+                                X(Op::thread_end, 10),
+                                X(Op::thread_start, 20, 1),
+                                X(Op::malloc, 20, 1).id(2).size(32),
+                                X(Op::thread_end, 20, 1),
+                            });
+  }
+  {
+    TempDir dir;
+    Result r = run(capture(0, 2), dir);  // no count: numbers below the slots only
+    EXPECT_EQ(r.rep.threads, 1u);
+    EXPECT_EQ(r.rep.calls, 1u);
+  }
+  {
+    TempDir dir;
+    Result r = run(capture(4000000000u, 2 + raw::kThreadsPastSlotsMax), dir);  // a damaged count
+    EXPECT_EQ(r.rep.threads, 1u);
+    EXPECT_EQ(r.rep.calls, 1u);
+  }
 }
 
 TEST(Normalise, EveryProducingAndReleasingOpKeepsItsFields) {

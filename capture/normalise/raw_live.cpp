@@ -115,9 +115,8 @@ class LiveCursor final : public RecordCursor {
   bool load() {
     LiveRawFile::Thread& th = t();
     const bool final = f_->final_;
-    // A number no thread has (yet: numbers are below the slots handed out,
-    // and a thread may take a slot or a block given back) has nothing to
-    // read, and no buffer.
+    // A number no thread has (yet; or a slot's, from a shim that numbered
+    // threads by their first slot) has nothing to read, and no buffer.
     if (!th.seen) {
       ended_ = final;
       caught_up_ = true;
@@ -464,7 +463,8 @@ uint64_t LiveRawFile::poll() {
   const uint32_t nthreads = acquire(&header_->next_thread);
   map_ring();
   const uint32_t slots = std::min(nthreads, slots_);
-  if (threads_.size() < slots) threads_.resize(slots);
+  const uint64_t numbers = thread_numbers(slots, acquire(&header_->threads));
+  if (threads_.size() < numbers) threads_.resize(numbers);
   // Appended blocks first: a thread's block moves from the mapping to
   // .blocks, never back.
   index_appended(acquire(&header_->data_blocks));

@@ -118,7 +118,7 @@ class LiveRawFile final : public RecordSource {
   uint32_t slots_ = 0;                // slots the ring mapping covers
   uint64_t scanned_ = 0;              // appended blocks indexed
   std::vector<uint64_t> unreadable_;  // appended blocks whose header was not written yet
-  std::vector<Thread> threads_;       // by thread number (below the slots handed out)
+  std::vector<Thread> threads_;       // by thread number (raw::thread_numbers)
   struct InPlace {                    // a full block a cursor read in the mapping
     uint32_t thread;
     uint64_t seq;

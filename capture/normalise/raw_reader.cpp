@@ -64,13 +64,12 @@ RawFile::RawFile(const std::string& path) : path_(path) {
   }
 
   // A thread writes only after its block is in the file, so slots beyond
-  // the file (a corrupt or cut-off header) hold nothing; and thread numbers
-  // are below the slots handed out (the shim gives a thread numbered past
-  // them a new slot).
+  // the file (a corrupt or cut-off header) hold nothing. Thread numbers:
+  // raw::thread_numbers.
   uint64_t in_ring = (ring_.size - kBlockSize) / kBlockSize;
   uint32_t nthreads = uint32_t(std::min<uint64_t>(h.next_thread, in_ring));
-  std::vector<RawThread> by_slot(nthreads);
-  auto valid = [&](const BlockHeader& b) { return b.magic == kBlockMagic && b.thread < nthreads; };
+  std::vector<RawThread> by_slot(thread_numbers(nthreads, h.threads));
+  auto valid = [&](const BlockHeader& b) { return b.magic == kBlockMagic && b.thread < by_slot.size(); };
   // Appended blocks: only whole ones (a cut-off last one is still whole in the mapping).
   for (uint64_t b = 0; b < appended_size / kBlockSize; ++b) {
     BlockRef ref;
@@ -90,7 +89,7 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     // switch_block).
     if (valid(ref.header)) by_slot[ref.header.thread].blocks.push_back(ref);
   }
-  for (uint32_t s = 0; s < nthreads; ++s) {
+  for (uint32_t s = 0; s < by_slot.size(); ++s) {
     RawThread& t = by_slot[s];
     if (t.blocks.empty()) continue;
     // Sort by seq; for equal seqs the mapped copy (pushed last) wins.

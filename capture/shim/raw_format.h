@@ -67,6 +67,15 @@ inline constexpr uint64_t live_ahead_blocks(uint64_t threads) {
   const uint64_t room = kLiveScratchBlocks > threads ? kLiveScratchBlocks - threads : 0;
   return room < kLiveMinAheadBlocks ? kLiveMinAheadBlocks : room > kLiveAheadBlocks ? kLiveAheadBlocks : room;
 }
+// Thread numbers readers take: below the slots handed out, or below the
+// threads counted if more (a thread may start in a block given back, and
+// threads starting together may number past the slots: sink_file.cpp's
+// claim_slot), but for a damaged header no more than kThreadsPastSlotsMax
+// past the slots.
+inline constexpr uint64_t kThreadsPastSlotsMax = 65536;
+inline constexpr uint64_t thread_numbers(uint64_t slots, uint64_t threads) {
+  return threads <= slots ? slots : threads - slots > kThreadsPastSlotsMax ? slots + kThreadsPastSlotsMax : threads;
+}
 // The mapping's slots a live capture of `threads` threads may use.
 inline constexpr uint64_t live_slots_at_most(uint64_t threads) {
   return threads + kLiveMinAheadBlocks > kLiveScratchBlocks ? threads + kLiveMinAheadBlocks : kLiveScratchBlocks;

@@ -143,8 +143,8 @@ void* map_aligned_segment(uint64_t file_offset) {
 
 // Returns the segment's base address, mapping it (and growing the file) if
 // this thread is first. nullptr if the file cannot grow: capture stops, or
-// with `soft` (a spare block for publish_block, which can copy instead)
-// goes on.
+// with `soft` (a new slot's block, new_block_if_room: its callers copy or
+// wait instead) goes on.
 char* segment(uint64_t s, bool soft = false) {
   if (s >= kMaxSegments) return nullptr;
   for (;;) {
@@ -216,17 +216,24 @@ char* claim_mapped_block() {
 }
 
 char* fresh_block();
+char* new_block_if_room(bool capped = true);
+bool live_reader(const FileHeader* h);
 
 // The thread's first event: its number (in order of first event), and a
-// block in the mapping. Readers take a thread's number only below the slots
-// handed out: a thread numbered past them takes a new slot (then there are
-// at least as many slots as numbers: every thread numbered before it did
-// the same, or found the slots enough), else a block given back.
+// block in the mapping. A thread numbered past the slots handed out takes a
+// new slot, so that the slots keep up with the threads (threads starting
+// together may still number a few past them: readers take numbers up to the
+// threads counted, raw::thread_numbers); else a block given back.
 bool claim_slot() {
   ThreadSink& t = t_sink;
   FileHeader* h = g_header;
   const uint32_t number = __atomic_add_fetch(&h->threads, 1u, __ATOMIC_ACQ_REL);
-  char* block = number > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE) ? claim_mapped_block() : fresh_block();
+  char* block = nullptr;
+  if (!live_reader(h))
+    block = claim_mapped_block();
+  else if (number > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE))
+    block = new_block_if_room(false);  // (else, a file that cannot grow: a block given back)
+  if (!block) block = fresh_block();
   if (!block) return false;
   t.slot = number;
   t.tid = uint32_t(syscall(SYS_gettid));
@@ -247,15 +254,9 @@ bool write_pending() {
   return false;
 }
 
-// In a signal handler that interrupted an emit() whose slot in the full
-// block is reserved but not yet written: that block can be neither appended
-// nor cleared. Leave it in the mapping (the interrupted write completes it;
-// the normaliser reads it there) and move the thread to a fresh block.
 FreeBlocks* free_blocks(FileHeader* h);
 char* take_free_block(FileHeader* h);
-char* new_block_if_room(bool capped = true);
 char* wait_given_back(FileHeader* h);
-bool live_reader(const FileHeader* h);
 void sleep_until_consumed(FileHeader* h, uint64_t seen);
 
 // A block for a thread to move to: one the live reader gave back, else a
@@ -274,6 +275,10 @@ char* fresh_block() {
   return block;
 }
 
+// In a signal handler that interrupted an emit() whose slot in the full
+// block is reserved but not yet written: that block can be neither appended
+// nor cleared. Leave it in the mapping (the interrupted write completes it;
+// the normaliser reads it there) and move the thread to a fresh block.
 bool switch_block() {
   ThreadSink& t = t_sink;
   // A fresh block. Counted as published: the reader gives it back too once
@@ -323,9 +328,9 @@ char* take_free_block(FileHeader* h) {
 // (asleep until it counts another consumed block, 50 ms at most a look). The
 // thread's full block is marked left first, so that the reader may take it
 // back too (else, with every other block taken, the two would wait on each
-// other). nullptr, with capture stopped, once the reader has stopped
-// answering for kLiveTimeoutNs, or has gone: the block is the reader's now,
-// and without disk space there is nowhere else to put the records.
+// other). See wait_given_back: nullptr with capture stopped once the reader
+// has gone or stalled and the file cannot grow (the block is the reader's
+// now, and without disk space there is nowhere else to put the records).
 char* wait_free_block(FileHeader* h, char* full) {
   __atomic_store_n(&reinterpret_cast<BlockHeader*>(full)->left, 1u, __ATOMIC_RELEASE);
   return wait_given_back(h);
@@ -333,21 +338,25 @@ char* wait_free_block(FileHeader* h, char* full) {
 
 // A block given back by the live reader, asleep until it gives one (50 ms at
 // most a look), or a new slot once there may be one (the slots a live
-// capture may use grow with its threads; a file that could not grow may
-// have room again). Without a live reader any more, a new slot beyond that
-// budget. nullptr with capture stopped: the file cannot grow, and the
-// reader has gone or consumed nothing for kLiveTimeoutNs; or another
-// thread stopped it.
+// capture may use grow with its threads). With the reader gone, or
+// consuming nothing for kLiveTimeoutNs, a new slot beyond that budget.
+// nullptr with capture stopped: that failed too (the file cannot grow), or
+// another thread stopped it.
 char* wait_given_back(FileHeader* h) {
   uint64_t since = mono_ns();
   uint64_t seen = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
-  for (;;) {
+  uint32_t threads_tried = 0;  // (a new slot is tried again once the threads, and so the budget, grew)
+  for (bool first = true;; first = false) {
     if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE)) return nullptr;
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (char* block = take_free_block(h)) return block;
     const uint64_t now = mono_ns();
     const bool alive = reader_alive(h, now) && !launcher_gone();
-    if (char* block = new_block_if_room(true)) return block;
+    const uint32_t threads = __atomic_load_n(&h->threads, __ATOMIC_ACQUIRE);
+    if (first || threads != threads_tried) {
+      threads_tried = threads;
+      if (char* block = new_block_if_room(true)) return block;
+    }
     if (consumed != seen) {  // the reader is consuming: wait on
       seen = consumed;
       since = now;
