@@ -12,9 +12,10 @@
 // shim waits while raw::live_ahead_blocks are unconsumed. Blocks the shim
 // left in the mapping instead (no copy, raw::FreeBlocks) are read there,
 // zeroed and given back to be written again, and the shim takes no more
-// slots than raw::live_slots_at_most. So scratch disk stays within 64 MiB
-// with up to 832 threads (the mapping never shrinks), and grows by a block
-// per thread beyond.
+// slots than raw::live_slots_at_most (but for a few when threads start
+// together, and past it when this reader stalls for 10 s). So scratch disk
+// stays within about 64 MiB with up to 832 threads (the mapping never
+// shrinks), and grows by a block per thread beyond.
 //
 // finish(), once the process image has ended, reads everything left as
 // RawFile would: holes counted, gaps in a thread's blocks skipped.

@@ -55,9 +55,11 @@ inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended block
 // kLiveScratchBlocks (14 segments: 56 MiB), or the threads' own and
 // kLiveMinAheadBlocks where more threads than that leave no room: a thread
 // that needs a block then waits for one the reader gives back
-// (live_slots_at_most). And the blocks that may wait for the reader are
-// fewer with many threads (live_ahead_blocks). What is left of 64 MiB is
-// for the blocks appended to .blocks before the reader started.
+// (live_slots_at_most; a few more slots when new threads start together,
+// and more once the reader has stalled for kLiveTimeoutNs, rather than lose
+// records). And the blocks that may wait for the reader are fewer with many
+// threads (live_ahead_blocks). What is left of 64 MiB is for the blocks
+// appended to .blocks before the reader started.
 inline constexpr uint64_t kLiveScratchBlocks = 14 * kBlocksPerSegment;
 inline constexpr uint64_t kLiveMinAheadBlocks = 64;
 // How many full blocks may wait for a live reader while `threads` threads
@@ -210,7 +212,7 @@ struct FileHeader {
   // heap calls made afterwards, counted instead of recorded (atomic).
   int64_t stop_error;
   uint64_t dropped_calls;
-  uint32_t threads;  // threads that have written (atomic; 0 from a shim before this field)
+  uint32_t threads;  // thread numbers handed out (atomic; 0 from a shim before this field)
   uint32_t reserved32;
   uint64_t reserved[1];
   char exe[4096];             // /proc/self/exe at start

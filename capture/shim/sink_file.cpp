@@ -143,8 +143,8 @@ void* map_aligned_segment(uint64_t file_offset) {
 
 // Returns the segment's base address, mapping it (and growing the file) if
 // this thread is first. nullptr if the file cannot grow: capture stops, or
-// with `soft` (a new slot's block, new_block_if_room: its callers copy or
-// wait instead) goes on.
+// with `soft` (a new slot's block, new_block_if_room: its callers append,
+// wait or try otherwise) goes on.
 char* segment(uint64_t s, bool soft = false) {
   if (s >= kMaxSegments) return nullptr;
   for (;;) {
@@ -218,22 +218,38 @@ char* claim_mapped_block() {
 char* fresh_block();
 char* new_block_if_room(bool capped = true);
 bool live_reader(const FileHeader* h);
+char* take_free_block(FileHeader* h);
+char* wait_given_back(FileHeader* h);
+FreeBlocks* free_blocks(FileHeader* h);
+
+// Whether the slots are all a live capture may use (raw::live_slots_at_most).
+// Then at least kLiveMinAheadBlocks of them hold no thread's current block:
+// full ones the reader will give back.
+bool at_slot_budget(FileHeader* h) {
+  return __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE) >=
+         live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE));
+}
 
 // The thread's first event: its number (in order of first event), and a
 // block in the mapping. A thread numbered past the slots handed out takes a
 // new slot, so that the slots keep up with the threads (threads starting
 // together may still number a few past them: readers take numbers up to the
-// threads counted, raw::thread_numbers); else a block given back.
+// threads counted, raw::thread_numbers); else a block given back, or a new
+// slot within the budget (raw::live_slots_at_most); else, with the budget
+// spent, the next block the live reader gives back. Where the file cannot
+// grow within the budget, as without a reader: capture stops.
 bool claim_slot() {
   ThreadSink& t = t_sink;
   FileHeader* h = g_header;
   const uint32_t number = __atomic_add_fetch(&h->threads, 1u, __ATOMIC_ACQ_REL);
   char* block = nullptr;
-  if (!live_reader(h))
-    block = claim_mapped_block();
-  else if (number > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE))
-    block = new_block_if_room(false);  // (else, a file that cannot grow: a block given back)
-  if (!block) block = fresh_block();
+  if (live_reader(h)) {
+    if (number > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE)) block = new_block_if_room(false);
+    if (!block) block = take_free_block(h);
+    if (!block) block = new_block_if_room(true);
+    if (!block && at_slot_budget(h)) block = wait_given_back(h);
+  }
+  if (!block && __atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE)) block = claim_mapped_block();
   if (!block) return false;
   t.slot = number;
   t.tid = uint32_t(syscall(SYS_gettid));
@@ -254,9 +270,6 @@ bool write_pending() {
   return false;
 }
 
-FreeBlocks* free_blocks(FileHeader* h);
-char* take_free_block(FileHeader* h);
-char* wait_given_back(FileHeader* h);
 void sleep_until_consumed(FileHeader* h, uint64_t seen);
 
 // A block for a thread to move to: one the live reader gave back, else a
@@ -345,15 +358,18 @@ char* wait_free_block(FileHeader* h, char* full) {
 char* wait_given_back(FileHeader* h) {
   uint64_t since = mono_ns();
   uint64_t seen = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
-  uint32_t threads_tried = 0;  // (a new slot is tried again once the threads, and so the budget, grew)
-  for (bool first = true;; first = false) {
+  // A new slot is tried again once the threads, and so the budget, grew
+  // (not at every look: that takes the lock that grows the file; a file
+  // that can grow again is noticed then, or after kLiveTimeoutNs).
+  uint32_t threads_tried = 0;
+  for (;;) {
     if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE)) return nullptr;
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
     if (char* block = take_free_block(h)) return block;
     const uint64_t now = mono_ns();
     const bool alive = reader_alive(h, now) && !launcher_gone();
     const uint32_t threads = __atomic_load_n(&h->threads, __ATOMIC_ACQUIRE);
-    if (first || threads != threads_tried) {
+    if (threads != threads_tried) {
       threads_tried = threads;
       if (char* block = new_block_if_room(true)) return block;
     }
