@@ -984,7 +984,7 @@ TEST_F(ReplayTest, ProgramsOwnMemoryIsReplayedOnEveryAllocator) {
     EXPECT_GT(rec_mib, 8.9);
     EXPECT_LT(rec_mib, 16);  // tcmalloc holds 4-6 MiB of its own (15.1 MiB seen in a CI run)
     EXPECT_GT(pages_mib, 23.9);
-    EXPECT_LT(pages_mib, 30);
+    EXPECT_LT(pages_mib, 32);  // tcmalloc's own again (30.1 MiB seen in a CI run)
   }
 }
 
