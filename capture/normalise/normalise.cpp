@@ -923,10 +923,11 @@ NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, con
   ReaderPriority priority(in.header().pid);  // (after the writer's thread started: it keeps its nice)
   while (!ended()) {
     const uint64_t now = in.poll();
-    priority.update(in.unconsumed(), in.ahead_limit());
+    const uint64_t unconsumed = in.unconsumed(), ahead = in.ahead_limit();
+    priority.update(unconsumed, ahead);
     n.set_busy(opt.busy ? opt.busy() : priority.busy());
     // Few records: let more gather (each poll reads every thread's block header).
-    if ((opt.consume_late && in.unconsumed() < in.ahead_limit()) || n.step(now) < 4096) {
+    if ((opt.consume_late && unconsumed < ahead) || n.step(now) < 4096) {
       timespec ts{0, 1000000};
       nanosleep(&ts, nullptr);
     }

@@ -68,15 +68,15 @@ RawFile::RawFile(const std::string& path) : path_(path) {
   // raw::thread_numbers.
   uint64_t in_ring = (ring_.size - kBlockSize) / kBlockSize;
   uint32_t nthreads = uint32_t(std::min<uint64_t>(h.next_thread, in_ring));
-  std::vector<RawThread> by_slot(thread_numbers(nthreads, h.threads));
-  auto valid = [&](const BlockHeader& b) { return b.magic == kBlockMagic && b.thread < by_slot.size(); };
+  std::vector<RawThread> by_thread(thread_numbers(nthreads, h.threads));
+  auto valid = [&](const BlockHeader& b) { return b.magic == kBlockMagic && b.thread < by_thread.size(); };
   // Appended blocks: only whole ones (a cut-off last one is still whole in the mapping).
   for (uint64_t b = 0; b < appended_size / kBlockSize; ++b) {
     BlockRef ref;
     ref.offset = b * kBlockSize;
     if (pread(appended_fd_, &ref.header, sizeof ref.header, off_t(ref.offset)) != sizeof ref.header)
       fail(blocks_path, "cannot read block " + std::to_string(b));
-    if (valid(ref.header)) by_slot[ref.header.thread].blocks.push_back(ref);
+    if (valid(ref.header)) by_thread[ref.header.thread].blocks.push_back(ref);
   }
   // Blocks in the mapping: each thread's current one, the complete copy if
   // its seq was also appended (it is cleared, magic first, after the append).
@@ -87,10 +87,10 @@ RawFile::RawFile(const std::string& path) : path_(path) {
     // A thread's current block, or (with a live reader) a full one left for
     // it, or one a signal handler moved its thread off (sink_file.cpp,
     // switch_block).
-    if (valid(ref.header)) by_slot[ref.header.thread].blocks.push_back(ref);
+    if (valid(ref.header)) by_thread[ref.header.thread].blocks.push_back(ref);
   }
-  for (uint32_t s = 0; s < by_slot.size(); ++s) {
-    RawThread& t = by_slot[s];
+  for (uint32_t s = 0; s < by_thread.size(); ++s) {
+    RawThread& t = by_thread[s];
     if (t.blocks.empty()) continue;
     // Sort by seq; for equal seqs the mapped copy (pushed last) wins.
     std::stable_sort(t.blocks.begin(), t.blocks.end(), [](const BlockRef& a, const BlockRef& b) {

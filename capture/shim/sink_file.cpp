@@ -215,19 +215,17 @@ char* claim_mapped_block() {
   return seg ? seg + ((n - 1) % kBlocksPerSegment) * kBlockSize : nullptr;
 }
 
-char* fresh_block();
 char* new_block_if_room(bool capped = true);
 bool live_reader(const FileHeader* h);
 char* take_free_block(FileHeader* h);
 char* wait_given_back(FileHeader* h);
 FreeBlocks* free_blocks(FileHeader* h);
 
-// Whether the slots are all a live capture may use (raw::live_slots_at_most).
+// Whether `slots` are all a live capture may use (raw::live_slots_at_most).
 // Then at least kLiveMinAheadBlocks of them hold no thread's current block:
 // full ones the reader will give back.
-bool at_slot_budget(FileHeader* h) {
-  return __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE) >=
-         live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE));
+bool slot_budget_spent(const FileHeader* h, uint32_t slots) {
+  return slots >= live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE));
 }
 
 // The thread's first event: its number (in order of first event), and a
@@ -247,7 +245,7 @@ bool claim_slot() {
     if (number > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE)) block = new_block_if_room(false);
     if (!block) block = take_free_block(h);
     if (!block) block = new_block_if_room(true);
-    if (!block && at_slot_budget(h)) block = wait_given_back(h);
+    if (!block && slot_budget_spent(h, __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE))) block = wait_given_back(h);
   }
   if (!block && __atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE)) block = claim_mapped_block();
   if (!block) return false;
@@ -395,7 +393,7 @@ char* wait_given_back(FileHeader* h) {
 char* new_block_if_room(bool capped) {
   FileHeader* h = g_header;
   for (uint32_t n = __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE);;) {
-    if (capped && n >= live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE))) return nullptr;
+    if (capped && slot_budget_spent(h, n)) return nullptr;
     char* seg = segment(n / kBlocksPerSegment, true);
     if (!seg) return nullptr;
     if (__atomic_compare_exchange_n(&h->next_thread, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
