@@ -627,8 +627,9 @@ struct ScratchRun {
   uint64_t peak = 0;          // bytes, both files
   uint64_t mapping_peak = 0;  // bytes, the .hlraw file
 };
-ScratchRun capture_churn_consuming_late(const TempDir& dir, const std::string& threads, const std::string& ops) {
-  CaptureOptions opt = options(dir, {victim("churn"), threads, ops});
+ScratchRun capture_churn_consuming_late(const TempDir& dir, const std::string& threads, const std::string& ops,
+                                        const std::string& waves = "1") {
+  CaptureOptions opt = options(dir, {victim("churn"), threads, ops, "20000", waves});
   opt.raw_dir = dir.file("raw");
   opt.normalise.consume_late = true;
   ScratchRun run;
@@ -703,6 +704,20 @@ TEST(Capture, LiveCaptureOfMoreThreadsThanTheScratchSlots) {
   const ScratchRun run = capture_churn_consuming_late(dir, "1000", "700");
   expect_whole(run.result, 1001);
   EXPECT_LE(run.mapping_peak, segments_bytes(17));  // at most 1,065 slots
+}
+
+// A program whose threads come and go: 8 waves of 300 threads, 2,400 in
+// all. Each thread's last block is read and given back once the kernel has
+// marked the thread gone (raw::BlockHeader::exit_word), and ending threads
+// no longer count as running: the raw files stay within 64 MiB (before, a
+// block for every thread the program ever ran: 152 MiB), and the trace is
+// whole.
+TEST(Capture, LiveScratchStaysBoundedWhenThreadsComeAndGo) {
+  TempDir dir;
+  const ScratchRun run = capture_churn_consuming_late(dir, "300", "300", "8");
+  expect_whole(run.result, 2401);
+  EXPECT_LE(run.peak, uint64_t{64} << 20);
+  EXPECT_LE(run.mapping_peak, segments_bytes(14));
 }
 
 // A followed child whose main thread calls pthread_exit runs on: its image

@@ -102,6 +102,10 @@ class LiveCursor final : public RecordCursor {
       f_->give_back(release_);
       release_ = kNoSlot;
     }
+    // Its thread ended: its buffer goes until it makes another call (a
+    // program whose threads come and go would keep one per thread it ran).
+    if (ended_block_) std::vector<uint8_t>().swap(buf_);
+    ended_block_ = false;
     ++seq_;
     th.next_seq = seq_;
     holes_before_ = holes_;
@@ -122,7 +126,6 @@ class LiveCursor final : public RecordCursor {
       caught_up_ = true;
       return false;
     }
-    if (buf_.empty()) buf_.resize(kBlockSize);
     const bool moved_on = final || th.top_seq > seq_;
     const LiveRawFile::Slot* slot = nullptr;
     for (const LiveRawFile::Slot& s : th.mapped)
@@ -131,6 +134,9 @@ class LiveCursor final : public RecordCursor {
     // A block the thread moved past was appended whole before it moved on;
     // at the end, a mapped copy of the same seq is the complete one (the
     // append may have been cut short).
+    // (The buffer only once there is a block to read: a thread that ended
+    // has none.)
+    if ((app != th.appended.end() || slot) && buf_.empty()) buf_.resize(kBlockSize);
     if (app != th.appended.end() && moved_on && !(final && slot)) {
       f_->read_appended(app->second, buf_.data());
       BlockHeader h;
@@ -146,21 +152,27 @@ class LiveCursor final : public RecordCursor {
     if (slot) {
       const uint8_t* block = f_->slot_block(slot->index);
       const auto* src = reinterpret_cast<const Record*>(block + kBlockHeaderSize);
+      // Its thread has gone (the kernel marked the exit word after the
+      // thread's last store): read before the records.
+      const bool ended = f_->consume_ && LiveRawFile::thread_gone(block);
       uint64_t n = n_;
       uint64_t last = n_;    // one past the last complete record copied
       uint64_t missing = 0;  // records copied that are not written
+      uint64_t gaps = 0;     // of them, those before `last`
       for (; n < kRecordsPerBlock; ++n) {
         const uint64_t head = acquire(&src[n].head);
-        if (head == 0 && !moved_on) break;
+        if (head == 0 && !moved_on && !ended) break;
         Record& r = records()[n];
         r.a = src[n].a;
         r.b = src[n].b;
         r.c = src[n].c;
         r.head = head;
-        if (head)
+        if (head) {
           last = n + 1;
-        else
+          gaps = missing;
+        } else {
           ++missing;
+        }
       }
       // Still the block we meant (the shim clears the magic first when it reuses one)?
       acquire_fence();
@@ -169,11 +181,12 @@ class LiveCursor final : public RecordCursor {
         caught_up_ = false;  // it moved on since the poll: the next poll finds the appended copy
         return false;
       }
-      if (moved_on) {
-        // Left in the mapping: complete when every record is written, or at the end.
+      if (moved_on || ended) {
+        // Left in the mapping: complete when every record is written, or at
+        // the end, or at once if its thread ended in it (its tail is unused).
         // (A record reserved before a signal handler filled the block and
         // moved the thread on is written once the handler returns.)
-        if ((last < kRecordsPerBlock || missing > 0) && !final) {
+        if ((last < kRecordsPerBlock || missing > 0) && !final && !ended) {
           if (!stuck_since_) stuck_since_ = std::chrono::steady_clock::now();
           if (std::chrono::steady_clock::now() - *stuck_since_ < kStuckLimit) {
             caught_up_ = false;
@@ -186,7 +199,13 @@ class LiveCursor final : public RecordCursor {
         // with holes stays as it is (a write may yet come).
         // (At the end nobody takes blocks, and one both appended and mapped
         // is counted when its appended copy is.)
-        if (!final && last == kRecordsPerBlock && missing == 0 && holes_before_ == holes_) release_ = slot->index;
+        if (!final && (ended ? gaps == 0 : last == kRecordsPerBlock && missing == 0) && holes_before_ == holes_)
+          release_ = slot->index;
+        // (With holes it stays where it is, but is done with: the shim
+        // counted it as left for this reader when its thread began to end.)
+        if (ended && release_ == kNoSlot && !final) f_->count_consumed();
+        if (ended) ++f_->threads_gone_;
+        ended_block_ = ended;
         n_ = last;
         done_with_block_ = true;
         return true;
@@ -198,7 +217,7 @@ class LiveCursor final : public RecordCursor {
         // or, with no copy, leaves it here and moves on: given back then,
         // or now if it is marked left (its thread waits for a block).
         done_with_block_ = true;
-        if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == 1)
+        if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull)
           release_ = slot->index;
         else if (f_->consume_)
           f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
@@ -243,6 +262,7 @@ class LiveCursor final : public RecordCursor {
   uint64_t holes_before_ = 0;  // holes_ when block seq_ was started
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   uint32_t release_ = kNoSlot;  // block seq_'s slot, to give back once returned
+  bool ended_block_ = false;    // block seq_ is the last its thread wrote before it ended
   std::optional<std::chrono::steady_clock::time_point> stuck_since_;
 };
 
@@ -412,11 +432,7 @@ void LiveRawFile::consume(uint64_t offset) {
   if (punch_error_.empty() &&
       fallocate(blocks_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(kBlockSize)) != 0)
     punch_error_ = std::strerror(errno);
-  ++consumed_;
-  __atomic_store_n(&header_->consumed_blocks, consumed_, __ATOMIC_RELEASE);
-  // One waiting thread may append one more block: wake one (a system call
-  // per 2,046 records; waking them all would wake hundreds to append one).
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->consumed_blocks), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  count_consumed();
 }
 
 // Threads of the program waiting for consumed blocks (the shim's
@@ -443,8 +459,18 @@ void LiveRawFile::give_back(uint32_t index) {
     __atomic_store_n(&f->index[tail % kFreeBlocksMax], index, __ATOMIC_RELAXED);
     __atomic_store_n(&f->tail, tail + 1, __ATOMIC_RELEASE);
   }
+  count_consumed();
+}
+
+bool LiveRawFile::thread_gone(const uint8_t* block) {
+  return acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word) & kExitOwnerDied;
+}
+
+void LiveRawFile::count_consumed() {
   ++consumed_;
   __atomic_store_n(&header_->consumed_blocks, consumed_, __ATOMIC_RELEASE);
+  // One waiting thread may append one more block: wake one (a system call
+  // per 2,046 records; waking them all would wake hundreds to append one).
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->consumed_blocks), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
@@ -455,7 +481,9 @@ uint64_t LiveRawFile::unconsumed() const {
   return appended > consumed_ ? appended - consumed_ : 0;
 }
 
-uint64_t LiveRawFile::ahead_limit() const { return live_ahead_blocks(acquire(&header_->threads)); }
+uint64_t LiveRawFile::ahead_limit() const {
+  return live_ahead_blocks(running_threads(acquire(&header_->threads), acquire(&header_->threads_ended)));
+}
 
 uint64_t LiveRawFile::poll() {
   const uint64_t t = now();
@@ -463,7 +491,7 @@ uint64_t LiveRawFile::poll() {
   const uint32_t nthreads = acquire(&header_->next_thread);
   map_ring();
   const uint32_t slots = std::min(nthreads, slots_);
-  const uint64_t numbers = thread_numbers(slots, acquire(&header_->threads));
+  const uint64_t numbers = thread_numbers(slots, acquire(&header_->threads), consumed_);
   if (threads_.size() < numbers) threads_.resize(numbers);
   // Appended blocks first: a thread's block moves from the mapping to
   // .blocks, never back.
@@ -486,8 +514,14 @@ uint64_t LiveRawFile::poll() {
       if (b.index >= slots || !read_header(slot_block(b.index), &h) || h.thread != b.thread ||
           h.thread_block_seq != b.seq)
         continue;
+      const uint8_t* block = slot_block(b.index);
       if (threads_[b.thread].top_seq > b.seq ||
-          acquire(&reinterpret_cast<const BlockHeader*>(slot_block(b.index))->left) == 1) {
+          acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
+        give_back(b.index);
+        continue;
+      }
+      if (thread_gone(block)) {  // its thread ended with it full
+        ++threads_gone_;
         give_back(b.index);
         continue;
       }

@@ -13,9 +13,13 @@
 // left in the mapping instead (no copy, raw::FreeBlocks) are read there,
 // zeroed and given back to be written again, and the shim takes no more
 // slots than raw::live_slots_at_most (but for a few when threads start
-// together, and past it when this reader stalls for 10 s). So scratch disk
-// stays within about 64 MiB with up to 832 threads (the mapping never
-// shrinks), and grows by a block per thread beyond.
+// together, and past it when this reader stalls for 10 s). A thread's last
+// block is read whole and given back too once the kernel has marked the
+// thread gone (raw::BlockHeader::exit_word; the shim stopped counting the
+// thread as running as it began to end). So scratch disk stays
+// within about 64 MiB with up to 832 threads running at once, however many
+// come and go (the mapping never shrinks), and grows by a block per
+// running thread beyond.
 //
 // finish(), once the process image has ended, reads everything left as
 // RawFile would: holes counted, gaps in a thread's blocks skipped.
@@ -64,8 +68,11 @@ class LiveRawFile final : public RecordSource {
   // (as of now; with `consume` off, 0: nothing holds the process back).
   uint64_t unconsumed() const;
   // How many may wait before the shim holds the program back
-  // (raw::live_ahead_blocks of its threads).
+  // (raw::live_ahead_blocks of its running threads).
   uint64_t ahead_limit() const;
+  // Threads found gone, whose last block was read whole (and, but for one
+  // with holes, given back).
+  uint64_t threads_gone() const { return threads_gone_; }
 
   const raw::FileHeader& header() const override { return *header_; }
   std::vector<std::string> command_line() const override;
@@ -104,6 +111,12 @@ class LiveRawFile final : public RecordSource {
   // Block slot `index`, read whole from the mapping: zeroed and given back
   // to the shim (raw::FreeBlocks), and counted as consumed.
   void give_back(uint32_t index);
+  // Whether the thread whose current block this is has gone (the kernel
+  // set its exit word's FUTEX_OWNER_DIED).
+  static bool thread_gone(const uint8_t* block);
+  // A block counted as consumed (the shim may take another) without being
+  // given back.
+  void count_consumed();
   void read_appended(uint64_t offset, uint8_t* buf) const;
   void open();
   void release();
@@ -126,7 +139,7 @@ class LiveRawFile final : public RecordSource {
     uint32_t index;
   };
   std::vector<InPlace> read_in_place_;
-  uint64_t blocks_ = 0, missing_ = 0, consumed_ = 0;
+  uint64_t blocks_ = 0, missing_ = 0, consumed_ = 0, threads_gone_ = 0;
   std::string punch_error_;
 };
 

@@ -95,6 +95,17 @@ class FakeShim {
     ++s.used;
     return true;
   }
+  // Thread t has ended in its current block, part full: what the shim
+  // counts as it begins to end, and the exit word as the kernel leaves it.
+  void end_thread(uint32_t t) {
+    __atomic_fetch_add(&free_blocks()->published, 1u, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&header_->threads_ended, 1u, __ATOMIC_ACQ_REL);
+    auto* h = reinterpret_cast<raw::BlockHeader*>(block(t));
+    __atomic_store_n(&h->exit_word, (100 + t) | raw::kExitOwnerDied, __ATOMIC_RELEASE);
+    ended_slot_ = state_[t].cur;
+  }
+  // Whether a thread went on in the block an ended thread left.
+  bool ended_block_reused() const { return ended_reused_; }
   // The slow appends of the last batch complete.
   void next_batch() {
     for (uint32_t t = 0; t < threads_; ++t)
@@ -124,6 +135,7 @@ class FakeShim {
       slot = f->index[head % raw::kFreeBlocksMax];
       __atomic_store_n(&f->head, head + 1, __ATOMIC_RELEASE);
       ++taken_back_;
+      ended_reused_ |= slot == ended_slot_;
     } else if (header_->next_thread < raw::kBlocksPerSegment) {
       slot = __atomic_fetch_add(&header_->next_thread, 1u, __ATOMIC_ACQ_REL);
     } else {
@@ -160,6 +172,8 @@ class FakeShim {
   bool slow_;
   int publish_;
   uint64_t taken_back_ = 0;
+  uint32_t ended_slot_ = UINT32_MAX;
+  bool ended_reused_ = false;
   int fd_ = -1, data_fd_ = -1;
   uint8_t* map_ = nullptr;
   raw::FileHeader* header_ = nullptr;
@@ -168,7 +182,7 @@ class FakeShim {
 
 struct Step {
   uint32_t thread;
-  raw::Record rec;
+  raw::Record rec;  // head 0: the thread ends here (FakeShim::end_thread)
 };
 
 // A program of 3 threads: each allocates and frees, and hands a share of its
@@ -232,6 +246,8 @@ struct LiveRun {
   uint32_t slots = 0;              // block slots the mapping held at the end
   uint64_t most_unconsumed = 0;    // appended blocks not yet consumed, at worst
   uint64_t blocks_disk_bytes = 0;  // .blocks's allocated size at the end
+  uint64_t threads_gone = 0;       // the reader's LiveRawFile::threads_gone
+  bool ended_block_reused = false;
 };
 
 // Writes `steps` through a FakeShim, `batch` records per call of `ended`,
@@ -253,6 +269,10 @@ LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batc
     for (const Step& s : retry)
       if (!shim.emit(s.thread, s.rec)) waiting.push_back(s);
     for (size_t n = 0; n < batch && next < steps.size(); ++n, ++next) {
+      if (steps[next].rec.head == 0) {
+        shim.end_thread(steps[next].thread);
+        continue;
+      }
       // A thread's records stay in order: behind one that waits, they wait too.
       bool blocked = false;
       for (const Step& w : waiting) blocked |= w.thread == steps[next].thread;
@@ -266,6 +286,8 @@ LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batc
   out.consumed = shim.consumed();
   out.taken_back = shim.taken_back();
   out.slots = shim.slots();
+  out.threads_gone = raw.threads_gone();
+  out.ended_block_reused = shim.ended_block_reused();
   struct stat st;
   if (stat((path + ".blocks").c_str(), &st) == 0) out.blocks_disk_bytes = uint64_t(st.st_blocks) * 512;
   return out;
@@ -451,6 +473,36 @@ TEST(LiveNormalise, PublishedAndAppendedBlocksMixed) {
     EXPECT_GT(live.taken_back, 10u);
     expect_same(live.events, kept.events);
   }
+}
+
+// A thread that ends part way through a block (its exit word marked, as the
+// kernel marks it once the thread has gone): the reader reads the block
+// whole at once, gives it back, and another thread writes it again. The
+// same events as normalising a kept capture; every block counted for the
+// shim consumed, the ended thread's too.
+TEST(LiveNormalise, AnEndedThreadsLastBlockIsReadAndGivenBack) {
+  std::vector<Step> steps = script(60000);  // about 29 blocks per thread
+  // Thread 0 ends a third of the way through, 700 records into a block.
+  size_t cut = 0;
+  uint64_t own = 0;
+  while (cut < steps.size() && own < 10 * raw::kRecordsPerBlock + 700) own += steps[cut++].thread == 0;
+  std::vector<Step> ended(steps.begin(), steps.begin() + long(cut));
+  ended.push_back({0, raw::Record{}});
+  for (size_t i = cut; i < steps.size(); ++i)
+    if (steps[i].thread != 0) ended.push_back(steps[i]);
+  TempDir keep_dir, dir;
+  LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
+  LiveRun live = run_live(dir, ended, 3000, false, true, 1);
+  EXPECT_EQ(live.rep.records, ended.size() - 1);
+  EXPECT_EQ(live.rep.holes, 0u);
+  EXPECT_EQ(live.threads_gone, 1u);
+  EXPECT_TRUE(live.ended_block_reused) << "the ended thread's block was given back and written again";
+  EXPECT_FALSE(kept.ended_block_reused) << "a reader that does not consume gives nothing back";
+  // Every block counted for the shim consumed, but for those read once the
+  // process had ended (nobody waits then): the two running threads' last.
+  EXPECT_LE(live.consumed, live.appended);
+  EXPECT_LE(live.appended - live.consumed, 2u);
+  expect_same(live.events, kept.events);
 }
 
 TEST(LiveNormalise, ThreadIdleAfterAFullBlockHoldsNothingUp) {

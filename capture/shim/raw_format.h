@@ -34,6 +34,7 @@
 // its magic is set (the shim clears the magic before reusing it).
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 namespace heaplab::raw {
@@ -48,18 +49,20 @@ inline constexpr uint64_t kBlocksPerSegment = 64;    // the shim maps 64 thread 
 inline constexpr uint32_t kBlockMagic = 0x4B4C4248;  // "HBLK"
 inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended blocks, at most
 // A live capture's scratch disk: the header block, then the mapping's
-// slots (it grows a segment at a time): a block for each thread (its last
-// one kept until the process ends) and the full blocks that wait for the
-// reader, or that it gave back; and blocks appended to .blocks until it
-// consumes them. While a live reader consumes, the slots stay within
-// kLiveScratchBlocks (14 segments: 56 MiB), or the threads' own and
+// slots (it grows a segment at a time): a block for each running thread
+// (once a thread has ended, the reader reads its last one and gives it
+// back: BlockHeader::exit_word) and the full blocks that wait for the reader, or
+// that it gave back; and blocks appended to .blocks until it consumes them.
+// While a live reader consumes, the slots stay within kLiveScratchBlocks
+// (14 segments: 56 MiB), or the running threads' own and
 // kLiveMinAheadBlocks where more threads than that leave no room: a thread
 // that needs a block then waits for one the reader gives back
 // (live_slots_at_most; a few more slots when new threads start together,
 // and more once the reader has stalled for kLiveTimeoutNs, rather than lose
 // records). And the blocks that may wait for the reader are fewer with many
 // threads (live_ahead_blocks). What is left of 64 MiB is for the blocks
-// appended to .blocks before the reader started.
+// appended to .blocks before the reader started. The `threads` these take
+// are those running (FileHeader::threads less threads_ended).
 inline constexpr uint64_t kLiveScratchBlocks = 14 * kBlocksPerSegment;
 inline constexpr uint64_t kLiveMinAheadBlocks = 64;
 // How many full blocks may wait for a live reader while `threads` threads
@@ -70,17 +73,24 @@ inline constexpr uint64_t live_ahead_blocks(uint64_t threads) {
   return room < kLiveMinAheadBlocks ? kLiveMinAheadBlocks : room > kLiveAheadBlocks ? kLiveAheadBlocks : room;
 }
 // Thread numbers readers take: below the slots handed out, or below the
-// threads counted if more (a thread may start in a block given back, and
-// threads starting together may number past the slots: sink_file.cpp's
-// claim_slot), but for a damaged header no more than kThreadsPastSlotsMax
-// past the slots.
+// threads counted if more (a thread may start in a block given back, a
+// full one or one whose thread ended: sink_file.cpp's claim_slot), but for
+// a damaged header no more than kThreadsPastSlotsMax past the slots and the
+// blocks a live reader gave back (`given_back`, its own count: a thread
+// starts in a new slot or in a block given back).
 inline constexpr uint64_t kThreadsPastSlotsMax = 65536;
-inline constexpr uint64_t thread_numbers(uint64_t slots, uint64_t threads) {
-  return threads <= slots ? slots : threads - slots > kThreadsPastSlotsMax ? slots + kThreadsPastSlotsMax : threads;
+inline constexpr uint64_t thread_numbers(uint64_t slots, uint64_t threads, uint64_t given_back = 0) {
+  const uint64_t most = slots + given_back + kThreadsPastSlotsMax;
+  return threads <= slots ? slots : threads > most ? most : threads;
 }
-// The mapping's slots a live capture of `threads` threads may use.
+// The mapping's slots a live capture of `threads` running threads may use.
 inline constexpr uint64_t live_slots_at_most(uint64_t threads) {
   return threads + kLiveMinAheadBlocks > kLiveScratchBlocks ? threads + kLiveMinAheadBlocks : kLiveScratchBlocks;
+}
+// The threads running: numbered, less those ended (read apart, the two
+// may cross for a moment).
+inline constexpr uint64_t running_threads(uint32_t threads, uint32_t ended) {
+  return threads > ended ? threads - ended : 0;
 }
 // Long enough for a reader starved of CPU by a program of many busy threads
 // (the waiting threads give it the CPU back); a dead reader costs a stop this long.
@@ -163,13 +173,27 @@ struct BlockHeader {
   uint64_t ticks;             // clock pair taken when the block was claimed:
   uint64_t mono_ns;           //   (ticks, CLOCK_MONOTONIC ns)
   char name[16];              // thread name when the block was claimed
-  // 1: full, every record written, and left in the mapping for a live
-  // reader while its thread waits for a block given back (atomic): the
-  // reader may read it and give it back before the thread has moved on.
+  // kBlockLeftFull: full, every record written, and left in the mapping for
+  // a live reader while its thread waits for a block given back (atomic):
+  // the reader may read it and give it back before the thread has moved on.
   uint32_t left;
-  uint8_t reserved[kBlockHeaderSize - 60];
+  uint32_t reserved32;
+  // The thread's end, told by the kernel: a robust futex word. As a thread
+  // ends with a live reader (a thread-specific key's destructor), the shim
+  // stores its kernel thread id here and links a node of this header's
+  // reserved bytes into the thread's robust futex list (set_robust_list(2));
+  // when the thread has gone (or exec'd), the kernel sets kExitOwnerDied
+  // in this word. Nothing can write the block after that: the reader reads
+  // it whole and gives it back. The node is unlinked before the thread
+  // leaves the block. 0 while not ending.
+  uint32_t exit_word;
+  uint8_t reserved[kBlockHeaderSize - 68];
 };
 static_assert(sizeof(BlockHeader) == kBlockHeaderSize);
+inline constexpr uint32_t kBlockLeftFull = 1;
+inline constexpr uint64_t kExitWordOffset = 64;
+static_assert(offsetof(BlockHeader, exit_word) == kExitWordOffset);
+inline constexpr uint32_t kExitOwnerDied = 0x40000000;  // FUTEX_OWNER_DIED
 
 inline constexpr uint64_t kCmdlineMax = 32768;
 
@@ -201,10 +225,10 @@ struct FileHeader {
   // A live normaliser (heaplab capture) reads blocks while the program runs
   // and deletes the ones it has consumed. It stores CLOCK_MONOTONIC ns here
   // every few ms (0 = none), and counts the blocks it consumed (appended, or
-  // read in the mapping and given back: FreeBlocks). The
-  // shim waits before appending while live_ahead_blocks(threads) are
-  // unconsumed, unless the heartbeat is older than kLiveTimeoutNs: scratch
-  // disk stays bounded.
+  // read in the mapping and given back: FreeBlocks). The shim waits before
+  // appending while live_ahead_blocks(running threads) are unconsumed,
+  // unless the heartbeat is older than kLiveTimeoutNs: scratch disk stays
+  // bounded.
   uint64_t consumer_ns;      // (atomic)
   uint64_t consumed_blocks;  // (atomic)
   // Capture stopped on an error (a full disk, a file grown past its limit, a
@@ -213,7 +237,10 @@ struct FileHeader {
   int64_t stop_error;
   uint64_t dropped_calls;
   uint32_t threads;  // thread numbers handed out (atomic; 0 from a shim before this field)
-  uint32_t reserved32;
+  // Threads that began to end with a live reader (their exit node linked:
+  // BlockHeader::exit_word), no longer counted as running; the block each
+  // ends in is counted in FreeBlocks::published (atomic).
+  uint32_t threads_ended;
   uint64_t reserved[1];
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
@@ -226,7 +253,7 @@ static_assert(sizeof(FileHeader) <= kBlockSize);
 // the mapping for it. In the header block, after the FileHeader.
 inline constexpr uint64_t kFreeBlocksMax = 4096;
 struct FreeBlocks {
-  uint64_t published;  // full blocks left in the mapping (atomic; counted with data_blocks)
+  uint64_t published;  // blocks left in the mapping (atomic; counted with data_blocks; and ended threads' last)
   uint64_t head;       // (atomic)
   uint64_t tail;       // (atomic)
   uint64_t reserved;

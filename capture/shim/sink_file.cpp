@@ -6,6 +6,7 @@
 // happen under a spin lock, with all signals blocked. libc only.
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +31,12 @@ __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
 // Set when the thread slept for a block (wait_given_back): its record is
 // stamped again.
 __thread bool t_waited_for_block __attribute__((tls_model("initial-exec")));
+// The thread is ending (thread_ending ran): every block it moves to gets an
+// exit node (link_exit_node).
+__thread bool t_ending __attribute__((tls_model("initial-exec")));
+// The exit node linked into the thread's robust futex list (its `next`
+// field, in the current block's header), or nullptr.
+__thread void** t_exit_node __attribute__((tls_model("initial-exec")));
 uint32_t g_latency_every = 0;
 // The fast path's measured cost, once per process; a followed fork child's file gets it too.
 uint64_t g_event_cost_x1024 = 0, g_timer_overhead = 0;
@@ -192,6 +199,62 @@ char* segment(uint64_t s, bool soft = false) {
   }
 }
 
+// A thread's end, told to a live reader by the kernel (raw::BlockHeader::
+// exit_word): a node in the block's header, linked first into the thread's
+// robust futex list, the list glibc registers for each thread
+// (set_robust_list(2)). At the thread's exit the kernel walks that list and
+// sets FUTEX_OWNER_DIED in each node's futex word that holds the thread's
+// id. A node is glibc's __pthread_list_t {prev, next}, the list's pointers
+// point at `next`, and a word is `futex_offset` bytes from them: glibc's
+// -32 puts the node at bytes 88..104 of the header. With another list
+// layout (another C library) nothing is linked: threads then keep their
+// last block until the process ends.
+constexpr uint64_t kExitNodeNext = kExitWordOffset + 32;
+static_assert(kExitNodeNext % 8 == 0 && kExitNodeNext - 8 >= kExitWordOffset + 4 &&
+              kExitNodeNext + 8 <= kBlockHeaderSize);
+
+robust_list_head* glibc_robust_head() {
+  robust_list_head* head = nullptr;
+  size_t len = 0;
+  if (syscall(SYS_get_robust_list, 0, &head, &len) != 0 || !head || len != sizeof *head) return nullptr;
+  return head->futex_offset == -32 ? head : nullptr;
+}
+
+// The thread's exit node into `block`'s header, linked first into its list
+// (as glibc links a robust mutex it locks). With signals blocked: only the
+// thread itself, and its signal handlers, change its list.
+void link_exit_node(char* block) {
+  robust_list_head* head = glibc_robust_head();
+  if (!head) return;
+  auto* h = reinterpret_cast<BlockHeader*>(block);
+  __atomic_store_n(&h->exit_word, uint32_t(t_sink.tid), __ATOMIC_RELEASE);
+  void** next = reinterpret_cast<void**>(block + kExitNodeNext);
+  void* first = head->list.next;  // the first node's `next`, or the head itself
+  next[0] = first;
+  next[-1] = head;
+  reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(first) & ~uintptr_t{1})[-1] = next;  // first->prev
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);  // the node whole before the head names it
+  head->list.next = reinterpret_cast<robust_list*>(next);
+  t_exit_node = next;
+}
+
+// Before the thread leaves its block (appended and reused, or left to the
+// reader, who may give it to another thread): the node out of the list (as
+// glibc unlinks a mutex), its word cleared.
+void unlink_exit_node() {
+  void** node = t_exit_node;
+  if (!node) return;
+  void* next = node[0];
+  void* prev = node[-1];
+  reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(next) & ~uintptr_t{1})[-1] = prev;  // next->prev
+  *reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(prev) & ~uintptr_t{1}) = next;     // prev->next
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  node[0] = node[-1] = nullptr;
+  auto* h = reinterpret_cast<BlockHeader*>(reinterpret_cast<char*>(node) - kExitNodeNext);
+  __atomic_store_n(&h->exit_word, 0u, __ATOMIC_RELEASE);
+  t_exit_node = nullptr;
+}
+
 void start_block(char* block) {
   ThreadSink& t = t_sink;
   auto* h = reinterpret_cast<BlockHeader*>(block);
@@ -206,6 +269,7 @@ void start_block(char* block) {
   memcpy(h->name, t.name, sizeof h->name);
   __atomic_store_n(&h->magic, kBlockMagic, __ATOMIC_RELEASE);
   t.cur = reinterpret_cast<uint64_t>(block) + kBlockHeaderSize;
+  if (t_ending) link_exit_node(block);  // (a call after the thread's destructors moved it on)
 }
 
 // A fresh block in the mapping: a slot number from the counter.
@@ -221,28 +285,43 @@ char* take_free_block(FileHeader* h);
 char* wait_given_back(FileHeader* h);
 FreeBlocks* free_blocks(FileHeader* h);
 
-// Whether `slots` are all a live capture may use (raw::live_slots_at_most).
-// Then at least kLiveMinAheadBlocks of them hold no thread's current block:
-// full ones the reader will give back.
-bool slot_budget_spent(const FileHeader* h, uint32_t slots) {
-  return slots >= live_slots_at_most(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE));
+// The threads running: numbered, less those ending (raw::running_threads).
+uint64_t running(const FileHeader* h) {
+  return running_threads(__atomic_load_n(&h->threads, __ATOMIC_ACQUIRE),
+                         __atomic_load_n(&h->threads_ended, __ATOMIC_ACQUIRE));
 }
 
+// Whether `slots` are all a live capture may use (raw::live_slots_at_most).
+// Then at least kLiveMinAheadBlocks of them hold no running thread's
+// current block: full ones, or ended threads' last, the reader will give back.
+bool slot_budget_spent(const FileHeader* h, uint32_t slots) { return slots >= live_slots_at_most(running(h)); }
+
+// A thread-specific key whose destructor (thread_ending) runs as each
+// thread but the process's last ends, set at a thread's first event. Not
+// used where pthread_setspecific could allocate (glibc keeps its first 32
+// keys in the thread's descriptor; a key past them takes a calloc, a call
+// into this shim): threads then keep their last block until the process ends.
+pthread_key_t g_end_key;
+bool g_end_key_set = false;
+
 // The thread's first event: its number (in order of first event), and a
-// block in the mapping. A thread numbered past the slots handed out takes a
-// new slot, so that the slots keep up with the threads (threads starting
-// together may still number a few past them: readers take numbers up to the
-// threads counted, raw::thread_numbers); else a block given back, or a new
-// slot within the budget (raw::live_slots_at_most); else, with the budget
-// spent, the next block the live reader gives back. Where the file cannot
-// grow within the budget, as without a reader: capture stops.
+// block in the mapping. A thread whose number, less the threads ending,
+// passes the slots handed out takes a new slot, so that the slots keep up
+// with the running threads (numbers themselves pass the slots: threads start
+// in blocks given back, and readers take numbers up to the threads counted,
+// raw::thread_numbers); else a block given back, or a new slot within the
+// budget (raw::live_slots_at_most); else, with the budget spent, the next
+// block the live reader gives back. Where the file cannot grow within the
+// budget, as without a reader: capture stops. The thread's end key is set
+// (thread_ending).
 bool claim_slot() {
   ThreadSink& t = t_sink;
   FileHeader* h = g_header;
   const uint32_t number = __atomic_add_fetch(&h->threads, 1u, __ATOMIC_ACQ_REL);
   char* block = nullptr;
   if (live_reader(h)) {
-    if (number > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE)) block = new_block_if_room(false);
+    const uint64_t now_running = running_threads(number, __atomic_load_n(&h->threads_ended, __ATOMIC_ACQUIRE));
+    if (now_running > __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE)) block = new_block_if_room(false);
     if (!block) block = take_free_block(h);
     if (!block) block = new_block_if_room(true);
     if (!block && slot_budget_spent(h, __atomic_load_n(&h->next_thread, __ATOMIC_ACQUIRE))) block = wait_given_back(h);
@@ -254,6 +333,7 @@ bool claim_slot() {
   t.block_seq = 0;
   t.block = block;
   start_block(t.block);
+  if (g_end_key_set) pthread_setspecific(g_end_key, reinterpret_cast<void*>(1));
   return true;
 }
 
@@ -292,6 +372,7 @@ char* fresh_block() {
 // the normaliser reads it there) and move the thread to a fresh block.
 bool switch_block() {
   ThreadSink& t = t_sink;
+  unlink_exit_node();
   // A fresh block. Counted as published: the reader gives it back too once
   // its pending write has landed. (Waiting for one, the full block stays:
   // its pending write has not landed.)
@@ -451,7 +532,7 @@ bool wait_for_consumer() {
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
                               __atomic_load_n(&free_blocks(h)->published, __ATOMIC_RELAXED);
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
-    if (appended < consumed + live_ahead_blocks(__atomic_load_n(&h->threads, __ATOMIC_RELAXED))) return waited;
+    if (appended < consumed + live_ahead_blocks(running(h))) return waited;
     if (!reader_alive(h, mono_ns()) || launcher_gone()) return waited;
     // Asleep, not spinning: hundreds of threads waiting must not take the CPU the reader needs.
     sleep_until_consumed(h, consumed);
@@ -479,6 +560,7 @@ bool space_freed() {
 // start the next in it.
 bool next_block() {
   ThreadSink& t = t_sink;
+  unlink_exit_node();
   if (launcher_gone()) {  // nobody will read a count: none is kept
     __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);
     shim_error("heaplab capture has gone (killed?): recording stopped; the program runs on", 0);
@@ -577,6 +659,40 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
   if (t.cur && op != kRawOverhead) note_overhead(t0);
   errno = saved_errno;
 }
+
+namespace {
+
+// A thread is ending (g_end_key's destructor; C++ thread_local destructors
+// have run). With a live reader, its block gets an exit node: once the
+// kernel has seen the thread go, the reader reads the block and gives it
+// back, so that a program whose threads come and go does not keep a block
+// for every thread it ever ran. Calls the thread makes after this (other
+// destructors, glibc's own clean-up) go on in the same block, or take the
+// node along to the next (start_block). Without a reader nobody would give
+// the block back: nothing is linked.
+void thread_ending(void*) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  ThreadSink& t = t_sink;
+  FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
+  if (h && __atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE) && t.slot != 0 && t.block && !t_ending &&
+      pid_t(syscall(SYS_getpid)) == g_pid && live_reader(h)) {
+    t_ending = true;
+    link_exit_node(t.block);
+    if (t_exit_node) {
+      // The block it ends in counts as left for the reader from now on
+      // (whichever it is, should later calls move it to another: the one it
+      // leaves is counted again, as any other), and the thread no longer
+      // as running: no lag while the reader catches up.
+      __atomic_fetch_add(&free_blocks(h)->published, 1u, __ATOMIC_RELEASE);
+      __atomic_fetch_add(&h->threads_ended, 1u, __ATOMIC_ACQ_REL);
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
 
 void sink_set_event_cost(uint64_t ticks_x1024, uint64_t timer_overhead) {
   g_event_cost_x1024 = ticks_x1024;
@@ -748,6 +864,11 @@ bool sink_open(const SinkConfig& cfg) {
   g_header = static_cast<FileHeader*>(h);
   fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
+  // Once per process (a fork child inherits the key).
+  if (!g_end_key_set && pthread_key_create(&g_end_key, thread_ending) == 0) {
+    g_end_key_set = g_end_key < 32;
+    if (!g_end_key_set) pthread_key_delete(g_end_key);
+  }
   g_capturing = true;
   return true;
 }
@@ -759,6 +880,8 @@ void sink_after_fork(bool follow, const char* dir) {
   g_stopped = false;
   g_spare = false;
   t_sink = ThreadSink{};
+  t_ending = false;  // (glibc empties the child's robust list)
+  t_exit_node = nullptr;
   t_overhead = 0;
   t_latency_left = 0;
   for (uint64_t s = 0; s < kMaxSegments; ++s) {

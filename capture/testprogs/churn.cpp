@@ -1,7 +1,9 @@
 // The overhead benchmark's program: T threads each churn a std::map of
 // std::string keys and values (insert, look up, erase), the allocation
 // pattern of many C++ services. Prints a checksum so the work is not elided.
-//   churn [THREADS=2] [OPS_PER_THREAD=2000000] [LIVE=20000]
+// With WAVES, the threads are started and joined that many times over (a
+// program whose threads come and go: WAVES x THREADS threads in all).
+//   churn [THREADS=2] [OPS_PER_THREAD=2000000] [LIVE=20000] [WAVES=1]
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,30 +16,33 @@ int main(int argc, char** argv) {
   int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   long ops = argc > 2 ? std::atol(argv[2]) : 2000000;
   long live = argc > 3 ? std::atol(argv[3]) : 20000;
+  int waves = argc > 4 ? std::atoi(argv[4]) : 1;
   std::vector<uint64_t> sums(static_cast<size_t>(threads));
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] {
-      std::map<std::string, std::string> m;
-      uint64_t x = 88172645463325252ull + uint64_t(t), sum = 0;
-      for (long i = 0; i < ops; ++i) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        std::string key = "key-" + std::to_string(x % uint64_t(live)) + "-padding-to-the-heap";
-        auto it = m.find(key);
-        if (it == m.end()) {
-          m.emplace(std::move(key), std::string(16 + x % 200, 'v'));
-        } else {
-          sum += it->second.size();
-          m.erase(it);
-        }
-      }
-      sums[size_t(t)] = sum + m.size();
-    });
-  for (auto& t : ts) t.join();
   uint64_t total = 0;
-  for (uint64_t s : sums) total += s;
+  for (int w = 0; w < waves; ++w) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        std::map<std::string, std::string> m;
+        uint64_t x = 88172645463325252ull + uint64_t(w) * uint64_t(threads) + uint64_t(t), sum = 0;
+        for (long i = 0; i < ops; ++i) {
+          x ^= x << 13;
+          x ^= x >> 7;
+          x ^= x << 17;
+          std::string key = "key-" + std::to_string(x % uint64_t(live)) + "-padding-to-the-heap";
+          auto it = m.find(key);
+          if (it == m.end()) {
+            m.emplace(std::move(key), std::string(16 + x % 200, 'v'));
+          } else {
+            sum += it->second.size();
+            m.erase(it);
+          }
+        }
+        sums[size_t(t)] = sum + m.size();
+      });
+    for (auto& t : ts) t.join();
+    for (uint64_t s : sums) total += s;
+  }
   std::printf("%llu\n", static_cast<unsigned long long>(total));
   return 0;
 }
