@@ -4,7 +4,9 @@ normalising while the program runs (`--normalise live`, the default) and
 once it has exited (`--normalise after`), with the scratch disk each needs.
 
 For each program (`churn 1 4000000` leaves a core free, `churn 2 2000000`
-keeps both busy, `churn 512 4000` has 512 threads), runs are interleaved (native, live, after, native, ...)
+keeps both busy, `churn 512 4000` has 512 threads, `churn 300 300 20000 24`
+runs 7,200 threads, 300 at a time: threads that come and go), runs are
+interleaved (native, live, after, native, ...)
 --reps times; medians of the wall times are printed, start to finish of each
 command. While a capture runs, a sampler reads the disk space its raw
 directory holds (allocated blocks, so punched holes do not count) and
@@ -16,8 +18,10 @@ shows scratch disk staying bounded whatever the length.
 With --compare BUILD_DIR, live captures by this build and by that one are
 interleaved with the native runs instead (no `after` runs, no long run), and
 each build's median wall time and CPU time (heaplab and the program, user +
-system) are printed: the CPU time moves less with the machine's noise.
---programs picks the thread counts to run (default: 1,2,512).
+system) are printed: the CPU time moves less with the machine's noise; and
+the largest scratch disk and heaplab RSS of its runs. The program is this
+build's churn for both.
+--programs picks the programs to run (default: 1,2,512; also waves).
 
 Usage: scripts/bench-capture-live.py [--reps 5] [--long-ops 20000000] [--skip-long]
            [--programs 1,2,512] [--compare BUILD_DIR]
@@ -63,7 +67,8 @@ def hwm_kib(pid):
         return 0
 
 
-PROGRAMS = {"1": ["1", "4000000"], "2": ["2", "2000000"], "512": ["512", "4000"]}
+PROGRAMS = {"1": ["1", "4000000"], "2": ["2", "2000000"], "512": ["512", "4000"],
+            "waves": ["300", "300", "20000", "24"]}
 
 
 def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None):
@@ -116,7 +121,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--long-ops", type=int, default=20000000)
     ap.add_argument("--skip-long", action="store_true")
-    ap.add_argument("--programs", default="1,2,512", help="thread counts of churn to run: 1, 2, 512")
+    ap.add_argument("--programs", default="1,2,512", help="churn programs to run: 1, 2, 512, waves")
     ap.add_argument("--compare", help="another build directory: its live captures interleaved with this build's")
     a = ap.parse_args()
     programs = []
@@ -170,22 +175,28 @@ def main():
 def compare(work, programs, other, other_dir, reps):
     builds = [(BUILD, HEAPLAB), (other_dir, other)]
     print(f"live captures, medians of {reps}, runs interleaved (native, this build, the other)")
-    print("| program | native | build | capture, live | vs native | CPU (heaplab + program) |")
-    print("|---|---|---|---|---|---|")
+    print("| program | native | build | capture, live | vs native | CPU (heaplab + program) "
+          "| scratch peak | heaplab RSS |")
+    print("|---|---|---|---|---|---|---|---|")
     for prog in programs:
         cmdline = [CHURN] + prog
         nat = []
         wall = {b: [] for b, _ in builds}
         cpu = {b: [] for b, _ in builds}
+        disk = {b: 0 for b, _ in builds}
+        rss = {b: 0 for b, _ in builds}
         for _ in range(reps):
             nat.append(timed(cmdline))
             for b, exe in builds:
-                wall[b].append(run_capture(work, cmdline, "live", exe, cpu[b])[0])
+                dt, d, r, _ = run_capture(work, cmdline, "live", exe, cpu[b])
+                wall[b].append(dt)
+                disk[b] = max(disk[b], d)
+                rss[b] = max(rss[b], r)
         n = statistics.median(nat)
         for b, _ in builds:
             w = statistics.median(wall[b])
             print(f"| `churn {' '.join(prog)}` | {n:.3f} s | {b} | {w:.3f} s | **{w / n:.2f}x** "
-                  f"| {statistics.median(cpu[b]):.2f} s |", flush=True)
+                  f"| {statistics.median(cpu[b]):.2f} s | {mib(disk[b])} | {rss[b] / 1024:.1f} MiB |", flush=True)
 
 
 if __name__ == "__main__":

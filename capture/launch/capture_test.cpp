@@ -675,8 +675,8 @@ constexpr uint64_t segments_bytes(uint64_t segments) {
   return (1 + segments * heaplab::raw::kBlocksPerSegment) * heaplab::raw::kBlockSize + 16384;
 }
 
-// Scratch disk with many threads: each keeps a block of its own until the
-// process ends, so fewer blocks may wait for the reader
+// Scratch disk with many threads: each keeps a block of its own while it
+// runs, so fewer blocks may wait for the reader
 // (raw::live_ahead_blocks), and the mapping takes at most 896 slots
 // (raw::live_slots_at_most). 600 threads: the raw files stay within 64 MiB
 // (before, with 512 blocks waiting whatever the threads, 72 MiB), and the
@@ -718,6 +718,31 @@ TEST(Capture, LiveScratchStaysBoundedWhenThreadsComeAndGo) {
   expect_whole(run.result, 2401);
   EXPECT_LE(run.peak, uint64_t{64} << 20);
   EXPECT_LE(run.mapping_peak, segments_bytes(14));
+}
+
+// Threads that end holding a robust mutex, with a key destructor of the
+// program's after the shim's (it locks and unlocks another robust mutex,
+// and allocates): the shim's exit node in each thread's robust list leaves
+// glibc's own entries whole (every held mutex reports EOWNERDEAD to main:
+// the program exits 0), and the calls after the shim's destructor are
+// recorded.
+TEST(Capture, LiveThreadsEndingWithRobustMutexesHeld) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("victim_c"), "robust", "8"});
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  ASSERT_EQ(r.exit_code, 0) << "a mutex held by an ended thread did not report EOWNERDEAD";
+  ASSERT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 1u);
+  auto mid = between_markers(read_events(r.traces[0].path), false);  // (the threads' calls too)
+  ASSERT_TRUE(mid);
+  uint64_t pairs = 0, after = 0;
+  for (const Event& e : *mid) {
+    pairs += e.op == Op::malloc && e.size == 48 && e.id;
+    after += e.op == Op::malloc && e.size == 40 && e.id;
+  }
+  EXPECT_EQ(pairs, 800000u);
+  EXPECT_EQ(after, 8u);
+  expect_trace_ok(r.traces[0].path);
 }
 
 // A followed child whose main thread calls pthread_exit runs on: its image

@@ -102,8 +102,9 @@ class LiveCursor final : public RecordCursor {
       f_->give_back(release_);
       release_ = kNoSlot;
     }
-    // Its thread ended: its buffer goes until it makes another call (a
-    // program whose threads come and go would keep one per thread it ran).
+    // Its thread has gone: its buffer goes (a program whose threads come
+    // and go would keep one for every thread it ran), and the stream ends
+    // at the next look (load()).
     if (ended_block_) std::vector<uint8_t>().swap(buf_);
     ended_block_ = false;
     ++seq_;
@@ -124,6 +125,12 @@ class LiveCursor final : public RecordCursor {
     if (!th.seen) {
       ended_ = final;
       caught_up_ = true;
+      return false;
+    }
+    // A thread gone, its last block read: nothing more will come.
+    if (th.gone && seq_ > th.top_seq && !final) {
+      ended_ = caught_up_ = true;
+      std::vector<uint8_t>().swap(buf_);
       return false;
     }
     const bool moved_on = final || th.top_seq > seq_;
@@ -201,10 +208,11 @@ class LiveCursor final : public RecordCursor {
         // is counted when its appended copy is.)
         if (!final && (ended ? gaps == 0 : last == kRecordsPerBlock && missing == 0) && holes_before_ == holes_)
           release_ = slot->index;
-        // (With holes it stays where it is, but is done with: the shim
-        // counted it as left for this reader when its thread began to end.)
-        if (ended && release_ == kNoSlot && !final) f_->count_consumed();
-        if (ended) ++f_->threads_gone_;
+        // (With holes it stays where it is, but is done with.)
+        if (ended) {
+          f_->note_gone(thread_);
+          if (release_ == kNoSlot && !final) f_->count_consumed();
+        }
         ended_block_ = ended;
         n_ = last;
         done_with_block_ = true;
@@ -459,11 +467,26 @@ void LiveRawFile::give_back(uint32_t index) {
     __atomic_store_n(&f->index[tail % kFreeBlocksMax], index, __ATOMIC_RELAXED);
     __atomic_store_n(&f->tail, tail + 1, __ATOMIC_RELEASE);
   }
+  ++given_back_;
   count_consumed();
 }
 
 bool LiveRawFile::thread_gone(const uint8_t* block) {
   return acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word) & kExitOwnerDied;
+}
+
+// Thread `thread` found gone (once): its last block counted as left in the
+// mapping for this reader, as the shim counts the blocks it leaves, so that
+// consuming it keeps the count even. (Not counted by the shim as the thread
+// began to end: the wait limit would then hold running threads until the
+// ending one has gone, and the ending one may wait for them.)
+void LiveRawFile::note_gone(uint32_t thread) {
+  Thread& t = threads_[thread];
+  if (t.gone) return;
+  t.gone = true;
+  auto* f = reinterpret_cast<FreeBlocks*>(reinterpret_cast<char*>(header_) + kFreeBlocksOffset);
+  __atomic_fetch_add(&f->published, 1u, __ATOMIC_ACQ_REL);
+  ++threads_gone_;
 }
 
 void LiveRawFile::count_consumed() {
@@ -491,7 +514,7 @@ uint64_t LiveRawFile::poll() {
   const uint32_t nthreads = acquire(&header_->next_thread);
   map_ring();
   const uint32_t slots = std::min(nthreads, slots_);
-  const uint64_t numbers = thread_numbers(slots, acquire(&header_->threads), consumed_);
+  const uint64_t numbers = thread_numbers(slots, acquire(&header_->threads), given_back_);
   if (threads_.size() < numbers) threads_.resize(numbers);
   // Appended blocks first: a thread's block moves from the mapping to
   // .blocks, never back.
@@ -499,9 +522,17 @@ uint64_t LiveRawFile::poll() {
   for (Thread& th : threads_) th.mapped.clear();
   for (uint32_t s = 0; s < slots; ++s) {
     BlockHeader h;
+    // (The exit word before the header: a thread gone cannot move on from
+    // the block it ended in.)
+    const bool gone = consume_ && !final_ && thread_gone(slot_block(s));
+    acquire_fence();
     if (!read_header(slot_block(s), &h)) continue;
     note_block(h);
     threads_[h.thread].mapped.push_back(Slot{h.thread_block_seq, s});
+    // Gone: its last block now waits for this reader, and its cursor ends
+    // once past it. (Found here, not only once the cursor, perhaps far
+    // behind, reaches the block.)
+    if (gone) note_gone(h.thread);
   }
   // Full blocks read in place while current: given back once their thread
   // is seen past them with the block still in its slot (left there, not
@@ -511,17 +542,20 @@ uint64_t LiveRawFile::poll() {
     size_t keep = 0;
     for (const InPlace& b : read_in_place_) {
       BlockHeader h;
-      if (b.index >= slots || !read_header(slot_block(b.index), &h) || h.thread != b.thread ||
-          h.thread_block_seq != b.seq)
-        continue;
+      if (b.index >= slots) continue;
+      // (The exit word before the header: a thread gone cannot move on
+      // from the block it ended in.)
       const uint8_t* block = slot_block(b.index);
+      const bool gone = thread_gone(block);
+      acquire_fence();
+      if (b.index >= slots || !read_header(block, &h) || h.thread != b.thread || h.thread_block_seq != b.seq) continue;
       if (threads_[b.thread].top_seq > b.seq ||
           acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
         give_back(b.index);
         continue;
       }
-      if (thread_gone(block)) {  // its thread ended with it full
-        ++threads_gone_;
+      if (gone) {  // its thread ended with it full
+        note_gone(b.thread);
         give_back(b.index);
         continue;
       }

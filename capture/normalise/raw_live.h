@@ -19,7 +19,10 @@
 // thread as running as it began to end). So scratch disk stays
 // within about 64 MiB with up to 832 threads running at once, however many
 // come and go (the mapping never shrinks), and grows by a block per
-// running thread beyond.
+// running thread beyond. (Ended threads give their block back only where
+// the shim could link its exit node: glibc's robust list layout, and a
+// thread-specific key among glibc's first 32; else they keep it.) A thread
+// found gone ends its stream once its last block is read.
 //
 // finish(), once the process image has ended, reads everything left as
 // RawFile would: holes counted, gaps in a thread's blocks skipped.
@@ -70,8 +73,8 @@ class LiveRawFile final : public RecordSource {
   // How many may wait before the shim holds the program back
   // (raw::live_ahead_blocks of its running threads).
   uint64_t ahead_limit() const;
-  // Threads found gone, whose last block was read whole (and, but for one
-  // with holes, given back).
+  // Threads found gone while the process ran (their last block read whole
+  // and, but for one with holes, given back; or, found late, read at the end).
   uint64_t threads_gone() const { return threads_gone_; }
 
   const raw::FileHeader& header() const override { return *header_; }
@@ -101,6 +104,7 @@ class LiveRawFile final : public RecordSource {
     uint64_t top_seq = 0;                   // the highest seq seen anywhere
     uint64_t next_seq = 0;                  // the cursor's block
     bool seen = false;
+    bool gone = false;  // ended in its block top_seq (note_gone)
   };
   const uint8_t* slot_block(uint32_t index) const { return ring_ + raw::kBlockSize * (index + 1); }
   bool read_header(const uint8_t* block, raw::BlockHeader* out) const;
@@ -114,6 +118,7 @@ class LiveRawFile final : public RecordSource {
   // Whether the thread whose current block this is has gone (the kernel
   // set its exit word's FUTEX_OWNER_DIED).
   static bool thread_gone(const uint8_t* block);
+  void note_gone(uint32_t thread);
   // A block counted as consumed (the shim may take another) without being
   // given back.
   void count_consumed();
@@ -140,6 +145,7 @@ class LiveRawFile final : public RecordSource {
   };
   std::vector<InPlace> read_in_place_;
   uint64_t blocks_ = 0, missing_ = 0, consumed_ = 0, threads_gone_ = 0;
+  uint64_t given_back_ = 0;  // blocks given back (raw::thread_numbers)
   std::string punch_error_;
 };
 

@@ -95,10 +95,9 @@ class FakeShim {
     ++s.used;
     return true;
   }
-  // Thread t has ended in its current block, part full: what the shim
-  // counts as it begins to end, and the exit word as the kernel leaves it.
+  // Thread t has ended in its current block: what the shim counts as it
+  // begins to end, and the exit word as the kernel leaves it.
   void end_thread(uint32_t t) {
-    __atomic_fetch_add(&free_blocks()->published, 1u, __ATOMIC_RELEASE);
     __atomic_fetch_add(&header_->threads_ended, 1u, __ATOMIC_ACQ_REL);
     auto* h = reinterpret_cast<raw::BlockHeader*>(block(t));
     __atomic_store_n(&h->exit_word, (100 + t) | raw::kExitOwnerDied, __ATOMIC_RELEASE);
@@ -481,28 +480,42 @@ TEST(LiveNormalise, PublishedAndAppendedBlocksMixed) {
 // same events as normalising a kept capture; every block counted for the
 // shim consumed, the ended thread's too.
 TEST(LiveNormalise, AnEndedThreadsLastBlockIsReadAndGivenBack) {
-  std::vector<Step> steps = script(60000);  // about 29 blocks per thread
-  // Thread 0 ends a third of the way through, 700 records into a block.
-  size_t cut = 0;
-  uint64_t own = 0;
-  while (cut < steps.size() && own < 10 * raw::kRecordsPerBlock + 700) own += steps[cut++].thread == 0;
-  std::vector<Step> ended(steps.begin(), steps.begin() + long(cut));
-  ended.push_back({0, raw::Record{}});
-  for (size_t i = cut; i < steps.size(); ++i)
-    if (steps[i].thread != 0) ended.push_back(steps[i]);
-  TempDir keep_dir, dir;
-  LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
-  LiveRun live = run_live(dir, ended, 3000, false, true, 1);
-  EXPECT_EQ(live.rep.records, ended.size() - 1);
-  EXPECT_EQ(live.rep.holes, 0u);
-  EXPECT_EQ(live.threads_gone, 1u);
-  EXPECT_TRUE(live.ended_block_reused) << "the ended thread's block was given back and written again";
-  EXPECT_FALSE(kept.ended_block_reused) << "a reader that does not consume gives nothing back";
-  // Every block counted for the shim consumed, but for those read once the
-  // process had ended (nobody waits then): the two running threads' last.
-  EXPECT_LE(live.consumed, live.appended);
-  EXPECT_LE(live.appended - live.consumed, 2u);
-  expect_same(live.events, kept.events);
+  const std::vector<Step> steps = script(60000);  // about 29 blocks per thread
+  // Thread 0 ends a third of the way through: 700 records into a block, or
+  // with its block exactly full (read in place while current, then given
+  // back once the thread is gone).
+  for (uint64_t into : {uint64_t{700}, uint64_t{0}}) {
+    SCOPED_TRACE("records into its last block: " + std::to_string(into));
+    size_t cut = 0;
+    uint64_t own = 0;
+    while (cut < steps.size() && own < 10 * raw::kRecordsPerBlock + into) own += steps[cut++].thread == 0;
+    std::vector<Step> ended(steps.begin(), steps.begin() + long(cut));
+    ended.push_back({0, raw::Record{}});
+    for (size_t i = cut; i < steps.size(); ++i)
+      if (steps[i].thread != 0) ended.push_back(steps[i]);
+    TempDir keep_dir, dir;
+    LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
+    LiveRun live = run_live(dir, ended, 3000, false, true, 1);
+    EXPECT_EQ(live.rep.records, ended.size() - 1);
+    EXPECT_EQ(live.rep.holes, 0u);
+    EXPECT_EQ(live.threads_gone, 1u);
+    EXPECT_TRUE(live.ended_block_reused) << "the ended thread's block was given back and written again";
+    EXPECT_FALSE(kept.ended_block_reused) << "a reader that does not consume gives nothing back";
+    // Every block counted for the shim consumed, but for those read once
+    // the process had ended (nobody waits then): the two running threads' last.
+    EXPECT_LE(live.consumed, live.appended);
+    EXPECT_LE(live.appended - live.consumed, 2u);
+    expect_same(live.events, kept.events);
+    // The ended thread's stream closed as soon as its last block was read:
+    // its thread_end comes before the other threads' later calls.
+    const std::vector<Event> all = trace::testutil::read_all(*trace::TraceReader::open(dir.file("live.hlt")));
+    size_t end0 = all.size(), last1 = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i].op == Op::thread_end && all[i].thread == 0) end0 = std::min(end0, i);
+      if (all[i].thread == 1 && all[i].op == Op::malloc) last1 = i;
+    }
+    EXPECT_LT(end0, last1);
+  }
 }
 
 TEST(LiveNormalise, ThreadIdleAfterAFullBlockHoldsNothingUp) {

@@ -206,26 +206,41 @@ char* segment(uint64_t s, bool soft = false) {
 // sets FUTEX_OWNER_DIED in each node's futex word that holds the thread's
 // id. A node is glibc's __pthread_list_t {prev, next}, the list's pointers
 // point at `next`, and a word is `futex_offset` bytes from them: glibc's
-// -32 puts the node at bytes 88..104 of the header. With another list
-// layout (another C library) nothing is linked: threads then keep their
-// last block until the process ends.
+// -32 puts the node at bytes 88..104 of the header. The list's head is in
+// glibc's thread descriptor (after the `robust_prev` its first node's
+// `prev` may name): found at sink_open, on the main thread, as an offset
+// from pthread_self(). With another layout (another C library) nothing is
+// linked: threads then keep their last block until the process ends.
 constexpr uint64_t kExitNodeNext = kExitWordOffset + 32;
 static_assert(kExitNodeNext % 8 == 0 && kExitNodeNext - 8 >= kExitWordOffset + 4 &&
               kExitNodeNext + 8 <= kBlockHeaderSize);
+constexpr long kGlibcFutexOffset = -32;
+// The head's offset in a thread's descriptor, or -1 (not glibc's layout).
+intptr_t g_robust_head_offset = -1;
 
-robust_list_head* glibc_robust_head() {
+void find_robust_head() {
   robust_list_head* head = nullptr;
   size_t len = 0;
-  if (syscall(SYS_get_robust_list, 0, &head, &len) != 0 || !head || len != sizeof *head) return nullptr;
-  return head->futex_offset == -32 ? head : nullptr;
+  if (syscall(SYS_get_robust_list, 0, &head, &len) != 0 || !head || len != sizeof *head) return;
+  const intptr_t off = reinterpret_cast<intptr_t>(head) - intptr_t(pthread_self());
+  // Inside the descriptor (glibc's struct pthread is about 2 KiB), with its
+  // futex offset.
+  if (off >= 8 && off < 4096 && head->futex_offset == kGlibcFutexOffset) g_robust_head_offset = off;
+}
+
+robust_list_head* robust_head() {
+  if (g_robust_head_offset < 0) return nullptr;
+  auto* head = reinterpret_cast<robust_list_head*>(intptr_t(pthread_self()) + g_robust_head_offset);
+  return head->futex_offset == kGlibcFutexOffset ? head : nullptr;
 }
 
 // The thread's exit node into `block`'s header, linked first into its list
-// (as glibc links a robust mutex it locks). With signals blocked: only the
-// thread itself, and its signal handlers, change its list.
+// (as glibc links a robust mutex it locks). Once the thread is ending its
+// signals stay blocked (thread_ending): no handler of ours can run inside
+// glibc's own changes to the list, nor glibc's inside ours.
 void link_exit_node(char* block) {
-  robust_list_head* head = glibc_robust_head();
-  if (!head) return;
+  robust_list_head* head = robust_head();
+  if (!head || head->list_op_pending) return;  // (glibc inside a change of its own: none linked)
   auto* h = reinterpret_cast<BlockHeader*>(block);
   __atomic_store_n(&h->exit_word, uint32_t(t_sink.tid), __ATOMIC_RELEASE);
   void** next = reinterpret_cast<void**>(block + kExitNodeNext);
@@ -240,19 +255,27 @@ void link_exit_node(char* block) {
 
 // Before the thread leaves its block (appended and reused, or left to the
 // reader, who may give it to another thread): the node out of the list (as
-// glibc unlinks a mutex), its word cleared.
+// glibc unlinks a mutex), its word cleared. Its neighbours are checked
+// first: a list changed behind our back (a child of a raw fork shares the
+// block) is left alone, and the thread links no more nodes.
 void unlink_exit_node() {
   void** node = t_exit_node;
   if (!node) return;
+  t_exit_node = nullptr;
+  auto* h = reinterpret_cast<BlockHeader*>(reinterpret_cast<char*>(node) - kExitNodeNext);
+  __atomic_store_n(&h->exit_word, 0u, __ATOMIC_RELEASE);  // (the kernel marks only a word holding the id)
   void* next = node[0];
   void* prev = node[-1];
-  reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(next) & ~uintptr_t{1})[-1] = prev;  // next->prev
-  *reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(prev) & ~uintptr_t{1}) = next;     // prev->next
+  void** next_prev = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(next) & ~uintptr_t{1}) - 1;
+  void** prev_next = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(prev) & ~uintptr_t{1});
+  if (!next || !prev || *prev_next != node || *next_prev != node) {
+    t_ending = false;
+    return;
+  }
+  *next_prev = prev;  // next->prev
+  *prev_next = next;  // prev->next
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   node[0] = node[-1] = nullptr;
-  auto* h = reinterpret_cast<BlockHeader*>(reinterpret_cast<char*>(node) - kExitNodeNext);
-  __atomic_store_n(&h->exit_word, 0u, __ATOMIC_RELEASE);
-  t_exit_node = nullptr;
 }
 
 void start_block(char* block) {
@@ -297,7 +320,7 @@ uint64_t running(const FileHeader* h) {
 bool slot_budget_spent(const FileHeader* h, uint32_t slots) { return slots >= live_slots_at_most(running(h)); }
 
 // A thread-specific key whose destructor (thread_ending) runs as each
-// thread but the process's last ends, set at a thread's first event. Not
+// thread ends (but the one that calls exit()), set at its first event. Not
 // used where pthread_setspecific could allocate (glibc keeps its first 32
 // keys in the thread's descriptor; a key past them takes a calloc, a call
 // into this shim): threads then keep their last block until the process ends.
@@ -525,6 +548,7 @@ void sleep_until_consumed(FileHeader* h, uint64_t seen) {
 // while this thread slept leaves its child here with the parent's header
 // unmapped (sink_after_fork), and the child's own, or none.
 bool wait_for_consumer() {
+  if (t_ending) return false;  // (about to end: never held back)
   for (bool waited = false;; waited = true) {
     FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
     if (!h) return waited;
@@ -669,7 +693,8 @@ namespace {
 // for every thread it ever ran. Calls the thread makes after this (other
 // destructors, glibc's own clean-up) go on in the same block, or take the
 // node along to the next (start_block). Without a reader nobody would give
-// the block back: nothing is linked.
+// the block back: nothing is linked. (The thread that calls exit(), main's
+// usually, runs no key destructors: its block is read at the end.)
 void thread_ending(void*) {
   sigset_t all, old;
   sigfillset(&all);
@@ -681,13 +706,15 @@ void thread_ending(void*) {
     t_ending = true;
     link_exit_node(t.block);
     if (t_exit_node) {
-      // The block it ends in counts as left for the reader from now on
-      // (whichever it is, should later calls move it to another: the one it
-      // leaves is counted again, as any other), and the thread no longer
-      // as running: no lag while the reader catches up.
-      __atomic_fetch_add(&free_blocks(h)->published, 1u, __ATOMIC_RELEASE);
+      // No longer running, for the shim's limits: at once, not once the
+      // reader catches up. (Its last block is not counted as waiting for
+      // the reader until the reader finds the thread gone: counted now,
+      // threads waiting for the reader would wait for this one's end, which
+      // may wait for them.) Its signals stay blocked to its end.
       __atomic_fetch_add(&h->threads_ended, 1u, __ATOMIC_ACQ_REL);
+      return;
     }
+    t_ending = false;
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
@@ -865,9 +892,12 @@ bool sink_open(const SinkConfig& cfg) {
   fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
   // Once per process (a fork child inherits the key).
-  if (!g_end_key_set && pthread_key_create(&g_end_key, thread_ending) == 0) {
-    g_end_key_set = g_end_key < 32;
-    if (!g_end_key_set) pthread_key_delete(g_end_key);
+  if (!g_end_key_set) {
+    find_robust_head();
+    if (g_robust_head_offset >= 0 && pthread_key_create(&g_end_key, thread_ending) == 0) {
+      g_end_key_set = g_end_key < 32;
+      if (!g_end_key_set) pthread_key_delete(g_end_key);
+    }
   }
   g_capturing = true;
   return true;

@@ -31,9 +31,15 @@
  *   victim_c mainexit N    forks; the child's main thread starts a thread that
  *                          makes N malloc/free pairs of 48 bytes, then calls
  *                          pthread_exit (the process runs on without it)
+ *   victim_c robust N      N threads, one after another: each locks a robust mutex of its
+ *                          own, makes 100000 malloc/free pairs of 48 bytes and ends holding
+ *                          it; a key destructor of the program's locks and unlocks another
+ *                          robust mutex around a malloc(40)/free as each thread ends. Then
+ *                          main locks each held mutex: exits 0 if every lock says EOWNERDEAD
  * Every scenario brackets its calls with malloc(777001)/free and
  * malloc(777002)/free markers, so tests ignore what libc does around them. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -311,6 +317,51 @@ static int signals(long n) {
   return 0;
 }
 
+static pthread_mutex_t robust_held[64];
+static pthread_mutex_t robust_after;
+static pthread_key_t robust_key;
+
+static void robust_destructor(void* p) {
+  (void)p;
+  pthread_mutex_lock(&robust_after);
+  free(malloc(40));
+  pthread_mutex_unlock(&robust_after);
+}
+
+static void* robust_thread(void* arg) {
+  pthread_setspecific(robust_key, arg);
+  pthread_mutex_lock(&robust_held[(long)arg - 1]);
+  for (int k = 0; k < 100000; ++k) free(malloc(48));
+  return NULL; /* ends holding its mutex */
+}
+
+static int robust(long n) {
+  if (n < 1 || n > 64) return 2;
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  for (long i = 0; i < n; ++i) pthread_mutex_init(&robust_held[i], &a);
+  pthread_mutex_init(&robust_after, &a);
+  pthread_key_create(&robust_key, robust_destructor);
+  BEGIN();
+  for (long i = 0; i < n; ++i) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, robust_thread, (void*)(i + 1)) != 0) return 3;
+    pthread_join(t, NULL);
+  }
+  long dead = 0;
+  for (long i = 0; i < n; ++i) {
+    if (pthread_mutex_lock(&robust_held[i]) == EOWNERDEAD) {
+      ++dead;
+      pthread_mutex_consistent(&robust_held[i]);
+    }
+    pthread_mutex_unlock(&robust_held[i]);
+  }
+  END();
+  printf("%ld\n", dead);
+  return dead == n ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   if (!strcmp(argv[1], "single")) return single();
@@ -330,5 +381,6 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "signal") && argc == 3) return signals(atol(argv[2]));
   if (!strcmp(argv[1], "closefds") && argc == 3) return closefds(argv[2]);
   if (!strcmp(argv[1], "mainexit") && argc == 3) return main_exits(atol(argv[2]));
+  if (!strcmp(argv[1], "robust") && argc == 3) return robust(atol(argv[2]));
   return 2;
 }
