@@ -160,8 +160,12 @@ class LiveCursor final : public RecordCursor {
       const uint8_t* block = f_->slot_block(slot->index);
       const auto* src = reinterpret_cast<const Record*>(block + kBlockHeaderSize);
       // Its thread has gone (the kernel marked the exit word after the
-      // thread's last store): read before the records.
-      const bool ended = f_->consume_ && LiveRawFile::thread_gone(block);
+      // thread's last store): read before the records. Pinned: the word
+      // still names a thread whose exit node could not be taken out of its
+      // list (raw::BlockHeader::exit_word): never given back until marked.
+      const uint32_t exit = f_->consume_ ? acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word) : 0;
+      const bool ended = exit & kExitOwnerDied;
+      const bool pinned = exit != 0 && !ended;
       uint64_t n = n_;
       uint64_t last = n_;    // one past the last complete record copied
       uint64_t missing = 0;  // records copied that are not written
@@ -206,11 +210,16 @@ class LiveCursor final : public RecordCursor {
         // with holes stays as it is (a write may yet come).
         // (At the end nobody takes blocks, and one both appended and mapped
         // is counted when its appended copy is.)
-        if (!final && (ended ? gaps == 0 : last == kRecordsPerBlock && missing == 0) && holes_before_ == holes_)
-          release_ = slot->index;
-        // (With holes it stays where it is, but is done with.)
+        if (!final && (ended ? gaps == 0 : last == kRecordsPerBlock && missing == 0) && holes_before_ == holes_) {
+          if (pinned)  // (given back by poll() once the kernel has marked it)
+            f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
+          else
+            release_ = slot->index;
+        }
         if (ended) {
-          f_->note_gone(thread_);
+          // The block its thread ended in (not one it was pinned to before).
+          if (seq_ == th.top_seq && !final) f_->note_gone(thread_);
+          // (With holes it stays where it is, but is done with.)
           if (release_ == kNoSlot && !final) f_->count_consumed();
         }
         ended_block_ = ended;
@@ -531,8 +540,9 @@ uint64_t LiveRawFile::poll() {
     threads_[h.thread].mapped.push_back(Slot{h.thread_block_seq, s});
     // Gone: its last block now waits for this reader, and its cursor ends
     // once past it. (Found here, not only once the cursor, perhaps far
-    // behind, reaches the block.)
-    if (gone) note_gone(h.thread);
+    // behind, reaches the block. A block it was pinned to before is not its
+    // last: counted as left by the shim.)
+    if (gone && h.thread_block_seq == threads_[h.thread].top_seq) note_gone(h.thread);
   }
   // Full blocks read in place while current: given back once their thread
   // is seen past them with the block still in its slot (left there, not
@@ -546,16 +556,16 @@ uint64_t LiveRawFile::poll() {
       // (The exit word before the header: a thread gone cannot move on
       // from the block it ended in.)
       const uint8_t* block = slot_block(b.index);
-      const bool gone = thread_gone(block);
+      const uint32_t exit = acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word);
       acquire_fence();
-      if (b.index >= slots || !read_header(block, &h) || h.thread != b.thread || h.thread_block_seq != b.seq) continue;
-      if (threads_[b.thread].top_seq > b.seq ||
-          acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
+      if (!read_header(block, &h) || h.thread != b.thread || h.thread_block_seq != b.seq) continue;
+      if (exit & kExitOwnerDied) {  // its thread ended with it full (or pinned to it)
+        if (threads_[b.thread].top_seq == b.seq) note_gone(b.thread);
         give_back(b.index);
         continue;
       }
-      if (gone) {  // its thread ended with it full
-        note_gone(b.thread);
+      if (exit == 0 && (threads_[b.thread].top_seq > b.seq ||
+                        acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull)) {
         give_back(b.index);
         continue;
       }

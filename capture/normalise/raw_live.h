@@ -67,8 +67,9 @@ class LiveRawFile final : public RecordSource {
   // hole punching): "" or why.
   const std::string& punch_error() const { return punch_error_; }
   uint64_t blocks_consumed() const { return consumed_; }
-  // Blocks the process has appended that this reader has not consumed yet
-  // (as of now; with `consume` off, 0: nothing holds the process back).
+  // Blocks the process has appended (or left in the mapping, and the last
+  // of threads found gone) that this reader has not consumed yet (as of
+  // now; with `consume` off, 0: nothing holds the process back).
   uint64_t unconsumed() const;
   // How many may wait before the shim holds the program back
   // (raw::live_ahead_blocks of its running threads).

@@ -185,7 +185,10 @@ struct BlockHeader {
   // when the thread has gone (or exec'd), the kernel sets kExitOwnerDied
   // in this word. Nothing can write the block after that: the reader reads
   // it whole and gives it back. The node is unlinked before the thread
-  // leaves the block. 0 while not ending.
+  // leaves the block, the word cleared first; where it cannot be (glibc's
+  // own change to the list under way: a signal handler's call), the block
+  // is left in the mapping with the word as it is, and readers give it back
+  // only once the kernel has marked it (pinned). 0 while not ending.
   uint32_t exit_word;
   uint8_t reserved[kBlockHeaderSize - 68];
 };
@@ -238,8 +241,8 @@ struct FileHeader {
   uint64_t dropped_calls;
   uint32_t threads;  // thread numbers handed out (atomic; 0 from a shim before this field)
   // Threads that began to end with a live reader (their exit node linked:
-  // BlockHeader::exit_word), no longer counted as running; the block each
-  // ends in is counted in FreeBlocks::published (atomic).
+  // BlockHeader::exit_word): no longer counted as running for the live
+  // limits (live_ahead_blocks, live_slots_at_most) (atomic).
   uint32_t threads_ended;
   uint64_t reserved[1];
   char exe[4096];             // /proc/self/exe at start
@@ -253,7 +256,8 @@ static_assert(sizeof(FileHeader) <= kBlockSize);
 // the mapping for it. In the header block, after the FileHeader.
 inline constexpr uint64_t kFreeBlocksMax = 4096;
 struct FreeBlocks {
-  uint64_t published;  // blocks left in the mapping (atomic; counted with data_blocks; and ended threads' last)
+  uint64_t published;  // blocks left in the mapping (atomic; counted with data_blocks; the live reader
+                       // adds gone threads' last ones)
   uint64_t head;       // (atomic)
   uint64_t tail;       // (atomic)
   uint64_t reserved;

@@ -235,12 +235,13 @@ robust_list_head* robust_head() {
 }
 
 // The thread's exit node into `block`'s header, linked first into its list
-// (as glibc links a robust mutex it locks). Once the thread is ending its
-// signals stay blocked (thread_ending): no handler of ours can run inside
-// glibc's own changes to the list, nor glibc's inside ours.
+// (as glibc links a robust mutex it locks), with signals blocked. Not while
+// glibc is inside a change of its own (list_op_pending set around every
+// robust lock's and unlock's list change): we are then a signal handler's
+// call that interrupted it.
 void link_exit_node(char* block) {
   robust_list_head* head = robust_head();
-  if (!head || head->list_op_pending) return;  // (glibc inside a change of its own: none linked)
+  if (!head || head->list_op_pending) return;
   auto* h = reinterpret_cast<BlockHeader*>(block);
   __atomic_store_n(&h->exit_word, uint32_t(t_sink.tid), __ATOMIC_RELEASE);
   void** next = reinterpret_cast<void**>(block + kExitNodeNext);
@@ -255,27 +256,33 @@ void link_exit_node(char* block) {
 
 // Before the thread leaves its block (appended and reused, or left to the
 // reader, who may give it to another thread): the node out of the list (as
-// glibc unlinks a mutex), its word cleared. Its neighbours are checked
-// first: a list changed behind our back (a child of a raw fork shares the
-// block) is left alone, and the thread links no more nodes.
-void unlink_exit_node() {
+// glibc unlinks a mutex), its word cleared first. False, and the node and
+// word left as they are, where it cannot be: glibc inside a change of its
+// own (see link_exit_node), or neighbours that no longer name the node (a
+// list changed behind our back: a child of a raw fork shares the block).
+// The block is then pinned: the caller leaves it in the mapping
+// (switch_block), and readers give it back only once the kernel has marked
+// its word; the thread links no node again.
+bool unlink_exit_node() {
   void** node = t_exit_node;
-  if (!node) return;
+  if (!node) return true;
   t_exit_node = nullptr;
-  auto* h = reinterpret_cast<BlockHeader*>(reinterpret_cast<char*>(node) - kExitNodeNext);
-  __atomic_store_n(&h->exit_word, 0u, __ATOMIC_RELEASE);  // (the kernel marks only a word holding the id)
   void* next = node[0];
   void* prev = node[-1];
   void** next_prev = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(next) & ~uintptr_t{1}) - 1;
   void** prev_next = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(prev) & ~uintptr_t{1});
-  if (!next || !prev || *prev_next != node || *next_prev != node) {
+  robust_list_head* head = robust_head();
+  if (!head || head->list_op_pending || !next || !prev || *prev_next != node || *next_prev != node) {
     t_ending = false;
-    return;
+    return false;
   }
-  *next_prev = prev;  // next->prev
-  *prev_next = next;  // prev->next
+  auto* h = reinterpret_cast<BlockHeader*>(reinterpret_cast<char*>(node) - kExitNodeNext);
+  __atomic_store_n(&h->exit_word, 0u, __ATOMIC_RELEASE);  // (the kernel marks only a word holding the id)
+  *next_prev = prev;                                      // next->prev
+  *prev_next = next;                                      // prev->next
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   node[0] = node[-1] = nullptr;
+  return true;
 }
 
 void start_block(char* block) {
@@ -314,9 +321,14 @@ uint64_t running(const FileHeader* h) {
                          __atomic_load_n(&h->threads_ended, __ATOMIC_ACQUIRE));
 }
 
-// Whether `slots` are all a live capture may use (raw::live_slots_at_most).
-// Then at least kLiveMinAheadBlocks of them hold no running thread's
-// current block: full ones, or ended threads' last, the reader will give back.
+// Whether `slots` are all a live capture may use (raw::live_slots_at_most
+// of the running threads). Then at least kLiveMinAheadBlocks of them hold no
+// running thread's current block: full ones, or ending threads' last, the
+// reader gives back (an ending thread's once it has gone: a thread that
+// waits for a block may wait for that, and an ending thread that waits for
+// a lock the waiting one holds holds it up until the reader has consumed
+// nothing for kLiveTimeoutNs; else the scratch disk would grow by a block
+// for every thread ending at once).
 bool slot_budget_spent(const FileHeader* h, uint32_t slots) { return slots >= live_slots_at_most(running(h)); }
 
 // A thread-specific key whose destructor (thread_ending) runs as each
@@ -395,7 +407,7 @@ char* fresh_block() {
 // the normaliser reads it there) and move the thread to a fresh block.
 bool switch_block() {
   ThreadSink& t = t_sink;
-  unlink_exit_node();
+  unlink_exit_node();  // (left in the mapping either way: pinned or not)
   // A fresh block. Counted as published: the reader gives it back too once
   // its pending write has landed. (Waiting for one, the full block stays:
   // its pending write has not landed.)
@@ -584,8 +596,8 @@ bool space_freed() {
 // start the next in it.
 bool next_block() {
   ThreadSink& t = t_sink;
-  unlink_exit_node();
-  if (launcher_gone()) {  // nobody will read a count: none is kept
+  if (!unlink_exit_node()) return switch_block();  // pinned: never reused in place nor given back
+  if (launcher_gone()) {                           // nobody will read a count: none is kept
     __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);
     shim_error("heaplab capture has gone (killed?): recording stopped; the program runs on", 0);
     return false;
@@ -706,15 +718,15 @@ void thread_ending(void*) {
     t_ending = true;
     link_exit_node(t.block);
     if (t_exit_node) {
-      // No longer running, for the shim's limits: at once, not once the
-      // reader catches up. (Its last block is not counted as waiting for
-      // the reader until the reader finds the thread gone: counted now,
-      // threads waiting for the reader would wait for this one's end, which
-      // may wait for them.) Its signals stay blocked to its end.
+      // No longer running, for the wait limit: at once, not once the reader
+      // catches up. (Its last block is not counted as waiting for the
+      // reader until the reader finds the thread gone: counted now, threads
+      // waiting for the reader would wait for this one's end, which may
+      // wait for them.)
       __atomic_fetch_add(&h->threads_ended, 1u, __ATOMIC_ACQ_REL);
-      return;
+    } else {
+      t_ending = false;
     }
-    t_ending = false;
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }

@@ -33,9 +33,10 @@
  *                          pthread_exit (the process runs on without it)
  *   victim_c robust N      N threads, one after another: each locks a robust mutex of its
  *                          own, makes 100000 malloc/free pairs of 48 bytes and ends holding
- *                          it; a key destructor of the program's locks and unlocks another
- *                          robust mutex around a malloc(40)/free as each thread ends. Then
- *                          main locks each held mutex: exits 0 if every lock says EOWNERDEAD
+ *                          it; a key destructor of the program's locks another robust mutex
+ *                          around 2100 malloc/free pairs of 40 bytes (more than a capture
+ *                          block holds) as each thread ends. Then main locks each held mutex
+ *                          (5 s at most): exits 0 if every lock says EOWNERDEAD
  * Every scenario brackets its calls with malloc(777001)/free and
  * malloc(777002)/free markers, so tests ignore what libc does around them. */
 #define _GNU_SOURCE
@@ -52,6 +53,7 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static void marker(size_t n) { free(malloc(n)); }
@@ -324,7 +326,7 @@ static pthread_key_t robust_key;
 static void robust_destructor(void* p) {
   (void)p;
   pthread_mutex_lock(&robust_after);
-  free(malloc(40));
+  for (int k = 0; k < 2100; ++k) free(malloc(40));
   pthread_mutex_unlock(&robust_after);
 }
 
@@ -351,11 +353,15 @@ static int robust(long n) {
   }
   long dead = 0;
   for (long i = 0; i < n; ++i) {
-    if (pthread_mutex_lock(&robust_held[i]) == EOWNERDEAD) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    const int rc = pthread_mutex_timedlock(&robust_held[i], &until);
+    if (rc == EOWNERDEAD) {
       ++dead;
       pthread_mutex_consistent(&robust_held[i]);
     }
-    pthread_mutex_unlock(&robust_held[i]);
+    if (rc == 0 || rc == EOWNERDEAD) pthread_mutex_unlock(&robust_held[i]);
   }
   END();
   printf("%ld\n", dead);
