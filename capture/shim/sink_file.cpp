@@ -718,11 +718,11 @@ void thread_ending(void*) {
     t_ending = true;
     link_exit_node(t.block);
     if (t_exit_node) {
-      // No longer running, for the wait limit: at once, not once the reader
-      // catches up. (Its last block is not counted as waiting for the
-      // reader until the reader finds the thread gone: counted now, threads
-      // waiting for the reader would wait for this one's end, which may
-      // wait for them.)
+      // No longer running, for the wait limit and the slot budget: at once,
+      // not once the reader catches up. (Its last block is not counted as
+      // waiting for the reader until the reader finds the thread gone:
+      // counted now, threads at the wait limit would wait for this one's
+      // end, which may wait for them.)
       __atomic_fetch_add(&h->threads_ended, 1u, __ATOMIC_ACQ_REL);
     } else {
       t_ending = false;
