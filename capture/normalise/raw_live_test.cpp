@@ -481,6 +481,27 @@ TEST(LiveNormalise, PublishedAndAppendedBlocksMixed) {
   }
 }
 
+// `steps` with thread 0 ending after `own` of its records (a hole after its
+// `hole_after`th record, if not 0): its later records dropped, its end a
+// batch or two after its last record (4,000 of the other threads' later),
+// so that the reader has seen its block as it was first (exactly full: read
+// in place while current).
+std::vector<Step> thread0_ends(const std::vector<Step>& steps, uint64_t own, uint64_t hole_after = 0) {
+  std::vector<Step> out;
+  size_t cut = 0;
+  for (uint64_t n = 0; cut < steps.size() && n < own; ++cut) {
+    out.push_back(steps[cut]);
+    if (steps[cut].thread == 0 && ++n == hole_after) out.push_back({0, raw::Record{0, kHole, 0, 0}});
+  }
+  size_t others = 0;
+  for (size_t i = cut; i < steps.size(); ++i) {
+    if (steps[i].thread == 0) continue;
+    out.push_back(steps[i]);
+    if (++others == 4000) out.push_back({0, raw::Record{}});
+  }
+  return out;
+}
+
 // A thread that ends part way through a block (its exit word marked, as the
 // kernel marks it once the thread has gone): the reader reads the block
 // whole at once, gives it back, and another thread writes it again. The
@@ -493,18 +514,7 @@ TEST(LiveNormalise, AnEndedThreadsLastBlockIsReadAndGivenBack) {
   // back once the thread is gone).
   for (uint64_t into : {uint64_t{700}, uint64_t{0}}) {
     SCOPED_TRACE("records into its last block: " + std::to_string(into));
-    size_t cut = 0;
-    uint64_t own = 0;
-    while (cut < steps.size() && own < 10 * raw::kRecordsPerBlock + into) own += steps[cut++].thread == 0;
-    // The end a batch or two after its last record: the reader has seen the
-    // block as it was (exactly full: read in place while current) first.
-    std::vector<Step> ended(steps.begin(), steps.begin() + long(cut));
-    size_t others = 0;
-    for (size_t i = cut; i < steps.size(); ++i) {
-      if (steps[i].thread == 0) continue;
-      ended.push_back(steps[i]);
-      if (++others == 4000) ended.push_back({0, raw::Record{}});
-    }
+    const std::vector<Step> ended = thread0_ends(steps, 10 * raw::kRecordsPerBlock + into);
     TempDir keep_dir, dir;
     LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
     LiveRun live = run_live(dir, ended, 3000, false, true, 1);
@@ -535,21 +545,8 @@ TEST(LiveNormalise, AnEndedThreadsLastBlockIsReadAndGivenBack) {
 // hole counted, and keeps it (a write may yet come, for all it knows) but
 // counts it consumed, so that the shim's count stays even.
 TEST(LiveNormalise, AnEndedThreadsBlockWithAHoleIsReadAndKept) {
-  const std::vector<Step> steps = script(60000);
-  size_t cut = 0;
-  uint64_t own = 0;
-  std::vector<Step> ended;
-  for (; cut < steps.size() && own < 10 * raw::kRecordsPerBlock + 700; ++cut) {
-    ended.push_back(steps[cut]);
-    if (steps[cut].thread == 0 && ++own == 10 * raw::kRecordsPerBlock + 300)
-      ended.push_back({0, raw::Record{0, kHole, 0, 0}});
-  }
-  size_t others = 0;
-  for (size_t i = cut; i < steps.size(); ++i) {
-    if (steps[i].thread == 0) continue;
-    ended.push_back(steps[i]);
-    if (++others == 4000) ended.push_back({0, raw::Record{}});
-  }
+  const std::vector<Step> ended =
+      thread0_ends(script(60000), 10 * raw::kRecordsPerBlock + 700, 10 * raw::kRecordsPerBlock + 300);
   TempDir keep_dir, dir;
   LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
   LiveRun live = run_live(dir, ended, 3000, false, true, 1);
