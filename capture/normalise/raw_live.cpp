@@ -102,11 +102,6 @@ class LiveCursor final : public RecordCursor {
       f_->give_back(release_);
       release_ = kNoSlot;
     }
-    // Its thread has gone: its buffer goes (a program whose threads come
-    // and go would keep one for every thread it ran), and the stream ends
-    // at the next look (load()).
-    if (ended_block_) std::vector<uint8_t>().swap(buf_);
-    ended_block_ = false;
     ++seq_;
     th.next_seq = seq_;
     holes_before_ = holes_;
@@ -127,7 +122,9 @@ class LiveCursor final : public RecordCursor {
       caught_up_ = true;
       return false;
     }
-    // A thread gone, its last block read: nothing more will come.
+    // A thread gone, its last block read: nothing more will come. Its buffer
+    // goes (a program whose threads come and go would keep one for every
+    // thread it ran).
     if (th.gone && seq_ > th.top_seq && !final) {
       ended_ = caught_up_ = true;
       std::vector<uint8_t>().swap(buf_);
@@ -163,7 +160,7 @@ class LiveCursor final : public RecordCursor {
       // thread's last store): read before the records. Pinned: the word
       // still names a thread whose exit node could not be taken out of its
       // list (raw::BlockHeader::exit_word): never given back until marked.
-      const uint32_t exit = f_->consume_ ? acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word) : 0;
+      const uint32_t exit = f_->consume_ ? LiveRawFile::exit_word(block) : 0;
       const bool ended = exit & kExitOwnerDied;
       const bool pinned = exit != 0 && !ended;
       uint64_t n = n_;
@@ -222,7 +219,6 @@ class LiveCursor final : public RecordCursor {
           // (With holes it stays where it is, but is done with.)
           if (release_ == kNoSlot && !final) f_->count_consumed();
         }
-        ended_block_ = ended;
         n_ = last;
         done_with_block_ = true;
         return true;
@@ -279,7 +275,6 @@ class LiveCursor final : public RecordCursor {
   uint64_t holes_before_ = 0;  // holes_ when block seq_ was started
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   uint32_t release_ = kNoSlot;  // block seq_'s slot, to give back once returned
-  bool ended_block_ = false;    // block seq_ is the last its thread wrote before it ended
   std::optional<std::chrono::steady_clock::time_point> stuck_since_;
 };
 
@@ -469,7 +464,7 @@ void LiveRawFile::give_back(uint32_t index) {
   // ring's release below.)
   __atomic_store_n(reinterpret_cast<uint32_t*>(block), 0u, __ATOMIC_RELEASE);
   std::memset(block + sizeof(uint32_t), 0, kBlockSize - sizeof(uint32_t));
-  auto* f = reinterpret_cast<FreeBlocks*>(reinterpret_cast<char*>(header_) + kFreeBlocksOffset);
+  FreeBlocks* f = free_blocks();
   const uint64_t tail = f->tail;
   // (Full only if threads stopped taking: the block then stays unused.)
   if (tail - __atomic_load_n(&f->head, __ATOMIC_ACQUIRE) < kFreeBlocksMax) {
@@ -480,8 +475,8 @@ void LiveRawFile::give_back(uint32_t index) {
   count_consumed();
 }
 
-bool LiveRawFile::thread_gone(const uint8_t* block) {
-  return acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word) & kExitOwnerDied;
+uint32_t LiveRawFile::exit_word(const uint8_t* block) {
+  return acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word);
 }
 
 // Thread `thread` found gone (once): its last block counted as left in the
@@ -493,8 +488,7 @@ void LiveRawFile::note_gone(uint32_t thread) {
   Thread& t = threads_[thread];
   if (t.gone) return;
   t.gone = true;
-  auto* f = reinterpret_cast<FreeBlocks*>(reinterpret_cast<char*>(header_) + kFreeBlocksOffset);
-  __atomic_fetch_add(&f->published, 1u, __ATOMIC_ACQ_REL);
+  __atomic_fetch_add(&free_blocks()->published, 1u, __ATOMIC_ACQ_REL);
   ++threads_gone_;
 }
 
@@ -508,8 +502,7 @@ void LiveRawFile::count_consumed() {
 
 uint64_t LiveRawFile::unconsumed() const {
   if (!consume_) return 0;
-  const auto* f = reinterpret_cast<const FreeBlocks*>(reinterpret_cast<const char*>(header_) + kFreeBlocksOffset);
-  const uint64_t appended = acquire(&header_->data_blocks) + acquire(&f->published);
+  const uint64_t appended = acquire(&header_->data_blocks) + acquire(&free_blocks()->published);
   return appended > consumed_ ? appended - consumed_ : 0;
 }
 
@@ -533,7 +526,7 @@ uint64_t LiveRawFile::poll() {
     BlockHeader h;
     // (The exit word before the header: a thread gone cannot move on from
     // the block it ended in.)
-    const bool gone = consume_ && !final_ && thread_gone(slot_block(s));
+    const bool gone = consume_ && !final_ && (exit_word(slot_block(s)) & kExitOwnerDied);
     acquire_fence();
     if (!read_header(slot_block(s), &h)) continue;
     note_block(h);
@@ -556,7 +549,7 @@ uint64_t LiveRawFile::poll() {
       // (The exit word before the header: a thread gone cannot move on
       // from the block it ended in.)
       const uint8_t* block = slot_block(b.index);
-      const uint32_t exit = acquire(&reinterpret_cast<const BlockHeader*>(block)->exit_word);
+      const uint32_t exit = exit_word(block);
       acquire_fence();
       if (!read_header(block, &h) || h.thread != b.thread || h.thread_block_seq != b.seq) continue;
       if (exit & kExitOwnerDied) {  // its thread ended with it full (or pinned to it)

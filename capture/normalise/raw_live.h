@@ -116,9 +116,12 @@ class LiveRawFile final : public RecordSource {
   // Block slot `index`, read whole from the mapping: zeroed and given back
   // to the shim (raw::FreeBlocks), and counted as consumed.
   void give_back(uint32_t index);
-  // Whether the thread whose current block this is has gone (the kernel
-  // set its exit word's FUTEX_OWNER_DIED).
-  static bool thread_gone(const uint8_t* block);
+  // The block's exit word (raw::BlockHeader::exit_word): with
+  // raw::kExitOwnerDied, the thread whose block it is has gone.
+  static uint32_t exit_word(const uint8_t* block);
+  raw::FreeBlocks* free_blocks() const {
+    return reinterpret_cast<raw::FreeBlocks*>(reinterpret_cast<char*>(header_) + raw::kFreeBlocksOffset);
+  }
   void note_gone(uint32_t thread);
   // A block counted as consumed (the shim may take another) without being
   // given back.
