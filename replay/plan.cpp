@@ -74,7 +74,9 @@ uint64_t page_up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
 struct PlanFile {
   int fd = -1;
   size_t len = 0;
-  PlanFile(uint64_t bytes, const std::vector<std::pair<uint64_t, uint64_t>>& reserve, int given) : len(size_t(bytes)) {
+  bool writeback = false;  // start each write's writeback at once (sync_file_range)
+  PlanFile(uint64_t bytes, const std::vector<std::pair<uint64_t, uint64_t>>& reserve, int given, bool early_writeback)
+      : len(size_t(bytes)), writeback(given >= 0 && early_writeback) {
     fd = given >= 0 ? given : memfd_create("heaplab-plan", MFD_CLOEXEC);
     if (fd < 0) throw PlanError(std::string("memfd_create: ") + std::strerror(errno));
     if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
@@ -101,6 +103,7 @@ struct PlanFile {
   }
   void write(uint64_t off, const void* data, size_t n) {
     const char* p = static_cast<const char*>(data);
+    const uint64_t start = off, bytes = n;
     while (n > 0) {
       const ssize_t w = pwrite(fd, p, n, static_cast<off_t>(off));
       if (w < 0 && errno == EINTR) continue;
@@ -115,6 +118,10 @@ struct PlanFile {
       off += uint64_t(w);
       n -= size_t(w);
     }
+    // (Asynchronous: it only queues the pages for the disk. Failure only
+    // leaves the work to the final sync.)
+    if (writeback && bytes > 0)
+      (void)sync_file_range(fd, static_cast<off_t>(start), static_cast<off_t>(bytes), SYNC_FILE_RANGE_WRITE);
   }
   int release() {
     const int f = fd;
@@ -682,7 +689,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   Layout layout = layout_of(r, sh, s.has_times, s.has_live);
   std::vector<PlanThread>& table = layout.table;
   const std::vector<uint64_t>& cap = layout.cap;
-  PlanFile plan(layout.total, layout.reserve, fd);
+  PlanFile plan(layout.total, layout.reserve, fd, opt.writeback);
   // Buffers of about 16 MiB in all (1,024 to 32,768 entries an array).
   const size_t per = std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 32), 1024, 32768);
   std::vector<ArrayOut<PlanStep>> steps(nthreads);

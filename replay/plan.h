@@ -180,6 +180,10 @@ struct PlanOptions {
   // under test is loaded, and the builder's threads would leave their
   // arenas and caches in it). Not part of the plan's name.
   bool helpers = true;
+  // The plan is to be synced to disk once built (a plan kept for later
+  // commands): its pages are sent to the disk as they are written, so that
+  // the final sync waits for the last few only. Not part of the plan's name.
+  bool writeback = false;
 };
 
 // What the plan builder learned about the trace, in trace order.

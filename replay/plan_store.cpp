@@ -195,7 +195,9 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   }
   if (fd < 0) throw PlanError("creating the replay plan in " + dir_ + ": " + std::strerror(errno));
   try {
-    fd = build_plan(r, opt, summary, fd);
+    PlanOptions o = opt;
+    o.writeback = keep;  // synced before it is named
+    fd = build_plan(r, o, summary, fd);
   } catch (...) {
     if (keep) fs::remove(tmp, ec);
     throw;
