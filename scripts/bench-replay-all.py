@@ -8,7 +8,12 @@ used: "warm"). Each run's wall time is set against the sum of its four
 replays' own wall times (the replayer's measurement, calls only), with the
 time spent building the plan and the replayer's bookkeeping.
 
+With --compare BUILD_DIR, that build runs the same commands on the same
+trace, the two builds' repetitions interleaved (a noisy machine moves both
+alike), and a table per build is printed.
+
 Usage: scripts/bench-replay-all.py [--reps N] [--threads T] [--ops N] [--trace T.hlt]
+           [--compare BUILD_DIR]
   --trace replays a trace captured before (the same one for two builds:
   HEAPLAB_BUILD_DIR names the build) instead of capturing one.
 Needs a build (scripts/bootstrap.sh).
@@ -28,14 +33,18 @@ BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
 HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
 
 
-def run_all(trace, out, plans):
+def heaplab(build):
+    return os.path.join(build, "cli", "heaplab")
+
+
+def run_all(build, trace, out, plans):
     env = dict(os.environ, HEAPLAB_PLAN_DIR=plans)
     t0 = time.monotonic()
-    r = subprocess.run([HEAPLAB, "replay", trace, "-q", "--allocator", "all", "-o", out], capture_output=True,
+    r = subprocess.run([heaplab(build), "replay", trace, "-q", "--allocator", "all", "-o", out], capture_output=True,
                        text=True, env=env)
     wall = time.monotonic() - t0
     if r.returncode != 0:
-        sys.exit(f"bench-replay-all: replay failed: {r.stderr.strip()}")
+        sys.exit(f"bench-replay-all: {build}: replay failed: {r.stderr.strip()}")
     results = json.load(open(out))
     return {
         "wall": wall,
@@ -55,7 +64,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ops", type=int, default=2000000)
     ap.add_argument("--trace", help="a trace to replay instead of capturing one")
+    ap.add_argument("--compare", help="another build directory, run on the same trace, interleaved")
     a = ap.parse_args()
+    builds = [BUILD] + ([os.path.abspath(a.compare)] if a.compare else [])
+    for b in builds:
+        if not os.access(heaplab(b), os.X_OK):
+            sys.exit(f"bench-replay-all: {heaplab(b)} not found (build it first: scripts/bootstrap.sh)")
     work = tempfile.mkdtemp(prefix="heaplab-replay-all-")
     try:
         trace = a.trace or os.path.join(work, "churn.hlt")
@@ -64,24 +78,29 @@ def main():
             subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)],
                            check=True, stdout=subprocess.DEVNULL)
         out = os.path.join(work, "all.json")
-        rows = {"cold": [], "warm": []}
+        rows = {b: {"cold": [], "warm": []} for b in builds}
         for _ in range(a.reps):
-            plans = os.path.join(work, "plans")
-            shutil.rmtree(plans, ignore_errors=True)
-            rows["cold"].append(run_all(trace, out, plans))
-            rows["warm"].append(run_all(trace, out, plans))
-        first = rows["cold"][0]
-        print(f"{first['calls']:,} calls, {first['n']} allocators, medians of {a.reps} runs; "
-              f"plan {first['plan_total'] / 2**30:.2f} GiB, replayer bookkeeping at most "
-              f"{first['bookkeeping'] / 2**20:.1f} MiB")
-        print(f"  {'':6} {'whole command':>14} {'replays':>9} {'ratio':>7} {'plan building':>14}  plans")
-        for kind in ("cold", "warm"):
-            r = rows[kind]
-            wall = statistics.median(x["wall"] for x in r)
-            replays = statistics.median(x["replays"] for x in r)
-            build = statistics.median(x["build"] for x in r)
-            print(f"  {kind:6} {wall:12.2f} s {replays:7.2f} s {wall / replays:6.2f}x {build:12.2f} s  "
-                  f"{', '.join(r[0]['sources'])}")
+            for b in builds:
+                plans = os.path.join(work, "plans")
+                shutil.rmtree(plans, ignore_errors=True)
+                rows[b]["cold"].append(run_all(b, trace, out, plans))
+                rows[b]["warm"].append(run_all(b, trace, out, plans))
+            shutil.rmtree(os.path.join(work, "plans"), ignore_errors=True)
+        for b in builds:
+            first = rows[b]["cold"][0]
+            if len(builds) > 1:
+                print(b)
+            print(f"{first['calls']:,} calls, {first['n']} allocators, medians of {a.reps} runs; "
+                  f"plan {first['plan_total'] / 2**30:.2f} GiB, replayer bookkeeping at most "
+                  f"{first['bookkeeping'] / 2**20:.1f} MiB")
+            print(f"  {'':6} {'whole command':>14} {'replays':>9} {'ratio':>7} {'plan building':>14}  plans")
+            for kind in ("cold", "warm"):
+                r = rows[b][kind]
+                wall = statistics.median(x["wall"] for x in r)
+                replays = statistics.median(x["replays"] for x in r)
+                build = statistics.median(x["build"] for x in r)
+                print(f"  {kind:6} {wall:12.2f} s {replays:7.2f} s {wall / replays:6.2f}x {build:12.2f} s  "
+                      f"{', '.join(r[0]['sources'])}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
