@@ -7,21 +7,35 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <sys/mman.h>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace heaplab {
 
-// Memory on a cache line's boundary, for std::vector.
+// Memory on a cache line's boundary, for std::vector. A table of 4 MiB or
+// more starts on a 2 MiB boundary and asks for huge pages (before it is
+// first touched), so that looking entries up at random does not miss the
+// TLB at every lookup as well as the cache.
 template <typename T>
 struct LineAllocator {
   using value_type = T;
+  static constexpr size_t kHuge = size_t{2} << 20;
   LineAllocator() = default;
   template <typename U>
   LineAllocator(const LineAllocator<U>&) {}  // NOLINT(google-explicit-constructor): as std::allocator
-  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  static std::align_val_t alignment(size_t n) {
+    return std::align_val_t{n * sizeof(T) >= 2 * kHuge ? kHuge : size_t{64}};
+  }
+  T* allocate(size_t n) {
+    void* p = ::operator new(n * sizeof(T), alignment(n));
+#if defined(MADV_HUGEPAGE)
+    if (alignment(n) == std::align_val_t{kHuge}) (void)madvise(p, n * sizeof(T) & ~(kHuge - 1), MADV_HUGEPAGE);
+#endif
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) { ::operator delete(p, alignment(n)); }
   template <typename U>
   bool operator==(const LineAllocator<U>&) const {
     return true;
