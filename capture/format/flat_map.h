@@ -14,7 +14,7 @@
 
 namespace heaplab {
 
-// Memory on a cache line's boundary, for std::vector. A table of 4 MiB or
+// Memory on a cache line's boundary, for std::vector. A table of 2 MiB or
 // more starts on a 2 MiB boundary and asks for huge pages (before it is
 // first touched), so that looking entries up at random does not miss the
 // TLB at every lookup as well as the cache.
@@ -25,9 +25,7 @@ struct LineAllocator {
   LineAllocator() = default;
   template <typename U>
   LineAllocator(const LineAllocator<U>&) {}  // NOLINT(google-explicit-constructor): as std::allocator
-  static std::align_val_t alignment(size_t n) {
-    return std::align_val_t{n * sizeof(T) >= 2 * kHuge ? kHuge : size_t{64}};
-  }
+  static std::align_val_t alignment(size_t n) { return std::align_val_t{n * sizeof(T) >= kHuge ? kHuge : size_t{64}}; }
   T* allocate(size_t n) {
     void* p = ::operator new(n * sizeof(T), alignment(n));
 #if defined(MADV_HUGEPAGE)

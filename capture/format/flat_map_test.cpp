@@ -82,14 +82,14 @@ TEST(FlatMap, TryInsertThroughGrowth) {
   }
 }
 
-// Tables start on a cache line; one of 4 MiB or more on a 2 MiB boundary
+// Tables start on a cache line; one of 2 MiB or more on a 2 MiB boundary
 // (where huge pages can back it), and it is given back with the alignment
 // it was made with (ASan checks the pairing).
 TEST(LineAllocator, LineOrHugePageAligned) {
   LineAllocator<uint64_t> a;
-  for (const size_t n : {size_t{1}, size_t{1000}, (size_t{4} << 20) / 8 - 1, (size_t{4} << 20) / 8, size_t{3} << 20}) {
+  for (const size_t n : {size_t{1}, size_t{1000}, (size_t{2} << 20) / 8 - 1, (size_t{2} << 20) / 8, size_t{3} << 20}) {
     uint64_t* p = a.allocate(n);
-    const bool huge = n * 8 >= (size_t{4} << 20);
+    const bool huge = n * 8 >= (size_t{2} << 20);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (huge ? size_t{2} << 20 : 64), 0u) << n;
     p[0] = 1;
     p[n - 1] = 2;
