@@ -119,9 +119,12 @@ struct PlanFile {
       n -= size_t(w);
     }
     // (Asynchronous: it only queues the pages for the disk. Failure only
-    // leaves the work to the final sync.)
-    if (writeback && bytes > 0)
-      (void)sync_file_range(fd, static_cast<off_t>(start), static_cast<off_t>(bytes), SYNC_FILE_RANGE_WRITE);
+    // leaves the work to the final sync. Only the pages this write fills:
+    // one shared with the next write would be written twice, and on file
+    // systems with stable pages that write would wait for the disk.)
+    const uint64_t first = page_up(start), end = (start + bytes) & ~(kPage - 1);
+    if (writeback && end > first)
+      (void)sync_file_range(fd, static_cast<off_t>(first), static_cast<off_t>(end - first), SYNC_FILE_RANGE_WRITE);
   }
   int release() {
     const int f = fd;

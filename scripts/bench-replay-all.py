@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--compare", help="another build directory, run on the same trace, interleaved")
     a = ap.parse_args()
     builds = [BUILD] + ([os.path.abspath(a.compare)] if a.compare else [])
+    if len(set(os.path.realpath(b) for b in builds)) != len(builds):
+        sys.exit("bench-replay-all: --compare names the build measured already")
     for b in builds:
         if not os.access(heaplab(b), os.X_OK):
             sys.exit(f"bench-replay-all: {heaplab(b)} not found (build it first: scripts/bootstrap.sh)")
@@ -77,10 +79,11 @@ def main():
             churn = os.path.join(BUILD, "capture", "testprogs", "churn")
             subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)],
                            check=True, stdout=subprocess.DEVNULL)
+            os.sync()  # the capture's writeback is not the first replay's
         out = os.path.join(work, "all.json")
         rows = {b: {"cold": [], "warm": []} for b in builds}
-        for _ in range(a.reps):
-            for b in builds:
+        for rep in range(a.reps):
+            for b in builds if rep % 2 == 0 else builds[::-1]:  # (each build first in turn)
                 plans = os.path.join(work, "plans")
                 shutil.rmtree(plans, ignore_errors=True)
                 rows[b]["cold"].append(run_all(b, trace, out, plans))

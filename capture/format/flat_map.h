@@ -15,9 +15,12 @@
 namespace heaplab {
 
 // Memory on a cache line's boundary, for std::vector. A table of 2 MiB or
-// more starts on a 2 MiB boundary and asks for huge pages (before it is
-// first touched), so that looking entries up at random does not miss the
-// TLB at every lookup as well as the cache.
+// more is a mapping of its own, on a 2 MiB boundary and a whole number of
+// 2 MiB long, that asks for huge pages before it is first touched (entries
+// looked up at random then miss the TLB less). Being its own mapping, it
+// takes nothing from the process's allocator and leaves it no memory with
+// that advice (a replayer building its plan in-process, beside the
+// allocator under test).
 template <typename T>
 struct LineAllocator {
   using value_type = T;
@@ -25,15 +28,29 @@ struct LineAllocator {
   LineAllocator() = default;
   template <typename U>
   LineAllocator(const LineAllocator<U>&) {}  // NOLINT(google-explicit-constructor): as std::allocator
-  static std::align_val_t alignment(size_t n) { return std::align_val_t{n * sizeof(T) >= kHuge ? kHuge : size_t{64}}; }
+  static bool mapped(size_t n) { return n * sizeof(T) >= kHuge; }
+  static size_t mapped_bytes(size_t n) { return (n * sizeof(T) + kHuge - 1) & ~(kHuge - 1); }
   T* allocate(size_t n) {
-    void* p = ::operator new(n * sizeof(T), alignment(n));
+    if (!mapped(n)) return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64}));
+    const size_t len = mapped_bytes(n);
+    void* m = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    // The 2 MiB-aligned part of len bytes is kept, the rest given back.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(m);
+    const uintptr_t start = (at + kHuge - 1) & ~(kHuge - 1);
+    if (start > at) munmap(m, start - at);
+    if (at + kHuge > start) munmap(reinterpret_cast<void*>(start + len), at + kHuge - start);
 #if defined(MADV_HUGEPAGE)
-    if (alignment(n) == std::align_val_t{kHuge}) (void)madvise(p, n * sizeof(T) & ~(kHuge - 1), MADV_HUGEPAGE);
+    (void)madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
 #endif
-    return static_cast<T*>(p);
+    return reinterpret_cast<T*>(start);
   }
-  void deallocate(T* p, size_t n) { ::operator delete(p, alignment(n)); }
+  void deallocate(T* p, size_t n) {
+    if (mapped(n))
+      munmap(p, mapped_bytes(n));
+    else
+      ::operator delete (p, std::align_val_t{64});
+  }
   template <typename U>
   bool operator==(const LineAllocator<U>&) const {
     return true;
