@@ -30,7 +30,6 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
-HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
 
 
 def heaplab(build):
@@ -77,7 +76,7 @@ def main():
         trace = a.trace or os.path.join(work, "churn.hlt")
         if not a.trace:
             churn = os.path.join(BUILD, "capture", "testprogs", "churn")
-            subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)],
+            subprocess.run([heaplab(BUILD), "capture", "-q", "-o", trace, "--", churn, str(a.threads), str(a.ops)],
                            check=True, stdout=subprocess.DEVNULL)
             os.sync()  # the capture's writeback is not the first replay's
         out = os.path.join(work, "all.json")

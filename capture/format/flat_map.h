@@ -39,7 +39,7 @@ struct LineAllocator {
     const uintptr_t at = reinterpret_cast<uintptr_t>(m);
     const uintptr_t start = (at + kHuge - 1) & ~(kHuge - 1);
     if (start > at) munmap(m, start - at);
-    if (at + kHuge > start) munmap(reinterpret_cast<void*>(start + len), at + kHuge - start);
+    munmap(reinterpret_cast<void*>(start + len), at + kHuge - start);  // (at least a page: at is page-aligned)
 #if defined(MADV_HUGEPAGE)
     (void)madvise(reinterpret_cast<void*>(start), len, MADV_HUGEPAGE);
 #endif
