@@ -36,6 +36,8 @@ set -euo pipefail
 #   heaplab run --slurm's test, a single-node cluster: slurmctld slurmd slurm-client munge
 #   the CI gate's test: python3-yaml (reads the README's CI files), libxml2-utils
 #   (xmllint checks the JUnit XML against experiments/junit.xsd)
+#   instruction counts for benchmarks on noisy machines: valgrind (callgrind,
+#   scripts/bench-instructions.py)
 PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   libgtest-dev libgmock-dev libbenchmark-dev
   libzstd-dev zlib1g-dev libbz2-dev liblzma-dev liblz4-dev
@@ -43,7 +45,7 @@ PACKAGES="build-essential cmake ninja-build pkg-config git ccache
   libprotobuf-dev protobuf-compiler
   zstd xz-utils bzip2 gzip lz4 clang clang-format clang-tidy
   libjemalloc2 libmimalloc2.0 libgoogle-perftools4 sqlite3 heaptrack python3 chromium redis-server redis-tools
-  libbenchmark-tools python3-scipy linux-perf libjs-chart.js python3-yaml libxml2-utils
+  libbenchmark-tools python3-scipy linux-perf libjs-chart.js python3-yaml libxml2-utils valgrind
   slurmctld slurmd slurm-client munge
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev"
 
