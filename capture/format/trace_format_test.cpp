@@ -206,6 +206,70 @@ TEST(Writer, HugeThreadIndicesCostOnlyWhatIsUsed) {
   EXPECT_EQ(back[1].thread, 3u);
 }
 
+// A program that starts threads over and over: each thread's state in the
+// writer goes once its thread_end is written, and every event comes back;
+// an event after a thread's thread_end (not what a capture writes, but the
+// format allows it) starts a fresh encoder and comes back too.
+TEST(Writer, AnEndedThreadsStateIsFreed) {
+  TempDir dir;
+  constexpr uint32_t kThreads = 5000;
+  std::vector<Event> expected;
+  {
+    TraceWriter w(dir.file("t.hlt"), {});
+    uint64_t time = 0;
+    auto put = [&](Event e) {
+      e.time = time += 3;
+      w.append(e);
+      expected.push_back(e);
+    };
+    for (uint32_t t = 0; t < kThreads; ++t) {
+      put({.thread = t, .op = Op::thread_start});
+      put({.size = 16 + t % 100, .thread = t, .op = Op::malloc});
+      put({.old = w.objects(), .thread = t, .op = Op::free});
+      if (t % 7 == 0) put({.size = 24, .thread = t, .op = Op::malloc});  // left live
+      put({.thread = t, .op = Op::thread_end});
+      EXPECT_EQ(w.open_threads(), 0u) << "thread " << t;
+    }
+    put({.size = 40, .thread = 3, .op = Op::malloc});  // thread 3 again, after its end
+    put({.old = 2, .thread = 3, .op = Op::free});      // (thread 0's live object)
+    EXPECT_EQ(w.open_threads(), 1u);
+    put({.thread = 1, .op = Op::thread_start});  // thread 1 again, ended again
+    put({.thread = 1, .op = Op::thread_end});
+    EXPECT_EQ(w.open_threads(), 1u);
+    w.close();
+  }
+  auto r = TraceReader::open(dir.file("t.hlt"));
+  EXPECT_EQ(r->active_threads().size(), size_t{kThreads});
+  EXPECT_EQ(read_all(*r), expected);
+}
+
+// Many threads of a few events each, none ended, past the writer's staging
+// budget (about 590,000 events): the threads with the most are written
+// early, and every event comes back in order.
+TEST(Writer, ManySmallThreadsPastTheStagingBudget) {
+  TempDir dir;
+  constexpr uint32_t kThreads = 40000, kEach = 20;
+  std::vector<Event> expected;
+  {
+    TraceWriter w(dir.file("m.hlt"), {});
+    uint64_t time = 0;
+    for (uint32_t round = 0; round < kEach / 2; ++round)
+      for (uint32_t t = 0; t < kThreads; ++t) {
+        Event m{.time = time += 2, .size = 8 + round, .thread = t, .op = Op::malloc};
+        w.append(m);
+        expected.push_back(m);
+        Event f{.time = time += 2, .old = w.objects(), .thread = t, .op = Op::free};
+        w.append(f);
+        expected.push_back(f);
+      }
+    EXPECT_EQ(w.open_threads(), size_t{kThreads});
+    w.close();
+  }
+  auto r = TraceReader::open(dir.file("m.hlt"));
+  EXPECT_EQ(r->event_count(), uint64_t{kThreads} * kEach);
+  EXPECT_EQ(read_all(*r), expected);
+}
+
 TEST(Writer, RejectsObjectsThatDoNotExistYet) {
   TempDir dir;
   TraceWriter w(dir.file("e.hlt"), {});

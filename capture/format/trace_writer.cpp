@@ -49,6 +49,7 @@ struct ThreadEncoder {
   uint64_t seq_next = 0, time_prev = 0;
   uint64_t id_next = 1, ref = 0;
   uint64_t id_start = 1, ref_start = 0;
+  uint32_t active_pos = 0;  // its place in TraceWriter::Impl::active
 };
 
 // Staged bytes per event (op byte and seven 64-bit values).
@@ -198,6 +199,7 @@ struct TraceWriter::Impl {
     if (!pages[p]) pages[p] = std::make_unique<Page>();
     auto& slot = (*pages[p])[t & ((1u << kPageBits) - 1)];
     slot = std::make_unique<ThreadEncoder>();
+    slot->active_pos = uint32_t(active.size());
     active.push_back(t);
     return *slot;
   }
@@ -288,22 +290,54 @@ struct TraceWriter::Impl {
     }
   }
 
-  // Flushes the thread with the most staged events.
-  // The staged events are over the budget: the thread with the most is
-  // written early. Staging arrays stay allocated for the next chunk (a
-  // busy thread keeps its own); past the budget, the flushed thread's and
-  // idle threads' arrays go back, so the writer's memory is about the
-  // budget however many threads there are, not a full chunk's arrays a
-  // thread.
+  // A thread that ended (its thread_end appended): its open chunk is
+  // written and its encoder freed, so that a program that starts threads
+  // over and over costs the writer nothing for those gone (but their
+  // chunks' index entries and thread table rows, which the file holds).
+  // Another event of the thread later gets a fresh encoder: every chunk
+  // carries its predictors' start.
+  void retire(uint32_t t) {
+    ThreadEncoder* te = encoder_slot(t);
+    if (!te) return;
+    flush_thread(t);
+    if (te->cap != 0) release_arrays(*te);
+    const uint32_t pos = te->active_pos, last = active.back();
+    active[pos] = last;
+    encoder_slot(last)->active_pos = pos;
+    active.pop_back();
+    (*pages[t >> kPageBits])[t & ((1u << kPageBits) - 1)].reset();
+    if (cached_thread == t) {
+      cached_thread = UINT32_MAX;
+      cached_encoder = nullptr;
+    }
+  }
+
+  // The staged events are over the budget: the threads with the most are
+  // written early, until a quarter of the budget is free (a scan of the
+  // threads for every quarter budget's worth of events, not for every
+  // chunk: with many threads of a few events each, a scan a chunk made the
+  // writer's time grow with the square of the threads). Staging arrays stay
+  // allocated for the next chunk (a busy thread keeps its own); past the
+  // budget, the flushed threads' and idle threads' arrays go back, so the
+  // writer's memory is about the budget however many threads there are,
+  // not a full chunk's arrays a thread.
   void flush_largest() {
-    uint32_t best = active.front();
+    by_staged.clear();
     for (uint32_t t : active)
-      if (encoder_slot(t)->n > encoder_slot(best)->n) best = t;
-    flush_thread(best);
+      if (const uint32_t n = encoder_slot(t)->n; n != 0) by_staged.emplace_back(n, t);
+    std::sort(by_staged.begin(), by_staged.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    const size_t target = max_staged() / 4 * 3;
+    for (const auto& [n, t] : by_staged) {
+      if (staged_events <= target) break;
+      flush_thread(t);
+    }
     if (staged_capacity > max_staged())
       for (uint32_t t : active)
         if (ThreadEncoder& te = *encoder_slot(t); te.n == 0 && te.cap != 0) release_arrays(te);
   }
+  std::vector<std::pair<uint32_t, uint32_t>> by_staged;  // flush_largest's (staged events, thread)
 
   void encode(ThreadEncoder& te, const Event& e, uint8_t fields) {
     if (te.n == 0) {
@@ -434,7 +468,9 @@ uint64_t TraceWriter::append(Event& e) {
   }
   ThreadEncoder& te = *m.cached_encoder;
   m.encode(te, e, fields);
-  if (te.n >= m.opt.chunk_events) {
+  if (e.op == Op::thread_end) [[unlikely]] {
+    m.retire(e.thread);
+  } else if (te.n >= m.opt.chunk_events) {
     m.flush_thread(e.thread);
   } else if (m.staged_events > m.max_staged()) [[unlikely]] {
     m.flush_largest();
@@ -548,6 +584,8 @@ void TraceWriter::close() {
 }
 
 uint64_t TraceWriter::events() const { return impl_->next_seq; }
+size_t TraceWriter::open_threads() const { return impl_->active.size(); }
+
 uint64_t TraceWriter::objects() const { return impl_->last_id; }
 uint64_t TraceWriter::bytes_written() const { return impl_->offset; }
 

@@ -74,6 +74,10 @@ class TraceWriter {
 
   uint64_t events() const;
   uint64_t objects() const;  // ids handed out so far
+  // Threads the writer keeps encoder state for: those with events but no
+  // thread_end yet (a thread_end writes the thread's open chunk and frees
+  // its state; an event of it after that starts afresh).
+  size_t open_threads() const;
   uint64_t bytes_written() const;
 
  private:

@@ -635,6 +635,16 @@ void Normaliser::process(size_t s, bool queue_next) {
 
 void Normaliser::end_stream(Stream& st, uint64_t time) {
   st.closed = true;
+  // What the stream held goes back (a program that starts threads over and
+  // over keeps only the few bytes of each that finish() names).
+  struct Release {
+    Stream& st;
+    ~Release() {
+      st.cursor.reset();
+      std::vector<Pending>().swap(st.pending);
+      std::vector<Stream::Remap>().swap(st.remaps);
+    }
+  } release{st};
   if (!st.started) return;
   rep_.unfinished_reallocs += st.pending.size();
   rep_.blocks_missing += st.cursor->changed();
