@@ -22,8 +22,8 @@ system) are printed: the CPU time moves less with the machine's noise; and
 the largest scratch disk and heaplab RSS of its runs. The program is this
 build's churn for both.
 --programs picks the programs to run (default: 1,2,512; also waves, and 100k:
-`churn 50 20 100 2000`, 100,000 threads of 40 calls each, 50 at a time: what
-each thread that has gone still costs heaplab).
+`churn 50 20 100 2000`, 100,000 threads of about 136 calls each, 50 at a
+time: what each thread that has gone still costs heaplab).
 
 Usage: scripts/bench-capture-live.py [--reps 5] [--long-ops 20000000] [--skip-long]
            [--programs 1,2,512] [--compare BUILD_DIR]

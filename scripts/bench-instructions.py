@@ -11,16 +11,19 @@ kept raw file) and normalised into a trace. Then, for this build and, with
   normalise  `heaplab import --from heaplab-raw --level L` of the raw file
              (both of the normaliser's threads; L: --level, default 1, the
              level live capture uses while the program keeps the cores busy)
-  plan       building the replay plan: `heaplab replay --allocator glibc`
-             with an empty plan directory (the heaplab process only: the
-             replayer is a child callgrind does not follow)
+  plan       `heaplab replay --allocator glibc` with an empty plan
+             directory, the heaplab process only (callgrind does not follow
+             the replayer, its child): building the plan (its three
+             threads), and around it hashing the trace for its content id,
+             keeping the plan and reading the result
   stats      `heaplab stats`
   check      `heaplab check`
 and prints instructions per call (the trace's allocation and release calls),
-the ratio between builds, and the functions that count most. (Passes with
-helper threads that poll vary by a few tenths of a percent between runs.) The two builds'
-normalised traces must hold the same events (`heaplab cat`), or it says so
-and exits 1.
+the ratio between builds (this build's count over the other's), and the
+functions that count most. (Passes with helper threads that poll vary by a
+few tenths of a percent between runs.) With normalise among the passes, the
+two builds' normalised traces must hold the same events (`heaplab cat`), or
+it says so and exits 1.
 
 Usage: scripts/bench-instructions.py [--threads 2] [--ops 200000] [--raw FILE.hlraw]
            [--passes normalise,plan,stats,check] [--level 1] [--top 8] [--compare BUILD_DIR]
@@ -55,7 +58,8 @@ def callgrind(cmd, out, env=None):
     r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     if r.returncode != 0:
-        fail(f"{' '.join(cmd)} failed under callgrind: {r.stderr.strip().splitlines()[-1:]}")
+        last = r.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        fail(f"{' '.join(cmd)} failed under callgrind: {last[0]}")
     with open(out) as f:
         for line in f:
             if line.startswith(("summary:", "totals:")):
@@ -155,6 +159,8 @@ def main():
         fail(f"--level: zstd levels are 1 to 22 (got {a.level})")
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         fail("valgrind not found (Debian: apt-get install valgrind; scripts/bootstrap.sh installs it)")
+    if not os.access(heaplab(BUILD), os.X_OK):
+        fail(f"{BUILD}: no cli/heaplab there (build first, or set HEAPLAB_BUILD_DIR)")
     builds = [("this", BUILD)]
     if a.compare:
         if os.path.realpath(a.compare) == os.path.realpath(BUILD):
@@ -168,9 +174,11 @@ def main():
         if not raw:
             rawdir = os.path.join(work, "raw")
             churn = os.path.join(BUILD, "capture", "testprogs", "churn")
-            subprocess.run([heaplab(BUILD), "capture", "-q", "--normalise", "after", "--keep-raw", "--raw-dir", rawdir,
-                            "-o", os.path.join(work, "churn.hlt"), "--", churn, str(a.threads), str(a.ops)],
-                           check=True, stdout=subprocess.DEVNULL)
+            c = subprocess.run([heaplab(BUILD), "capture", "-q", "--normalise", "after", "--keep-raw", "--raw-dir",
+                                rawdir, "-o", os.path.join(work, "churn.hlt"), "--", churn, str(a.threads), str(a.ops)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if c.returncode != 0:
+                fail(f"capturing churn {a.threads} {a.ops} failed: {c.stderr.strip()}")
             raws = glob.glob(os.path.join(rawdir, "*.hlraw"))
             if len(raws) != 1:
                 fail(f"expected one raw file, found {len(raws)}")
@@ -181,6 +189,8 @@ def main():
         if r.returncode != 0:
             fail(f"normalising {raw} failed: {r.stderr.strip()}")
         calls = calls_of(trace)
+        if calls == 0:
+            fail(f"{raw}: no allocation or release calls to count per")
         what = os.path.basename(raw) if a.raw else f"churn {a.threads} {a.ops}"
         print(f"{what}: {calls:,} calls; instructions a call (callgrind), zstd level {a.level} for normalise")
         totals = {}
@@ -194,7 +204,7 @@ def main():
                 print(f"\n{name}, {tag} build ({build}): {n:,} instructions, {n / calls:.1f} a call")
                 for ir, fn in top_functions(out, a.top):
                     print(f"  {ir / calls:8.1f}  {short(fn)}")
-        print("\n| pass | this build | " + ("compare build | ratio |" if a.compare else ""))
+        print("\n| pass | this build | " + ("compare build | this / compare |" if a.compare else ""))
         print("|---|---|" + ("---|---|" if a.compare else ""))
         for name in passes:
             mine = totals[(name, "this")] / calls

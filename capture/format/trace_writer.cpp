@@ -123,6 +123,7 @@ struct TraceWriter::Impl {
   using Page = std::array<std::unique_ptr<ThreadEncoder>, 1u << kPageBits>;
   std::vector<std::unique_ptr<Page>> pages;
   std::vector<uint32_t> active;
+  uint64_t encoders_made = 0;               // threads given an encoder so far (for the memory check)
   uint32_t cached_thread = UINT32_MAX;      // the last thread appended to,
   ThreadEncoder* cached_encoder = nullptr;  // and its encoder
   size_t staged_events = 0;
@@ -188,7 +189,8 @@ struct TraceWriter::Impl {
     // info): from 65,536 threads on, each doubling is held against the
     // memory available first (a few MB of input naming a new thread an
     // event would otherwise take the writer to 10 GB at 2^24 threads).
-    const uint64_t n = active.size();
+    const uint64_t n = encoders_made++;  // (not active.size(): ended threads leave it, and the
+                                         // file still holds their index entries and thread rows)
     if (const auto s = doubling_short_of_memory(n, uint64_t{1} << 16, kWriterBytesPerThread))
       throw TraceError(path + ": " + std::to_string(n) + " threads so far; twice that needs about " +
                        std::to_string(s->need >> 20) + " MiB to write (" + std::to_string(kWriterBytesPerThread) +

@@ -94,7 +94,7 @@ class KeyHeap {
   bool empty() const { return v_.empty(); }
   size_t size() const { return v_.size(); }
   const Key& top() const { return v_.front(); }
-  void push(const Key& k) {
+  void push(Key k) {  // (by value: push(top()) must not read a moved slot)
     size_t i = v_.size();
     v_.push_back(k);
     while (i > 0) {
