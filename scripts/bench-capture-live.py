@@ -21,9 +21,10 @@ each build's median wall time and CPU time (heaplab and the program, user +
 system) are printed: the CPU time moves less with the machine's noise; and
 the largest scratch disk and heaplab RSS of its runs. The program is this
 build's churn for both.
---programs picks the programs to run (default: 1,2,512; also waves, and 100k:
-`churn 50 20 100 2000`, 100,000 threads of about 136 calls each, 50 at a
-time: what each thread that has gone still costs heaplab).
+--programs picks the programs to run (default: 1,2,512; also waves, and 10k
+and 100k: `churn 50 20 100 200` and `2000`, 10,000 and 100,000 threads of
+about 136 calls each, 50 at a time: heaplab's RSS between the two is what
+each thread that has gone still costs it).
 
 Usage: scripts/bench-capture-live.py [--reps 5] [--long-ops 20000000] [--skip-long]
            [--programs 1,2,512] [--compare BUILD_DIR]
@@ -70,7 +71,8 @@ def hwm_kib(pid):
 
 
 PROGRAMS = {"1": ["1", "4000000"], "2": ["2", "2000000"], "512": ["512", "4000"],
-            "waves": ["300", "300", "20000", "24"], "100k": ["50", "20", "100", "2000"]}
+            "waves": ["300", "300", "20000", "24"], "10k": ["50", "20", "100", "200"],
+            "100k": ["50", "20", "100", "2000"]}
 
 
 def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None):
@@ -123,7 +125,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--long-ops", type=int, default=20000000)
     ap.add_argument("--skip-long", action="store_true")
-    ap.add_argument("--programs", default="1,2,512", help="churn programs to run: 1, 2, 512, waves, 100k")
+    ap.add_argument("--programs", default="1,2,512", help="churn programs to run: 1, 2, 512, waves, 10k, 100k")
     ap.add_argument("--compare", help="another build directory: its live captures interleaved with this build's")
     a = ap.parse_args()
     programs = []
