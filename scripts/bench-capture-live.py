@@ -16,7 +16,8 @@ Then one long capture (`churn 2 --long-ops`, 16 M calls per million ops)
 shows scratch disk staying bounded whatever the length.
 
 With --compare BUILD_DIR, live captures by this build and by that one are
-interleaved with the native runs instead (no `after` runs, no long run), and
+interleaved with the native runs instead, each build first in turn (no `after`
+runs, no long run), and
 each build's median wall time and CPU time (heaplab and the program, user +
 system) are printed: the CPU time moves less with the machine's noise; and
 the largest scratch disk and heaplab RSS of its runs. The program is this
@@ -178,7 +179,7 @@ def main():
 
 def compare(work, programs, other, other_dir, reps):
     builds = [(BUILD, HEAPLAB), (other_dir, other)]
-    print(f"live captures, medians of {reps}, runs interleaved (native, this build, the other)")
+    print(f"live captures, medians of {reps}, runs interleaved (native, then both builds, each first in turn)")
     print("| program | native | build | capture, live | vs native | CPU (heaplab + program) "
           "| scratch peak | heaplab RSS |")
     print("|---|---|---|---|---|---|---|---|")
@@ -189,9 +190,11 @@ def compare(work, programs, other, other_dir, reps):
         cpu = {b: [] for b, _ in builds}
         disk = {b: 0 for b, _ in builds}
         rss = {b: 0 for b, _ in builds}
-        for _ in range(reps):
+        for i in range(reps):
             nat.append(timed(cmdline))
-            for b, exe in builds:
+            # Each build first in turn: the run right after the native one
+            # came out about 10% slower (`churn 1`, either build first).
+            for b, exe in builds if i % 2 == 0 else builds[::-1]:
                 dt, d, r, _ = run_capture(work, cmdline, "live", exe, cpu[b])
                 wall[b].append(dt)
                 disk[b] = max(disk[b], d)
