@@ -16,6 +16,7 @@
 
 #include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
+#include "capture/format/heap_top.h"
 #include "capture/format/memory_available.h"
 
 namespace heaplab::trace {
@@ -760,27 +761,12 @@ size_t MergedCursor::next(Event* out, size_t max) {
     }
     return n;
   }
-  // The thread at the top stays there while its run goes out; then it
-  // moves down to its place (one pass, where a pop and a push were two).
-  auto sift_down = [&] {
-    const size_t m = heap_.size();
-    const uint32_t t = heap_[0];
-    size_t i = 0;
-    for (;;) {
-      size_t c = 2 * i + 1;
-      if (c >= m) break;
-      if (c + 1 < m && greater(heap_[c], heap_[c + 1])) ++c;
-      if (!greater(t, heap_[c])) break;
-      heap_[i] = heap_[c];
-      i = c;
-    }
-    heap_[i] = t;
-  };
   while (n < max && !heap_.empty()) {
     Source& s = sources_[heap_[0]];
     // A run: this thread's events up to the next head of the others (the
     // smaller of the top's children) go out without a heap operation each
-    // (threads often make a few calls in a row).
+    // (threads often make a few calls in a row). The thread stays at the
+    // top meanwhile, then moves down to its place in one pass.
     const size_t m = heap_.size();
     uint64_t bound = m > 1 ? head(heap_[1]) : UINT64_MAX;
     if (m > 2) bound = std::min(bound, head(heap_[2]));
@@ -788,11 +774,11 @@ size_t MergedCursor::next(Event* out, size_t max) {
       out[n++] = s.buf[s.pos++];
     } while (n < max && s.pos < s.len && s.buf[s.pos].seq < bound);
     if (s.pos == s.len && !refill(s)) {
-      heap_[0] = heap_.back();
+      std::pop_heap(heap_.begin(), heap_.end(), greater);
       heap_.pop_back();
-      if (heap_.empty()) break;
+    } else {
+      replace_heap_top(heap_, heap_[0], greater);
     }
-    sift_down();
   }
   return n;
 }

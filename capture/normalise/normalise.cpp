@@ -18,11 +18,13 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <tuple>
 
 #include "capture/format/flat_map.h"
+#include "capture/format/heap_top.h"
 #include "capture/import/metadata.h"
 #include "capture/normalise/memory_map.h"
 #include "capture/normalise/raw_live.h"
@@ -92,42 +94,19 @@ struct Key {
 class KeyHeap {
  public:
   bool empty() const { return v_.empty(); }
-  size_t size() const { return v_.size(); }
   const Key& top() const { return v_.front(); }
-  void push(Key k) {  // (by value: push(top()) must not read a moved slot)
-    size_t i = v_.size();
+  void push(const Key& k) {
     v_.push_back(k);
-    while (i > 0) {
-      const size_t up = (i - 1) / 2;
-      if (!(v_[up] > k)) break;
-      v_[i] = v_[up];
-      i = up;
-    }
-    v_[i] = k;
+    std::push_heap(v_.begin(), v_.end(), std::greater<>{});
   }
   void pop() {
-    const Key last = v_.back();
+    std::pop_heap(v_.begin(), v_.end(), std::greater<>{});
     v_.pop_back();
-    if (!v_.empty()) sift_down(last);
   }
   // pop() then push(k), in one pass.
-  void replace_top(const Key& k) { sift_down(k); }
+  void replace_top(const Key& k) { replace_heap_top(v_, k, std::greater<>{}); }
 
  private:
-  // Puts k at the root's place and moves it down to where it belongs.
-  void sift_down(const Key& k) {
-    const size_t n = v_.size();
-    size_t i = 0;
-    for (;;) {
-      size_t c = 2 * i + 1;
-      if (c >= n) break;
-      if (c + 1 < n && v_[c] > v_[c + 1]) ++c;
-      if (!(k > v_[c])) break;
-      v_[i] = v_[c];
-      i = c;
-    }
-    v_[i] = k;
-  }
   std::vector<Key> v_;
 };
 
