@@ -181,6 +181,27 @@ TEST(Writer, MetadataAndThreadTable) {
   }
 }
 
+// Thread information given in any order, and again for a thread described
+// already: the table comes out ascending, each thread once, as last given.
+TEST(Writer, ThreadInfoInAnyOrderAndGivenAgain) {
+  TempDir dir;
+  {
+    TraceWriter w(dir.file("t.hlt"), {});
+    w.set_thread_info(5, {105, "five"});
+    w.set_thread_info(2, {102, "two"});
+    w.set_thread_info(9, {109, "nine"});
+    w.set_thread_info(2, {202, "two, renamed"});
+    w.set_thread_info(0, {100, ""});
+    w.set_thread_info(9, {209, "nine, renamed"});
+    w.set_thread_info(7, {107, "seven"});
+    w.close();
+  }
+  auto r = TraceReader::open(dir.file("t.hlt"));
+  const std::vector<std::pair<uint32_t, ThreadInfo>> want{
+      {0, {100, ""}}, {2, {202, "two, renamed"}}, {5, {105, "five"}}, {7, {107, "seven"}}, {9, {209, "nine, renamed"}}};
+  EXPECT_EQ(r->thread_table(), want);
+}
+
 TEST(Writer, HugeThreadIndicesCostOnlyWhatIsUsed) {
   // Two events on threads 3 and 2^24 - 1: the file stays small and the
   // reader lists only the threads that have events.
