@@ -93,10 +93,12 @@ class LiveCursor final : public RecordCursor {
 
   void next_block() {
     LiveRawFile::Thread& th = t();
-    auto it = th.appended.find(seq_);
-    if (it != th.appended.end()) {
-      f_->consume(it->second);
-      th.appended.erase(it);
+    if (th.held) {
+      auto& appended = th.held->appended;
+      if (auto it = appended.find(seq_); it != appended.end()) {
+        f_->consume(it->second);
+        appended.erase(it);
+      }
     }
     if (release_ != kNoSlot) {  // read whole from the mapping: zeroed and given back
       f_->give_back(release_);
@@ -128,20 +130,22 @@ class LiveCursor final : public RecordCursor {
     if (th.gone && seq_ > th.top_seq && !final) {
       ended_ = caught_up_ = true;
       std::vector<uint8_t>().swap(buf_);
+      th.held.reset();
       return false;
     }
     const bool moved_on = final || th.top_seq > seq_;
+    LiveRawFile::Thread::Blocks& blocks = th.blocks();
     const LiveRawFile::Slot* slot = nullptr;
-    for (const LiveRawFile::Slot& s : th.mapped)
+    for (const LiveRawFile::Slot& s : blocks.mapped)
       if (s.seq == seq_) slot = &s;
-    auto app = th.appended.find(seq_);
+    auto app = blocks.appended.find(seq_);
     // A block the thread moved past was appended whole before it moved on;
     // at the end, a mapped copy of the same seq is the complete one (the
     // append may have been cut short).
     // (The buffer only once there is a block to read: a thread that ended
     // has none.)
-    if ((app != th.appended.end() || slot) && buf_.empty()) buf_.resize(kBlockSize);
-    if (app != th.appended.end() && moved_on && !(final && slot)) {
+    if ((app != blocks.appended.end() || slot) && buf_.empty()) buf_.resize(kBlockSize);
+    if (app != blocks.appended.end() && moved_on && !(final && slot)) {
       f_->read_appended(app->second, buf_.data());
       BlockHeader h;
       std::memcpy(&h, buf_.data(), sizeof h);
@@ -150,7 +154,7 @@ class LiveCursor final : public RecordCursor {
         done_with_block_ = true;  // once its records are returned
         return pos_ < n_;
       }
-      th.appended.erase(app);  // rewritten since it was indexed: not this block
+      blocks.appended.erase(app);  // rewritten since it was indexed: not this block
       return load();
     }
     if (slot) {
@@ -242,9 +246,9 @@ class LiveCursor final : public RecordCursor {
     if (final) {
       // Not anywhere: a gap (the process died while appending), or the end.
       uint64_t next = UINT64_MAX;
-      for (const auto& [seq, off] : th.appended)
+      for (const auto& [seq, off] : blocks.appended)
         if (seq > seq_) next = std::min(next, seq);
-      for (const LiveRawFile::Slot& s : th.mapped)
+      for (const LiveRawFile::Slot& s : blocks.mapped)
         if (s.seq > seq_) next = std::min(next, s.seq);
       if (next == UINT64_MAX) {
         ended_ = true;
@@ -435,7 +439,7 @@ void LiveRawFile::index_appended(uint64_t upto) {
       consume(b * kBlockSize);  // its records were read from the mapping
       continue;
     }
-    t.appended[h.thread_block_seq] = b * kBlockSize;
+    t.blocks().appended[h.thread_block_seq] = b * kBlockSize;
   }
 }
 
@@ -521,7 +525,9 @@ uint64_t LiveRawFile::poll() {
   // Appended blocks first: a thread's block moves from the mapping to
   // .blocks, never back.
   index_appended(acquire(&header_->data_blocks));
-  for (Thread& th : threads_) th.mapped.clear();
+  for (const uint32_t n : polled_)
+    if (threads_[n].held) threads_[n].held->mapped.clear();
+  polled_.clear();
   for (uint32_t s = 0; s < slots; ++s) {
     BlockHeader h;
     // (The exit word before the header: a thread gone cannot move on from
@@ -530,7 +536,9 @@ uint64_t LiveRawFile::poll() {
     acquire_fence();
     if (!read_header(slot_block(s), &h)) continue;
     note_block(h);
-    threads_[h.thread].mapped.push_back(Slot{h.thread_block_seq, s});
+    std::vector<Slot>& mapped = threads_[h.thread].blocks().mapped;
+    if (mapped.empty()) polled_.push_back(h.thread);
+    mapped.push_back(Slot{h.thread_block_seq, s});
     // Gone: its last block now waits for this reader, and its cursor ends
     // once past it. (Found here, not only once the cursor, perhaps far
     // behind, reaches the block. A block it was pinned to before is not its

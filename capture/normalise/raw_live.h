@@ -100,10 +100,21 @@ class LiveRawFile final : public RecordSource {
   struct Thread {
     uint64_t tid = 0;
     std::string name;
-    std::map<uint64_t, uint64_t> appended;  // seq -> offset in .blocks, not yet consumed
-    std::vector<Slot> mapped;               // its blocks in the mapping
-    uint64_t top_seq = 0;                   // the highest seq seen anywhere
-    uint64_t next_seq = 0;                  // the cursor's block
+    struct Blocks {
+      std::map<uint64_t, uint64_t> appended;  // seq -> offset in .blocks, not yet consumed
+      std::vector<Slot> mapped;               // its blocks in the mapping, as last polled
+    };
+    // Made when a block of the thread is first noted; freed once it has
+    // gone and its cursor has read its last block (a program that runs
+    // threads over and over keeps the few words above for each that has
+    // gone). blocks() makes it again if a block turns up after all.
+    std::unique_ptr<Blocks> held;
+    Blocks& blocks() {
+      if (!held) held = std::make_unique<Blocks>();
+      return *held;
+    }
+    uint64_t top_seq = 0;   // the highest seq seen anywhere
+    uint64_t next_seq = 0;  // the cursor's block
     bool seen = false;
     bool gone = false;  // ended in its block top_seq (note_gone)
   };
@@ -142,6 +153,7 @@ class LiveRawFile final : public RecordSource {
   uint64_t scanned_ = 0;              // appended blocks indexed
   std::vector<uint64_t> unreadable_;  // appended blocks whose header was not written yet
   std::vector<Thread> threads_;       // by thread number (raw::thread_numbers)
+  std::vector<uint32_t> polled_;      // the threads poll() gave mapped blocks (cleared at the next)
   struct InPlace {                    // a full block a cursor read in the mapping
     uint32_t thread;
     uint64_t seq;
