@@ -63,9 +63,10 @@ struct Stream {
   explicit Stream(std::unique_ptr<RecordCursor> c) : cursor(std::move(c)) {}
   std::unique_ptr<RecordCursor> cursor;
   const Record* rec = nullptr;
-  uint64_t ticks = 0;  // of rec, unwrapped and never decreasing
-  uint64_t gen = 0;    // records advanced past: tells stale heap entries
-  uint32_t index = 0;  // output thread index
+  uint64_t ticks = 0;   // of rec, unwrapped and never decreasing
+  uint64_t gen = 0;     // records advanced past: tells stale heap entries
+  uint32_t index = 0;   // output thread index
+  uint32_t source = 0;  // the source's thread number (RecordSource::cursor)
   bool started = false;
   bool busy = false;    // its record is being processed
   bool closed = false;  // ended: thread_end written (or never started)
@@ -266,7 +267,7 @@ class Normaliser {
   // process it at once instead).
   void process(size_t s, bool queue_next = true);
   Key key(size_t s) const {
-    const Stream& st = streams_[s];
+    const Stream& st = *streams_[s];
     return Key{st.ticks, rank(record_op(st.rec->head)), uint32_t(s), st.gen};
   }
   bool resolve(uint64_t addr, bool want_release);
@@ -300,8 +301,15 @@ class Normaliser {
   uint64_t next_id_ = 0;  // ids the writer will assign (dense, in order)
   bool busy_ = false;     // set_busy()
   uint64_t events_ = 0;
-  std::vector<Stream> streams_;
-  FlatMap<Obj> live_;  // address -> live object
+  // By the source's thread number; a stream that has ended and been closed
+  // is freed (null), so a thread that has gone costs 8 bytes here.
+  std::vector<std::unique_ptr<Stream>> streams_;
+  // The streams not yet freed, in ascending order: what refill(), step()
+  // and resolve() look through, so a poll's work follows the threads that
+  // are running, not every thread the program ever ran.
+  std::vector<uint32_t> open_;
+  double closed_cost_ticks_ = 0;  // the largest shim cost of a freed stream, ticks (for finish())
+  FlatMap<Obj> live_;             // address -> live object
   KeyHeap heap_;
   uint64_t first_time_ = 0, last_time_ = 0;
   bool any_ = false;
@@ -402,7 +410,7 @@ uint64_t Normaliser::append(Event& e, uint64_t old_bytes) {
 }
 
 void Normaliser::advance(size_t s) {
-  Stream& st = streams_[s];
+  Stream& st = *streams_[s];
   st.rec = st.cursor->next();
   if (!st.rec) return;
   live_.prefetch(st.rec->a);  // looked up when processed, after other streams' records
@@ -555,7 +563,7 @@ void Normaliser::handle_memory(Stream& st, const Record& r, uint64_t time) {
 // Processes stream s's current record: writes its events, advances the
 // stream and queues its next record.
 void Normaliser::process(size_t s, bool queue_next) {
-  Stream& st = streams_[s];
+  Stream& st = *streams_[s];
   st.busy = true;
   // The native timeline: the shim's cost on this thread so far (timed work,
   // and the calibrated cost of every record before this one) taken off.
@@ -614,8 +622,12 @@ void Normaliser::process(size_t s, bool queue_next) {
 
 void Normaliser::end_stream(Stream& st, uint64_t time) {
   st.closed = true;
-  // What the stream held goes back (a program that starts threads over and
-  // over keeps only the few bytes of each that finish() names).
+  // What the stream held goes back now, and the stream itself at the next
+  // refill() (a program that starts threads over and over keeps a pointer
+  // for each that has gone): what finish() needs of it is taken here, its
+  // thread's name and tid as they are at its end.
+  closed_cost_ticks_ = std::max(closed_cost_ticks_, double(st.overhead) + double(st.records) * event_cost_);
+  if (st.started) pipe_.set_thread_info(st.index, {in_.thread_tid(st.source), in_.thread_name(st.source)});
   struct Release {
     Stream& st;
     ~Release() {
@@ -657,21 +669,32 @@ void Normaliser::queue(size_t s) { heap_.push(key(s)); }
 void Normaliser::add_streams() {
   while (streams_.size() < in_.thread_count()) {
     const size_t s = streams_.size();
-    streams_.emplace_back(in_.cursor(s));
+    streams_.push_back(std::make_unique<Stream>(in_.cursor(s)));
+    streams_.back()->source = uint32_t(s);
+    open_.push_back(uint32_t(s));
   }
 }
 
-// Streams without a record look again; ended ones are closed.
+// Streams without a record look again; ended ones are closed. Streams
+// closed since the last refill are freed (none is being processed: drain()
+// holds a stream only while it runs).
 void Normaliser::refill() {
-  for (size_t s = 0; s < streams_.size(); ++s) {
-    Stream& st = streams_[s];
-    if (st.rec || st.closed) continue;
-    advance(s);
-    if (st.rec)
-      queue(s);
-    else if (st.cursor->ended())
-      end_stream(st, last_time_);
+  size_t kept = 0;
+  for (const uint32_t s : open_) {
+    Stream& st = *streams_[s];
+    if (!st.rec && !st.closed) {
+      advance(s);
+      if (st.rec)
+        queue(s);
+      else if (st.cursor->ended())
+        end_stream(st, last_time_);
+    }
+    if (st.closed)
+      streams_[s].reset();
+    else
+      open_[kept++] = s;
   }
+  open_.resize(kept);
 }
 
 // Processes records in time order: all of them, or up to watermark_.
@@ -688,8 +711,9 @@ uint64_t Normaliser::drain(bool all, common::Progress* progress) {
     }
     taken = false;
     if (progress) progress->update(rep_.records);
-    Stream& st = streams_[k.stream];
-    if (k.gen != st.gen || !st.rec) continue;  // processed early by resolve()
+    Stream* const sp = streams_[k.stream].get();
+    if (!sp || k.gen != sp->gen || !sp->rec) continue;  // processed early by resolve() (perhaps freed since)
+    Stream& st = *sp;
     process(k.stream, false);
     ++done;
     // The stream's next records while they come before every other
@@ -732,8 +756,8 @@ uint64_t Normaliser::step(uint64_t now) {
   add_streams();
   refill();
   watermark_ = UINT64_MAX;
-  for (const Stream& st : streams_)
-    if (!st.rec && !st.closed) watermark_ = std::min(watermark_, bound(st));
+  for (const uint32_t s : open_)
+    if (const Stream& st = *streams_[s]; !st.rec && !st.closed) watermark_ = std::min(watermark_, bound(st));
   return drain(false);
 }
 
@@ -743,8 +767,8 @@ uint64_t Normaliser::step(uint64_t now) {
 // record that resolves it is at the head of another thread's stream:
 // process that first. Returns true if one was found.
 bool Normaliser::resolve(uint64_t addr, bool want_release) {
-  for (size_t s = 0; s < streams_.size(); ++s) {
-    Stream& o = streams_[s];
+  for (const uint32_t s : open_) {
+    Stream& o = *streams_[s];
     if (o.busy || !o.rec || o.rec->a != addr) continue;
     // Unfenced TSC reads are out of order by at most a few hundred cycles;
     // anything further apart is a genuine event (e.g. reuse of an address
@@ -785,8 +809,8 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
   refill();
   drain(true);
   refill();  // streams whose last record was processed before they ended
-  for (size_t s = 0; s < streams_.size(); ++s)
-    if (streams_[s].started) pipe_.set_thread_info(streams_[s].index, {in_.thread_tid(s), in_.thread_name(s)});
+  for (const uint32_t s : open_)
+    if (streams_[s]->started) pipe_.set_thread_info(streams_[s]->index, {in_.thread_tid(s), in_.thread_name(s)});
   // Calls the shim counted instead of recording, once capture stopped on an
   // error: which threads made them is not known, so a thread of their own
   // (named "(lost)") holds one `lost` event with their count, at the end.
@@ -818,7 +842,8 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
   rep_.clean_exit = in_.clean_exit();
   rep_.duration_ns = any_ ? last_time_ - first_time_ : 0;
   rep_.captured_duration_ns = any_ ? last_raw_ - std::min(last_raw_, first_raw_) : 0;
-  for (const Stream& st : streams_) rep_.shim_cost_ns = std::max(rep_.shim_cost_ns, shim_cost_ns(st));
+  rep_.shim_cost_ns = saturated(closed_cost_ticks_ * ns_per_tick_);
+  for (const uint32_t s : open_) rep_.shim_cost_ns = std::max(rep_.shim_cost_ns, shim_cost_ns(*streams_[s]));
   rep_.event_cost_ns = double(in_.header().event_cost_x1024) / 1024.0 * ns_per_tick_;
   if (opt_.capture_metadata.contains("wall_ns")) {
     const uint64_t wall = opt_.capture_metadata["wall_ns"].get<uint64_t>();
