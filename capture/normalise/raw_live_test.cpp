@@ -537,6 +537,11 @@ TEST(LiveNormalise, AnEndedThreadsLastBlockIsReadAndGivenBack) {
       if (all[i].thread == 1 && all[i].op == Op::malloc) last1 = i;
     }
     EXPECT_LT(end0, last1);
+    // Its stream was freed once closed, its tid and name given to the
+    // thread table then: all three threads are described.
+    auto r = trace::TraceReader::open(dir.file("live.hlt"));
+    for (uint32_t t = 0; t < 3; ++t)
+      EXPECT_EQ(r->thread_info(t), (trace::ThreadInfo{100 + t, "worker" + std::to_string(t)})) << "thread " << t;
   }
 }
 
