@@ -136,7 +136,10 @@ struct TraceWriter::Impl {
   // hundred thousand keeps one for every thread).
   std::vector<std::pair<uint32_t, ThreadInfo>> infos;
   void set_info(uint32_t thread, ThreadInfo&& info) {
-    if (infos.empty() || infos.back().first < thread) {  // (how a normaliser numbers its threads)
+    // (Threads come in ascending order from a normaliser, which numbers them
+    // as they start: an append, or a replace found by binary search. An
+    // insert in the middle moves the entries after it.)
+    if (infos.empty() || infos.back().first < thread) {
       infos.emplace_back(thread, std::move(info));
       return;
     }

@@ -305,8 +305,9 @@ class Normaliser {
   // is freed (null), so a thread that has gone costs 8 bytes here.
   std::vector<std::unique_ptr<Stream>> streams_;
   // The streams not yet freed, in ascending order: what refill(), step()
-  // and resolve() look through, so a poll's work follows the threads that
-  // are running, not every thread the program ever ran.
+  // and resolve() look through, so a poll's work follows the threads not
+  // yet ended (and the source's thread numbers no thread has used yet),
+  // not every thread the program ever ran.
   std::vector<uint32_t> open_;
   double closed_cost_ticks_ = 0;  // the largest shim cost of a freed stream, ticks (for finish())
   FlatMap<Obj> live_;             // address -> live object
@@ -622,10 +623,12 @@ void Normaliser::process(size_t s, bool queue_next) {
 
 void Normaliser::end_stream(Stream& st, uint64_t time) {
   st.closed = true;
-  // What the stream held goes back now, and the stream itself at the next
-  // refill() (a program that starts threads over and over keeps a pointer
-  // for each that has gone): what finish() needs of it is taken here, its
-  // thread's name and tid as they are at its end.
+  // What the stream held goes back now, and the stream itself at the end
+  // of this refill() or the next (a program that starts threads over and
+  // over keeps a pointer for each that has gone): what finish() needs of it
+  // is taken here, its thread's name and tid as they are at its end, and
+  // its shim cost in ticks (event_cost_ is the shim's calibration, stored
+  // once at its start).
   closed_cost_ticks_ = std::max(closed_cost_ticks_, double(st.overhead) + double(st.records) * event_cost_);
   if (st.started) pipe_.set_thread_info(st.index, {in_.thread_tid(st.source), in_.thread_name(st.source)});
   struct Release {
@@ -675,26 +678,25 @@ void Normaliser::add_streams() {
   }
 }
 
-// Streams without a record look again; ended ones are closed. Streams
-// closed since the last refill are freed (none is being processed: drain()
-// holds a stream only while it runs).
+// Streams without a record look again; ended ones are closed. Then the
+// streams closed since the last refill are freed (none is being processed:
+// drain() holds a stream only while it runs). Two passes, so that an error
+// thrown by the first leaves open_ naming only streams that exist.
 void Normaliser::refill() {
-  size_t kept = 0;
   for (const uint32_t s : open_) {
     Stream& st = *streams_[s];
-    if (!st.rec && !st.closed) {
-      advance(s);
-      if (st.rec)
-        queue(s);
-      else if (st.cursor->ended())
-        end_stream(st, last_time_);
-    }
-    if (st.closed)
-      streams_[s].reset();
-    else
-      open_[kept++] = s;
+    if (st.rec || st.closed) continue;
+    advance(s);
+    if (st.rec)
+      queue(s);
+    else if (st.cursor->ended())
+      end_stream(st, last_time_);
   }
-  open_.resize(kept);
+  std::erase_if(open_, [&](uint32_t s) {
+    if (!streams_[s]->closed) return false;
+    streams_[s].reset();
+    return true;
+  });
 }
 
 // Processes records in time order: all of them, or up to watermark_.

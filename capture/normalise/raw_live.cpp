@@ -536,6 +536,9 @@ uint64_t LiveRawFile::poll() {
     acquire_fence();
     if (!read_header(slot_block(s), &h)) continue;
     note_block(h);
+    // (A thread gone, its last block read, keeps no bookkeeping: a block of
+    // it still here is one with a hole, kept.)
+    if (const Thread& th = threads_[h.thread]; th.gone && th.next_seq > th.top_seq && !th.held) continue;
     std::vector<Slot>& mapped = threads_[h.thread].blocks().mapped;
     if (mapped.empty()) polled_.push_back(h.thread);
     mapped.push_back(Slot{h.thread_block_seq, s});

@@ -104,10 +104,11 @@ class LiveRawFile final : public RecordSource {
       std::map<uint64_t, uint64_t> appended;  // seq -> offset in .blocks, not yet consumed
       std::vector<Slot> mapped;               // its blocks in the mapping, as last polled
     };
-    // Made when a block of the thread is first noted; freed once it has
-    // gone and its cursor has read its last block (a program that runs
-    // threads over and over keeps the few words above for each that has
-    // gone). blocks() makes it again if a block turns up after all.
+    // Made when a block of the thread is first indexed, polled or looked
+    // for; freed once it has gone and its cursor has read its last block (a
+    // program that runs threads over and over keeps the few words above for
+    // each that has gone). blocks() makes it again if a block turns up
+    // after all.
     std::unique_ptr<Blocks> held;
     Blocks& blocks() {
       if (!held) held = std::make_unique<Blocks>();
