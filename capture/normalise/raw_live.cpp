@@ -101,7 +101,7 @@ class LiveCursor final : public RecordCursor {
       }
     }
     if (release_ != kNoSlot) {  // read whole from the mapping: zeroed and given back
-      f_->give_back(release_);
+      f_->give_back(release_, n_);
       release_ = kNoSlot;
     }
     ++seq_;
@@ -129,7 +129,7 @@ class LiveCursor final : public RecordCursor {
     // thread it ran).
     if (th.gone && seq_ > th.top_seq && !final) {
       ended_ = caught_up_ = true;
-      std::vector<uint8_t>().swap(buf_);
+      f_->put_buffer(std::move(buf_));
       th.held.reset();
       return false;
     }
@@ -144,7 +144,7 @@ class LiveCursor final : public RecordCursor {
     // append may have been cut short).
     // (The buffer only once there is a block to read: a thread that ended
     // has none.)
-    if ((app != blocks.appended.end() || slot) && buf_.empty()) buf_.resize(kBlockSize);
+    if ((app != blocks.appended.end() || slot) && buf_.empty()) buf_ = f_->take_buffer();
     if (app != blocks.appended.end() && moved_on && !(final && slot)) {
       f_->read_appended(app->second, buf_.data());
       BlockHeader h;
@@ -460,14 +460,20 @@ void LiveRawFile::wake_waiters() {
           0);
 }
 
-void LiveRawFile::give_back(uint32_t index) {
+void LiveRawFile::give_back(uint32_t index, uint64_t records) {
   if (!consume_ || index >= slots_) return;
   auto* block = const_cast<uint8_t*>(slot_block(index));
   // The magic first: a block without it is never read as a thread's. (No
   // thread writes it any more, and the shim takes it only through the
-  // ring's release below.)
+  // ring's release below.) Then the header and the records written: the
+  // rest was zero when the block was taken, and stayed so but for records
+  // whose head was never written (a thread that died inside the shim), and
+  // a record is read only once its head is, which is written last. (A
+  // thread that ends after a few calls leaves a block mostly untouched:
+  // zeroing it all dirtied 16 pages of the mapping a thread.)
   __atomic_store_n(reinterpret_cast<uint32_t*>(block), 0u, __ATOMIC_RELEASE);
-  std::memset(block + sizeof(uint32_t), 0, kBlockSize - sizeof(uint32_t));
+  std::memset(block + sizeof(uint32_t), 0,
+              kBlockHeaderSize - sizeof(uint32_t) + std::min<uint64_t>(records, kRecordsPerBlock) * kRecordSize);
   FreeBlocks* f = free_blocks();
   const uint64_t tail = f->tail;
   // (Full only if threads stopped taking: the block then stays unused.)
@@ -589,5 +595,17 @@ void LiveRawFile::finish() {
 }
 
 std::unique_ptr<RecordCursor> LiveRawFile::cursor(size_t thread) { return std::make_unique<LiveCursor>(*this, thread); }
+
+std::vector<uint8_t> LiveRawFile::take_buffer() {
+  if (spare_buffers_.empty()) return std::vector<uint8_t>(kBlockSize);
+  std::vector<uint8_t> b = std::move(spare_buffers_.back());
+  spare_buffers_.pop_back();
+  return b;
+}
+
+void LiveRawFile::put_buffer(std::vector<uint8_t>&& buf) {
+  if (buf.size() == kBlockSize && spare_buffers_.size() < kSpareBuffers) spare_buffers_.push_back(std::move(buf));
+  buf = {};
+}
 
 }  // namespace heaplab::normalise

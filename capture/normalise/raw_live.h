@@ -127,7 +127,14 @@ class LiveRawFile final : public RecordSource {
   void consume(uint64_t offset);
   // Block slot `index`, read whole from the mapping: zeroed and given back
   // to the shim (raw::FreeBlocks), and counted as consumed.
-  void give_back(uint32_t index);
+  // (`records`: how many of its records were written, at most.)
+  void give_back(uint32_t index, uint64_t records = raw::kRecordsPerBlock);
+  // A cursor's block buffer: a spare one (a program whose threads come and
+  // go would otherwise allocate and zero 64 KiB for every thread), or new.
+  std::vector<uint8_t> take_buffer();
+  void put_buffer(std::vector<uint8_t>&& buf);
+  static constexpr size_t kSpareBuffers = 16;  // 1 MiB kept at most
+  std::vector<std::vector<uint8_t>> spare_buffers_;
   // The block's exit word (raw::BlockHeader::exit_word): with
   // raw::kExitOwnerDied, the thread whose block it is has gone.
   static uint32_t exit_word(const uint8_t* block);
