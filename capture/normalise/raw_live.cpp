@@ -101,7 +101,7 @@ class LiveCursor final : public RecordCursor {
       }
     }
     if (release_ != kNoSlot) {  // read whole from the mapping: zeroed and given back
-      f_->give_back(release_, n_);
+      f_->give_back(release_, release_records_);
       release_ = kNoSlot;
     }
     ++seq_;
@@ -214,8 +214,12 @@ class LiveCursor final : public RecordCursor {
         if (!final && (ended ? gaps == 0 : last == kRecordsPerBlock && missing == 0) && holes_before_ == holes_) {
           if (pinned)  // (given back by poll() once the kernel has marked it)
             f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
-          else
+          else {
             release_ = slot->index;
+            // Every record from `last` on was scanned with a zero head (an
+            // ended thread's block is read to its end), or none is left.
+            release_records_ = last;
+          }
         }
         if (ended) {
           // The block its thread ended in (not one it was pinned to before).
@@ -234,9 +238,10 @@ class LiveCursor final : public RecordCursor {
         // or, with no copy, leaves it here and moves on: given back then,
         // or now if it is marked left (its thread waits for a block).
         done_with_block_ = true;
-        if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull)
+        if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
           release_ = slot->index;
-        else if (f_->consume_)
+          release_records_ = kRecordsPerBlock;
+        } else if (f_->consume_)
           f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
       }
       if (more) return true;
@@ -278,7 +283,8 @@ class LiveCursor final : public RecordCursor {
   uint64_t holes_ = 0;
   uint64_t holes_before_ = 0;  // holes_ when block seq_ was started
   static constexpr uint32_t kNoSlot = UINT32_MAX;
-  uint32_t release_ = kNoSlot;  // block seq_'s slot, to give back once returned
+  uint32_t release_ = kNoSlot;                   // block seq_'s slot, to give back once returned
+  uint64_t release_records_ = kRecordsPerBlock;  // and how far its records are to be zeroed
   std::optional<std::chrono::steady_clock::time_point> stuck_since_;
 };
 

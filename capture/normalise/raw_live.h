@@ -127,7 +127,8 @@ class LiveRawFile final : public RecordSource {
   void consume(uint64_t offset);
   // Block slot `index`, read whole from the mapping: zeroed and given back
   // to the shim (raw::FreeBlocks), and counted as consumed.
-  // (`records`: how many of its records were written, at most.)
+  // (`records`: how far to zero its records; every record from there on
+  // must have been read with a zero head, and can be written by no thread.)
   void give_back(uint32_t index, uint64_t records = raw::kRecordsPerBlock);
   // A cursor's block buffer: a spare one (a program whose threads come and
   // go would otherwise allocate and zero 64 KiB for every thread), or new.

@@ -98,6 +98,16 @@ class FakeShim {
   // A record of thread t's block reserved and never written (the thread
   // died inside the shim; or, here, went on): a hole before its next one.
   void hole(uint32_t t) { ++state_[t].used; }
+  // A record whose other words were written and its head never (the thread
+  // died inside the shim, after its last complete record).
+  void torn(uint32_t t) {
+    State& s = state_[t];
+    auto* rec = reinterpret_cast<raw::Record*>(block(t) + raw::kBlockHeaderSize) + s.used;
+    rec->a = 0xdead0000 + t;
+    rec->b = 77;
+    rec->c = 78;
+    ++s.used;
+  }
   // Thread t has ended in its current block: what the shim counts as it
   // begins to end, and the exit word as the kernel leaves it.
   void end_thread(uint32_t t) {
@@ -186,7 +196,7 @@ struct Step {
   uint32_t thread;
   raw::Record rec;  // head 0: the thread ends here (FakeShim::end_thread), or with a = kHole, a hole
 };
-constexpr uint64_t kHole = 1;
+constexpr uint64_t kHole = 1, kTorn = 2;
 
 // A program of 3 threads: each allocates and frees, and hands a share of its
 // objects to the next thread to free; addresses are reused once freed. Ticks
@@ -275,6 +285,8 @@ LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batc
       if (steps[next].rec.head == 0) {
         if (steps[next].rec.a == kHole)
           shim.hole(steps[next].thread);
+        else if (steps[next].rec.a == kTorn)
+          shim.torn(steps[next].thread);
         else
           shim.end_thread(steps[next].thread);
         continue;
@@ -543,6 +555,27 @@ TEST(LiveNormalise, AnEndedThreadsLastBlockIsReadAndGivenBack) {
     for (uint32_t t = 0; t < 3; ++t)
       EXPECT_EQ(r->thread_info(t), (trace::ThreadInfo{100 + t, "worker" + std::to_string(t)})) << "thread " << t;
   }
+}
+
+// A thread that dies inside the shim, after its last complete record: the
+// record it was writing has its other words and no head. Its block is read
+// whole and given back (nothing follows the torn record), zeroed only as far
+// as its complete records, and other threads write it again: the same
+// events as normalising a kept capture, the torn record no event.
+TEST(LiveNormalise, AnEndedThreadsBlockWithATornLastRecordIsGivenBack) {
+  std::vector<Step> ended = thread0_ends(script(60000), 10 * raw::kRecordsPerBlock + 700);
+  size_t last0 = 0;
+  for (size_t i = 0; i < ended.size(); ++i)
+    if (ended[i].thread == 0 && ended[i].rec.head != 0) last0 = i;
+  ended.insert(ended.begin() + std::ptrdiff_t(last0) + 1, Step{0, raw::Record{0, kTorn, 0, 0}});
+  TempDir keep_dir, dir;
+  LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
+  LiveRun live = run_live(dir, ended, 3000, false, true, 1);
+  EXPECT_EQ(live.rep.records, ended.size() - 2);
+  EXPECT_EQ(live.rep.holes, 0u);
+  EXPECT_EQ(live.threads_gone, 1u);
+  EXPECT_TRUE(live.ended_block_reused) << "the ended thread's block was given back and written again";
+  expect_same(live.events, kept.events);
 }
 
 // A thread that ends in a block with a hole (a record reserved and never

@@ -21,14 +21,17 @@
 // With a live reader consuming (heaplab capture's normaliser), a full block
 // is not copied to .blocks: the thread leaves it in the mapping and moves
 // to a fresh one (the FreeBlocks the reader gave back, else a new slot).
-// The reader reads it there, zeroes it and gives it back once every record
-// of it is written (a block a signal handler moved its thread off may
+// The reader reads it there, zeroes its header and the records written,
+// and gives it back once every record of it is written (a block a signal handler moved its thread off may
 // still lack the record it interrupted: raw_live.cpp waits for it).
 //
 // A block belongs to one thread. It starts with a BlockHeader, then records of
 // kRecordSize bytes. A record is complete when its `head` word is non-zero;
-// the shim writes `head` last. A block's unused tail is zero. A zero record
-// followed by a complete one is a hole (the thread died while writing it).
+// the shim writes `head` last. The heads of a block's unused tail are zero
+// (a record's other words may not be, where a thread died writing it: a
+// block given back is zeroed only as far as records were written). A record
+// with a zero head followed by a complete one is a hole (the thread died
+// while writing it).
 // A thread's blocks are ordered by thread_block_seq; when a mapped block and
 // an appended one have the same seq, the mapped one is the complete copy if
 // its magic is set (the shim clears the magic before reusing it).
