@@ -277,9 +277,14 @@ class Normaliser {
   uint64_t append(Event& e, uint64_t old_bytes = 0);
   void produce(Event& e, uint64_t addr, uint64_t old_bytes = 0);
   uint64_t ns(uint64_t ticks) const;
-  uint64_t shim_cost_ns(const Stream& st) const {
-    const double ticks = double(st.overhead) + double(st.records) * event_cost_;
-    return saturated(ticks * ns_per_tick_);
+  // The shim's cost on a stream's thread so far: its timed work, and the
+  // calibrated cost of every record.
+  double shim_cost_ticks(const Stream& st) const { return double(st.overhead) + double(st.records) * event_cost_; }
+  uint64_t shim_cost_ns(const Stream& st) const { return saturated(shim_cost_ticks(st) * ns_per_tick_); }
+  // The stream's thread in the trace's thread table: its tid and name as
+  // the source has them now.
+  void describe(const Stream& st) {
+    pipe_.set_thread_info(st.index, trace::ThreadInfo{in_.thread_tid(st.source), in_.thread_name(st.source)});
   }
   uint64_t last_raw_ = 0, first_raw_ = 0;  // uncorrected times
 
@@ -585,7 +590,7 @@ void Normaliser::process(size_t s, bool queue_next) {
   if (!st.started) {
     st.started = true;
     st.index = next_thread_++;
-    pipe_.set_thread_info(st.index, trace::ThreadInfo{in_.thread_tid(s), in_.thread_name(s)});
+    describe(st);
     Event e;
     e.op = Op::thread_start;
     e.time = time;
@@ -629,8 +634,8 @@ void Normaliser::end_stream(Stream& st, uint64_t time) {
   // is taken here, its thread's name and tid as they are at its end, and
   // its shim cost in ticks (event_cost_ is the shim's calibration, stored
   // once at its start).
-  closed_cost_ticks_ = std::max(closed_cost_ticks_, double(st.overhead) + double(st.records) * event_cost_);
-  if (st.started) pipe_.set_thread_info(st.index, {in_.thread_tid(st.source), in_.thread_name(st.source)});
+  closed_cost_ticks_ = std::max(closed_cost_ticks_, shim_cost_ticks(st));
+  if (st.started) describe(st);
   struct Release {
     Stream& st;
     ~Release() {
@@ -812,7 +817,7 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
   drain(true);
   refill();  // streams whose last record was processed before they ended
   for (const uint32_t s : open_)
-    if (streams_[s]->started) pipe_.set_thread_info(streams_[s]->index, {in_.thread_tid(s), in_.thread_name(s)});
+    if (streams_[s]->started) describe(*streams_[s]);
   // Calls the shim counted instead of recording, once capture stopped on an
   // error: which threads made them is not known, so a thread of their own
   // (named "(lost)") holds one `lost` event with their count, at the end.
@@ -844,8 +849,9 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
   rep_.clean_exit = in_.clean_exit();
   rep_.duration_ns = any_ ? last_time_ - first_time_ : 0;
   rep_.captured_duration_ns = any_ ? last_raw_ - std::min(last_raw_, first_raw_) : 0;
-  rep_.shim_cost_ns = saturated(closed_cost_ticks_ * ns_per_tick_);
-  for (const uint32_t s : open_) rep_.shim_cost_ns = std::max(rep_.shim_cost_ns, shim_cost_ns(*streams_[s]));
+  double cost_ticks = closed_cost_ticks_;
+  for (const uint32_t s : open_) cost_ticks = std::max(cost_ticks, shim_cost_ticks(*streams_[s]));
+  rep_.shim_cost_ns = saturated(cost_ticks * ns_per_tick_);
   rep_.event_cost_ns = double(in_.header().event_cost_x1024) / 1024.0 * ns_per_tick_;
   if (opt_.capture_metadata.contains("wall_ns")) {
     const uint64_t wall = opt_.capture_metadata["wall_ns"].get<uint64_t>();
