@@ -514,6 +514,25 @@ std::vector<Step> thread0_ends(const std::vector<Step>& steps, uint64_t own, uin
   return out;
 }
 
+// Normalises `ended` (thread 0 ends part way, its block then given back to
+// the shim and written again by another thread) with a reader that keeps
+// the raw files and with one that consumes; checks what both must show:
+// records, no holes, one thread gone, the block reused only where consumed,
+// and the same events.
+struct EndedRuns {
+  LiveRun kept, live;
+};
+EndedRuns run_ended(const TempDir& keep_dir, const TempDir& dir, const std::vector<Step>& ended, uint64_t records) {
+  EndedRuns r{run_live(keep_dir, ended, 3000, false, false, 1), run_live(dir, ended, 3000, false, true, 1)};
+  EXPECT_EQ(r.live.rep.records, records);
+  EXPECT_EQ(r.live.rep.holes, 0u);
+  EXPECT_EQ(r.live.threads_gone, 1u);
+  EXPECT_TRUE(r.live.ended_block_reused) << "the ended thread's block was given back and written again";
+  EXPECT_FALSE(r.kept.ended_block_reused) << "a reader that does not consume gives nothing back";
+  expect_same(r.live.events, r.kept.events);
+  return r;
+}
+
 // A thread that ends part way through a block (its exit word marked, as the
 // kernel marks it once the thread has gone): the reader reads the block
 // whole at once, gives it back, and another thread writes it again. The
@@ -528,18 +547,11 @@ TEST(LiveNormalise, AnEndedThreadsLastBlockIsReadAndGivenBack) {
     SCOPED_TRACE("records into its last block: " + std::to_string(into));
     const std::vector<Step> ended = thread0_ends(steps, 10 * raw::kRecordsPerBlock + into);
     TempDir keep_dir, dir;
-    LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
-    LiveRun live = run_live(dir, ended, 3000, false, true, 1);
-    EXPECT_EQ(live.rep.records, ended.size() - 1);
-    EXPECT_EQ(live.rep.holes, 0u);
-    EXPECT_EQ(live.threads_gone, 1u);
-    EXPECT_TRUE(live.ended_block_reused) << "the ended thread's block was given back and written again";
-    EXPECT_FALSE(kept.ended_block_reused) << "a reader that does not consume gives nothing back";
+    const LiveRun live = run_ended(keep_dir, dir, ended, ended.size() - 1).live;
     // Every block counted for the shim consumed, but for those read once
     // the process had ended (nobody waits then): the two running threads' last.
     EXPECT_LE(live.consumed, live.appended);
     EXPECT_LE(live.appended - live.consumed, 2u);
-    expect_same(live.events, kept.events);
     // The ended thread's stream closed as soon as its last block was read:
     // its thread_end comes before the other threads' later calls.
     const std::vector<Event> all = trace::testutil::read_all(*trace::TraceReader::open(dir.file("live.hlt")));
@@ -569,13 +581,7 @@ TEST(LiveNormalise, AnEndedThreadsBlockWithATornLastRecordIsGivenBack) {
     if (ended[i].thread == 0 && ended[i].rec.head != 0) last0 = i;
   ended.insert(ended.begin() + std::ptrdiff_t(last0) + 1, Step{0, raw::Record{0, kTorn, 0, 0}});
   TempDir keep_dir, dir;
-  LiveRun kept = run_live(keep_dir, ended, 3000, false, false, 1);
-  LiveRun live = run_live(dir, ended, 3000, false, true, 1);
-  EXPECT_EQ(live.rep.records, ended.size() - 2);
-  EXPECT_EQ(live.rep.holes, 0u);
-  EXPECT_EQ(live.threads_gone, 1u);
-  EXPECT_TRUE(live.ended_block_reused) << "the ended thread's block was given back and written again";
-  expect_same(live.events, kept.events);
+  run_ended(keep_dir, dir, ended, ended.size() - 2);  // (the torn record is none)
 }
 
 // A thread that ends in a block with a hole (a record reserved and never

@@ -22,8 +22,9 @@
 // is not copied to .blocks: the thread leaves it in the mapping and moves
 // to a fresh one (the FreeBlocks the reader gave back, else a new slot).
 // The reader reads it there, zeroes its header and the records written,
-// and gives it back once every record of it is written (a block a signal handler moved its thread off may
-// still lack the record it interrupted: raw_live.cpp waits for it).
+// and gives it back once every record of it is written (a block a signal
+// handler moved its thread off may still lack the record it interrupted:
+// raw_live.cpp waits for it).
 //
 // A block belongs to one thread. It starts with a BlockHeader, then records of
 // kRecordSize bytes. A record is complete when its `head` word is non-zero;
