@@ -566,6 +566,50 @@ TEST(Capture, ThreadsCrossThreadFrees) {
 // gives, on a real multi-threaded program long enough (about 780 blocks) for
 // the shim to wait for the reader (raw::live_ahead_blocks) and for blocks to be
 // given back as they are consumed.
+// The shim stamps a record once it has its place: after a block switch
+// (the block's own clock pair is taken as it starts), with the switch's cost
+// recorded first, so that a live reader that polled meanwhile (the thread
+// taken for caught up, or not numbered yet) never finds a record stamped
+// before its poll written after it. Every full block appended to .blocks
+// (the raw files kept: no reader consumes, so every full block goes there)
+// opens with a kRawOverhead record, and no record in it is stamped before
+// the block started. (Stamped as the call came in, the block's first call
+// was stamped before the block: a capture run four at once on two cores
+// gave frees the wrong object.)
+TEST(Capture, RecordsAreStampedAfterTheirBlockStarts) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("churn"), "2", "100000"});
+  opt.keep_raw = true;
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  ASSERT_EQ(r.exit_code, 0);
+  ASSERT_TRUE(r.failed.empty()) << failed_list(r);
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(r.raw_dir))
+    if (e.path().extension() == ".blocks") files.push_back(e.path().string());
+  ASSERT_EQ(files.size(), 1u);
+  std::ifstream in(files[0], std::ios::binary);
+  std::vector<char> block(heaplab::raw::kBlockSize);
+  uint64_t blocks = 0, records = 0;
+  while (in.read(block.data(), std::streamsize(block.size()))) {
+    heaplab::raw::BlockHeader h;
+    std::memcpy(&h, block.data(), sizeof h);
+    ASSERT_EQ(h.magic, heaplab::raw::kBlockMagic) << "block " << blocks;
+    const auto* rec = reinterpret_cast<const heaplab::raw::Record*>(block.data() + heaplab::raw::kBlockHeaderSize);
+    EXPECT_EQ(heaplab::raw::record_op(rec[0].head), uint32_t(heaplab::raw::kRawOverhead))
+        << "block " << blocks << " (thread " << h.thread << ", its block " << h.thread_block_seq << ")";
+    for (uint64_t i = 0; i < heaplab::raw::kRecordsPerBlock; ++i) {
+      ASSERT_NE(rec[i].head, 0u) << "block " << blocks << " record " << i;
+      // (56-bit ticks: the difference taken modulo, non-negative below 2^55)
+      const uint64_t since = (heaplab::raw::record_ticks(rec[i].head) - h.ticks) & heaplab::raw::kTicksMask;
+      ASSERT_LT(since, uint64_t{1} << 55) << "block " << blocks << " record " << i << " stamped before its block";
+      ++records;
+    }
+    ++blocks;
+  }
+  EXPECT_GT(blocks, 100u);  // (2 threads of about 300,000 records, 2,044 a block)
+  EXPECT_EQ(records, blocks * heaplab::raw::kRecordsPerBlock);
+}
+
 TEST(Capture, LiveNormalisingMatchesAfter) {
   auto strip = [](std::vector<Event> evs) {
     std::vector<Event> out;

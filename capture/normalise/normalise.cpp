@@ -762,7 +762,11 @@ uint64_t Normaliser::step(uint64_t now) {
     if (const double r = in_.ns_per_tick(); r > 0) ns_per_tick_ = r;
   add_streams();
   refill();
-  watermark_ = UINT64_MAX;
+  // Nothing past the clock read before the poll: a thread the poll did not
+  // number yet stamps its first record after that (the shim stamps a record
+  // once it has its place), and would otherwise find other threads' records
+  // written past it by those that ran dry stamped after the clock read.
+  watermark_ = now - std::min(now, window_ticks_);
   for (const uint32_t s : open_)
     if (const Stream& st = *streams_[s]; !st.rec && !st.closed) watermark_ = std::min(watermark_, bound(st));
   return drain(false);

@@ -267,9 +267,12 @@ class LiveCursor final : public RecordCursor {
     }
     // Block seq_ was not started when the poll looked (the thread is
     // appending its last one, or waiting for us to consume): its records are
-    // written after the poll. Unless the thread has moved past it: then it is
-    // appended but was not indexed yet (the next poll finds it).
-    caught_up_ = !moved_on;
+    // stamped after the poll (the shim stamps a record once it has its
+    // place). Unless the poll saw it before, or the thread past it: then it
+    // is being appended, or was appended and not indexed yet (the next poll
+    // finds it), with records stamped before the poll that this cursor has
+    // not read (a thread that filled its block while the reader was behind).
+    caught_up_ = th.top_seq < seq_;
     return false;
   }
 

@@ -43,7 +43,11 @@ constexpr uint64_t kStart = 1000;
 // `publish` (1; 2: every other full block of a thread, the rest appended),
 // while the reader consumes, a full block stays in the mapping and the
 // thread moves to a block the reader gave back (raw::FreeBlocks), else to a
-// new slot, as the shim's publish_block does.
+// new slot, as the shim's publish_block does. With `clear_first`
+// (set_clear_first), a full block's index is reserved and the block cleared
+// from the mapping at once, and written to .blocks (from a copy) in the next
+// batch: a reader then finds it nowhere, as one that polls the slot after the
+// shim cleared it but read the index before the shim's pwrite landed.
 class FakeShim {
  public:
   FakeShim(const std::string& path, uint32_t threads, bool slow_appends, int publish = 0)
@@ -84,6 +88,11 @@ class FakeShim {
     } else if (s.used == raw::kRecordsPerBlock) {
       s.index = __atomic_fetch_add(&header_->data_blocks, 1u, __ATOMIC_RELAXED);
       s.appending = true;
+      if (clear_first_) {
+        s.copy.assign(block(t), block(t) + raw::kBlockSize);
+        clear(t);
+        return false;
+      }
       if (slow_) return false;
       finish_append(t);
     }
@@ -127,13 +136,15 @@ class FakeShim {
   uint64_t taken_back() const { return taken_back_; }  // blocks reused from the reader's ring
   uint32_t slots() const { return header_->next_thread; }
   uint64_t consumed() const { return __atomic_load_n(&header_->consumed_blocks, __ATOMIC_ACQUIRE); }
+  void set_clear_first(bool on) { clear_first_ = on; }
 
  private:
   struct State {
     bool started = false, appending = false;
     uint64_t seq = 0, used = 0, index = 0;
-    uint32_t cur = 0;    // the slot of the thread's current block
-    uint64_t fulls = 0;  // its blocks filled
+    uint32_t cur = 0;           // the slot of the thread's current block
+    uint64_t fulls = 0;         // its blocks filled
+    std::vector<uint8_t> copy;  // clear_first: the full block, to write to .blocks
   };
   raw::FreeBlocks* free_blocks() const { return reinterpret_cast<raw::FreeBlocks*>(map_ + raw::kFreeBlocksOffset); }
   uint8_t* block(uint32_t t) { return map_ + raw::kBlockSize * (state_[t].cur + 1); }
@@ -171,18 +182,24 @@ class FakeShim {
   }
   void finish_append(uint32_t t) {
     State& s = state_[t];
-    ASSERT_EQ(pwrite(data_fd_, block(t), raw::kBlockSize, off_t(s.index * raw::kBlockSize)), ssize_t(raw::kBlockSize));
+    const uint8_t* from = s.copy.empty() ? block(t) : s.copy.data();
+    ASSERT_EQ(pwrite(data_fd_, from, raw::kBlockSize, off_t(s.index * raw::kBlockSize)), ssize_t(raw::kBlockSize));
+    if (s.copy.empty()) clear(t);
+    s.copy.clear();
+    s.appending = false;
+    start_block(t);
+  }
+  void clear(uint32_t t) {  // the magic first, as the shim does
     auto* h = reinterpret_cast<raw::BlockHeader*>(block(t));
     __atomic_store_n(&h->magic, 0u, __ATOMIC_RELEASE);
     std::memset(block(t) + sizeof(uint32_t), 0, raw::kBlockSize - sizeof(uint32_t));
-    s.appending = false;
-    start_block(t);
   }
 
   std::string path_;
   uint32_t threads_;
   bool slow_;
   int publish_;
+  bool clear_first_ = false;
   uint64_t taken_back_ = 0;
   uint32_t ended_slot_ = UINT32_MAX;
   bool ended_reused_ = false;
@@ -266,9 +283,10 @@ struct LiveRun {
 // Writes `steps` through a FakeShim, `batch` records per call of `ended`,
 // normalising live into DIR/live.hlt.
 LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batch, bool slow, bool consume,
-                 int publish = 0, const NormaliseOptions& opt = {}) {
+                 int publish = 0, const NormaliseOptions& opt = {}, bool clear_first = false) {
   const std::string path = dir.file("4321.0.hlraw");
   FakeShim shim(path, 3, slow, publish);
+  shim.set_clear_first(clear_first);
   LiveRawFile raw(path, consume);
   LiveRun out;
   size_t next = 0;
@@ -411,6 +429,57 @@ TEST(LiveNormalise, SlowAppendsKeepTheOrder) {
   EXPECT_EQ(live.rep.reused_live, 0u);
   EXPECT_EQ(live.rep.unknown_frees, 0u);
   expect_same(live.events, normalise_after(dir));
+}
+
+// A thread's full block, part read, is cleared from the mapping before
+// the reader finds its copy in .blocks: the thread is not caught up (the
+// rest of the block was stamped before the poll), and the reader must not
+// write another thread's later records first. (Taken for caught up, the
+// other thread's 900 allocations came before the block's last 44 records.)
+TEST(LiveNormalise, ABlockOnItsWayToTheAppendedFileHoldsTheOthersBack) {
+  std::vector<Step> steps;
+  uint64_t ticks = kStart + 10;
+  for (uint64_t i = 0; i < raw::kRecordsPerBlock; ++i)
+    steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::malloc), ticks++), 0x100000 + i * 64, 24, 0}});
+  steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::free), ticks++), 0x100000, 0, 0}});
+  ticks += 100000;  // well past the skew window
+  for (uint64_t i = 0; i < 900; ++i)
+    steps.push_back({1, raw::Record{raw::record_head(uint32_t(Op::malloc), ticks++), 0x900000 + i * 64, 40, 0}});
+  ASSERT_EQ(steps.size(), 2044u + 1 + 900);
+  // Polls after 1,000, 2,000 and 2,945 records: at the third, thread 0's
+  // block is full and on its way, 2,000 of its records read.
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 1000, false, false, 0, NormaliseOptions{}, true);
+  EXPECT_EQ(live.rep.records, steps.size());
+  EXPECT_EQ(live.rep.threads, 2u);
+  EXPECT_EQ(live.appended, 1u);
+  expect_same(live.events, normalise_after(dir));
+}
+
+// Records stamped after the clock the reader read before its poll wait for
+// a later poll, even where no thread holds them back: a thread the poll did
+// not yet number stamps its first record after that clock too, and may come
+// before them. (Here thread 0's records, stamped an hour ahead of the real
+// clock, would all be written at the first poll, before thread 1's, which
+// starts after it and lies among them.)
+TEST(LiveNormalise, RecordsStampedAfterThePollWaitForAThreadNotYetNumbered) {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t ahead = uint64_t(ts.tv_sec + 3600) * 1000000000u;
+  std::vector<Step> steps;
+  for (uint64_t i = 0; i < 100; ++i)
+    steps.push_back(
+        {0, raw::Record{raw::record_head(uint32_t(Op::malloc), ahead + i * 1000), 0x100000 + i * 64, 24, 0}});
+  steps.push_back({1, raw::Record{raw::record_head(uint32_t(Op::malloc), ahead + 50500), 0x900000, 40, 0}});
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 100, false, false);
+  EXPECT_EQ(live.rep.records, 101u);
+  EXPECT_EQ(live.rep.threads, 2u);
+  const std::vector<Event> after = normalise_after(dir);
+  ASSERT_EQ(after.size(), 103u);              // (two thread_starts)
+  EXPECT_EQ(after[52].op, Op::thread_start);  // thread 1, after thread 0's 51st allocation
+  EXPECT_EQ(after[52].thread, 1u);
+  expect_same(live.events, after);
 }
 
 // A consuming reader's heartbeat is there as soon as it has opened the

@@ -41,8 +41,8 @@ extern __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 extern uint32_t g_clock;  // raw::Clock
 
 // Slow path: claims a block (or drops the event if capture is off in this
-// process) and writes the record.
-void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c);
+// process) and writes the record, stamped once it has a place.
+void emit_slow(uint32_t op, uint64_t a, uint64_t b, uint64_t c);
 
 inline uint64_t mono_ns() {
   timespec ts;
@@ -151,7 +151,6 @@ inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
     emit_ptwrite(op, a, b, c);
     return;
   }
-  uint64_t ticks = stamp();
   uint64_t slot = raw::kRecordSize;
 #if defined(__x86_64__)
   // Not `lock`ed: only this thread (and its signal handlers) touch t_sink.
@@ -160,14 +159,17 @@ inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   slot = __atomic_fetch_add(&t_sink.cur, slot, __ATOMIC_RELAXED);
 #endif
   if (__builtin_expect((slot & (raw::kBlockSize - 1)) < raw::kBlockHeaderSize, 0)) {
-    emit_slow(op, ticks, a, b, c);
+    emit_slow(op, a, b, c);
     return;
   }
   auto* r = reinterpret_cast<raw::Record*>(slot);
   r->a = a;
   r->b = b;
   r->c = c;
-  __atomic_store_n(&r->head, raw::record_head(op, ticks), __ATOMIC_RELEASE);
+  // Stamped last, right before the record is published: a live reader that
+  // polls in between takes this thread for caught up to its poll's clock
+  // (less 20 ms), so a stamp must not wait long for its record.
+  __atomic_store_n(&r->head, raw::record_head(op, stamp()), __ATOMIC_RELEASE);
 }
 
 inline void note_overhead(uint64_t t0) {

@@ -28,9 +28,6 @@ using namespace heaplab::raw;
 
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
-// Set when the thread slept for a block (wait_given_back): its record is
-// stamped again.
-__thread bool t_waited_for_block __attribute__((tls_model("initial-exec")));
 // The thread is ending (thread_ending ran): every block it moves to gets an
 // exit node (link_exit_node).
 __thread bool t_ending __attribute__((tls_model("initial-exec")));
@@ -497,7 +494,6 @@ char* wait_given_back(FileHeader* h) {
       stop_capture("cannot grow the raw capture file, and the live reader gave no block back", ENOSPC);
       return nullptr;
     }
-    t_waited_for_block = true;
     sleep_until_consumed(h, consumed);
   }
 }
@@ -553,23 +549,23 @@ void sleep_until_consumed(FileHeader* h, uint64_t seen) {
 
 // A live normaliser consumes appended blocks while the program runs: wait
 // while it is live_ahead_blocks behind, so that scratch disk stays bounded,
-// but never for one that stopped answering. Returns whether it waited.
+// but never for one that stopped answering.
 // (Called with signals open, so that Ctrl-C is not held up; the wait is the
 // shim's cost: the caller times it.)
 // The header is looked up again at every round: a handler that forked
 // while this thread slept leaves its child here with the parent's header
 // unmapped (sink_after_fork), and the child's own, or none.
-bool wait_for_consumer() {
-  if (t_ending) return false;  // (about to end: never held back)
-  for (bool waited = false;; waited = true) {
+void wait_for_consumer() {
+  if (t_ending) return;  // (about to end: never held back)
+  for (;;) {
     FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
-    if (!h) return waited;
-    if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0) return waited;  // no reader: no clock read
+    if (!h) return;
+    if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0) return;  // no reader: no clock read
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
                               __atomic_load_n(&free_blocks(h)->published, __ATOMIC_RELAXED);
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
-    if (appended < consumed + live_ahead_blocks(running(h))) return waited;
-    if (!reader_alive(h, mono_ns()) || launcher_gone()) return waited;
+    if (appended < consumed + live_ahead_blocks(running(h))) return;
+    if (!reader_alive(h, mono_ns()) || launcher_gone()) return;
     // Asleep, not spinning: hundreds of threads waiting must not take the CPU the reader needs.
     sleep_until_consumed(h, consumed);
   }
@@ -655,13 +651,11 @@ void count_dropped(uint32_t op) {
   if (h && op < kRawReallocBegin) __atomic_fetch_add(&h->dropped_calls, 1u, __ATOMIC_RELAXED);
 }
 
-void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) {
+void emit_slow(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   const int saved_errno = errno;  // the program's call must not see ours (free keeps errno)
-  const uint64_t t0 = stamp();
-  // A full block (not the thread's first): wait for a live reader first. A
-  // record stamped before a long wait is stamped again: an allocation's still
-  // after its call returned, a release's still before its call starts.
-  if (t_sink.slot != 0 && __atomic_load_n(&g_capturing, __ATOMIC_RELAXED) && wait_for_consumer()) ticks = stamp();
+  uint64_t t0 = stamp();
+  // A full block (not the thread's first): wait for a live reader first.
+  if (t_sink.slot != 0 && __atomic_load_n(&g_capturing, __ATOMIC_RELAXED)) wait_for_consumer();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -673,25 +667,40 @@ void emit_slow(uint32_t op, uint64_t ticks, uint64_t a, uint64_t b, uint64_t c) 
     t.cur = 0;
   }
   // A signal handler may have started a fresh block since our reservation failed.
+  bool moved = false;
   if ((t.cur & (kBlockSize - 1)) < kBlockHeaderSize) {
-    bool ok = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
-    if (!ok) t.cur = 0;
-    if (t_waited_for_block) {  // stamped again, as after wait_for_consumer
-      t_waited_for_block = false;
-      ticks = stamp();
-    }
+    moved = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
+    if (!moved) t.cur = 0;
   }
   if (!t.cur && __atomic_load_n(&g_stopped, __ATOMIC_ACQUIRE)) count_dropped(op);  // this one too
   if (t.cur) {
-    auto* r = reinterpret_cast<Record*>(t.cur);
-    t.cur += kRecordSize;
-    r->a = a;
-    r->b = b;
-    r->c = c;
-    __atomic_store_n(&r->head, record_head(op, ticks), __ATOMIC_RELEASE);
+    // Stamped now that it has a place, not when the call came in: a live
+    // reader that polled meanwhile (while the thread waited, appended its
+    // block, or, at its first call, took its number) took the thread for
+    // caught up to that poll, or did not know it, and may have written other
+    // threads' records stamped since. (An allocation's stamp is still after
+    // its call returned, a release's before its call starts.) The block
+    // switch's cost goes first, so that the record keeps its place on the
+    // program's own timeline (the normaliser takes off the cost recorded
+    // before a record).
+    const auto put = [&t](uint32_t o, uint64_t ra, uint64_t rb, uint64_t rc) {
+      auto* r = reinterpret_cast<Record*>(t.cur);
+      t.cur += kRecordSize;
+      r->a = ra;
+      r->b = rb;
+      r->c = rc;
+      __atomic_store_n(&r->head, record_head(o, stamp()), __ATOMIC_RELEASE);
+    };
+    if (moved && op != kRawOverhead) {  // (a fresh block: room for both)
+      const uint64_t t1 = stamp();
+      t_overhead += t1 - t0;
+      t0 = t1;
+      put(kRawOverhead, t_overhead, 0, 0);
+    }
+    put(op, a, b, c);
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  // The block switch (an append, a fresh segment) is the shim's cost, not the program's.
+  // The rest of the slow path is the shim's cost too, not the program's.
   if (t.cur && op != kRawOverhead) note_overhead(t0);
   errno = saved_errno;
 }
