@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -164,8 +165,19 @@ class FakeShim {
     } else {
       return false;  // (the mapping is full: append)
     }
-    EXPECT_EQ(reinterpret_cast<raw::BlockHeader*>(map_ + raw::kBlockSize * (slot + 1))->magic, 0u)
-        << "a block given back still had its magic";
+    // Its header zeroed and every record's head (the reader zeroes the
+    // records written, and the rest were never completed: a torn one's
+    // other words may stay, raw_format.h), as the shim's fast path needs.
+    const uint8_t* given = map_ + raw::kBlockSize * (slot + 1);
+    const uint8_t* dirty = std::find_if(given, given + raw::kBlockHeaderSize, [](uint8_t b) { return b != 0; });
+    EXPECT_EQ(dirty, given + raw::kBlockHeaderSize)
+        << "a block given back has a header byte set at offset " << (dirty - given) << " of slot " << slot;
+    const auto* recs = reinterpret_cast<const raw::Record*>(given + raw::kBlockHeaderSize);
+    for (uint64_t i = 0; i < raw::kRecordsPerBlock; ++i)
+      if (recs[i].head != 0) {
+        ADD_FAILURE() << "a block given back has record " << i << " complete, in slot " << slot;
+        break;
+      }
     __atomic_fetch_add(&f->published, 1u, __ATOMIC_RELEASE);
     state_[t].cur = slot;
     start_block(t);

@@ -64,6 +64,63 @@ inline uint64_t stamp() {
   return mono_ns();
 }
 
+// Where the thread's restartable-sequence area (rseq(2), registered for
+// every thread by glibc 2.35 and later) keeps its rseq_cs pointer, from the
+// thread pointer; 0 where there is none, or the clock is not the TSC (set
+// by sink_open).
+extern intptr_t g_rseq_cs_offset;
+
+// Stamps a record and publishes it (its head, the last word written). With
+// the TSC and rseq, the clock read and the store are one restartable
+// sequence: a thread preempted, migrated or interrupted by a signal between
+// the two starts again from the clock read, so a record is never published
+// long after its stamp. A live reader takes a thread it polls for caught up
+// to its poll's clock (less 20 ms): a record stamped before a long
+// preemption and published after the poll would come after other threads'
+// records stamped later. (Without rseq, that window is a few instructions.)
+inline void publish(raw::Record* r, uint32_t op) {
+#if defined(__x86_64__)
+  if (__builtin_expect(g_rseq_cs_offset != 0, 1)) {
+    uint64_t lo, hi;
+    // 3: the critical section's descriptor (struct rseq_cs: version, flags,
+    // start, length, abort); 1-2: the section, its last instruction the
+    // commit; 4: the abort handler, after glibc's signature (RSEQ_SIG), set
+    // apart; it starts again from 6, setting the descriptor (the kernel
+    // clears it on abort).
+    asm volatile(
+        ".pushsection __rseq_cs, \"aw?\"\n\t"
+        ".balign 32\n\t"
+        "3:\n\t"
+        ".long 0, 0\n\t"
+        ".quad 1f, 2f - 1f, 4f\n\t"
+        ".popsection\n\t"
+        "6:\n\t"
+        "leaq 3b(%%rip), %%rax\n\t"
+        "movq %%rax, %%fs:(%[off])\n\t"
+        "1:\n\t"
+        "rdtsc\n\t"
+        "shlq $32, %%rdx\n\t"
+        "orq %%rdx, %%rax\n\t"
+        "shlq $8, %%rax\n\t"
+        "orq %[op1], %%rax\n\t"
+        "movq %%rax, %[head]\n\t"
+        "2:\n\t"
+        ".pushsection __rseq_failure, \"ax?\"\n\t"
+        ".byte 0x0f, 0xb9, 0x3d\n\t"
+        ".long 0x53053053\n\t"
+        "4:\n\t"
+        "jmp 6b\n\t"
+        ".popsection\n\t"
+        : [head] "=m"(r->head), "=&a"(lo), "=&d"(hi)
+        : [off] "r"(g_rseq_cs_offset), [op1] "r"(uint64_t(op) + 1u)
+        : "memory", "cc");
+    (void)lo, (void)hi;
+    return;
+  }
+#endif
+  __atomic_store_n(&r->head, raw::record_head(op, stamp()), __ATOMIC_RELEASE);
+}
+
 // In-program latency: one call in g_latency_every is timed inside the
 // allocator (0: none). t_latency_left counts down to the next.
 extern uint32_t g_latency_every;
@@ -166,10 +223,7 @@ inline void emit(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
   r->a = a;
   r->b = b;
   r->c = c;
-  // Stamped last, right before the record is published: a live reader that
-  // polls in between takes this thread for caught up to its poll's clock
-  // (less 20 ms), so a stamp must not wait long for its record.
-  __atomic_store_n(&r->head, raw::record_head(op, stamp()), __ATOMIC_RELEASE);
+  publish(r, op);  // stamped last
 }
 
 inline void note_overhead(uint64_t t0) {

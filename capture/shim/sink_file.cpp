@@ -4,11 +4,13 @@
 // appended to PID.GEN.hlraw.blocks with pwrite(2) without one. Thread slots are
 // handed out lock-free; mapping a segment of 64 slots and growing the file
 // happen under a spin lock, with all signals blocked. libc only.
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <linux/futex.h>
+#include <linux/rseq.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,6 +42,7 @@ uint32_t g_latency_every = 0;
 uint64_t g_event_cost_x1024 = 0, g_timer_overhead = 0;
 __thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
+intptr_t g_rseq_cs_offset = 0;
 bool g_capturing = false;
 bool g_stopped = false;
 pid_t g_launcher = 0;
@@ -689,7 +693,7 @@ void emit_slow(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
       r->a = ra;
       r->b = rb;
       r->c = rc;
-      __atomic_store_n(&r->head, record_head(o, stamp()), __ATOMIC_RELEASE);
+      publish(r, o);
     };
     if (moved && op != kRawOverhead) {  // (a fresh block: room for both)
       const uint64_t t1 = stamp();
@@ -851,8 +855,34 @@ void sink_count_unnoted(bool exec) {
   }
 }
 
+namespace {
+
+// Where glibc keeps each thread's rseq area (2.35 and later register one
+// for every thread it starts), from the thread pointer: its rseq_cs field;
+// 0 with none (an older glibc, or the kernel or a tunable said no). Looked
+// up, not linked: the two symbols are the dynamic loader's, and the shim
+// needs libc only. (A thread whose registration failed still has the area,
+// where the kernel never looks.)
+intptr_t rseq_cs_offset() {
+#if defined(__x86_64__)
+  static intptr_t found = -1;
+  if (found < 0) {
+    const auto* size = static_cast<const unsigned int*>(dlsym(RTLD_DEFAULT, "__rseq_size"));
+    const auto* offset = static_cast<const ptrdiff_t*>(dlsym(RTLD_DEFAULT, "__rseq_offset"));
+    const bool registered = size && offset && *size >= offsetof(struct rseq, rseq_cs) + sizeof(uint64_t);
+    found = registered ? intptr_t(*offset) + intptr_t(offsetof(struct rseq, rseq_cs)) : 0;
+  }
+  return found;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
 bool sink_open(const SinkConfig& cfg) {
   g_clock = cfg.tsc ? kClockTsc : kClockMonotonic;
+  g_rseq_cs_offset = cfg.tsc ? rseq_cs_offset() : 0;
   struct rlimit lim;
   g_fsize_limit =
       getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? uint64_t(lim.rlim_cur) : ~uint64_t{0};
