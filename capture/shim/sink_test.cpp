@@ -54,7 +54,8 @@ void on_alarm(int, siginfo_t*, void* context) {
 TEST(Sink, PublishStartsAgainWhenASignalInterruptsIt) {
   if (__rseq_size < offsetof(struct rseq, rseq_cs) + sizeof(uint64_t)) GTEST_SKIP() << "no rseq area registered";
   g_rseq_cs_offset = intptr_t(__rseq_offset) + intptr_t(offsetof(struct rseq, rseq_cs));
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_sigaction = on_alarm;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
