@@ -631,6 +631,7 @@ TEST(Capture, LiveNormalisingMatchesAfter) {
   for (const auto& e : std::filesystem::directory_iterator(kept.raw_dir))
     if (e.path().extension() == ".hlraw") raws.push_back(e.path().string());
   ASSERT_EQ(raws.size(), 1u);
+  EXPECT_EQ(kept.traces[0].report.late, 0u);
   heaplab::normalise::NormaliseOptions nopt;
   heaplab::normalise::normalise_file(raws[0], dir.file("after.hlt"), nopt);
   const std::vector<Event> live = strip(read_events(kept.traces[0].path));
@@ -650,6 +651,7 @@ TEST(Capture, LiveNormalisingMatchesAfter) {
   for (const std::string& n : r.notes) EXPECT_EQ(n.find("could not be deleted"), std::string::npos) << n;
   ASSERT_EQ(r.traces.size(), 1u);
   EXPECT_EQ(r.traces[0].report.holes, 0u);
+  EXPECT_EQ(r.traces[0].report.late, 0u);
   EXPECT_EQ(r.traces[0].report.reused_live, 0u);
   auto mid = between_markers(read_events(r.traces[0].path), false);
   ASSERT_TRUE(mid);
@@ -709,6 +711,7 @@ void expect_whole(const CaptureResult& r, uint64_t threads) {
   EXPECT_EQ(rep.blocks_missing, 0u);
   EXPECT_EQ(rep.stop_error, 0);
   EXPECT_EQ(rep.dropped_calls, 0u);
+  EXPECT_EQ(rep.late, 0u);
   EXPECT_EQ(rep.threads, threads);
   expect_trace_ok(r.traces[0].path);
 }

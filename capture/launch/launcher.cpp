@@ -576,6 +576,9 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     note(rep.unfinished_reallocs, "unfinished reallocs");
     note(rep.blocks_missing, "blocks claimed but never written");
     note(rep.bad_records, "unreadable records");
+    note(rep.late,
+         "records read after later ones were written (the live reader missed them: their order with "
+         "other threads' calls may be wrong)");
     note(rep.latency_samples_dropped, "timed calls beyond the 16 Mi kept (use a larger --latency N)");
     if (!notes.empty()) line("  " + notes);
     const std::string why = rep.stop_error > 0 ? fmt::format(" ({})", std::strerror(int(rep.stop_error))) : "";

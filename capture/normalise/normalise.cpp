@@ -320,6 +320,7 @@ class Normaliser {
   uint64_t first_time_ = 0, last_time_ = 0;
   bool any_ = false;
   uint64_t written_time_ = 0;
+  uint64_t latest_ticks_ = 0;  // the latest stamp of a record processed (rep_.late)
   uint64_t now_ticks_ = 0;     // ticks of the record being processed
   uint64_t window_ticks_ = 0;  // how far ahead resolve() may look
   uint64_t live_now_ = 0;      // step(): the source's clock before its last poll
@@ -582,6 +583,10 @@ void Normaliser::process(size_t s, bool queue_next) {
   uint64_t raw = ns(st.ticks);
   uint64_t time = std::max(raw - std::min(raw, cost), last_time_);  // rounding never reorders
   if (!quiet) {
+    // (Records come in stamp order but for those resolve() takes ahead,
+    // within the skew window.)
+    if (st.ticks < latest_ticks_ && latest_ticks_ - st.ticks > window_ticks_) ++rep_.late;
+    latest_ticks_ = std::max(latest_ticks_, st.ticks);
     if (raw > last_raw_) last_raw_ = raw;
     if (!any_) first_time_ = time, first_raw_ = raw;
     any_ = true;
@@ -1048,6 +1053,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
                       {"unfinished_reallocs", r.unfinished_reallocs},
                       {"bad_records", r.bad_records},
                       {"reordered_records", r.reordered},
+                      {"late_records", r.late},
                       {"blocks_missing", r.blocks_missing},
                       {"busy_level_events", r.busy_level_events},
                       {"duration_ns", r.duration_ns},

@@ -63,6 +63,9 @@ struct NormaliseReport {
   uint64_t bad_records = 0;              // records with an unknown op: skipped
   uint64_t reordered = 0;                // records taken ahead of their timestamp to keep
                                          // an address's alloc/free order (unfenced TSC)
+  uint64_t late = 0;                     // records read after the trace was written past their stamp
+                                         // (beyond the skew window): a live reader that missed
+                                         // them; their order with other threads' may be wrong
   uint64_t blocks_missing = 0;           // blocks claimed but not written
   uint64_t busy_level_events = 0;        // events in the chunks compressed at busy_level (0 if it is
                                          // 0 or `level`)

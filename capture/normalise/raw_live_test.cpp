@@ -468,6 +468,31 @@ TEST(LiveNormalise, ABlockOnItsWayToTheAppendedFileHoldsTheOthersBack) {
   expect_same(live.events, normalise_after(dir));
 }
 
+// A record that turns up after the trace was written past its stamp (here
+// thread 0's, stamped long before thread 1's records already written: a
+// thread preempted between its stamp and its write, or a reader that missed
+// it) is counted as late, not ordered silently: the capture says so.
+TEST(LiveNormalise, ARecordReadAfterLaterOnesIsCountedLate) {
+  std::vector<Step> steps;
+  for (uint64_t i = 0; i < 100; ++i)
+    steps.push_back(
+        {0, raw::Record{raw::record_head(uint32_t(Op::malloc), kStart + 10 + i), 0x100000 + i * 64, 24, 0}});
+  for (uint64_t i = 0; i < 100; ++i)
+    steps.push_back(
+        {1, raw::Record{raw::record_head(uint32_t(Op::malloc), kStart + 100000 + i), 0x900000 + i * 64, 40, 0}});
+  steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::malloc), kStart + 200), 0x200000, 24, 0}});
+  for (uint64_t i = 100; i < 199; ++i)
+    steps.push_back(
+        {1, raw::Record{raw::record_head(uint32_t(Op::malloc), kStart + 100000 + i), 0x900000 + i * 64, 40, 0}});
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 100, false, false);  // polls after 100, 200 and 300 records
+  EXPECT_EQ(live.rep.records, 300u);
+  EXPECT_EQ(live.rep.late, 1u);
+  // Afterwards, every record in its place: none late.
+  RawFile f(dir.file("4321.0.hlraw"));
+  EXPECT_EQ(normalise(f, dir.file("after.hlt"), NormaliseOptions{}).late, 0u);
+}
+
 // Records stamped after the clock the reader read before its poll wait for
 // a later poll, even where no thread holds them back: a thread the poll did
 // not yet number stamps its first record after that clock too, and may come
