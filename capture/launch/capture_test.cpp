@@ -5,6 +5,7 @@
 // markers; the tests take the events between the begin marker's free and the
 // end marker's malloc and assert them exactly, so whatever libc and libstdc++
 // allocate around them does not matter.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -562,10 +563,20 @@ TEST(Capture, ThreadsCrossThreadFrees) {
   EXPECT_GE(st.objects_freed_by_other_thread, cross);
 }
 
-// Normalising while the program runs gives the trace normalising afterwards
-// gives, on a real multi-threaded program long enough (about 780 blocks) for
-// the shim to wait for the reader (raw::live_ahead_blocks) and for blocks to be
-// given back as they are consumed.
+// No record read after later ones (normalise.h, NormaliseReport::late),
+// where the shim publishes a record in one restartable sequence with its
+// TSC stamp (glibc registered rseq areas). Without, a thread preempted
+// between the two for longer than the live reader's 20 ms margin can make
+// one: only counted, then (3 in 90 runs of two of these tests, three copies
+// at once on two cores).
+void expect_none_late(const heaplab::normalise::NormaliseReport& rep) {
+  const auto* rseq_size = static_cast<const unsigned*>(dlsym(RTLD_DEFAULT, "__rseq_size"));
+  if (rep.clock == "tsc" && rseq_size && *rseq_size >= 16)
+    EXPECT_EQ(rep.late, 0u);
+  else if (rep.late)
+    std::printf("(%llu records read late, without rseq)\n", static_cast<unsigned long long>(rep.late));
+}
+
 // The shim stamps a record once it has its place: after a block switch
 // (the block's own clock pair is taken as it starts), with the switch's cost
 // recorded first, so that a live reader that polled meanwhile (the thread
@@ -610,6 +621,10 @@ TEST(Capture, RecordsAreStampedAfterTheirBlockStarts) {
   EXPECT_EQ(records, blocks * heaplab::raw::kRecordsPerBlock);
 }
 
+// Normalising while the program runs gives the trace normalising afterwards
+// gives, on a real multi-threaded program long enough (about 780 blocks) for
+// the shim to wait for the reader (raw::live_ahead_blocks) and for blocks to be
+// given back as they are consumed.
 TEST(Capture, LiveNormalisingMatchesAfter) {
   auto strip = [](std::vector<Event> evs) {
     std::vector<Event> out;
@@ -631,7 +646,7 @@ TEST(Capture, LiveNormalisingMatchesAfter) {
   for (const auto& e : std::filesystem::directory_iterator(kept.raw_dir))
     if (e.path().extension() == ".hlraw") raws.push_back(e.path().string());
   ASSERT_EQ(raws.size(), 1u);
-  EXPECT_EQ(kept.traces[0].report.late, 0u);
+  expect_none_late(kept.traces[0].report);
   heaplab::normalise::NormaliseOptions nopt;
   heaplab::normalise::normalise_file(raws[0], dir.file("after.hlt"), nopt);
   const std::vector<Event> live = strip(read_events(kept.traces[0].path));
@@ -651,7 +666,7 @@ TEST(Capture, LiveNormalisingMatchesAfter) {
   for (const std::string& n : r.notes) EXPECT_EQ(n.find("could not be deleted"), std::string::npos) << n;
   ASSERT_EQ(r.traces.size(), 1u);
   EXPECT_EQ(r.traces[0].report.holes, 0u);
-  EXPECT_EQ(r.traces[0].report.late, 0u);
+  expect_none_late(r.traces[0].report);
   EXPECT_EQ(r.traces[0].report.reused_live, 0u);
   auto mid = between_markers(read_events(r.traces[0].path), false);
   ASSERT_TRUE(mid);
@@ -711,7 +726,7 @@ void expect_whole(const CaptureResult& r, uint64_t threads) {
   EXPECT_EQ(rep.blocks_missing, 0u);
   EXPECT_EQ(rep.stop_error, 0);
   EXPECT_EQ(rep.dropped_calls, 0u);
-  EXPECT_EQ(rep.late, 0u);
+  expect_none_late(rep);
   EXPECT_EQ(rep.threads, threads);
   expect_trace_ok(r.traces[0].path);
 }

@@ -320,7 +320,8 @@ class Normaliser {
   uint64_t first_time_ = 0, last_time_ = 0;
   bool any_ = false;
   uint64_t written_time_ = 0;
-  uint64_t latest_ticks_ = 0;  // the latest stamp of a record processed (rep_.late)
+  uint64_t latest_ticks_ = 0;  // the latest stamp of a record processed in stamp order (rep_.late)
+  uint32_t resolving_ = 0;     // resolve() is processing a record ahead of its turn
   uint64_t now_ticks_ = 0;     // ticks of the record being processed
   uint64_t window_ticks_ = 0;  // how far ahead resolve() may look
   uint64_t live_now_ = 0;      // step(): the source's clock before its last poll
@@ -583,10 +584,13 @@ void Normaliser::process(size_t s, bool queue_next) {
   uint64_t raw = ns(st.ticks);
   uint64_t time = std::max(raw - std::min(raw, cost), last_time_);  // rounding never reorders
   if (!quiet) {
-    // (Records come in stamp order but for those resolve() takes ahead,
-    // within the skew window.)
-    if (st.ticks < latest_ticks_ && latest_ticks_ - st.ticks > window_ticks_) ++rep_.late;
-    latest_ticks_ = std::max(latest_ticks_, st.ticks);
+    // Late: stamped before the latest record taken in stamp order, beyond
+    // the skew window. (Records resolve() takes ahead, within the window of
+    // the record being processed, perhaps again from there, are neither.)
+    if (resolving_ == 0) {
+      if (st.ticks < latest_ticks_ && latest_ticks_ - st.ticks > window_ticks_) ++rep_.late;
+      latest_ticks_ = std::max(latest_ticks_, st.ticks);
+    }
     if (raw > last_raw_) last_raw_ = raw;
     if (!any_) first_time_ = time, first_raw_ = raw;
     any_ = true;
@@ -771,6 +775,9 @@ uint64_t Normaliser::step(uint64_t now) {
   // number yet stamps its first record after that (the shim stamps a record
   // once it has its place), and would otherwise find other threads' records
   // written past it by those that ran dry stamped after the clock read.
+  // (The reader's clock is the threads': the TSC, which the shim uses where
+  // it is invariant unless told to anyway, or CLOCK_MONOTONIC. A skew
+  // between CPUs beyond the window would hold the writing back by as much.)
   watermark_ = now - std::min(now, window_ticks_);
   for (const uint32_t s : open_)
     if (const Stream& st = *streams_[s]; !st.rec && !st.closed) watermark_ = std::min(watermark_, bound(st));
@@ -796,7 +803,9 @@ bool Normaliser::resolve(uint64_t addr, bool want_release) {
     bool produce = op < trace::kOpCount && trace::op_produces(Op(op));
     if (want_release ? release : produce) {
       ++rep_.reordered;
-      process(s);
+      ++resolving_;
+      process(s);  // (an exception ends the normalising)
+      --resolving_;
       return true;
     }
   }

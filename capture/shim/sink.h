@@ -70,24 +70,50 @@ inline uint64_t stamp() {
 // by sink_open).
 extern intptr_t g_rseq_cs_offset;
 
-// Stamps a record and publishes it (its head, the last word written). With
-// the TSC and rseq, the clock read and the store are one restartable
-// sequence: a thread preempted, migrated or interrupted by a signal between
-// the two starts again from the clock read, so a record is never published
-// long after its stamp. A live reader takes a thread it polls for caught up
-// to its poll's clock (less 20 ms): a record stamped before a long
-// preemption and published after the poll would come after other threads'
-// records stamped later. (Without rseq, that window is a few instructions.)
+// A signal handler wrote records after `r`'s slot before `r` was published
+// (it interrupted the write): `r` takes the stamp of the first of them, not
+// a later one. Stamped after the handler, it would put its thread's records
+// out of stamp order, and the reader would lift the handler's up to it (a
+// handler's free placed after another thread's reuse of the address). The
+// handler ran after this call returned (an allocation's record) or before
+// it starts (a release's): its stamp is one the record may take. (The first
+// record after `r` is the next slot, or, `r` being its block's last, the
+// first of the block the handler moved the thread to.) `ticks`: a stamp
+// already taken for `r`, kept if earlier.
+[[gnu::noinline, gnu::cold]] inline void publish_after_handler(raw::Record* r, uint32_t op,
+                                                               uint64_t ticks = UINT64_MAX) {
+  const auto next = reinterpret_cast<uint64_t>(r + 1);
+  const raw::Record* first = (next & (raw::kBlockSize - 1)) != 0
+                                 ? r + 1
+                                 : reinterpret_cast<const raw::Record*>(t_sink.block + raw::kBlockHeaderSize);
+  const uint64_t head = __atomic_load_n(&first->head, __ATOMIC_RELAXED);
+  if (ticks == UINT64_MAX) ticks = head != 0 ? raw::record_ticks(head) : stamp();
+  if (head != 0 && raw::record_ticks(head) < (ticks & raw::kTicksMask)) ticks = raw::record_ticks(head);
+  __atomic_store_n(&r->head, raw::record_head(op, ticks), __ATOMIC_RELEASE);
+}
+
+// Stamps record `r`, the thread's latest reservation, and publishes it (its
+// head, the last word written). With the TSC and rseq, the clock read and
+// the store are one restartable sequence: a thread preempted, migrated or
+// signalled between the two starts again from the clock read, so a record is
+// not published long after its stamp. A live reader takes a thread it polls
+// for caught up to its poll's clock (less 20 ms): a record stamped before a
+// long preemption and published after the poll would come after other
+// threads' records stamped later. (Without rseq, that window is a few
+// instructions; a hypervisor that stops the virtual CPU there is not seen
+// even with it.) A signal handler that wrote records after `r` meanwhile
+// (the thread's cursor moved on): publish_after_handler, with rseq or
+// without.
 inline void publish(raw::Record* r, uint32_t op) {
 #if defined(__x86_64__)
   if (__builtin_expect(g_rseq_cs_offset != 0, 1)) {
-    uint64_t lo, hi;
     // 3: the critical section's descriptor (struct rseq_cs: version, flags,
     // start, length, abort); 1-2: the section, its last instruction the
-    // commit; 4: the abort handler, after glibc's signature (RSEQ_SIG), set
-    // apart; it starts again from 6, setting the descriptor (the kernel
+    // commit (the cursor's check in it: a handler that ran once it was made
+    // aborted it); 4: the abort handler, after glibc's signature (RSEQ_SIG),
+    // set apart; it starts again from 6, setting the descriptor (the kernel
     // clears it on abort).
-    asm volatile(
+    asm goto(
         ".pushsection __rseq_cs, \"aw?\"\n\t"
         ".balign 32\n\t"
         "3:\n\t"
@@ -98,12 +124,14 @@ inline void publish(raw::Record* r, uint32_t op) {
         "leaq 3b(%%rip), %%rax\n\t"
         "movq %%rax, %%fs:(%[off])\n\t"
         "1:\n\t"
+        "cmpq %[expect], (%[cur])\n\t"
+        "jne %l[moved]\n\t"
         "rdtsc\n\t"
         "shlq $32, %%rdx\n\t"
         "orq %%rdx, %%rax\n\t"
         "shlq $8, %%rax\n\t"
         "orq %[op1], %%rax\n\t"
-        "movq %%rax, %[head]\n\t"
+        "movq %%rax, (%[head])\n\t"
         "2:\n\t"
         ".pushsection __rseq_failure, \"ax?\"\n\t"
         ".byte 0x0f, 0xb9, 0x3d\n\t"
@@ -111,14 +139,26 @@ inline void publish(raw::Record* r, uint32_t op) {
         "4:\n\t"
         "jmp 6b\n\t"
         ".popsection\n\t"
-        : [head] "=m"(r->head), "=&a"(lo), "=&d"(hi)
-        : [off] "r"(g_rseq_cs_offset), [op1] "r"(uint64_t(op) + 1u)
-        : "memory", "cc");
-    (void)lo, (void)hi;
+        :
+        : [off] "r"(g_rseq_cs_offset), [cur] "r"(&t_sink.cur), [expect] "r"(reinterpret_cast<uint64_t>(r + 1)),
+          [head] "r"(&r->head), [op1] "r"(uint64_t(op) + 1u)
+        : "rax", "rdx", "memory", "cc"
+        : moved);
+    return;
+  moved:
+    publish_after_handler(r, op);
     return;
   }
 #endif
-  __atomic_store_n(&r->head, raw::record_head(op, stamp()), __ATOMIC_RELEASE);
+  // (The stamp before the cursor's check: a handler that runs after the
+  // check stamps after this record.)
+  const uint64_t ticks = stamp();
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  if (__builtin_expect(__atomic_load_n(&t_sink.cur, __ATOMIC_RELAXED) != reinterpret_cast<uint64_t>(r + 1), 0)) {
+    publish_after_handler(r, op, ticks);
+    return;
+  }
+  __atomic_store_n(&r->head, raw::record_head(op, ticks), __ATOMIC_RELEASE);
 }
 
 // In-program latency: one call in g_latency_every is timed inside the

@@ -671,9 +671,8 @@ void emit_slow(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
     t.cur = 0;
   }
   // A signal handler may have started a fresh block since our reservation failed.
-  bool moved = false;
   if ((t.cur & (kBlockSize - 1)) < kBlockHeaderSize) {
-    moved = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
+    const bool moved = g_capturing && (t.slot == 0 ? claim_slot() : write_pending() ? switch_block() : next_block());
     if (!moved) t.cur = 0;
   }
   if (!t.cur && __atomic_load_n(&g_stopped, __ATOMIC_ACQUIRE)) count_dropped(op);  // this one too
@@ -695,7 +694,8 @@ void emit_slow(uint32_t op, uint64_t a, uint64_t b, uint64_t c) {
       r->c = rc;
       publish(r, o);
     };
-    if (moved && op != kRawOverhead) {  // (a fresh block: room for both)
+    // (Room for both: a fresh block, or one a handler started while we waited.)
+    if (op != kRawOverhead && (t.cur & (kBlockSize - 1)) + 2 * kRecordSize <= kBlockSize) {
       const uint64_t t1 = stamp();
       t_overhead += t1 - t0;
       t0 = t1;
@@ -865,12 +865,14 @@ namespace {
 // where the kernel never looks.)
 intptr_t rseq_cs_offset() {
 #if defined(__x86_64__)
-  static intptr_t found = -1;
-  if (found < 0) {
+  static intptr_t found = 0;
+  static bool looked = false;  // (once: a fork child keeps it)
+  if (!looked) {
     const auto* size = static_cast<const unsigned int*>(dlsym(RTLD_DEFAULT, "__rseq_size"));
     const auto* offset = static_cast<const ptrdiff_t*>(dlsym(RTLD_DEFAULT, "__rseq_offset"));
     const bool registered = size && offset && *size >= offsetof(struct rseq, rseq_cs) + sizeof(uint64_t);
     found = registered ? intptr_t(*offset) + intptr_t(offsetof(struct rseq, rseq_cs)) : 0;
+    looked = true;
   }
   return found;
 #else

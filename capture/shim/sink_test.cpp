@@ -1,7 +1,9 @@
 // Tests of the file sink's record publishing (sink.h, publish()): with the
 // TSC and glibc's rseq area, the clock read and the head's store are one
 // restartable sequence, which the kernel restarts from its abort handler
-// when the thread is preempted or takes a signal inside it.
+// when the thread is preempted or takes a signal inside it; a signal handler
+// that writes records of its own before the interrupted one is published
+// leaves the thread's records in stamp order, with or without rseq.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -11,6 +13,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #if __has_include(<sys/rseq.h>)
 #include <sys/rseq.h>
@@ -25,9 +29,10 @@
 namespace heaplab::shim {
 uint32_t g_clock = raw::kClockTsc;
 intptr_t g_rseq_cs_offset = 0;
+__thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 }  // namespace heaplab::shim
 
-#if defined(__x86_64__) && HAVE_RSEQ
+#if defined(__x86_64__)
 // The bounds of this program's abort handlers (GNU ld defines them for a
 // section named like a C identifier).
 extern "C" const char __start___rseq_failure[], __stop___rseq_failure[];
@@ -35,55 +40,190 @@ extern "C" const char __start___rseq_failure[], __stop___rseq_failure[];
 namespace heaplab::shim {
 namespace {
 
-std::atomic<uint64_t> g_signals{0}, g_in_abort{0};
+// glibc's rseq area for this thread (0: none registered).
+intptr_t rseq_cs_offset() {
+#if HAVE_RSEQ
+  if (__rseq_size >= offsetof(struct rseq, rseq_cs) + sizeof(uint64_t))
+    return intptr_t(__rseq_offset) + intptr_t(offsetof(struct rseq, rseq_cs));
+#endif
+  return 0;
+}
 
-// Where the interrupted thread resumes: in an abort handler when the signal
-// came inside the sequence (the kernel moved it there before delivering).
-void on_alarm(int, siginfo_t*, void* context) {
+// A timer signal every 20 us, its handler `handler`, for the test's scope.
+class TimerSignal {
+ public:
+  explicit TimerSignal(void (*handler)(int, siginfo_t*, void*)) {
+    struct sigaction sa {};
+    sa.sa_sigaction = handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ok_ = sigaction(SIGALRM, &sa, &old_) == 0;
+    itimerval on{{0, 20}, {0, 20}};
+    ok_ = ok_ && setitimer(ITIMER_REAL, &on, nullptr) == 0;
+  }
+  ~TimerSignal() {
+    itimerval off{};
+    setitimer(ITIMER_REAL, &off, nullptr);
+    sigaction(SIGALRM, &old_, nullptr);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  struct sigaction old_ {};
+  bool ok_ = false;
+};
+
+std::atomic<uint64_t> g_signals{0}, g_in_abort{0};
+std::atomic<uint64_t> g_abort_ticks{0};  // the clock in the handler of the latest signal that aborted
+
+// Whether the interrupted code resumes in an abort handler: the signal came
+// inside the sequence (the kernel moved it there before delivering).
+bool in_abort(void* context) {
   const auto* uc = static_cast<const ucontext_t*>(context);
   const auto ip = uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
-  g_signals.fetch_add(1, std::memory_order_relaxed);
-  if (ip >= uintptr_t(__start___rseq_failure) && ip < uintptr_t(__stop___rseq_failure))
-    g_in_abort.fetch_add(1, std::memory_order_relaxed);
+  return ip >= uintptr_t(__start___rseq_failure) && ip < uintptr_t(__stop___rseq_failure);
 }
 
-// Records published while a 20 us timer signal interrupts the loop: signals
-// that land inside the sequence resume in its abort handler, which starts it
-// again; every record comes out whole, its op as given and its stamp between
-// the clock read before the call and the one after.
+void note_signal(int, siginfo_t*, void* context) {
+  g_signals.fetch_add(1, std::memory_order_relaxed);
+  if (!in_abort(context)) return;
+  _mm_lfence();
+  g_abort_ticks.store(__rdtsc() & raw::kTicksMask, std::memory_order_relaxed);
+  g_in_abort.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Records published while a 20 us timer signal interrupts the loop: a
+// signal that lands inside the sequence resumes it in its abort handler,
+// which starts again from the clock read, so the record is stamped after the
+// handler ran; every record comes out with its op, stamped between the clock
+// reads around the call.
 TEST(Sink, PublishStartsAgainWhenASignalInterruptsIt) {
-  if (__rseq_size < offsetof(struct rseq, rseq_cs) + sizeof(uint64_t)) GTEST_SKIP() << "no rseq area registered";
-  g_rseq_cs_offset = intptr_t(__rseq_offset) + intptr_t(offsetof(struct rseq, rseq_cs));
-  struct sigaction sa {
-  }, old{};
-  sa.sa_sigaction = on_alarm;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGALRM, &sa, &old), 0);
-  itimerval on{{0, 20}, {0, 20}}, off{};
-  ASSERT_EQ(setitimer(ITIMER_REAL, &on, nullptr), 0);
+  g_rseq_cs_offset = rseq_cs_offset();
+  if (g_rseq_cs_offset == 0) GTEST_SKIP() << "no rseq area registered";
   raw::Record r{};
-  uint64_t published = 0, bad = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (g_in_abort.load(std::memory_order_relaxed) < 100 && std::chrono::steady_clock::now() < until) {
-    for (uint32_t i = 0; i < 10000; ++i, ++published) {
-      const uint32_t op = i % 52;
-      _mm_lfence();  // (the reads in order with publish()'s)
-      const uint64_t before = __rdtsc() & raw::kTicksMask;
-      _mm_lfence();
-      publish(&r, op);
-      _mm_lfence();
-      const uint64_t after = __rdtsc() & raw::kTicksMask;
-      const uint64_t ticks = raw::record_ticks(r.head);
-      bad += raw::record_op(r.head) != op || ticks < before || ticks > after;
+  uint64_t published = 0, bad = 0, restarted = 0, stamped_before_handler = 0;
+  {
+    TimerSignal timer(note_signal);
+    ASSERT_TRUE(timer.ok());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (restarted < 100 && std::chrono::steady_clock::now() < until) {
+      for (uint32_t i = 0; i < 10000; ++i, ++published) {
+        const uint32_t op = i % 52;
+        t_sink.cur = reinterpret_cast<uint64_t>(&r + 1);  // (r: the latest reservation)
+        const uint64_t aborts = g_in_abort.load(std::memory_order_relaxed);
+        _mm_lfence();  // (the reads in order with publish()'s)
+        const uint64_t before = __rdtsc() & raw::kTicksMask;
+        _mm_lfence();
+        publish(&r, op);
+        _mm_lfence();
+        const uint64_t after = __rdtsc() & raw::kTicksMask;
+        const uint64_t ticks = raw::record_ticks(r.head);
+        bad += raw::record_op(r.head) != op || ticks < before || ticks > after;
+        if (g_in_abort.load(std::memory_order_relaxed) != aborts) {
+          ++restarted;
+          stamped_before_handler += ticks <= g_abort_ticks.load(std::memory_order_relaxed);
+        }
+      }
     }
   }
-  setitimer(ITIMER_REAL, &off, nullptr);
-  sigaction(SIGALRM, &old, nullptr);
   g_rseq_cs_offset = 0;
   EXPECT_EQ(bad, 0u) << "of " << published;
-  EXPECT_GE(g_in_abort.load(), 100u) << "of " << g_signals.load() << " signals, in " << published << " records";
+  EXPECT_GE(restarted, 100u) << "of " << g_signals.load() << " signals, in " << published << " records";
+  EXPECT_EQ(stamped_before_handler, 0u) << "of " << restarted << " records whose sequence a signal restarted";
 }
+
+// A block-aligned stretch of blocks that emit_like() writes as the shim's
+// emit() does: a slot reserved with one non-locked xadd on the thread's
+// cursor, the record's words, then publish(). (The blocks' headers are
+// stepped over; t_sink.block follows the block the cursor is in.)
+constexpr uint64_t kBlocks = 32;
+uint8_t* g_blocks = nullptr;
+
+void emit_like(uint32_t op, uint64_t a) {
+  for (;;) {
+    uint64_t slot = raw::kRecordSize;
+    asm volatile("xaddq %0, %1" : "+r"(slot), "+m"(t_sink.cur) : : "memory");
+    if ((slot & (raw::kBlockSize - 1)) < raw::kBlockHeaderSize) {
+      t_sink.block = reinterpret_cast<char*>(slot & ~(raw::kBlockSize - 1));
+      continue;
+    }
+    auto* r = reinterpret_cast<raw::Record*>(slot);
+    r->a = a;
+    r->b = 0;
+    r->c = 0;
+    publish(r, op);
+    return;
+  }
+}
+
+std::atomic<uint64_t> g_handler_records{0};
+void emit_in_handler(int, siginfo_t*, void* context) {
+  g_signals.fetch_add(1, std::memory_order_relaxed);
+  if (in_abort(context)) g_in_abort.fetch_add(1, std::memory_order_relaxed);
+  if (t_sink.cur == 0) return;  // (between rounds)
+  emit_like(7, 0xf00d);
+  g_handler_records.fetch_add(1, std::memory_order_relaxed);
+}
+
+// A signal handler that records a call of its own while the interrupted
+// emit's record is reserved but not yet published takes the next slot and
+// is stamped first: the interrupted record then takes the handler's stamp,
+// so the thread's records stay in stamp order in slot order (else a live
+// reader lifts the handler's up to it: its free placed after another
+// thread's reuse of the address). With rseq, and without.
+void records_stay_in_order(intptr_t rseq_offset) {
+  g_rseq_cs_offset = rseq_offset;
+  const uint64_t bytes = kBlocks * raw::kBlockSize;
+  g_blocks = static_cast<uint8_t*>(std::aligned_alloc(raw::kBlockSize, bytes));
+  ASSERT_NE(g_blocks, nullptr);
+  uint64_t records = 0, out_of_order = 0, rounds = 0;
+  g_handler_records = 0;
+  {
+    TimerSignal timer(emit_in_handler);
+    ASSERT_TRUE(timer.ok());
+    sigset_t alarm;
+    sigemptyset(&alarm);
+    sigaddset(&alarm, SIGALRM);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (std::chrono::steady_clock::now() < until || rounds == 0) {
+      sigprocmask(SIG_BLOCK, &alarm, nullptr);
+      std::memset(g_blocks, 0, bytes);
+      t_sink.block = reinterpret_cast<char*>(g_blocks);
+      t_sink.cur = reinterpret_cast<uint64_t>(g_blocks) + raw::kBlockHeaderSize;
+      sigprocmask(SIG_UNBLOCK, &alarm, nullptr);
+      const uint64_t end = reinterpret_cast<uint64_t>(g_blocks) + bytes - raw::kBlockSize;
+      for (uint32_t i = 0; __atomic_load_n(&t_sink.cur, __ATOMIC_RELAXED) < end; ++i) emit_like(i % 40, i);
+      sigprocmask(SIG_BLOCK, &alarm, nullptr);
+      t_sink.cur = 0;
+      sigprocmask(SIG_UNBLOCK, &alarm, nullptr);
+      uint64_t last = 0;
+      for (uint64_t b = 0; b < kBlocks; ++b) {
+        const auto* recs = reinterpret_cast<const raw::Record*>(g_blocks + b * raw::kBlockSize + raw::kBlockHeaderSize);
+        for (uint64_t k = 0; k < raw::kRecordsPerBlock; ++k) {
+          if (recs[k].head == 0) continue;
+          const uint64_t ticks = raw::record_ticks(recs[k].head);
+          out_of_order += ticks < last;
+          last = std::max(last, ticks);
+          ++records;
+        }
+      }
+      ++rounds;
+    }
+  }
+  std::free(g_blocks);
+  g_blocks = nullptr;
+  g_rseq_cs_offset = 0;
+  EXPECT_EQ(out_of_order, 0u) << "of " << records << " records, " << g_handler_records.load() << " by the handler";
+  EXPECT_GT(g_handler_records.load(), 1000u);
+}
+
+TEST(Sink, AHandlersRecordsKeepTheThreadsStampOrderWithRseq) {
+  const intptr_t offset = rseq_cs_offset();
+  if (offset == 0) GTEST_SKIP() << "no rseq area registered";
+  records_stay_in_order(offset);
+}
+
+TEST(Sink, AHandlersRecordsKeepTheThreadsStampOrderWithoutRseq) { records_stay_in_order(0); }
 
 }  // namespace
 }  // namespace heaplab::shim
@@ -96,11 +236,36 @@ namespace {
 TEST(Sink, PublishWithoutRseq) {
   g_rseq_cs_offset = 0;
   raw::Record r{};
+  t_sink.cur = reinterpret_cast<uint64_t>(&r + 1);
   const uint64_t before = stamp() & raw::kTicksMask;
   publish(&r, 7);
   EXPECT_EQ(raw::record_op(r.head), 7u);
   EXPECT_GE(raw::record_ticks(r.head), before);
   EXPECT_LE(raw::record_ticks(r.head), stamp() & raw::kTicksMask);
+}
+
+// A handler's record already written after this one's slot: this one takes
+// its stamp (an earlier one than now), in the next slot or, from a block's
+// last slot, in the block the thread moved to.
+TEST(Sink, ARecordAHandlerWroteAfterGivesItsStamp) {
+  auto* block = static_cast<uint8_t*>(std::aligned_alloc(raw::kBlockSize, 2 * raw::kBlockSize));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 0, 2 * raw::kBlockSize);
+  auto* recs = reinterpret_cast<raw::Record*>(block + raw::kBlockHeaderSize);
+  recs[1].head = raw::record_head(9, 12345);
+  t_sink.cur = reinterpret_cast<uint64_t>(&recs[2]);
+  publish(&recs[0], 3);
+  EXPECT_EQ(recs[0].head, raw::record_head(3, 12345));
+
+  auto* next = reinterpret_cast<raw::Record*>(block + raw::kBlockSize + raw::kBlockHeaderSize);
+  next[0].head = raw::record_head(9, 23456);
+  t_sink.block = reinterpret_cast<char*>(block + raw::kBlockSize);
+  t_sink.cur = reinterpret_cast<uint64_t>(&next[1]);
+  raw::Record* last = &recs[raw::kRecordsPerBlock - 1];
+  publish(last, 4);
+  EXPECT_EQ(last->head, raw::record_head(4, 23456));
+  std::free(block);
+  t_sink = ThreadSink{};
 }
 
 }  // namespace
