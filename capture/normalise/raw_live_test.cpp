@@ -468,6 +468,46 @@ TEST(LiveNormalise, ABlockOnItsWayToTheAppendedFileHoldsTheOthersBack) {
   expect_same(live.events, normalise_after(dir));
 }
 
+// A stream that resolve() processed ahead of its turn and that then ended
+// (its thread gone, its last record that one) is freed at the next poll
+// while its record's key is still in the merge's heap, past that poll's
+// watermark: drain() skips the key. Thread 1's malloc returns the address
+// thread 0 frees 5 ticks later (an unfenced clock's inversion): the free is
+// taken first. Thread 2's block, part read and then on its way to .blocks,
+// holds the watermark 3 ticks short of the free.
+TEST(LiveNormalise, AStreamResolvedAheadThatEndsIsFreedWithItsKeyStillQueued) {
+  constexpr uint64_t kX = 0x500000;
+  std::vector<Step> steps;
+  steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::malloc), 90000), kX, 32, 0}});
+  uint64_t c = 100992 - 1098;  // thread 2's 1,099th record at 100992: the watermark 10,000 (the window) below
+  for (uint64_t i = 0; i < 1099; ++i)
+    steps.push_back({2, raw::Record{raw::record_head(uint32_t(Op::malloc), c++), 0x900000 + i * 64, 40, 0}});
+  ASSERT_EQ(steps.size(), 1100u);                           // the first poll
+  for (uint64_t i = 1099; i <= raw::kRecordsPerBlock; ++i)  // its block full, and one more: on its way
+    steps.push_back({2, raw::Record{raw::record_head(uint32_t(Op::malloc), c++), 0x900000 + i * 64, 40, 0}});
+  steps.push_back({1, raw::Record{raw::record_head(uint32_t(Op::malloc), 90990), kX, 48, 0}});
+  steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::free), 90995), kX, 0, 0}});
+  steps.push_back({0, raw::Record{0, 0, 0, 0}});  // thread 0 ends
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 1100, false, true, 0, NormaliseOptions{}, true);
+  EXPECT_EQ(live.rep.records, steps.size() - 1);
+  EXPECT_EQ(live.rep.threads, 3u);
+  EXPECT_EQ(live.rep.reordered, 1u);  // the free, ahead of its turn
+  EXPECT_EQ(live.rep.reused_live, 0u);
+  EXPECT_EQ(live.rep.unknown_frees, 0u);
+  EXPECT_EQ(live.threads_gone, 1u);
+  // Thread 1's object is the second one at kX, made after thread 0's free.
+  uint64_t at = 0;
+  for (const Event& e : live.events)
+    if (e.op == Op::free) {
+      EXPECT_EQ(e.thread, 0u);
+      EXPECT_EQ(e.old, 1u);
+      at = 1;
+    } else if (e.op == Op::malloc && e.size == 48) {
+      EXPECT_EQ(at, 1u) << "thread 1's malloc came before thread 0's free";
+    }
+}
+
 // A record that turns up after the trace was written past its stamp (here
 // thread 0's, stamped long before thread 1's records already written: a
 // thread preempted between its stamp and its write, or a reader that missed
