@@ -585,8 +585,8 @@ void expect_none_late(const heaplab::normalise::NormaliseReport& rep) {
 // (the raw files kept: no reader consumes, so every full block goes there)
 // opens with a kRawOverhead record, and no record in it is stamped before
 // the block started. (Stamped as the call came in, the block's first call
-// was stamped before the block: a capture run four at once on two cores
-// gave frees the wrong object.)
+// was stamped before the block: capture tests run three copies at once on
+// two cores gave frees the wrong object.)
 TEST(Capture, RecordsAreStampedAfterTheirBlockStarts) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("churn"), "2", "100000"});
