@@ -186,6 +186,14 @@ class LiveCursor final : public RecordCursor {
           ++missing;
         }
       }
+      // The first record not yet written has a written one after it: a
+      // signal handler interrupted the thread between reserving a record and
+      // writing it, and wrote its own records next. The interrupted one is
+      // stamped no later than the handler's first (sink.h,
+      // publish_after_handler), so the thread is not caught up to the poll
+      // until it is written (but for one stuck kStuckLimit: a thread stopped
+      // there for good).
+      const bool pending = n + 1 < kRecordsPerBlock && !moved_on && !ended && acquire(&src[n + 1].head) != 0;
       // Still the block we meant (the shim clears the magic first when it reuses one)?
       acquire_fence();
       BlockHeader h;
@@ -246,6 +254,12 @@ class LiveCursor final : public RecordCursor {
       }
       if (more) return true;
       caught_up_ = true;
+      if (pending) {
+        if (!stuck_since_) stuck_since_ = std::chrono::steady_clock::now();
+        caught_up_ = std::chrono::steady_clock::now() - *stuck_since_ >= kStuckLimit;
+      } else {
+        stuck_since_.reset();
+      }
       return false;
     }
     if (final) {

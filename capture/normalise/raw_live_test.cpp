@@ -108,6 +108,19 @@ class FakeShim {
   // A record of thread t's block reserved and never written (the thread
   // died inside the shim; or, here, went on): a hole before its next one.
   void hole(uint32_t t) { ++state_[t].used; }
+  // A record reserved and not yet written (a signal handler interrupted the
+  // write and writes its own records next): written later by fill().
+  void reserve(uint32_t t) { state_[t].reserved.push_back(state_[t].used++); }
+  void fill(uint32_t t, const raw::Record& r) {
+    State& s = state_[t];
+    ASSERT_FALSE(s.reserved.empty());
+    auto* rec = reinterpret_cast<raw::Record*>(block(t) + raw::kBlockHeaderSize) + s.reserved.front();
+    s.reserved.pop_front();
+    rec->a = r.a;
+    rec->b = r.b;
+    rec->c = r.c;
+    __atomic_store_n(&rec->head, r.head, __ATOMIC_RELEASE);
+  }
   // A record whose other words were written and its head never (the thread
   // died inside the shim, after its last complete record).
   void torn(uint32_t t) {
@@ -143,9 +156,10 @@ class FakeShim {
   struct State {
     bool started = false, appending = false;
     uint64_t seq = 0, used = 0, index = 0;
-    uint32_t cur = 0;           // the slot of the thread's current block
-    uint64_t fulls = 0;         // its blocks filled
-    std::vector<uint8_t> copy;  // clear_first: the full block, to write to .blocks
+    uint32_t cur = 0;               // the slot of the thread's current block
+    uint64_t fulls = 0;             // its blocks filled
+    std::vector<uint8_t> copy;      // clear_first: the full block, to write to .blocks
+    std::deque<uint64_t> reserved;  // records reserve() left for fill(), in the current block
   };
   raw::FreeBlocks* free_blocks() const { return reinterpret_cast<raw::FreeBlocks*>(map_ + raw::kFreeBlocksOffset); }
   uint8_t* block(uint32_t t) { return map_ + raw::kBlockSize * (state_[t].cur + 1); }
@@ -223,9 +237,11 @@ class FakeShim {
 
 struct Step {
   uint32_t thread;
-  raw::Record rec;  // head 0: the thread ends here (FakeShim::end_thread), or with a = kHole, a hole
+  raw::Record rec;    // head 0: the thread ends here (FakeShim::end_thread), or with a = kHole, a hole
+                      // (kTorn: a torn record; kReserve: one reserved, written by a later `fill` step)
+  bool fill = false;  // rec goes into the thread's oldest reserved record
 };
-constexpr uint64_t kHole = 1, kTorn = 2;
+constexpr uint64_t kHole = 1, kTorn = 2, kReserve = 3;
 
 // A program of 3 threads: each allocates and frees, and hands a share of its
 // objects to the next thread to free; addresses are reused once freed. Ticks
@@ -312,9 +328,15 @@ LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batc
     for (const Step& s : retry)
       if (!shim.emit(s.thread, s.rec)) waiting.push_back(s);
     for (size_t n = 0; n < batch && next < steps.size(); ++n, ++next) {
+      if (steps[next].fill) {
+        shim.fill(steps[next].thread, steps[next].rec);
+        continue;
+      }
       if (steps[next].rec.head == 0) {
         if (steps[next].rec.a == kHole)
           shim.hole(steps[next].thread);
+        else if (steps[next].rec.a == kReserve)
+          shim.reserve(steps[next].thread);
         else if (steps[next].rec.a == kTorn)
           shim.torn(steps[next].thread);
         else
@@ -493,6 +515,7 @@ TEST(LiveNormalise, AStreamResolvedAheadThatEndsIsFreedWithItsKeyStillQueued) {
   EXPECT_EQ(live.rep.records, steps.size() - 1);
   EXPECT_EQ(live.rep.threads, 3u);
   EXPECT_EQ(live.rep.reordered, 1u);  // the free, ahead of its turn
+  EXPECT_EQ(live.rep.late, 1u);       // thread 1's malloc: 10,002 ticks before thread 2's latest
   EXPECT_EQ(live.rep.reused_live, 0u);
   EXPECT_EQ(live.rep.unknown_frees, 0u);
   EXPECT_EQ(live.threads_gone, 1u);
@@ -506,6 +529,37 @@ TEST(LiveNormalise, AStreamResolvedAheadThatEndsIsFreedWithItsKeyStillQueued) {
     } else if (e.op == Op::malloc && e.size == 48) {
       EXPECT_EQ(at, 1u) << "thread 1's malloc came before thread 0's free";
     }
+}
+
+// A thread whose first unwritten record has a written one after it (a
+// signal handler interrupted the write and recorded its own calls; the
+// interrupted record is stamped no later than the handler's first) is not
+// caught up until the record is written: the handler's free of an address,
+// and the interrupted record, come before another thread's later reuse of
+// the address. (Taken for caught up, thread 1's malloc came first: its
+// address was still thread 0's object, and thread 0's free then freed
+// thread 1's.)
+TEST(LiveNormalise, ARecordWrittenAfterAnUnwrittenOneHoldsTheOthersBack) {
+  constexpr uint64_t kA = 0x100000, kB = 0x200000, kC = 0x300000;
+  auto rec = [](uint32_t op, uint64_t ticks, uint64_t a, uint64_t b) {
+    return raw::Record{raw::record_head(op, ticks), a, b, 0};
+  };
+  const uint32_t mal = uint32_t(Op::malloc), fr = uint32_t(Op::free);
+  const std::vector<Step> steps = {
+      {0, rec(mal, 1000, kA, 24)},  // first poll
+      {1, rec(mal, 1001, kC, 40)},         {1, rec(fr, 1002, kC, 0)},
+      {0, raw::Record{0, kReserve, 0, 0}},  // second poll: thread 0 interrupted writing
+      {0, rec(fr, 5000, kA, 0)},            // its handler's free
+      {1, rec(mal, 30000, kA, 56)},         // thread 1 reuses the address
+      {0, rec(mal, 4999, kB, 32), true},    // third poll: the interrupted record
+      {1, rec(fr, 30001, kA, 0)},          {0, rec(fr, 30002, kB, 0)},
+  };
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 3, false, false);
+  EXPECT_EQ(live.rep.records, 8u);
+  EXPECT_EQ(live.rep.reused_live, 0u);
+  EXPECT_EQ(live.rep.unknown_frees, 0u);
+  expect_same(live.events, normalise_after(dir));
 }
 
 // A record that turns up after the trace was written past its stamp (here

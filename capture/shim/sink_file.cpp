@@ -31,6 +31,7 @@ using namespace heaplab::raw;
 
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
+__thread char* t_pending_next_block __attribute__((tls_model("initial-exec")));
 // The thread is ending (thread_ending ran): every block it moves to gets an
 // exit node (link_exit_node).
 __thread bool t_ending __attribute__((tls_model("initial-exec")));
@@ -417,6 +418,10 @@ bool switch_block() {
   __atomic_fetch_add(&free_blocks(g_header)->published, 1u, __ATOMIC_RELEASE);
   t.block = block;
   start_block(t.block);
+  // (The interrupted write's record is the full block's last, or this
+  // handler wrote the rest: publish_after_handler looks here for the stamp
+  // of the first record after it.)
+  if (t_pending_next_block == nullptr) t_pending_next_block = block;
   return true;
 }
 
@@ -827,6 +832,7 @@ bool open_spare(const SinkConfig& cfg, uint32_t gen, int err) {
   g_header->stop_error = err ? int64_t(err) : int64_t(-1);
   fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
+  t_pending_next_block = nullptr;
   g_spare = true;
   __atomic_store_n(&g_stopped, true, __ATOMIC_RELAXED);
   __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);
@@ -944,6 +950,7 @@ bool sink_open(const SinkConfig& cfg) {
   g_header = static_cast<FileHeader*>(h);
   fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
+  t_pending_next_block = nullptr;
   // Once per process (a fork child inherits the key).
   if (!g_end_key_set) {
     find_robust_head();
@@ -963,6 +970,7 @@ void sink_after_fork(bool follow, const char* dir) {
   g_stopped = false;
   g_spare = false;
   t_sink = ThreadSink{};
+  t_pending_next_block = nullptr;
   t_ending = false;  // (glibc empties the child's robust list)
   t_exit_node = nullptr;
   t_overhead = 0;
