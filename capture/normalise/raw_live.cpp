@@ -51,6 +51,13 @@ T acquire(const T* p) {
 // when the interrupted write completes; after this long, what is still
 // missing is taken for holes (the thread died meanwhile).
 constexpr std::chrono::seconds kStuckLimit{1};
+// A thread's current block whose first record not yet written has a written
+// one after it (a signal handler interrupted the write and recorded its own
+// calls): the thread is held (not caught up) until it is written, or this
+// long; then it is taken for a hole and the records after it are read. (Not
+// as long as kStuckLimit: while one thread is held nothing is consumed, and
+// a handler waiting for a block given back would wait as long.)
+constexpr std::chrono::milliseconds kPendingLimit{100};
 
 }  // namespace
 
@@ -110,6 +117,8 @@ class LiveCursor final : public RecordCursor {
     pos_ = n_ = 0;
     done_with_block_ = false;
     stuck_since_.reset();
+    pending_since_.reset();
+    passed_pending_ = false;
   }
 
   // More records of block seq_ into buf_ (beyond n_). False if there are
@@ -171,9 +180,13 @@ class LiveCursor final : public RecordCursor {
       uint64_t last = n_;    // one past the last complete record copied
       uint64_t missing = 0;  // records copied that are not written
       uint64_t gaps = 0;     // of them, those before `last`
+      // A record held for past kPendingLimit: read past as a hole.
+      const bool give_up = pending_since_ && pending_slot_ == n_ && !moved_on && !ended &&
+                           std::chrono::steady_clock::now() - *pending_since_ >= kPendingLimit;
+      if (give_up) passed_pending_ = true;
       for (; n < kRecordsPerBlock; ++n) {
         const uint64_t head = acquire(&src[n].head);
-        if (head == 0 && !moved_on && !ended) break;
+        if (head == 0 && !moved_on && !ended && !(give_up && n == n_)) break;
         Record& r = records()[n];
         r.a = src[n].a;
         r.b = src[n].b;
@@ -191,9 +204,14 @@ class LiveCursor final : public RecordCursor {
       // writing it, and wrote its own records next. The interrupted one is
       // stamped no later than the handler's first (sink.h,
       // publish_after_handler), so the thread is not caught up to the poll
-      // until it is written (but for one stuck kStuckLimit: a thread stopped
-      // there for good).
+      // until it is written (kPendingLimit at most).
       const bool pending = n + 1 < kRecordsPerBlock && !moved_on && !ended && acquire(&src[n + 1].head) != 0;
+      if (!pending) {
+        pending_since_.reset();
+      } else if (!pending_since_ || pending_slot_ != n) {  // (a new one: its own time)
+        pending_since_ = std::chrono::steady_clock::now();
+        pending_slot_ = n;
+      }
       // Still the block we meant (the shim clears the magic first when it reuses one)?
       acquire_fence();
       BlockHeader h;
@@ -219,7 +237,8 @@ class LiveCursor final : public RecordCursor {
         // with holes stays as it is (a write may yet come).
         // (At the end nobody takes blocks, and one both appended and mapped
         // is counted when its appended copy is.)
-        if (!final && (ended ? gaps == 0 : last == kRecordsPerBlock && missing == 0) && holes_before_ == holes_) {
+        if (!final && (ended ? gaps == 0 : last == kRecordsPerBlock && missing == 0) && holes_before_ == holes_ &&
+            !passed_pending_) {
           if (pinned)  // (given back by poll() once the kernel has marked it)
             f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
           else {
@@ -246,20 +265,17 @@ class LiveCursor final : public RecordCursor {
         // or, with no copy, leaves it here and moves on: given back then,
         // or now if it is marked left (its thread waits for a block).
         done_with_block_ = true;
-        if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
+        // (One read past a record still to be written stays as it is: the
+        // write may yet come.)
+        if (passed_pending_) {
+        } else if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
           release_ = slot->index;
           release_records_ = kRecordsPerBlock;
         } else if (f_->consume_)
           f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
       }
       if (more) return true;
-      caught_up_ = true;
-      if (pending) {
-        if (!stuck_since_) stuck_since_ = std::chrono::steady_clock::now();
-        caught_up_ = std::chrono::steady_clock::now() - *stuck_since_ >= kStuckLimit;
-      } else {
-        stuck_since_.reset();
-      }
+      caught_up_ = !pending;
       return false;
     }
     if (final) {
@@ -303,6 +319,10 @@ class LiveCursor final : public RecordCursor {
   uint32_t release_ = kNoSlot;                   // block seq_'s slot, to give back once returned
   uint64_t release_records_ = kRecordsPerBlock;  // and how far its records are to be zeroed
   std::optional<std::chrono::steady_clock::time_point> stuck_since_;
+  // Since when record pending_slot_ of block seq_ is held (kPendingLimit).
+  std::optional<std::chrono::steady_clock::time_point> pending_since_;
+  uint64_t pending_slot_ = 0;
+  bool passed_pending_ = false;  // block seq_ was read past a held record
 };
 
 LiveRawFile::LiveRawFile(const std::string& path, bool consume) : path_(path), consume_(consume) {

@@ -562,6 +562,24 @@ TEST(LiveNormalise, ARecordWrittenAfterAnUnwrittenOneHoldsTheOthersBack) {
   expect_same(live.events, normalise_after(dir));
 }
 
+// A held record never written (a handler that never returned to the write):
+// after kPendingLimit (100 ms) the reader reads past it as a hole and goes
+// on with the thread, whose block is then kept, not given back.
+TEST(LiveNormalise, AHeldRecordNeverWrittenBecomesAHole) {
+  std::vector<Step> steps;
+  steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::malloc), 1000), 0x100000, 24, 0}});
+  steps.push_back({0, raw::Record{0, kReserve, 0, 0}});
+  steps.push_back({0, raw::Record{raw::record_head(uint32_t(Op::malloc), 1002), 0x100040, 24, 0}});
+  for (uint64_t i = 0; i < 300; ++i)  // 300 polls, a millisecond or more apart
+    steps.push_back({1, raw::Record{raw::record_head(uint32_t(Op::malloc), 2000 + i), 0x900000 + i * 64, 40, 0}});
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 1, false, true);
+  EXPECT_EQ(live.rep.records, 302u);
+  EXPECT_EQ(live.rep.holes, 1u);
+  EXPECT_EQ(live.consumed, 0u);  // (no block was full)
+  expect_same(live.events, normalise_after(dir));
+}
+
 // A record that turns up after the trace was written past its stamp (here
 // thread 0's, stamped long before thread 1's records already written: a
 // thread preempted between its stamp and its write, or a reader that missed

@@ -201,6 +201,14 @@ inline constexpr uint32_t kBlockLeftFull = 1;
 inline constexpr uint64_t kExitWordOffset = 64;
 static_assert(offsetof(BlockHeader, exit_word) == kExitWordOffset);
 inline constexpr uint32_t kExitOwnerDied = 0x40000000;  // FUTEX_OWNER_DIED
+// The shim's own note in a block's reserved bytes (after the exit node's,
+// sink_file.cpp), which readers ignore: the clock when a signal handler
+// moved the thread off the block while its last record was reserved and not
+// yet written (the handler's records, in the next block, are stamped after
+// it, and the record is stamped no later: sink.h, publish_after_handler).
+// Zero otherwise (a block given back, or cleared for reuse, is zeroed).
+inline constexpr uint64_t kPendingTicksOffset = 112;
+static_assert(kPendingTicksOffset >= kExitWordOffset + 48 && kPendingTicksOffset + 8 <= kBlockHeaderSize);
 
 inline constexpr uint64_t kCmdlineMax = 32768;
 

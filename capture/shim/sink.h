@@ -70,11 +70,6 @@ inline uint64_t stamp() {
 // by sink_open).
 extern intptr_t g_rseq_cs_offset;
 
-// The block a signal handler moved the thread to while a record of its full
-// block was reserved and not yet written (switch_block; the first such), for
-// publish_after_handler; nullptr otherwise.
-extern __thread char* t_pending_next_block __attribute__((tls_model("initial-exec")));
-
 // A signal handler wrote records after `r`'s slot before `r` was published
 // (it interrupted the write): `r` takes the stamp of the first of them, not
 // a later one. Stamped after the handler, it would put its thread's records
@@ -82,24 +77,25 @@ extern __thread char* t_pending_next_block __attribute__((tls_model("initial-exe
 // handler's free placed after another thread's reuse of the address). The
 // handler ran after this call returned (an allocation's record) or before
 // it starts (a release's): its stamp is one the record may take. (The first
-// record after `r` is the next slot, or, `r` being its block's last, the
-// first of the block the handler moved the thread to; where it moved none,
-// the capture having stopped, `r` keeps its own stamp. A fork child, its
-// parent's mapping gone, writes nothing.) `ticks`: a stamp already taken
-// for `r`, kept if earlier.
+// record after `r` is the next slot; `r` being its block's last, the handler
+// moved the thread to another block and noted the clock then in `r`'s
+// block (raw::kPendingTicksOffset), before it stamped anything there; with
+// no note, the capture having stopped, `r` keeps its own stamp. A fork
+// child, its parent's mapping gone, writes nothing.) `ticks`: a stamp
+// already taken for `r`, kept if earlier.
 [[gnu::noinline, gnu::cold]] inline void publish_after_handler(raw::Record* r, uint32_t op,
                                                                uint64_t ticks = UINT64_MAX) {
-  char* const moved_to = t_pending_next_block;
-  t_pending_next_block = nullptr;
   if (t_sink.block == nullptr) return;  // (sink_after_fork: the mapping is not ours)
   const auto next = reinterpret_cast<uint64_t>(r + 1);
-  const raw::Record* first = (next & (raw::kBlockSize - 1)) != 0 ? r + 1
-                             : moved_to != nullptr
-                                 ? reinterpret_cast<const raw::Record*>(moved_to + raw::kBlockHeaderSize)
-                                 : nullptr;
-  const uint64_t head = first != nullptr ? __atomic_load_n(&first->head, __ATOMIC_RELAXED) : 0;
-  if (ticks == UINT64_MAX) ticks = head != 0 ? raw::record_ticks(head) : stamp();
-  if (head != 0 && raw::record_ticks(head) < (ticks & raw::kTicksMask)) ticks = raw::record_ticks(head);
+  uint64_t first = 0;  // the handler's first stamp (56 bits), 0 if not known
+  if ((next & (raw::kBlockSize - 1)) != 0) {
+    first = raw::record_ticks(__atomic_load_n(&r[1].head, __ATOMIC_RELAXED));
+  } else {
+    const auto* note = reinterpret_cast<const uint64_t*>(next - raw::kBlockSize + raw::kPendingTicksOffset);
+    first = __atomic_load_n(note, __ATOMIC_RELAXED) & raw::kTicksMask;
+  }
+  if (ticks == UINT64_MAX) ticks = first != 0 ? first : stamp();
+  if (first != 0 && first < (ticks & raw::kTicksMask)) ticks = first;
   __atomic_store_n(&r->head, raw::record_head(op, ticks), __ATOMIC_RELEASE);
 }
 

@@ -31,7 +31,6 @@ using namespace heaplab::raw;
 
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
 __thread uint64_t t_overhead __attribute__((tls_model("initial-exec")));
-__thread char* t_pending_next_block __attribute__((tls_model("initial-exec")));
 // The thread is ending (thread_ending ran): every block it moves to gets an
 // exit node (link_exit_node).
 __thread bool t_ending __attribute__((tls_model("initial-exec")));
@@ -409,6 +408,12 @@ char* fresh_block() {
 // the normaliser reads it there) and move the thread to a fresh block.
 bool switch_block() {
   ThreadSink& t = t_sink;
+  // The clock now, for the interrupted write's record if it is the full
+  // block's last (publish_after_handler): no later than anything this
+  // handler stamps in the next block. (A nested handler's switch from this
+  // block finds the note taken.)
+  auto* note = reinterpret_cast<uint64_t*>(t.block + kPendingTicksOffset);
+  if (__atomic_load_n(note, __ATOMIC_RELAXED) == 0) __atomic_store_n(note, stamp(), __ATOMIC_RELAXED);
   unlink_exit_node();  // (left in the mapping either way: pinned or not)
   // A fresh block. Counted as published: the reader gives it back too once
   // its pending write has landed. (Waiting for one, the full block stays:
@@ -418,10 +423,6 @@ bool switch_block() {
   __atomic_fetch_add(&free_blocks(g_header)->published, 1u, __ATOMIC_RELEASE);
   t.block = block;
   start_block(t.block);
-  // (The interrupted write's record is the full block's last, or this
-  // handler wrote the rest: publish_after_handler looks here for the stamp
-  // of the first record after it.)
-  if (t_pending_next_block == nullptr) t_pending_next_block = block;
   return true;
 }
 
@@ -832,7 +833,6 @@ bool open_spare(const SinkConfig& cfg, uint32_t gen, int err) {
   g_header->stop_error = err ? int64_t(err) : int64_t(-1);
   fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
-  t_pending_next_block = nullptr;
   g_spare = true;
   __atomic_store_n(&g_stopped, true, __ATOMIC_RELAXED);
   __atomic_store_n(&g_capturing, false, __ATOMIC_RELEASE);
@@ -950,7 +950,6 @@ bool sink_open(const SinkConfig& cfg) {
   g_header = static_cast<FileHeader*>(h);
   fill_header(*g_header, cfg, gen);
   t_sink = ThreadSink{};
-  t_pending_next_block = nullptr;
   // Once per process (a fork child inherits the key).
   if (!g_end_key_set) {
     find_robust_head();
@@ -970,7 +969,6 @@ void sink_after_fork(bool follow, const char* dir) {
   g_stopped = false;
   g_spare = false;
   t_sink = ThreadSink{};
-  t_pending_next_block = nullptr;
   t_ending = false;  // (glibc empties the child's robust list)
   t_exit_node = nullptr;
   t_overhead = 0;

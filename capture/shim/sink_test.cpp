@@ -30,7 +30,6 @@ namespace heaplab::shim {
 uint32_t g_clock = raw::kClockTsc;
 intptr_t g_rseq_cs_offset = 0;
 __thread ThreadSink t_sink __attribute__((tls_model("initial-exec")));
-__thread char* t_pending_next_block __attribute__((tls_model("initial-exec")));
 }  // namespace heaplab::shim
 
 #if defined(__x86_64__)
@@ -145,14 +144,16 @@ void emit_like(uint32_t op, uint64_t a) {
     uint64_t slot = raw::kRecordSize;
     asm volatile("xaddq %0, %1" : "+r"(slot), "+m"(t_sink.cur) : : "memory");
     if ((slot & (raw::kBlockSize - 1)) < raw::kBlockHeaderSize) {
-      // (Into the next block, as the shim's switch_block: noted for the
-      // interrupted write if the full block's last record is not written.)
+      // (Into the next block, as the shim's switch_block where the full
+      // block's last record is reserved and not written: the clock noted
+      // in the block left.)
       char* const block = reinterpret_cast<char*>(slot & ~(raw::kBlockSize - 1));
-      const auto* last = reinterpret_cast<const raw::Record*>(block) - 1;
-      if (block != t_sink.block && __atomic_load_n(&last->head, __ATOMIC_RELAXED) == 0 &&
-          t_pending_next_block == nullptr && block != reinterpret_cast<char*>(g_blocks))
-        t_pending_next_block = block;
-      t_sink.block = block;
+      if (block != t_sink.block) {
+        const auto* last = reinterpret_cast<const raw::Record*>(block) - 1;
+        auto* note = reinterpret_cast<uint64_t*>(t_sink.block + raw::kPendingTicksOffset);
+        if (__atomic_load_n(&last->head, __ATOMIC_RELAXED) == 0 && *note == 0) *note = stamp();
+        t_sink.block = block;
+      }
       continue;
     }
     auto* r = reinterpret_cast<raw::Record*>(slot);
@@ -191,7 +192,6 @@ void records_stay_in_order(intptr_t rseq_offset) {
       g_blocks = nullptr;
       g_rseq_cs_offset = 0;
       t_sink = ThreadSink{};
-      t_pending_next_block = nullptr;
     }
   } scope(rseq_offset, bytes);
   ASSERT_NE(g_blocks, nullptr);
@@ -213,7 +213,6 @@ void records_stay_in_order(intptr_t rseq_offset) {
         break;
       sigprocmask(SIG_BLOCK, &alarm, nullptr);
       std::memset(g_blocks, 0, bytes);
-      t_pending_next_block = nullptr;
       t_sink.block = reinterpret_cast<char*>(g_blocks);
       t_sink.cur = reinterpret_cast<uint64_t>(g_blocks) + raw::kBlockHeaderSize;
       sigprocmask(SIG_UNBLOCK, &alarm, nullptr);
@@ -269,9 +268,9 @@ TEST(Sink, PublishWithoutRseq) {
 
 // A handler's record already written after this one's slot: this one takes
 // its stamp (an earlier one than now), in the next slot or, from a block's
-// last slot, in the block the handler moved the thread to; with no such
-// block (the handler's capture stopped), its own stamp; an earlier stamp
-// of its own is kept. A fork child (its sink reset) writes nothing.
+// last slot, the clock the handler noted as it moved the thread on; with no
+// note (the handler's capture stopped), its own stamp; an earlier stamp of
+// its own is kept. A fork child (its sink reset) writes nothing.
 TEST(Sink, ARecordAHandlerWroteAfterGivesItsStamp) {
   struct Blocks {
     Blocks() : p(static_cast<uint8_t*>(std::aligned_alloc(raw::kBlockSize, 2 * raw::kBlockSize))) {
@@ -280,7 +279,6 @@ TEST(Sink, ARecordAHandlerWroteAfterGivesItsStamp) {
     ~Blocks() {
       std::free(p);
       t_sink = ThreadSink{};
-      t_pending_next_block = nullptr;
     }
     uint8_t* p;
   } blocks;
@@ -296,18 +294,19 @@ TEST(Sink, ARecordAHandlerWroteAfterGivesItsStamp) {
   EXPECT_EQ(recs[0].head, raw::record_head(3, 12000));
 
   auto* next = reinterpret_cast<raw::Record*>(blocks.p + raw::kBlockSize + raw::kBlockHeaderSize);
-  next[0].head = raw::record_head(9, 23456);
-  next[1].head = raw::record_head(9, 23457);
+  next[0].head = raw::record_head(9, 23457);
+  next[1].head = raw::record_head(9, 23458);
+  auto* note = reinterpret_cast<uint64_t*>(blocks.p + raw::kPendingTicksOffset);
+  *note = 23456;  // (the handler's switch_block)
   t_sink.block = reinterpret_cast<char*>(blocks.p + raw::kBlockSize);
-  t_pending_next_block = t_sink.block;
   t_sink.cur = reinterpret_cast<uint64_t>(&next[2]);
   raw::Record* last = &recs[raw::kRecordsPerBlock - 1];
   publish(last, 4);
   EXPECT_EQ(last->head, raw::record_head(4, 23456));
-  EXPECT_EQ(t_pending_next_block, nullptr);
 
   // The handler moved the thread to no block (capture stopped): now.
   last->head = 0;
+  *note = 0;
   t_sink.block = reinterpret_cast<char*>(blocks.p);
   t_sink.cur = 0;
   const uint64_t before = stamp() & raw::kTicksMask;
