@@ -58,6 +58,8 @@ constexpr std::chrono::seconds kStuckLimit{1};
 // as long as kStuckLimit: while one thread is held nothing is consumed, and
 // a handler waiting for a block given back would wait as long.)
 constexpr std::chrono::milliseconds kPendingLimit{100};
+// How far past the first unwritten record a written one is looked for.
+constexpr uint64_t kPendingLookahead = 4;
 
 }  // namespace
 
@@ -205,7 +207,12 @@ class LiveCursor final : public RecordCursor {
       // stamped no later than the handler's first (sink.h,
       // publish_after_handler), so the thread is not caught up to the poll
       // until it is written (kPendingLimit at most).
-      const bool pending = n + 1 < kRecordsPerBlock && !moved_on && !ended && acquire(&src[n + 1].head) != 0;
+      // (The next few slots: a handler interrupted in turn by another, before
+      // writing its first record, leaves two unwritten in a row.)
+      bool pending = false;
+      if (!moved_on && !ended)
+        for (uint64_t k = n + 1; k < std::min(n + 1 + kPendingLookahead, kRecordsPerBlock) && !pending; ++k)
+          pending = acquire(&src[k].head) != 0;
       if (!pending) {
         pending_since_.reset();
       } else if (!pending_since_ || pending_slot_ != n) {  // (a new one: its own time)

@@ -540,7 +540,7 @@ TEST(LiveNormalise, AStreamResolvedAheadThatEndsIsFreedWithItsKeyStillQueued) {
 // address was still thread 0's object, and thread 0's free then freed
 // thread 1's.)
 TEST(LiveNormalise, ARecordWrittenAfterAnUnwrittenOneHoldsTheOthersBack) {
-  constexpr uint64_t kA = 0x100000, kB = 0x200000, kC = 0x300000;
+  constexpr uint64_t kA = 0x100000, kB = 0x200000, kC = 0x300000, kD = 0x400000, kE = 0x500000;
   auto rec = [](uint32_t op, uint64_t ticks, uint64_t a, uint64_t b) {
     return raw::Record{raw::record_head(op, ticks), a, b, 0};
   };
@@ -560,6 +560,25 @@ TEST(LiveNormalise, ARecordWrittenAfterAnUnwrittenOneHoldsTheOthersBack) {
   EXPECT_EQ(live.rep.reused_live, 0u);
   EXPECT_EQ(live.rep.unknown_frees, 0u);
   expect_same(live.events, normalise_after(dir));
+
+  // Two unwritten in a row (the handler interrupted in turn, before its
+  // first write, by another that recorded the free): held too.
+  const std::vector<Step> nested = {
+      {0, rec(mal, 1000, kA, 24)},  // first poll
+      {1, rec(mal, 1001, kC, 40)},         {1, rec(fr, 1002, kC, 0)},
+      {1, rec(mal, 1003, kD, 8)},          {0, raw::Record{0, kReserve, 0, 0}},  // second poll
+      {0, raw::Record{0, kReserve, 0, 0}}, {0, rec(fr, 5000, kA, 0)},
+      {1, rec(mal, 30000, kA, 56)},        {0, rec(mal, 4999, kB, 32), true},  // third poll
+      {0, rec(mal, 4999, kE, 16), true},   {1, rec(fr, 30001, kA, 0)},
+      {0, rec(fr, 30002, kB, 0)},          {0, rec(fr, 30003, kE, 0)},  // fourth poll
+      {1, rec(fr, 30004, kD, 0)},
+  };
+  TempDir dir2;
+  LiveRun live2 = run_live(dir2, nested, 4, false, false);
+  EXPECT_EQ(live2.rep.records, 12u);
+  EXPECT_EQ(live2.rep.reused_live, 0u);
+  EXPECT_EQ(live2.rep.unknown_frees, 0u);
+  expect_same(live2.events, normalise_after(dir2));
 }
 
 // A held record never written (a handler that never returned to the write):
