@@ -274,12 +274,14 @@ class LiveCursor final : public RecordCursor {
         done_with_block_ = true;
         // (One read past a record still to be written stays as it is: the
         // write may yet come.)
-        if (passed_pending_) {
-        } else if (f_->consume_ && acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
-          release_ = slot->index;
-          release_records_ = kRecordsPerBlock;
-        } else if (f_->consume_)
-          f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
+        if (f_->consume_ && !passed_pending_) {
+          if (acquire(&reinterpret_cast<const BlockHeader*>(block)->left) == kBlockLeftFull) {
+            release_ = slot->index;
+            release_records_ = kRecordsPerBlock;
+          } else {
+            f_->read_in_place_.push_back(LiveRawFile::InPlace{thread_, seq_, slot->index});
+          }
+        }
       }
       if (more) return true;
       caught_up_ = !pending;

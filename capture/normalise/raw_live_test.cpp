@@ -554,12 +554,16 @@ TEST(LiveNormalise, ARecordWrittenAfterAnUnwrittenOneHoldsTheOthersBack) {
       {0, rec(mal, 4999, kB, 32), true},    // third poll: the interrupted record
       {1, rec(fr, 30001, kA, 0)},          {0, rec(fr, 30002, kB, 0)},
   };
-  TempDir dir;
-  LiveRun live = run_live(dir, steps, 3, false, false);
-  EXPECT_EQ(live.rep.records, 8u);
-  EXPECT_EQ(live.rep.reused_live, 0u);
-  EXPECT_EQ(live.rep.unknown_frees, 0u);
-  expect_same(live.events, normalise_after(dir));
+  // A run of `batch` steps a poll, and the records it writes.
+  auto check = [](const std::vector<Step>& run, size_t batch, uint64_t records) {
+    TempDir dir;
+    LiveRun live = run_live(dir, run, batch, false, false);
+    EXPECT_EQ(live.rep.records, records);
+    EXPECT_EQ(live.rep.reused_live, 0u);
+    EXPECT_EQ(live.rep.unknown_frees, 0u);
+    expect_same(live.events, normalise_after(dir));
+  };
+  check(steps, 3, 8);
 
   // Two unwritten in a row (the handler interrupted in turn, before its
   // first write, by another that recorded the free): held too.
@@ -573,12 +577,7 @@ TEST(LiveNormalise, ARecordWrittenAfterAnUnwrittenOneHoldsTheOthersBack) {
       {0, rec(fr, 30002, kB, 0)},          {0, rec(fr, 30003, kE, 0)},  // fourth poll
       {1, rec(fr, 30004, kD, 0)},
   };
-  TempDir dir2;
-  LiveRun live2 = run_live(dir2, nested, 4, false, false);
-  EXPECT_EQ(live2.rep.records, 12u);
-  EXPECT_EQ(live2.rep.reused_live, 0u);
-  EXPECT_EQ(live2.rep.unknown_frees, 0u);
-  expect_same(live2.events, normalise_after(dir2));
+  check(nested, 4, 12);
 }
 
 // A held record never written (a handler that never returned to the write):

@@ -208,7 +208,7 @@ inline constexpr uint32_t kExitOwnerDied = 0x40000000;  // FUTEX_OWNER_DIED
 // it, and the record is stamped no later: sink.h, publish_after_handler).
 // Zero otherwise (a block given back, or cleared for reuse, is zeroed).
 inline constexpr uint64_t kPendingTicksOffset = 112;
-static_assert(kPendingTicksOffset >= kExitWordOffset + 48 && kPendingTicksOffset + 8 <= kBlockHeaderSize);
+static_assert(kPendingTicksOffset >= kExitWordOffset + 4 && kPendingTicksOffset + 8 <= kBlockHeaderSize);
 
 inline constexpr uint64_t kCmdlineMax = 32768;
 

@@ -4,13 +4,11 @@
 // appended to PID.GEN.hlraw.blocks with pwrite(2) without one. Thread slots are
 // handed out lock-free; mapping a segment of 64 slots and growing the file
 // happen under a spin lock, with all signals blocked. libc only.
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -18,10 +16,10 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <linux/futex.h>
-#include <linux/rseq.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "capture/shim/rseq_area.h"
 #include "capture/shim/shim_util.h"
 #include "capture/shim/sink.h"
 
@@ -214,7 +212,7 @@ char* segment(uint64_t s, bool soft = false) {
 // linked: threads then keep their last block until the process ends.
 constexpr uint64_t kExitNodeNext = kExitWordOffset + 32;
 static_assert(kExitNodeNext % 8 == 0 && kExitNodeNext - 8 >= kExitWordOffset + 4 &&
-              kExitNodeNext + 8 <= kBlockHeaderSize);
+              kExitNodeNext + 8 <= kPendingTicksOffset);
 constexpr long kGlibcFutexOffset = -32;
 // The head's offset in a thread's descriptor, or -1 (not glibc's layout).
 intptr_t g_robust_head_offset = -1;
@@ -863,27 +861,10 @@ void sink_count_unnoted(bool exec) {
 
 namespace {
 
-// Where glibc keeps each thread's rseq area (2.35 and later register one
-// for every thread it starts), from the thread pointer: its rseq_cs field;
-// 0 with none (an older glibc, or the kernel or a tunable said no). Looked
-// up, not linked: the two symbols are the dynamic loader's, and the shim
-// needs libc only. (A thread whose registration failed still has the area,
-// where the kernel never looks.)
+// find_rseq_cs_offset(), looked up once (a fork child keeps it).
 intptr_t rseq_cs_offset() {
-#if defined(__x86_64__)
-  static intptr_t found = 0;
-  static bool looked = false;  // (once: a fork child keeps it)
-  if (!looked) {
-    const auto* size = static_cast<const unsigned int*>(dlsym(RTLD_DEFAULT, "__rseq_size"));
-    const auto* offset = static_cast<const ptrdiff_t*>(dlsym(RTLD_DEFAULT, "__rseq_offset"));
-    const bool registered = size && offset && *size >= offsetof(struct rseq, rseq_cs) + sizeof(uint64_t);
-    found = registered ? intptr_t(*offset) + intptr_t(offsetof(struct rseq, rseq_cs)) : 0;
-    looked = true;
-  }
+  static const intptr_t found = find_rseq_cs_offset();
   return found;
-#else
-  return 0;
-#endif
 }
 
 }  // namespace

@@ -16,13 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if __has_include(<sys/rseq.h>)
-#include <sys/rseq.h>
-#define HAVE_RSEQ 1
-#else
-#define HAVE_RSEQ 0
-#endif
-
+#include "capture/shim/rseq_area.h"
 #include "capture/shim/sink.h"
 
 // What publish() reads (the shim defines them in sink_file.cpp).
@@ -39,15 +33,6 @@ extern "C" const char __start___rseq_failure[], __stop___rseq_failure[];
 
 namespace heaplab::shim {
 namespace {
-
-// glibc's rseq area for this thread (0: none registered).
-intptr_t rseq_cs_offset() {
-#if HAVE_RSEQ
-  if (__rseq_size >= offsetof(struct rseq, rseq_cs) + sizeof(uint64_t))
-    return intptr_t(__rseq_offset) + intptr_t(offsetof(struct rseq, rseq_cs));
-#endif
-  return 0;
-}
 
 // A timer signal every 20 us, its handler `handler`, for the test's scope.
 class TimerSignal {
@@ -98,7 +83,7 @@ void note_signal(int, siginfo_t*, void* context) {
 // handler ran; every record comes out with its op, stamped between the clock
 // reads around the call.
 TEST(Sink, PublishStartsAgainWhenASignalInterruptsIt) {
-  g_rseq_cs_offset = rseq_cs_offset();
+  g_rseq_cs_offset = find_rseq_cs_offset();
   if (g_rseq_cs_offset == 0) GTEST_SKIP() << "no rseq area registered";
   raw::Record r{};
   uint64_t published = 0, bad = 0, restarted = 0, stamped_before_handler = 0;
@@ -240,7 +225,7 @@ void records_stay_in_order(intptr_t rseq_offset) {
 }
 
 TEST(Sink, AHandlersRecordsKeepTheThreadsStampOrderWithRseq) {
-  const intptr_t offset = rseq_cs_offset();
+  const intptr_t offset = find_rseq_cs_offset();
   if (offset == 0) GTEST_SKIP() << "no rseq area registered";
   records_stay_in_order(offset);
 }
