@@ -64,7 +64,12 @@ struct ThreadResult {
   uint64_t plan_waits = 0;        // windows of the plan not mapped yet when due
   uint64_t plan_wait_ns = 0;
   uint64_t start_ns = 0, end_ns = 0;  // end_ns: set by run_steps when the last call returned
-  int cpu = -1;                       // the CPU the thread finished on
+  // run_steps stopped after a kStepNewThread (the caller starts the thread
+  // that goes on, and clears it).
+  bool new_thread = false;
+  uint64_t threads_started = 0;      // threads started at kStepNewThread steps
+  uint64_t threads_not_started = 0;  // of those steps, where none could start (this one went on)
+  int cpu = -1;                      // the CPU the thread finished on
   // Steps done so far, for samplers while the replay runs.
   alignas(64) std::atomic<uint64_t> progress{0};
   char pad_[64 - sizeof(std::atomic<uint64_t>)];
@@ -294,7 +299,8 @@ inline uint64_t tick_end(bool tsc) {
 
 }  // namespace detail
 
-// Runs steps [s, end) with backend B.
+// Runs steps [s, end) with backend B; stops after a kStepNewThread
+// (r.new_thread).
 template <allocators::BackendCalls B, bool kPaced = false, bool kTimed = false>
 void run_steps(const PlanStep* s, const PlanStep* end, const RunParams& prm, ThreadResult& r) {
   using trace::Op;
@@ -332,6 +338,12 @@ void run_steps(const PlanStep* s, const PlanStep* end, const RunParams& prm, Thr
       if (op == kStepExt) {
         ext_old = id;
         ext_arg = n;
+      } else if (op == kStepNewThread) {
+        // The steps after it run on a new thread (the caller starts it).
+        r.progress.store(uint64_t(s - origin) + 1, std::memory_order_release);
+        r.new_thread = true;
+        end = s + 1;
+        break;
       } else {
         const PlanStep ext{uint64_t{kStepExt} | ext_old << 16, ext_arg};
         if (op == kStepHandoff)

@@ -982,6 +982,39 @@ TEST_F(Engine, LatencySamplesEveryNthCallAcrossRuns) {
 }
 
 // The recording backend has the rest of a backend's interface.
+// A recorded thread that started after another had ended runs after it on
+// the same replay thread, behind a kStepNewThread: run_steps stops after it
+// (the caller goes on on a new thread) and the steps after it go on from
+// there, counted as one thread's.
+TEST_F(Engine, ANewThreadStepStopsTheRun) {
+  std::vector<Event> evs = {ev(Op::thread_start, 0), with(ev(Op::malloc, 0), 24), consume(Op::free, 1),
+                            ev(Op::thread_end, 0),   ev(Op::thread_start, 1),     with(ev(Op::malloc, 1), 40),
+                            consume(Op::free, 2),    ev(Op::thread_end, 1)};
+  evs[6].thread = 1;
+  Plan plan(evs);
+  ASSERT_EQ(plan.mapped->threads(), 1u);
+  ASSERT_EQ(plan.mapped->step_count(0), 5u);
+  ASSERT_EQ(plan.begin(0)[2].op(), unsigned(heaplab::replay::kStepNewThread));
+  ThreadResult r;
+  RunParams prm;
+  prm.table = plan.table.get();
+  prm.origin = plan.begin(0);
+  run_steps<Recording>(plan.begin(0), plan.end(0), prm, r);
+  EXPECT_TRUE(r.new_thread);
+  EXPECT_EQ(r.progress.load(), 3u);
+  ASSERT_EQ(log().size(), 2u);
+  EXPECT_EQ(r.calls[idx(Op::malloc)], 1u);
+  EXPECT_EQ(r.calls[idx(Op::free)], 1u);
+  r.new_thread = false;
+  run_steps<Recording>(plan.begin(0) + 3, plan.end(0), prm, r);
+  EXPECT_FALSE(r.new_thread);
+  EXPECT_EQ(r.progress.load(), 5u);
+  ASSERT_EQ(log().size(), 4u);
+  EXPECT_EQ(log()[2].a, 40u);
+  EXPECT_EQ(r.calls[idx(Op::malloc)], 2u);
+  EXPECT_EQ(r.calls[idx(Op::free)], 2u);
+}
+
 TEST_F(Engine, RecordingBackendDescribesItself) {
   EXPECT_STREQ(Recording::kName, "recording");
   EXPECT_EQ(Recording::describe()["version"], "test");

@@ -353,12 +353,23 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   }
   if (opt.settings.timing == Timing::recorded && !reader->has_time())
     throw ReplayError(opt.trace + ": --timing recorded: the trace has no timestamps");
-  // One replay thread per recorded thread (or --threads): refused at once
-  // if this machine cannot start that many, before any plan is built.
+  // One replay thread per recorded thread (or --threads; threads that never
+  // ran at once share one): refused at once if this machine cannot start
+  // that many, before any plan is built.
   {
     const uint64_t recorded = reader->active_threads().size();
-    const uint64_t want = opt.settings.threads ? std::min<uint64_t>(opt.settings.threads, recorded) : recorded;
+    uint64_t want = opt.settings.threads ? std::min<uint64_t>(opt.settings.threads, recorded) : recorded;
     const uint64_t limit = thread_limit();
+    bool at_once = false;
+    if (want > limit) {  // (only then: this decodes each thread's last chunk)
+      bool sequential = false;
+      try {
+        want = fold_threads(*reader, opt.settings.threads, &sequential).size();
+      } catch (const std::exception& e) {
+        throw ReplayError(e.what());
+      }
+      at_once = sequential;
+    }
     if (limit == 0)
       throw ReplayError(fmt::format(
           "{}: no replay thread can start here: the tasks running now reach a limit (vm.max_map_count, "
@@ -367,10 +378,11 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
           opt.trace));
     if (want > limit)
       throw ReplayError(fmt::format(
-          "{}: the replay would start {} threads (one per recorded thread) and a process here can start about {} "
+          "{}: the replay would start {} threads (one per recorded thread{}) and a process here can start about {} "
           "(vm.max_map_count, kernel.threads-max and pid_max, the cgroup's pids.max, ulimit -u): fold them with "
           "--threads {} or fewer",
-          opt.trace, group_digits(want), group_digits(limit), std::max<uint64_t>(1, limit * 9 / 10)));
+          opt.trace, group_digits(want), at_once ? " running at once" : "", group_digits(limit),
+          std::max<uint64_t>(1, limit * 9 / 10)));
   }
   PlanSummary plan;
   int plan_fd = -1;
@@ -455,6 +467,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                             {"cross_thread_consumes", plan.cross_thread_consumes},
                             {"table_slots", plan.slots},
                             {"slot_handoffs", plan.handoffs},
+                            {"threads_one_after_another", plan.sequential},
+                            {"new_thread_steps", plan.new_threads},
                             {"consumes_of_lost_objects_skipped", plan.skipped_lost},
                             {"reallocs_of_lost_objects", plan.realloc_of_lost},
                             {"sizes_corrected", plan.sizes_corrected},

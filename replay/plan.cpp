@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <queue>
 #include <span>
 #include <system_error>
 #include <thread>
@@ -36,7 +37,7 @@ namespace {
 // thread; more pages if there are many threads), then per thread its steps,
 // then per thread its times (if any). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 7;
+constexpr uint32_t kPlanVersion = 8;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -535,9 +536,82 @@ const char* memory_step_name(unsigned op) {
   return "?";
 }
 
-std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads) {
+namespace {
+
+// Recorded threads that never ran at the same time, together: per group its
+// threads in the order they started. A thread runs from its first event or
+// memory call to its thread_end event (the last event of its last chunk),
+// or to the end of the trace without one. (A live capture writes the
+// thread_end once it sees the thread gone, at most a little later than it
+// went, and sometimes much later: a thread is never taken for gone before
+// it had.) Threads are taken in the order
+// they started, each into the group whose last thread ended first, if it
+// ended before this one started, else into a group of its own: as few
+// groups as ever ran at once.
+std::vector<std::vector<uint32_t>> thread_groups(const trace::TraceReader& r) {
   const auto& active = r.active_threads();
+  struct Span {
+    uint64_t first, last;  // seqs; last = UINT64_MAX: never ended
+    uint32_t thread;
+  };
+  std::vector<Span> spans;
+  spans.reserve(active.size());
+  std::vector<uint32_t> span_of(r.thread_count(), UINT32_MAX);
+  trace::ChunkDecoder d;
+  std::vector<Event> batch(256);
+  for (uint32_t t : active) {
+    const auto& list = r.thread_chunks(t);
+    const trace::ChunkRef& c = r.chunks()[list.back()];
+    // Only its last chunk's last event says whether the thread ended.
+    d.start(r, c);
+    Op last = Op::lost;
+    for (size_t n; (n = d.next(batch.data(), batch.size())) != 0;) last = batch[n - 1].op;
+    d.release();
+    span_of[t] = uint32_t(spans.size());
+    spans.push_back(Span{r.chunks()[list.front()].first_seq, last == Op::thread_end ? c.last_seq : UINT64_MAX, t});
+  }
+  for (const trace::MemoryEvent& m : r.memory_events()) {
+    if (m.op == trace::MemOp::object || m.op == trace::MemOp::latency || m.thread >= span_of.size() ||
+        span_of[m.thread] == UINT32_MAX)
+      continue;
+    Span& sp = spans[span_of[m.thread]];
+    sp.first = std::min(sp.first, m.after);
+    if (sp.last != UINT64_MAX) sp.last = std::max(sp.last, m.after);
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.first < b.first; });
+  std::vector<std::vector<uint32_t>> groups;
+  // (the seq its last thread ended at, group), the earliest first
+  std::priority_queue<std::pair<uint64_t, uint32_t>, std::vector<std::pair<uint64_t, uint32_t>>, std::greater<>> ends;
+  for (const Span& sp : spans) {
+    uint32_t g;
+    if (!ends.empty() && ends.top().first < sp.first) {
+      g = ends.top().second;
+      ends.pop();
+    } else {
+      g = uint32_t(groups.size());
+      groups.emplace_back();
+    }
+    groups[g].push_back(sp.thread);
+    ends.emplace(sp.last, g);
+  }
+  return groups;
+}
+
+}  // namespace
+
+uint32_t threads_at_once(const trace::TraceReader& r) { return uint32_t(thread_groups(r).size()); }
+
+std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads, bool* sequential) {
+  const auto& active = r.active_threads();
+  if (sequential) *sequential = false;
   std::vector<std::vector<uint32_t>> fold;
+  if (threads == 0 || threads < active.size()) {
+    std::vector<std::vector<uint32_t>> groups = thread_groups(r);
+    if (groups.size() < active.size() && (threads == 0 || groups.size() <= threads)) {
+      if (sequential) *sequential = true;
+      return groups;
+    }
+  }
   if (threads == 0 || threads >= active.size()) {
     for (uint32_t t : active) fold.push_back({t});
     return fold;
@@ -589,7 +663,8 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
     for (uint32_t t : fold[k]) events += r.thread_event_count(t);
     // (At most one touch step per object the thread makes.)
     const uint64_t touches = std::min(touch_steps, events);
-    c = 2 * (memory_steps[k] + events) + touches;
+    // (A kStepNewThread before each recorded thread but the first.)
+    c = 2 * (memory_steps[k] + events) + touches + fold[k].size();
     c += c / SlotTable::kBatch + 1;
     least[k] = memory_steps[k] + events + touches;
     l.table[k].steps_offset = off;
@@ -626,15 +701,19 @@ struct Shape {
   std::vector<uint64_t> memory_steps;                     // by replay thread
   FlatMap<uint64_t> object_pages;                         // trace id -> resident pages
   std::vector<std::pair<uint64_t, uint64_t>> timed_seqs;  // calls the program timed: seq, ns
+  bool sequential = false;                                // fold_threads
 
   // The replay thread of recorded thread t (one that only mapped memory has
   // none of its own: the first one makes its calls).
-  uint32_t replay_thread(uint32_t t) const { return t < replay_of.size() ? replay_of[t] : 0u; }
+  uint32_t replay_thread(uint32_t t) const { return t < replay_of.size() && replay_of[t] != kNone ? replay_of[t] : 0u; }
+  // Whether recorded thread t has a replay thread of its own.
+  bool folded(uint32_t t) const { return t < replay_of.size() && replay_of[t] != kNone; }
+  static constexpr uint32_t kNone = UINT32_MAX;
 };
 
 Shape shape_of(const trace::TraceReader& r, const PlanOptions& opt) {
   Shape sh;
-  sh.fold = fold_threads(r, opt.threads);
+  sh.fold = fold_threads(r, opt.threads, &sh.sequential);
   for (const trace::MemoryEvent& m : r.memory_events()) {
     if (m.op == trace::MemOp::object) {
       if (m.region != 0 && m.pages != trace::kUnknownPages) sh.object_pages.put(m.region, m.pages);
@@ -646,7 +725,7 @@ Shape shape_of(const trace::TraceReader& r, const PlanOptions& opt) {
   }
   std::sort(sh.timed_seqs.begin(), sh.timed_seqs.end());
   if (!sh.calls.empty() && sh.fold.empty()) sh.fold.push_back({});  // a program that never called malloc
-  sh.replay_of.assign(r.thread_count(), 0);
+  sh.replay_of.assign(r.thread_count(), Shape::kNone);
   for (uint32_t k = 0; k < sh.fold.size(); ++k)
     for (uint32_t t : sh.fold[k]) sh.replay_of[t] = k;
   sh.memory_steps.assign(sh.fold.size(), 0);
@@ -680,6 +759,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   s.replay_threads = static_cast<uint32_t>(s.fold.size());
   s.has_times = opt.times && r.has_time();
   s.has_live = opt.live;
+  s.sequential = sh.sequential;
   const std::vector<const trace::MemoryEvent*>& calls = sh.calls;
   FlatMap<uint64_t>& object_pages = sh.object_pages;
   const std::vector<std::pair<uint64_t, uint64_t>>& timed_seqs = sh.timed_seqs;
@@ -748,6 +828,21 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     });
   };
 
+  // A replay thread that runs its recorded threads one after another
+  // (sh.sequential): a kStepNewThread before the first step of each but the
+  // first.
+  std::vector<uint32_t> running(nthreads, Shape::kNone);  // the recorded thread each ran last
+  auto begin_thread = [&](uint32_t k, uint32_t t, uint64_t time) {
+    if (!sh.sequential || running[k] == t || !sh.folded(t)) return;
+    if (running[k] != Shape::kNone) {
+      Step n{};
+      n.head = kStepNewThread;
+      put(k, n, time, 0);
+      ++s.new_threads;
+    }
+    running[k] = t;
+  };
+
   // The program's own memory calls, in place: before heap event `seq`, the
   // calls recorded before it.
   struct Region {
@@ -783,6 +878,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     for (; next_call < calls.size() && calls[next_call]->after <= seq; ++next_call) {
       const trace::MemoryEvent& m = *calls[next_call];
       const uint32_t k = replay_thread(m.thread);
+      begin_thread(k, m.thread, m.time);
       Step st{};
       StepOp op = kStepMap;
       uint64_t give = 0;  // the ref this step consumes, to give back once it is put
@@ -924,7 +1020,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       if (!trace::op_valid(static_cast<unsigned>(e.op)) || e.op == Op::thread_start || e.op == Op::thread_end ||
           e.op == Op::lost)
         continue;
-      const uint32_t k = sh.replay_of[e.thread];
+      const uint32_t k = sh.replay_thread(e.thread);
+      begin_thread(k, e.thread, e.time);
       // Flags the engine relies on: only calls with a result carry them,
       // and a failure never has a result. (A free marked failed would make
       // the plan wait for an object no step produces.)

@@ -89,6 +89,12 @@ enum StepOp : uint8_t {
   // Not a call: what the step after it has no room for in its 16 bytes
   // (PlanStep): ref = its old, val = its arg.
   kStepExt = 81,
+  // Not a call: the recorded thread this replay thread ran has ended, and
+  // another that started after it goes on here (a replay thread that runs
+  // recorded threads one after another, fold_threads): the steps after it
+  // run on a new thread, started once the one before has exited, as the
+  // program's did. ref and val 0.
+  kStepNewThread = 82,
 };
 inline constexpr unsigned kStepFirstMemory = kStepMap;
 inline constexpr unsigned kMemorySteps = kStepEnd - kStepMap;
@@ -198,11 +204,15 @@ struct PlanSummary {
   // or (aligned deletes) not the object's.
   uint64_t sizes_corrected = 0;
   uint64_t alignments_corrected = 0;
-  uint64_t objects = 0;          // objects the trace creates
-  uint64_t max_id = 0;           // replay ids given (objects, kept objects, regions)
-  uint64_t slots = 0;            // the object table's largest slot (its size less 1)
-  uint64_t slots_retired = 0;    // slots never reused (a generation at its limit)
-  uint64_t handoffs = 0;         // kStepHandoff steps
+  uint64_t objects = 0;        // objects the trace creates
+  uint64_t max_id = 0;         // replay ids given (objects, kept objects, regions)
+  uint64_t slots = 0;          // the object table's largest slot (its size less 1)
+  uint64_t slots_retired = 0;  // slots never reused (a generation at its limit)
+  uint64_t handoffs = 0;       // kStepHandoff steps
+  // Replay threads that run their recorded threads one after another (each
+  // ended before the next started), and the kStepNewThread steps between them.
+  bool sequential = false;
+  uint64_t new_threads = 0;
   uint64_t live_bytes_peak = 0;  // peak of the live requested bytes, trace order
   uint64_t live_bytes_end = 0;
   // Where the live bytes first reach their peak (trace order): the replay
@@ -309,8 +319,17 @@ class MappedPlan {
 };
 
 // Which replay thread each recorded thread goes to, for `threads` replay
-// threads: one each if there are enough, else largest first onto the least
-// loaded (by event count). Returns per replay thread its recorded threads.
-std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads);
+// threads (0: as the program ran them). Returns per replay thread its
+// recorded threads. Recorded threads that never ran at the same time share
+// a replay thread, one after another (*sequential set; its recorded threads
+// in the order they started), where `threads` is 0 or at least as many as
+// ever ran at once and fewer than all: a recorded thread runs from its first
+// event (or memory call) to its thread_end event, or to the end of the trace
+// without one. Else, with `threads` below the recorded threads, largest
+// first onto the least loaded (by event count; sorted); else one each.
+std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads,
+                                                bool* sequential = nullptr);
+// The most recorded threads that ran at once (as fold_threads takes them).
+uint32_t threads_at_once(const trace::TraceReader& r);
 
 }  // namespace heaplab::replay

@@ -121,7 +121,9 @@ void PlanPager::check(uint32_t t, uint64_t from, uint64_t to) const {
     const bool memory = op >= kStepFirstMemory && op < kStepEnd;
     const bool touch_follows = call && (s[i].flags() & kStepTouchFollows);
     const bool handoff = op == kStepHandoff;
-    if (!(call || memory || handoff || op == kStepExt) || (!handoff && !ref_ok(ref)) ||
+    const bool new_thread = op == kStepNewThread;
+    if (!(call || memory || handoff || op == kStepExt || new_thread) || (!handoff && !ref_ok(ref)) ||
+        (new_thread && (ref != 0 || s[i].val != 0)) ||
         (handoff && (ref >= plan_.threads() || ref == t || s[i].val > counts_[ref])) ||
         ((op == kStepMap || op == kStepRemap) && ref == 0) ||
         (touch_follows && (i + 1 >= counts_[t] || s[i + 1].op() != kStepTouchObject)))

@@ -24,11 +24,11 @@
 namespace heaplab::replay {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PlanSummary, events, steps, ops, skipped_lost, realloc_of_lost, sizes_corrected,
-                                   alignments_corrected, objects, max_id, slots, slots_retired, handoffs,
-                                   live_bytes_peak, live_bytes_end, peak_thread, peak_step, bytes_requested,
-                                   cross_thread_consumes, recorded_threads, replay_threads, fold, has_times, has_live,
-                                   duration_ns, memory_ops, regions, mapped_peak, recorded_touches, unknown_regions,
-                                   program_latency)
+                                   alignments_corrected, objects, max_id, slots, slots_retired, handoffs, sequential,
+                                   new_threads, live_bytes_peak, live_bytes_end, peak_thread, peak_step,
+                                   bytes_requested, cross_thread_consumes, recorded_threads, replay_threads, fold,
+                                   has_times, has_live, duration_ns, memory_ops, regions, mapped_peak, recorded_touches,
+                                   unknown_regions, program_latency)
 
 namespace fs = std::filesystem;
 
@@ -39,8 +39,8 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 // What a plan must leave free on its file system.
 constexpr uint64_t kMargin = 512 * kMiB;
 // The plan file's layout version, in the names of kept plans (changed with
-// plan.cpp's kPlanVersion: 7 is named v6).
-constexpr int kLayout = 6;
+// plan.cpp's kPlanVersion: 8 is named v7).
+constexpr int kLayout = 7;
 
 uint64_t free_bytes_of(const std::string& dir) {
   struct statvfs v {};

@@ -877,6 +877,104 @@ TEST(PlanFold, ZeroOrEnoughThreadsIsIdentity) {
   EXPECT_EQ(b->summary.cross_thread_consumes, 0u);
 }
 
+// Recorded threads that never ran at the same time share a replay thread,
+// one after another, a kStepNewThread between them (the engine runs each on
+// a thread of its own). Thread 0 runs throughout; 1 and 2 together; 3 starts
+// after 1 ended (2 still runs), 4 after 2 ended; 5 never ends (no
+// thread_end: it runs to the end of the trace). A memory call of 4's before
+// 2 ended (the second trace) makes it start then: it overlaps 2.
+TEST(PlanFold, ThreadsThatComeAndGoRunOneAfterAnother) {
+  auto events = [] {
+    return std::vector<Event>{alloc(8, 0),
+                              ev(Op::thread_start, 1),
+                              alloc(16, 1),  // 0-2
+                              ev(Op::thread_start, 2),
+                              alloc(24, 2),
+                              release(2, 1),  // 3-5
+                              ev(Op::thread_end, 1),
+                              ev(Op::thread_start, 3),
+                              alloc(32, 3),  // 6-8
+                              release(3, 2),
+                              ev(Op::thread_end, 2),
+                              release(4, 3),  // 9-11
+                              ev(Op::thread_end, 3),
+                              alloc(40, 4),
+                              ev(Op::thread_end, 4),  // 12-14
+                              alloc(48, 5),
+                              release(1, 0)};  // 15-16
+  };
+  const auto write = [&](const std::string& path, bool memory_call) {
+    trace::TraceWriter w(path, WriterOptions{});
+    for (Event e : events()) w.append(e);
+    if (memory_call) {
+      trace::MemoryEvent m;
+      m.op = trace::MemOp::map;
+      m.thread = 4;
+      m.after = 9;  // between events 8 and 9
+      m.region = 1;
+      m.length = 4096;
+      w.set_memory_events({m});
+    }
+    w.close();
+  };
+  using Fold = std::vector<std::vector<uint32_t>>;
+  TempDir dir;
+  write(dir.file("t.hlt"), false);
+  auto r = TraceReader::open(dir.file("t.hlt"));
+  EXPECT_EQ(threads_at_once(*r), 3u);
+  const Fold groups = {{0}, {1, 3, 5}, {2, 4}};
+  for (uint32_t threads : {0u, 3u, 5u}) {
+    SCOPED_TRACE(threads);
+    bool sequential = false;
+    EXPECT_EQ(fold_threads(*r, threads, &sequential), groups);
+    EXPECT_TRUE(sequential);
+  }
+  // Fewer replay threads than ever ran at once: folded by load, as before;
+  // as many as the recorded threads: one each.
+  bool sequential = true;
+  EXPECT_EQ(fold_threads(*r, 2, &sequential).size(), 2u);
+  EXPECT_FALSE(sequential);
+  EXPECT_EQ(fold_threads(*r, 6, &sequential), (Fold{{0}, {1}, {2}, {3}, {4}, {5}}));
+  EXPECT_FALSE(sequential);
+
+  auto b = build_from(*r, PlanOptions{});
+  EXPECT_EQ(b->summary.fold, groups);
+  EXPECT_TRUE(b->summary.sequential);
+  EXPECT_EQ(b->summary.new_threads, 3u);
+  EXPECT_EQ(b->summary.recorded_threads, 6u);
+  EXPECT_EQ(b->summary.replay_threads, 3u);
+  ASSERT_EQ(b->plan->threads(), 3u);
+  const auto ops = [&](uint32_t k) {
+    std::vector<unsigned> v;
+    for (uint64_t i = 0; i < b->plan->step_count(k); ++i) v.push_back(b->plan->steps(k)[i].op());
+    return v;
+  };
+  const unsigned m = idx(Op::malloc), f = idx(Op::free), n = kStepNewThread;
+  EXPECT_EQ(ops(0), (std::vector<unsigned>{m, f}));
+  EXPECT_EQ(ops(1), (std::vector<unsigned>{m, f, n, m, f, n, m}));
+  EXPECT_EQ(ops(2), (std::vector<unsigned>{m, f, n, m}));
+  for (uint32_t k = 1; k < 3; ++k)
+    for (uint64_t i = 0; i < b->plan->step_count(k); ++i)
+      if (b->plan->steps(k)[i].op() == n) {
+        EXPECT_EQ(b->plan->steps(k)[i].ref(), 0u);
+        EXPECT_EQ(b->plan->steps(k)[i].val, 0u);
+      }
+  // The same calls as one replay thread per recorded thread, none waiting
+  // for ever (dense_steps runs them).
+  const auto dense = testutil::dense_steps(*b->plan);
+  EXPECT_EQ(dense[1].size(), 7u);
+
+  // Thread 4's mmap before thread 2 ended: 4 gets a replay thread of its
+  // own, and 5 goes after 2.
+  write(dir.file("m.hlt"), true);
+  auto rm = TraceReader::open(dir.file("m.hlt"));
+  EXPECT_EQ(threads_at_once(*rm), 4u);
+  EXPECT_EQ(fold_threads(*rm, 0), (Fold{{0}, {1, 3}, {2, 5}, {4}}));
+  auto bm = build_from(*rm, PlanOptions{});
+  EXPECT_EQ(bm->summary.new_threads, 2u);
+  EXPECT_EQ(bm->summary.memory_ops[kStepMap - kStepMap], 1u);
+}
+
 // ------------------------------------------------------------ timestamps
 
 // With PlanOptions::times each step carries its recorded time (per replay
@@ -1234,7 +1332,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(PlanMapped, RejectsWhatIsNotAPlan) {
-  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 7");
+  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 8");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
@@ -1249,7 +1347,7 @@ TEST(PlanMapped, RejectsDamagedPlan) {
 
   std::string bad_version = img;
   bad_version[8] = 1;  // version, after the 8-byte magic: an older layout
-  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 7");
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 8");
 
   std::string bad_peak = img;  // the live peak's step (after the ops and the peak value) past the thread's end
   const uint64_t step = 4;     // (after magic, version, threads, max_id, slots, steps, times, live: 56 bytes)

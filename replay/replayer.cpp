@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -62,18 +63,43 @@ struct Worker {
   uint64_t pause;
   MemorySampler* sampler;
   PlanPager* pager;
+  // A replay thread that runs recorded threads one after another
+  // (kStepNewThread) runs each on a thread of its own: the step the next
+  // one starts at, the one before it (joined before it goes on: it has
+  // exited, as the recorded one had), and the last (joined by the replay).
+  uint64_t pos = 0;
+  pthread_t before{};
+  bool has_before = false;
+  pthread_t last{};
+  uint32_t done = 0;  // set once the last has made its last step
 };
+
+// Replay threads need little stack (the allocator's calls): 512 KiB lets
+// traces with thousands of threads start where the default 8 MiB would not.
+int start_thread(pthread_t* tid, void* (*fn)(void*), void* arg) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t{512} << 10);
+  const int err = pthread_create(tid, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  return err;
+}
 
 void* worker_main(void* arg) {
   auto* w = static_cast<Worker*>(arg);
   w->pin->bind(w->index);
-  // Wait for the start: asleep (a futex), not spinning: with more threads
-  // than cores, spinning ones took the CPU from the thread creating the rest,
-  // and start-up grew with the square of the threads (3,000: 90 s).
-  int go;
-  while ((go = w->go->load(std::memory_order_acquire)) == 0) w->go->wait(0, std::memory_order_acquire);
-  if (go < 0) return nullptr;  // another thread could not start: no replay
-  w->result->start_ns = monotonic_ns();
+  if (w->has_before) {
+    pthread_join(w->before, nullptr);
+    w->has_before = false;
+  } else {
+    // Wait for the start: asleep (a futex), not spinning: with more threads
+    // than cores, spinning ones took the CPU from the thread creating the
+    // rest, and start-up grew with the square of the threads (3,000: 90 s).
+    int go;
+    while ((go = w->go->load(std::memory_order_acquire)) == 0) w->go->wait(0, std::memory_order_acquire);
+    if (go < 0) return nullptr;  // another thread could not start: no replay
+    w->result->start_ns = monotonic_ns();
+  }
   const BackendHooks& b = *w->backend;
   const StepsFn fn =
       w->params.latency ? (w->params.times ? b.paced_timed : b.fast_timed) : (w->params.times ? b.paced : b.fast);
@@ -81,15 +107,38 @@ void* worker_main(void* arg) {
   // pager has mapped and checked it.
   RunParams prm = w->params;
   prm.origin = w->steps;
-  for (uint64_t pos = 0; pos < w->count;) {
+  for (uint64_t pos = w->pos; pos < w->count;) {
     uint64_t end = w->pager->ready(uint32_t(w->index), pos, *w->result);
     if (w->pause > pos && w->pause < end) end = w->pause;
     fn(w->steps + pos, w->steps + end, prm, *w->result);
+    if (w->result->new_thread) {
+      w->result->new_thread = false;
+      end = w->result->progress.load(std::memory_order_relaxed);
+      if (end == w->pause) w->sampler->snapshot();
+      // The next recorded thread on a thread of its own, which joins this
+      // one first; where none can start, this one goes on.
+      w->pos = end;
+      w->before = pthread_self();
+      w->has_before = true;
+      pthread_t next;
+      if (start_thread(&next, worker_main, w) == 0) {
+        ++w->result->threads_started;
+        return nullptr;
+      }
+      w->has_before = false;
+      ++w->result->threads_not_started;
+      pos = end;
+      continue;
+    }
     if (end == w->pause) w->sampler->snapshot();
     pos = end;
   }
   if (w->count == 0) w->result->end_ns = monotonic_ns();  // (run_steps sets it otherwise)
   w->result->cpu = sched_getcpu();
+  w->last = pthread_self();
+  std::atomic_ref<uint32_t> done(w->done);
+  done.store(1, std::memory_order_release);
+  done.notify_all();
   return nullptr;
 }
 
@@ -331,24 +380,17 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
                         &pager};
   }
   rusage ru0{}, ru1{};
-  // Replay threads need little stack (the allocator's calls): 512 KiB lets
-  // traces with thousands of threads start where the default 8 MiB would not.
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, size_t{512} << 10);
   uint32_t started = 0;
   for (; started < nthreads; ++started) {
-    const int err = pthread_create(&tids[started], &attr, worker_main, &workers[started]);
+    const int err = start_thread(&tids[started], worker_main, &workers[started]);
     if (err != 0) {
       go.store(-1);
       go.notify_all();
       for (uint32_t t = 0; t < started; ++t) pthread_join(tids[t], nullptr);
-      pthread_attr_destroy(&attr);
       throw std::runtime_error("cannot start replay thread " + std::to_string(started) + " of " +
                                std::to_string(nthreads) + ": " + std::strerror(err));
     }
   }
-  pthread_attr_destroy(&attr);
   getrusage(RUSAGE_SELF, &ru0);
   const uint64_t start = monotonic_ns();
   for (uint32_t t = 0; t < nthreads; ++t) workers[t].params.start_ns = start;
@@ -356,7 +398,13 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   if (sampler) sampler->start(start);
   go.store(1, std::memory_order_release);
   go.notify_all();
-  for (uint32_t t = 0; t < nthreads; ++t) pthread_join(tids[t], nullptr);
+  // Each replay thread's last thread (the first, unless it ran recorded
+  // threads one after another: each thread joined the one before).
+  for (uint32_t t = 0; t < nthreads; ++t) {
+    std::atomic_ref<uint32_t> done(workers[t].done);
+    while (done.load(std::memory_order_acquire) == 0) done.wait(0, std::memory_order_acquire);
+    pthread_join(workers[t].last, nullptr);
+  }
   if (sampler) sampler->stop();
   pager.stop();
   uint64_t end = start;
@@ -391,6 +439,8 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     total.handoffs += r.handoffs;
     total.handoff_waits += r.handoff_waits;
     total.handoff_wait_ns += r.handoff_wait_ns;
+    total.threads_started += r.threads_started;
+    total.threads_not_started += r.threads_not_started;
     total.unrepresentable += r.unrepresentable;
     total.plan_waits += r.plan_waits;
     total.plan_wait_ns += r.plan_wait_ns;
@@ -462,6 +512,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   // often that made a thread wait.
   j["slot_handoffs"] = {
       {"count", total.handoffs}, {"waited", total.handoff_waits}, {"total_ns", total.handoff_wait_ns}};
+  // Recorded threads that started after others had ended, each on a
+  // thread of its own (plan.h, kStepNewThread); where none could start,
+  // the one before went on.
+  j["threads_started"] = {{"count", total.threads_started}, {"not_started", total.threads_not_started}};
   if (total.unrepresentable) j["results_beyond_2^48"] = total.unrepresentable;
   j["moved_failed_reallocs"] = total.moved_failed_reallocs;
   j["threads"] = per_thread;

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Replay fidelity for a program whose threads come and go (issue 16).
+
+`churn THREADS OPS LIVE WAVES` starts THREADS threads at a time, WAVES times
+over (each wave joined before the next starts). It is captured once under
+glibc; then, once per allocator, interleaved --reps times:
+  real     the program with the allocator preloaded: its peak anonymous RSS
+           (RssAnon, sampled every millisecond), as scripts/bench-fidelity.py
+  replay   `heaplab replay` as it replays by default: recorded threads that
+           never ran at the same time run one after another, each on a
+           thread of its own started once the one before has exited
+           (plan.h, kStepNewThread)
+  at once  the same with `--threads R` (R = the recorded threads): one replay
+           thread per recorded thread, all started together (heaplab's
+           default before)
+Both replays with the settings experiments use for memory (--timing
+recorded, --touch recorded, --sample-ms 1): the replay's heap peak.
+
+Prints per allocator the medians of real, replay and at once, the ratios to
+real, the replay threads each used, and their wall times.
+
+Usage: scripts/bench-thread-waves.py [--reps 3] [--program "50 20 100 200"]
+HEAPLAB_BUILD_DIR picks the build (default: build/).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
+HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
+CHURN = os.path.join(BUILD, "capture", "testprogs", "churn")
+
+# The real runs are measured as scripts/bench-fidelity.py measures them.
+_spec = importlib.util.spec_from_file_location("bench_fidelity", os.path.join(REPO, "scripts", "bench-fidelity.py"))
+fidelity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fidelity)
+
+
+def replay(trace, allocator, out, extra):
+    r = subprocess.run([HEAPLAB, "replay", trace, "-q", "--allocator", allocator, "--timing", "recorded",
+                        "--touch", "recorded", "--sample-ms", "1", "-o", out] + extra, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"bench-thread-waves: replay of {trace} on {allocator} {' '.join(extra)} failed: {r.stderr.strip()}")
+    j = json.load(open(out))
+    return j["replay"]["memory"]["heap_peak_kib"], j["replay_threads"], j["replay"]["wall_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--program", default="50 20 100 200", help="churn's arguments: THREADS OPS LIVE WAVES")
+    a = ap.parse_args()
+    for path in (HEAPLAB, CHURN):
+        if not os.access(path, os.X_OK):
+            sys.exit(f"bench-thread-waves: {path} not found: build first (scripts/bootstrap.sh)")
+    cmd = [CHURN] + a.program.split()
+    libs = fidelity.allocator_libs()
+    with tempfile.TemporaryDirectory(prefix="heaplab-waves-") as work:
+        trace = os.path.join(work, "waves.hlt")
+        env = dict(os.environ, HEAPLAB_PLAN_DIR=os.path.join(work, "plans"))
+        os.environ["HEAPLAB_PLAN_DIR"] = env["HEAPLAB_PLAN_DIR"]
+        subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--"] + cmd, check=True, stdout=subprocess.DEVNULL)
+        stats = json.loads(subprocess.run([HEAPLAB, "stats", "--json", trace], check=True, capture_output=True,
+                                          text=True).stdout)
+        recorded = stats["threads"]
+        rows = {}
+        for alloc in libs:
+            row = rows[alloc] = {"real": [], "replay": [], "at_once": [], "threads": (0, 0), "wall": ([], [])}
+            for i in range(a.reps):
+                e = dict(os.environ)
+                if libs[alloc]:
+                    e["LD_PRELOAD"] = libs[alloc]
+                row["real"].append(fidelity.real_run(cmd, e, work, None)[0])
+                peak, threads, wall = replay(trace, alloc, os.path.join(work, "r.json"), [])
+                row["replay"].append(peak)
+                row["wall"][0].append(wall)
+                peak1, threads1, wall1 = replay(trace, alloc, os.path.join(work, "r1.json"), ["--threads", str(recorded)])
+                row["at_once"].append(peak1)
+                row["wall"][1].append(wall1)
+                row["threads"] = (threads, threads1)
+        print(f"churn {a.program}: {stats['events']:,} events, {recorded:,} recorded threads; "
+              f"medians of {a.reps} (heap peaks in MiB)")
+        print("| allocator | real | replay | replay/real | replay threads | at once | at once/real | replay threads "
+              "| wall: replay, at once |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for alloc, row in rows.items():
+            real = statistics.median(row["real"]) / 1024
+            rep = statistics.median(row["replay"]) / 1024
+            one = statistics.median(row["at_once"]) / 1024
+            w0, w1 = statistics.median(row["wall"][0]), statistics.median(row["wall"][1])
+            print(f"| {alloc} | {real:.1f} | {rep:.1f} | **{rep / real:.2f}x** | {row['threads'][0]} | {one:.1f} | "
+                  f"{one / real:.2f}x | {row['threads'][1]} | {w0:.2f} s, {w1:.2f} s |")
+
+
+if __name__ == "__main__":
+    main()
