@@ -781,6 +781,46 @@ TEST(Capture, LiveScratchStaysBoundedWhenThreadsComeAndGo) {
   EXPECT_LE(run.mapping_peak, segments_bytes(14));
 }
 
+// Threads that come and go from the program's first moment: `churn 4 20
+// 100 1500` runs 1,500 waves of 4 short threads, each wave joined before the
+// next starts, the first ones before the live reader has started (it takes a
+// few ms; the program runs on for longer, or all is read at the end). Each
+// thread's thread_end is written once the reader finds it gone: at its first
+// look for the threads that ended before it started (their exit nodes are
+// linked all the same: HEAPLAB_CAPTURE_LIVE), not at the end of the trace.
+// So one wave, or two where a thread_end comes a little late, is all that is
+// alive at once in the trace (a replay runs as many threads at once as the
+// trace has: replay/README.md). Before, the threads that had ended before
+// the reader started all ended at the end (130-150 alive at once).
+TEST(Capture, LiveThreadsThatEndBeforeTheReaderStartsEndInPlace) {
+  TempDir dir;
+  CaptureOptions opt = options(dir, {victim("churn"), "4", "20", "100", "1500"});
+  CaptureResult r = heaplab::launch::run_capture(opt);
+  ASSERT_EQ(r.exit_code, 0);
+  ASSERT_TRUE(r.failed.empty()) << failed_list(r);
+  ASSERT_EQ(r.traces.size(), 1u);
+  const std::vector<Event> events = read_events(r.traces[0].path);
+  // Worker threads alive at once: from a thread's first event to its
+  // thread_end (main, thread 0, runs throughout).
+  std::map<uint32_t, bool> seen;
+  uint64_t alive = 0, most = 0, ends = 0;
+  for (const Event& e : events) {
+    if (e.thread == 0) continue;
+    if (!seen[e.thread]) {
+      seen[e.thread] = true;
+      most = std::max(most, ++alive);
+    }
+    if (e.op == Op::thread_end) {
+      --alive;
+      ++ends;
+    }
+  }
+  EXPECT_EQ(seen.size(), 6000u);
+  EXPECT_EQ(ends, 6000u);
+  EXPECT_LE(most, 8u) << "threads that had ended were written as running on";
+  expect_trace_ok(r.traces[0].path);
+}
+
 // Threads that end holding a robust mutex, with a key destructor of the
 // program's after the shim's (it holds another robust mutex while it makes
 // more calls than a block holds: the exit node moves to the next block with

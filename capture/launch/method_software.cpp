@@ -412,7 +412,8 @@ class SoftwareMethod : public CaptureMethod {
   void command(const CaptureOptions& opt, CaptureResult&, const std::string& preload,
                process::Spec& spec) const override {
     spec.env.emplace_back("LD_PRELOAD", preload);
-    spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";  // the shim knows the program's own process by it
+    if (opt.live) spec.env.emplace_back("HEAPLAB_CAPTURE_LIVE", "1");  // a reader is coming (sink.h)
+    spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";                         // the shim knows the program's own process by it
     spec.argv = opt.argv;
     spare_.pass(spec);
   }

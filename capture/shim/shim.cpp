@@ -228,6 +228,7 @@ void start_capture() {
     return;
   }
   if (const char* every = getenv("HEAPLAB_CAPTURE_LATENCY")) g_latency_every = uint32_t(strtoul(every, nullptr, 10));
+  if (const char* live = getenv("HEAPLAB_CAPTURE_LIVE")) g_live_reader_coming = strcmp(live, "1") == 0;
   // Watched only if this process sees it (not from inside another PID
   // namespace, where its number means nothing).
   if (const char* launcher = getenv("HEAPLAB_CAPTURE_LAUNCHER")) {

@@ -213,6 +213,11 @@ void sink_set_event_cost(uint64_t ticks_x1024, uint64_t timer_overhead);
 // False in processes (and fork children) that are not captured: emit() then
 // does nothing.
 extern bool g_capturing;
+// heaplab capture normalises while the program runs (HEAPLAB_CAPTURE_LIVE):
+// a live reader is coming, so threads that end before it has started get
+// their exit node all the same (thread_ending), and it finds them gone at
+// its first look, not only at the end.
+extern bool g_live_reader_coming;
 
 // Events go out as ptwrite payloads (set once at start-up, only where the
 // CPU has ptwrite: elsewhere the instruction raises SIGILL).

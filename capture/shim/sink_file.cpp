@@ -42,6 +42,7 @@ __thread uint32_t t_latency_left __attribute__((tls_model("initial-exec")));
 uint32_t g_clock = kClockMonotonic;
 intptr_t g_rseq_cs_offset = 0;
 bool g_capturing = false;
+bool g_live_reader_coming = false;
 bool g_stopped = false;
 pid_t g_launcher = 0;
 
@@ -722,8 +723,13 @@ namespace {
 // for every thread it ever ran. Calls the thread makes after this (other
 // destructors, glibc's own clean-up) go on in the same block, or take the
 // node along to the next (start_block). Without a reader nobody would give
-// the block back: nothing is linked. (The thread that calls exit(), main's
-// usually, runs no key destructors: its block is read at the end.)
+// the block back: nothing is linked; but before a live reader that is
+// coming has started (g_live_reader_coming) it is, so that the reader finds
+// the thread gone at its first look: not doing so wrote the thread_end of
+// every thread that ended in the program's first milliseconds at the end of
+// the trace, and a replay ran those threads all at once (plan.h,
+// kStepNewThread). (The thread that calls exit(), main's usually, runs no
+// key destructors: its block is read at the end.)
 void thread_ending(void*) {
   sigset_t all, old;
   sigfillset(&all);
@@ -731,7 +737,8 @@ void thread_ending(void*) {
   ThreadSink& t = t_sink;
   FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
   if (h && __atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE) && t.slot != 0 && t.block && !t_ending &&
-      pid_t(syscall(SYS_getpid)) == g_pid && live_reader(h)) {
+      pid_t(syscall(SYS_getpid)) == g_pid &&
+      (live_reader(h) || (g_live_reader_coming && __atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0))) {
     t_ending = true;
     link_exit_node(t.block);
     if (t_exit_node) {
