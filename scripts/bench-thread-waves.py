@@ -19,7 +19,12 @@ recorded, --touch recorded, --sample-ms 1): the replay's heap peak.
 Prints per allocator the medians of real, replay and at once, the ratios to
 real, the replay threads each used, and their wall times.
 
-Usage: scripts/bench-thread-waves.py [--reps 3] [--program "50 20 100 200"]
+With --trace T.hlt, a trace captured before (by another build, say) is
+replayed --reps times as it replays by default, on glibc, --no-memory, no
+real runs: the whole command's wall time and the replay's, the replay threads
+and the waits (the engine's back-off with many threads waiting).
+
+Usage: scripts/bench-thread-waves.py [--reps 3] [--program "50 20 100 200"] [--trace T.hlt]
 HEAPLAB_BUILD_DIR picks the build (default: build/).
 """
 import argparse
@@ -30,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
@@ -51,14 +57,38 @@ def replay(trace, allocator, out, extra):
     return j["replay"]["memory"]["heap_peak_kib"], j["replay_threads"], j["replay"]["wall_s"]
 
 
+def replay_only(trace, reps):
+    with tempfile.TemporaryDirectory(prefix="heaplab-waves-") as work:
+        env = dict(os.environ, HEAPLAB_PLAN_DIR=os.path.join(work, "plans"))
+        out = os.path.join(work, "r.json")
+        whole, walls = [], []
+        for _ in range(reps):
+            t0 = time.monotonic()
+            r = subprocess.run([HEAPLAB, "replay", trace, "-q", "--no-memory", "-o", out], env=env,
+                               capture_output=True, text=True)
+            whole.append(time.monotonic() - t0)
+            if r.returncode != 0:
+                sys.exit(f"bench-thread-waves: replay of {trace} failed: {r.stderr.strip()}")
+            j = json.load(open(out))
+            walls.append(j["replay"]["wall_s"])
+        w = j["replay"]["cross_thread_waits"]
+        print(f"{trace}: {j['trace']['recorded_threads']:,} recorded threads on {j['replay_threads']} replay threads; "
+              f"medians of {reps}: whole command {statistics.median(whole):.2f} s, replay {statistics.median(walls):.2f} s; "
+              f"cross-thread waits {w['count']} ({w['total_ns'] / 1e9:.1f} s in all threads)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--program", default="50 20 100 200", help="churn's arguments: THREADS OPS LIVE WAVES")
+    ap.add_argument("--trace", help="replay this trace only (no capture, no real runs)")
     a = ap.parse_args()
     for path in (HEAPLAB, CHURN):
         if not os.access(path, os.X_OK):
             sys.exit(f"bench-thread-waves: {path} not found: build first (scripts/bootstrap.sh)")
+    if a.trace:
+        replay_only(a.trace, a.reps)
+        return
     cmd = [CHURN] + a.program.split()
     libs = fidelity.allocator_libs()
     with tempfile.TemporaryDirectory(prefix="heaplab-waves-") as work:
