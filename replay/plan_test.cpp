@@ -884,27 +884,36 @@ TEST(PlanFold, ZeroOrEnoughThreadsIsIdentity) {
 // thread_end: it runs to the end of the trace). A memory call of 4's before
 // 2 ended (the second trace) makes it start then: it overlaps 2.
 TEST(PlanFold, ThreadsThatComeAndGoRunOneAfterAnother) {
+  // (Each at 10 ns times its seq; thread 3's first call a calloc: a
+  // kStepExt comes after the kStepNewThread.)
   auto events = [] {
-    return std::vector<Event>{alloc(8, 0),
-                              ev(Op::thread_start, 1),
-                              alloc(16, 1),  // 0-2
-                              ev(Op::thread_start, 2),
-                              alloc(24, 2),
-                              release(2, 1),  // 3-5
-                              ev(Op::thread_end, 1),
-                              ev(Op::thread_start, 3),
-                              alloc(32, 3),  // 6-8
-                              release(3, 2),
-                              ev(Op::thread_end, 2),
-                              release(4, 3),  // 9-11
-                              ev(Op::thread_end, 3),
-                              alloc(40, 4),
-                              ev(Op::thread_end, 4),  // 12-14
-                              alloc(48, 5),
-                              release(1, 0)};  // 15-16
+    std::vector<Event> v = {alloc(8, 0),
+                            ev(Op::thread_start, 1),
+                            alloc(16, 1),  // 0-2
+                            ev(Op::thread_start, 2),
+                            alloc(24, 2),
+                            release(2, 1),  // 3-5
+                            ev(Op::thread_end, 1),
+                            ev(Op::thread_start, 3),
+                            calloc_ev(2, 16, 3),  // 6-8
+                            release(3, 2),
+                            ev(Op::thread_end, 2),
+                            release(4, 3),  // 9-11
+                            ev(Op::thread_end, 3),
+                            alloc(40, 4),
+                            ev(Op::thread_end, 4),  // 12-14
+                            alloc(48, 5),
+                            release(1, 0)};  // 15-16
+    for (size_t i = 0; i < v.size(); ++i) v[i].time = 10 * i;
+    return v;
   };
-  const auto write = [&](const std::string& path, bool memory_call) {
-    trace::TraceWriter w(path, WriterOptions{});
+
+  const auto write = [&](const std::string& path, bool memory_call, bool found_gone = true) {
+    WriterOptions wo;
+    wo.timestamps = true;
+    // (Only thread_ends written once the thread was found gone count: FORMAT.md.)
+    if (found_gone) wo.metadata_json = R"({"capture":{"thread_ends":"found_gone"}})";
+    trace::TraceWriter w(path, wo);
     for (Event e : events()) w.append(e);
     if (memory_call) {
       trace::MemoryEvent m;
@@ -937,7 +946,9 @@ TEST(PlanFold, ThreadsThatComeAndGoRunOneAfterAnother) {
   EXPECT_EQ(fold_threads(*r, 6, &sequential), (Fold{{0}, {1}, {2}, {3}, {4}, {5}}));
   EXPECT_FALSE(sequential);
 
-  auto b = build_from(*r, PlanOptions{});
+  PlanOptions timed;
+  timed.times = true;
+  auto b = build_from(*r, timed);
   EXPECT_EQ(b->summary.fold, groups);
   EXPECT_TRUE(b->summary.sequential);
   EXPECT_EQ(b->summary.new_threads, 3u);
@@ -949,10 +960,15 @@ TEST(PlanFold, ThreadsThatComeAndGoRunOneAfterAnother) {
     for (uint64_t i = 0; i < b->plan->step_count(k); ++i) v.push_back(b->plan->steps(k)[i].op());
     return v;
   };
-  const unsigned m = idx(Op::malloc), f = idx(Op::free), n = kStepNewThread;
+  const unsigned m = idx(Op::malloc), f = idx(Op::free), c = idx(Op::calloc), n = kStepNewThread, x = kStepExt;
   EXPECT_EQ(ops(0), (std::vector<unsigned>{m, f}));
-  EXPECT_EQ(ops(1), (std::vector<unsigned>{m, f, n, m, f, n, m}));
+  EXPECT_EQ(ops(1), (std::vector<unsigned>{m, f, n, x, c, f, n, m}));
   EXPECT_EQ(ops(2), (std::vector<unsigned>{m, f, n, m}));
+  // A kStepNewThread takes the time of the step before it (a paced replay
+  // ends the thread then, not when the next one starts).
+  const uint64_t* times = b->plan->times(1);
+  ASSERT_NE(times, nullptr);
+  EXPECT_EQ(std::vector<uint64_t>(times, times + 8), (std::vector<uint64_t>{20, 50, 50, 80, 80, 110, 110, 150}));
   for (uint32_t k = 1; k < 3; ++k)
     for (uint64_t i = 0; i < b->plan->step_count(k); ++i)
       if (b->plan->steps(k)[i].op() == n) {
@@ -962,7 +978,7 @@ TEST(PlanFold, ThreadsThatComeAndGoRunOneAfterAnother) {
   // The same calls as one replay thread per recorded thread, none waiting
   // for ever (dense_steps runs them).
   const auto dense = testutil::dense_steps(*b->plan);
-  EXPECT_EQ(dense[1].size(), 7u);
+  EXPECT_EQ(dense[1].size(), 7u);  // (the kStepExt folded into its calloc)
 
   // Thread 4's mmap before thread 2 ended: 4 gets a replay thread of its
   // own, and 5 goes after 2.
@@ -973,6 +989,15 @@ TEST(PlanFold, ThreadsThatComeAndGoRunOneAfterAnother) {
   auto bm = build_from(*rm, PlanOptions{});
   EXPECT_EQ(bm->summary.new_threads, 2u);
   EXPECT_EQ(bm->summary.memory_ops[kStepMap - kStepMap], 1u);
+
+  // thread_ends written after each thread's last record (normalised after
+  // the program ran, or no word on it): a thread may have lived on after
+  // it, so each runs to the end of the trace: one replay thread each.
+  write(dir.file("l.hlt"), false, false);
+  auto rl = TraceReader::open(dir.file("l.hlt"));
+  EXPECT_EQ(threads_at_once(*rl), 6u);
+  EXPECT_EQ(fold_threads(*rl, 0, &sequential), (Fold{{0}, {1}, {2}, {3}, {4}, {5}}));
+  EXPECT_FALSE(sequential);
 }
 
 // ------------------------------------------------------------ timestamps

@@ -70,10 +70,12 @@ class ReplayTest : public ::testing::Test {
   static std::string every_api() { return captured("api", {"api"}); }
 
   // Writes a trace of `events` (seq and ids assigned by the writer).
-  static std::string write_trace(const std::string& name, std::vector<Event> events, bool times = true) {
+  static std::string write_trace(const std::string& name, std::vector<Event> events, bool times = true,
+                                 const std::string& metadata = "{}") {
     const std::string path = (dir() / (name + ".hlt")).string();
     heaplab::trace::WriterOptions o;
     o.timestamps = times;
+    o.metadata_json = metadata;
     heaplab::trace::TraceWriter w(path, o);
     for (Event& e : events) w.append(e);
     w.close();
@@ -173,9 +175,9 @@ TEST_P(Faithful, ProducerConsumerReplaysExactly) {
   EXPECT_EQ(replayed_calls(r), recorded_calls(stats));
   EXPECT_EQ(r["trace"]["live_bytes_peak"].get<uint64_t>(), stats.live_bytes.value);
   EXPECT_EQ(r["trace"]["recorded_threads"].get<uint32_t>(), stats.threads);
-  // (Unfolded: recorded threads that never ran at once share a replay thread.)
-  const uint32_t at_once = heaplab::replay::threads_at_once(*heaplab::trace::TraceReader::open(t));
-  EXPECT_EQ(r["replay_threads"].get<uint32_t>(), c.threads ? uint32_t(c.threads) : at_once);
+  // (Recorded threads that never ran at once share a replay thread.)
+  EXPECT_EQ(r["replay_threads"].get<size_t>(),
+            heaplab::replay::fold_threads(*heaplab::trace::TraceReader::open(t), uint32_t(c.threads)).size());
   // 5 recorded threads on this 2-CPU machine: said, not hidden.
   const int cpus = r["replay"]["environment"]["cpus_allowed"].get<int>();
   EXPECT_EQ(r.contains("warnings"), r["replay_threads"].get<int>() > cpus);
@@ -383,7 +385,8 @@ TEST_F(ReplayTest, ThreadsThatComeAndGoRunAsTheyRan) {
   fs::create_directories(open_dir);
   fs::permissions(open_dir, fs::perms::all);
   const std::string trace = (open_dir / "come_and_go.hlt").string();
-  fs::copy_file(write_trace("come_and_go", ev), trace, fs::copy_options::overwrite_existing);
+  fs::copy_file(write_trace("come_and_go", ev, true, R"({"capture":{"thread_ends":"found_gone"}})"), trace,
+                fs::copy_options::overwrite_existing);
   fs::permissions(trace, fs::perms::all);
   const auto faithful = [&](const json& r) {
     EXPECT_EQ(r["replay"]["ops"]["malloc"]["calls"], kThreads);
@@ -411,14 +414,15 @@ TEST_F(ReplayTest, ThreadsThatComeAndGoRunAsTheyRan) {
   faithful(r);
 
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0 || access("/usr/bin/prlimit", X_OK) != 0) return;
-  // nobody's tasks: the shell, 10 sleeps, heaplab, and the replayer's main
-  // thread, plan pager and memory sampler: 16 leaves room for the replay
-  // thread, none for the next.
+  // A user of its own (uid 65533: not nobody, whose tasks other tests
+  // count): its tasks are the shell, 10 sleeps, heaplab, and the replayer's
+  // main thread, plan pager and memory sampler: 16 leaves room for the
+  // replay thread, none for the next.
   const std::string out = (open_dir / "nobody.json").string();
   const std::string script =
       "for i in $(seq 10); do sleep 30 >/dev/null 2>&1 & p=\"$p $!\"; done; HEAPLAB_PLAN_DIR=" + open_dir.string() +
       "/plans prlimit --nproc=16 \"$0\" replay \"$1\" -q -o " + out + "; s=$?; kill $p; wait; exit $s";
-  const Outcome o = run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+  const Outcome o = run({"/usr/bin/setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", "/bin/sh", "-c",
                          script, kHeaplab, trace});
   ASSERT_EQ(o.code, 0) << o.err;
   r = json::parse(slurp(out));

@@ -27,8 +27,8 @@ const std::vector<SettingInfo>& setting_table() {
       {"threads",
        "--threads",
        SettingKind::count,
-       "Replay threads (default: one per recorded thread, those that never ran at once one after another; fewer folds "
-       "recorded threads)",
+       "Replay threads (default: one per recorded thread, those that never ran at once one after another; as many or "
+       "more than ran at once: that many; fewer folds recorded threads)",
        {},
        0,
        1u << 20},

@@ -791,7 +791,8 @@ TEST(Capture, LiveScratchStaysBoundedWhenThreadsComeAndGo) {
 // So one wave, or two where a thread_end comes a little late, is all that is
 // alive at once in the trace (a replay runs as many threads at once as the
 // trace has: replay/README.md). Before, the threads that had ended before
-// the reader started all ended at the end (130-150 alive at once).
+// the reader started all ended at the end (130-150 alive at once). The
+// metadata says where the thread_ends were written (capture.thread_ends).
 TEST(Capture, LiveThreadsThatEndBeforeTheReaderStartsEndInPlace) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("churn"), "4", "20", "100", "1500"});
@@ -819,6 +820,16 @@ TEST(Capture, LiveThreadsThatEndBeforeTheReaderStartsEndInPlace) {
   EXPECT_EQ(ends, 6000u);
   EXPECT_LE(most, 8u) << "threads that had ended were written as running on";
   expect_trace_ok(r.traces[0].path);
+  // The trace says so (a replay trusts its thread_ends only then); normalised
+  // after the program ran, each thread_end follows the thread's last record.
+  EXPECT_EQ(capture_metadata(r.traces[0].path)["thread_ends"], "found_gone");
+  TempDir after_dir;
+  CaptureOptions after = options(after_dir, {victim("churn"), "4", "20", "100", "10"});
+  after.live = false;
+  CaptureResult a = heaplab::launch::run_capture(after);
+  ASSERT_EQ(a.exit_code, 0);
+  ASSERT_EQ(a.traces.size(), 1u);
+  EXPECT_EQ(capture_metadata(a.traces[0].path)["thread_ends"], "last_record");
 }
 
 // Threads that end holding a robust mutex, with a key destructor of the

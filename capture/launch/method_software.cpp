@@ -412,8 +412,13 @@ class SoftwareMethod : public CaptureMethod {
   void command(const CaptureOptions& opt, CaptureResult&, const std::string& preload,
                process::Spec& spec) const override {
     spec.env.emplace_back("LD_PRELOAD", preload);
-    if (opt.live) spec.env.emplace_back("HEAPLAB_CAPTURE_LIVE", "1");  // a reader is coming (sink.h)
-    spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";                         // the shim knows the program's own process by it
+    // A reader that consumes is coming (sink.h); else none: unset, not
+    // inherited from an outer capture or the user's environment.
+    if (opt.live && !opt.keep_raw)
+      spec.env.emplace_back("HEAPLAB_CAPTURE_LIVE", "1");
+    else
+      spec.env.emplace_back("HEAPLAB_CAPTURE_LIVE", std::nullopt);
+    spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";  // the shim knows the program's own process by it
     spec.argv = opt.argv;
     spare_.pass(spec);
   }

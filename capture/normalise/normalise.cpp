@@ -245,6 +245,7 @@ class Normaliser {
   NormaliseReport finish(const nlohmann::json& capture_metadata);
   // Whether the program keeps every core busy (or the reader is behind):
   // chunks are then compressed at opt_.busy_level, if set.
+  void set_thread_ends_found_gone(bool found) { rep_.thread_ends_found_gone = found; }
   void set_busy(bool busy) {
     if (opt_.busy_level == 0 || busy == busy_) return;
     busy_ = busy;
@@ -1030,6 +1031,7 @@ NormaliseReport normalise_live(LiveRawFile& in, const std::string& out_path, con
                                const std::function<bool()>& ended,
                                const std::function<nlohmann::json()>& final_metadata) {
   Normaliser n(in, out_path, opt);
+  n.set_thread_ends_found_gone(in.consuming());
   ReaderPriority priority(in.header().pid);  // (after the writer's thread started: it keeps its nice)
   while (!ended()) {
     const uint64_t now = in.poll();
@@ -1079,6 +1081,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
                       {"mapped_peak_bytes", r.mapped_peak},
                       {"explained_peak_bytes", r.explained_peak},
                       {"clean_exit", r.clean_exit},
+                      {"thread_ends", r.thread_ends_found_gone ? "found_gone" : "last_record"},
                       {"dropped_calls", r.dropped_calls}};
   if (r.stop_error) j["stop_error"] = r.stop_error > 0 ? std::strerror(int(r.stop_error)) : "stopped";
   if (r.coverage >= 0) j["coverage"] = r.coverage;

@@ -91,6 +91,10 @@ struct NormaliseReport {
   uint64_t bytes = 0;  // size of the trace written
   bool clean_exit = false;
   std::string clock;  // "tsc", "monotonic" or "none"
+  // Each thread_end was written once its thread was found gone (a live
+  // reader that consumes: never before the thread went); else right after
+  // the thread's last record (it may have lived on).
+  bool thread_ends_found_gone = false;
 };
 
 // Writes `out_path`. Throws RawError / trace::TraceError naming the file.

@@ -61,6 +61,8 @@ class LiveRawFile final : public RecordSource {
   // The process image has ended: everything is read as final.
   void finish();
   bool finished() const { return final_; }
+  // Whether it consumes (and so finds threads gone by their exit nodes).
+  bool consuming() const { return consume_; }
   // The file's clock now.
   uint64_t now() const;
   // Consumed blocks' space could not be given back (a file system without
