@@ -143,6 +143,32 @@ Event free_ev(uint64_t id, uint64_t time = 0) {
   return e;
 }
 
+// `threads` recorded threads, each starting, making an object and freeing
+// the one the thread before made; each ends right after (`end_each`: they
+// never run at once) or all at the end (thread_start and thread_end
+// markers; times 1, 2, 3 ...).
+std::vector<Event> thread_chain(uint32_t threads, bool end_each) {
+  std::vector<Event> ev;
+  uint64_t time = 0;
+  auto add = [&](Event e, uint32_t thread) {
+    e.thread = thread;
+    e.time = ++time;
+    ev.push_back(e);
+  };
+  Event start{}, end{};
+  start.op = Op::thread_start;
+  end.op = Op::thread_end;
+  for (uint32_t t = 0; t < threads; ++t) {
+    add(start, t);
+    add(malloc_ev(16 + t % 64), t);  // object t + 1
+    if (t > 0) add(free_ev(t), t);   // the thread before's object
+    if (end_each) add(end, t);
+  }
+  if (!end_each)
+    for (uint32_t t = 0; t < threads; ++t) add(end, t);
+  return ev;
+}
+
 // --- Faithfulness on every allocator, both load modes, folded or not -------
 
 struct Case {
@@ -361,26 +387,11 @@ TEST_F(ReplayTest, UlimitUCountsTheUsersOtherTasks) {
 // as the program ran them, one after another on one replay thread, each on
 // a thread of its own started once the one before has exited. With a replay
 // thread each (--threads 2000), none is started on the way. Where no thread
-// can start (ulimit -u, as user nobody under prlimit), the one before goes
-// on, and the replay is as faithful.
+// can start (ulimit -u, as a user of its own under prlimit), the one before
+// goes on, and the replay is as faithful.
 TEST_F(ReplayTest, ThreadsThatComeAndGoRunAsTheyRan) {
   constexpr uint32_t kThreads = 2000;
-  std::vector<Event> ev;
-  uint64_t time = 0;
-  auto add = [&](Event e, uint32_t thread) {
-    e.thread = thread;
-    e.time = ++time;
-    ev.push_back(e);
-  };
-  Event start{}, end{};
-  start.op = Op::thread_start;
-  end.op = Op::thread_end;
-  for (uint32_t t = 0; t < kThreads; ++t) {
-    add(start, t);
-    add(malloc_ev(16 + t % 64), t);  // object t + 1
-    if (t > 0) add(free_ev(t), t);   // the one before's object
-    add(end, t);
-  }
+  const std::vector<Event> ev = thread_chain(kThreads, true);
   const fs::path open_dir = dir() / "come_and_go";
   fs::create_directories(open_dir);
   fs::permissions(open_dir, fs::perms::all);
@@ -437,22 +448,7 @@ TEST_F(ReplayTest, ThreadsThatComeAndGoRunAsTheyRan) {
 // spinning: start-up was quadratic in threads), every call replayed.
 TEST_F(ReplayTest, TenThousandThreads) {
   constexpr uint32_t kThreads = 10000;
-  std::vector<Event> ev;
-  uint64_t time = 0;
-  auto add = [&](Event e, uint32_t thread) {
-    e.thread = thread;
-    e.time = ++time;
-    ev.push_back(e);
-  };
-  Event start{}, end{};
-  start.op = Op::thread_start;
-  end.op = Op::thread_end;
-  for (uint32_t t = 0; t < kThreads; ++t) {
-    add(start, t);
-    add(malloc_ev(16 + t % 64), t);  // object t + 1
-    if (t > 0) add(free_ev(t), t);   // the previous thread's object
-  }
-  for (uint32_t t = 0; t < kThreads; ++t) add(end, t);
+  const std::vector<Event> ev = thread_chain(kThreads, false);
   const std::string trace = write_trace("ten_thousand_threads", ev);
   const json r = replay(trace, {"--no-memory"});
   ASSERT_TRUE(r.is_object());
