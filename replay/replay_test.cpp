@@ -417,6 +417,17 @@ TEST_F(ReplayTest, ThreadsThatComeAndGoRunAsTheyRan) {
   EXPECT_EQ(r["thread_map"][0].size(), kThreads);
   faithful(r);
 
+  // Latency samples and the snapshot at the live peak go on across the
+  // threads (the histograms and countdown are the replay thread's; the
+  // pause may fall at a kStepNewThread).
+  r = replay(trace, {"--latency", "1"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["replay"]["latency"]["ops"]["malloc"]["samples"], kThreads);
+  EXPECT_EQ(r["replay"]["latency"]["ops"]["free"]["samples"], kThreads - 1);
+  EXPECT_EQ(r["replay"]["memory"]["at_live_peak_source"], "snapshot right after the trace's live-peak call");
+  EXPECT_EQ(r["replay"]["threads_started"]["count"], kThreads - 1);
+  faithful(r);
+
   r = replay(trace, {"--no-memory", "--threads", std::to_string(kThreads)});
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["replay_threads"], kThreads);
