@@ -167,6 +167,28 @@ void TraceReader::load() {
   release_pages();
 }
 
+void TraceReader::release_later(uintptr_t lo, uintptr_t hi) const {
+  constexpr uintptr_t kReleaseBatch = uintptr_t{8} << 20;
+  constexpr size_t kRanges = 64;
+  std::lock_guard<std::mutex> lock(release_mu_);
+  // Merged with a range it touches or overlaps (chunks are decoded mostly
+  // in file order: the ranges grow at their ends).
+  bool merged = false;
+  for (auto& [a, b] : to_release_)
+    if (lo <= b && hi >= a) {
+      a = std::min(a, lo);
+      b = std::max(b, hi);
+      merged = true;
+      break;
+    }
+  if (!merged) to_release_.emplace_back(lo, hi);
+  uintptr_t total = 0;
+  for (const auto& [a, b] : to_release_) total += b - a;
+  if (total < kReleaseBatch && to_release_.size() < kRanges) return;
+  for (const auto& [a, b] : to_release_) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  to_release_.clear();
+}
+
 // Reading the index (or scanning the blocks) touched a page of every block
 // and the kernel mapped its neighbours: none of it is needed until a chunk
 // is decoded, which maps what it reads (and lets it go again).
@@ -502,7 +524,7 @@ void ChunkDecoder::start(const TraceReader& r, const ChunkRef& c) {
     const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len + kAround;
     const uintptr_t map_end = (base + size + 4095) & ~uintptr_t{4095};
     const uintptr_t hi = std::min((end + 4095) & ~uintptr_t{4095}, map_end);
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    if (hi > lo) r.release_later(lo, hi);
   }
   const uint8_t* raw = buf_.data();
   ops_ = raw;
