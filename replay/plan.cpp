@@ -541,8 +541,8 @@ namespace {
 
 // Recorded threads that never ran at the same time, together: per group its
 // threads in the order they started. A thread runs from its first event or
-// memory call to its thread_end event (the last event of its last chunk),
-// or to the end of the trace without one. (A live capture writes the
+// memory call to its thread_end event (TraceReader::thread_end_seq), or
+// to the end of the trace without one. (A live capture writes the
 // thread_end once it sees the thread gone, at most a little later than it
 // went, and sometimes much later: a thread is never taken for gone before
 // it had.) Threads are taken in the order
@@ -571,18 +571,9 @@ std::vector<std::vector<uint32_t>> thread_groups(const trace::TraceReader& r) {
   std::vector<Span> spans;
   spans.reserve(active.size());
   std::vector<uint32_t> span_of(r.thread_count(), UINT32_MAX);
-  trace::ChunkDecoder d;
-  std::vector<Event> batch(256);
   for (uint32_t t : active) {
-    const auto& list = r.thread_chunks(t);
-    const trace::ChunkRef& c = r.chunks()[list.back()];
-    // Only its last chunk's last event says whether the thread ended.
-    d.start(r, c);
-    Op last = Op::lost;
-    for (size_t n; (n = d.next(batch.data(), batch.size())) != 0;) last = batch[n - 1].op;
-    d.release();
     span_of[t] = uint32_t(spans.size());
-    spans.push_back(Span{r.chunks()[list.front()].first_seq, last == Op::thread_end ? c.last_seq : UINT64_MAX, t});
+    spans.push_back(Span{r.chunks()[r.thread_chunks(t).front()].first_seq, r.thread_end_seq(t), t});
   }
   for (const trace::MemoryEvent& m : r.memory_events()) {
     if (m.op == trace::MemOp::object || m.op == trace::MemOp::latency || m.thread >= span_of.size() ||
@@ -703,8 +694,8 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
 }
 
 // What a plan is made of besides the heap calls, and where everything
-// goes, from the trace's index and its memory events (decoding no more than
-// each thread's last chunk, to find its thread_end: fold_threads): the
+// goes, from the trace's index and its memory events (and each thread's
+// last chunk, decoded once a reader, for its thread_end: fold_threads): the
 // fold (plus a replay thread for a program that only mapped memory), the
 // program's own memory calls in trace order and how many steps each
 // replay thread gets of them, the objects' recorded resident pages, and the

@@ -330,7 +330,8 @@ class MappedPlan {
 // one, or where the trace does not say its thread_ends were written once
 // the threads were found gone (capture.thread_ends, FORMAT.md). Else, with
 // `threads` below the recorded threads, largest first onto the least loaded
-// (by event count; sorted); else one each. Decodes each thread's last chunk.
+// (by event count; sorted); else one each. (TraceReader::thread_end_seq
+// decodes each thread's last chunk, once a reader.)
 std::vector<std::vector<uint32_t>> fold_threads(const trace::TraceReader& r, uint32_t threads,
                                                 bool* sequential = nullptr);
 // The most recorded threads that ran at once (as fold_threads takes them).

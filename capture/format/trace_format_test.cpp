@@ -183,6 +183,25 @@ TEST(Writer, MetadataAndThreadTable) {
 
 // Thread information given in any order, and again for a thread described
 // already: the table comes out ascending, each thread once, as last given.
+// A thread's thread_end, from its last chunk (here of its own: chunks of
+// two events), or none: a thread whose last event is another, a thread
+// without events.
+TEST(Reader, ThreadEndSeq) {
+  TempDir dir;
+  std::vector<Event> ev = {testutil::alloc(8, 0),          testutil::ev(Op::thread_start, 1), testutil::alloc(16, 1),
+                           testutil::release(2, 0),        testutil::ev(Op::thread_end, 1),   testutil::alloc(24, 0),
+                           testutil::ev(Op::thread_end, 2)};
+  WriterOptions wo;
+  wo.chunk_events = 2;
+  write_trace(dir.file("t.hlt"), ev, wo);
+  auto r = TraceReader::open(dir.file("t.hlt"));
+  ASSERT_EQ(r->thread_chunks(1).size(), 2u);  // (its thread_end alone in the last)
+  EXPECT_EQ(r->thread_end_seq(1), 4u);
+  EXPECT_EQ(r->thread_end_seq(2), 6u);
+  EXPECT_EQ(r->thread_end_seq(0), UINT64_MAX);
+  EXPECT_EQ(r->thread_end_seq(7), UINT64_MAX);
+}
+
 TEST(Writer, ThreadInfoInAnyOrderAndGivenAgain) {
   TempDir dir;
   {

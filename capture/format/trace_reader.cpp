@@ -89,6 +89,26 @@ uint64_t TraceReader::thread_event_count(uint32_t t) const {
   return n;
 }
 
+uint64_t TraceReader::thread_end_seq(uint32_t t) const {
+  std::call_once(ends_once_, [this] {
+    std::vector<uint64_t> ends(active_.size(), UINT64_MAX);
+    ChunkDecoder d;
+    std::vector<Event> batch(256);
+    for (size_t i = 0; i < active_.size(); ++i) {
+      d.start(*this, chunks_[lists_[i].back()]);
+      Event last{};
+      last.op = Op::lost;
+      for (size_t n; (n = d.next(batch.data(), batch.size())) != 0;) last = batch[n - 1];
+      d.release();
+      if (last.op == Op::thread_end) ends[i] = last.seq;
+    }
+    end_seqs_ = std::move(ends);
+  });
+  auto it = std::lower_bound(active_.begin(), active_.end(), t);
+  if (it == active_.end() || *it != t) return UINT64_MAX;
+  return end_seqs_[static_cast<size_t>(it - active_.begin())];
+}
+
 const std::vector<uint32_t>& TraceReader::thread_chunks(uint32_t t) const {
   static const std::vector<uint32_t> kNone;
   auto it = std::lower_bound(active_.begin(), active_.end(), t);

@@ -61,6 +61,11 @@ class TraceReader {
   const std::vector<uint32_t>& thread_chunks(uint32_t t) const;
   uint64_t event_count() const { return events_; }
   uint64_t thread_event_count(uint32_t t) const;
+  // The seq of thread t's thread_end event, or UINT64_MAX if its last
+  // event is not one (or it has none). (Nothing follows a thread_end on its
+  // thread, so only the last chunk says: each thread's is decoded once, at
+  // the first call.)
+  uint64_t thread_end_seq(uint32_t t) const;
   // False when the footer is missing: the file was cut short (e.g. the
   // capture died). warning() then says how much was readable and what is lost.
   bool complete() const { return complete_; }
@@ -111,6 +116,8 @@ class TraceReader {
   void load_memory(const uint8_t* payload, uint32_t len, uint64_t off);
   std::vector<AddressBlockRef> addresses_;
   mutable uint64_t decoded_at_once_ = UINT64_MAX;
+  mutable std::once_flag ends_once_;
+  mutable std::vector<uint64_t> end_seqs_;  // parallel to active_ (thread_end_seq)
   // Pages of decoded chunks to unmap from this process, a few at a time
   // (ChunkDecoder::start): merged ranges, given back once they add up to
   // kReleaseBatch or fill the list. (One madvise per chunk took more time
