@@ -93,8 +93,7 @@ def main():
     libs = fidelity.allocator_libs()
     with tempfile.TemporaryDirectory(prefix="heaplab-waves-") as work:
         trace = os.path.join(work, "waves.hlt")
-        env = dict(os.environ, HEAPLAB_PLAN_DIR=os.path.join(work, "plans"))
-        os.environ["HEAPLAB_PLAN_DIR"] = env["HEAPLAB_PLAN_DIR"]
+        os.environ["HEAPLAB_PLAN_DIR"] = os.path.join(work, "plans")  # (the replays' plans, not the user's)
         subprocess.run([HEAPLAB, "capture", "-q", "-o", trace, "--"] + cmd, check=True, stdout=subprocess.DEVNULL)
         stats = json.loads(subprocess.run([HEAPLAB, "stats", "--json", trace], check=True, capture_output=True,
                                           text=True).stdout)

@@ -243,9 +243,11 @@ class Normaliser {
   uint64_t step(uint64_t now);
   // The source is complete: the rest, and the trace closed.
   NormaliseReport finish(const nlohmann::json& capture_metadata);
+  // Whether each thread_end is written once its thread was found gone
+  // (NormaliseReport::thread_ends_found_gone).
+  void set_thread_ends_found_gone(bool found) { rep_.thread_ends_found_gone = found; }
   // Whether the program keeps every core busy (or the reader is behind):
   // chunks are then compressed at opt_.busy_level, if set.
-  void set_thread_ends_found_gone(bool found) { rep_.thread_ends_found_gone = found; }
   void set_busy(bool busy) {
     if (opt_.busy_level == 0 || busy == busy_) return;
     busy_ = busy;
