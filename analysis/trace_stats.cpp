@@ -82,22 +82,22 @@ TraceStats compute_stats(const trace::TraceReader& r) {
   size_t cached_slot = 0;
   uint128 live_bytes = 0;
   // The program's own mappings, applied in their place among the heap calls.
-  const auto& memory = r.memory_events();
-  size_t next_memory = 0;
+  // (Read as the heap events go by, never all held.)
+  trace::MemoryCursor memory(r);
+  bool memory_left = r.has_memory_events();
   trace::MappedBytes mapped;
   auto memory_until = [&](uint64_t seq) {
-    for (; next_memory < memory.size() && memory[next_memory].after <= seq; ++next_memory) {
-      const trace::MemoryEvent& m = memory[next_memory];
-      if (m.op == trace::MemOp::object || m.op == trace::MemOp::latency) continue;
-      ++s.memory_ops[unsigned(m.op)];
-      if (m.op == trace::MemOp::map || m.op == trace::MemOp::remap) ++s.regions;
-      mapped.apply(m);
+    const trace::MemoryEvent* m;
+    for (; (m = memory.peek()) != nullptr && m->op != trace::MemOp::object && m->after <= seq; memory.next()) {
+      if (m->op == trace::MemOp::latency) continue;
+      ++s.memory_ops[unsigned(m->op)];
+      if (m->op == trace::MemOp::map || m->op == trace::MemOp::remap) ++s.regions;
+      mapped.apply(*m);
     }
+    memory_left = m && m->op != trace::MemOp::object;
   };
-  for (const trace::MemoryEvent& m : memory) {
-    if (m.op == trace::MemOp::object) ++s.objects_with_resident_pages;
-    if (m.op == trace::MemOp::latency) ++s.program_timed_calls;
-  }
+  s.objects_with_resident_pages = r.memory_event_count(trace::MemOp::object);
+  s.program_timed_calls = r.memory_event_count(trace::MemOp::latency);
   {
     nlohmann::json meta = common::parse_bounded_json(r.metadata(), &s.metadata_not_read);
     if (meta.is_object() && meta.contains("capture") && meta["capture"].is_object()) {
@@ -118,7 +118,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
     progress.update(s.events);
     for (size_t i = 0; i < n; ++i) {
       const Event& e = buf[i];
-      if (next_memory < memory.size()) memory_until(e.seq);
+      if (memory_left) memory_until(e.seq);
       const unsigned op = static_cast<unsigned>(e.op);
       ++s.events;
       ++s.ops[op];

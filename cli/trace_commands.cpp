@@ -279,9 +279,14 @@ int run_cat(const CatArgs& a) {
   }
   if (a.memory) {
     std::string line, out;
-    for (const trace::MemoryEvent& e : r->memory_events()) {
-      analysis::memory_event_text(e, r->has_time(), line);
+    trace::MemoryCursor memory(*r);
+    for (const trace::MemoryEvent* e; (e = memory.next()) != nullptr;) {
+      analysis::memory_event_text(*e, r->has_time(), line);
       out += line;
+      if (out.size() >= (size_t{1} << 16)) {
+        if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) output_failed();
+        out.clear();
+      }
     }
     if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) output_failed();
     return 0;

@@ -49,7 +49,12 @@ EmittedTrace write_trace_with_addresses(const std::string& trace, std::vector<ui
       }
     }
     e.events = i;
-    w.set_memory_events(r->memory_events());
+    // (Copied as it is; a block with a later minor's records is written
+    // again with the records this version knows, as it would write them.)
+    if (!r->memory_block().empty())
+      w.copy_memory_block(r->memory_block());
+    else if (r->has_memory_events())
+      w.set_memory_events(r->read_memory_events());
     w.set_addresses(std::move(addresses));
     w.set_final_metadata(meta.dump());
     w.close();

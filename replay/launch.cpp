@@ -503,15 +503,13 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (!plan.program_latency.empty()) {
     // The calls the program timed inside its allocator (heaplab capture
     // --latency), per op; `--latency-of program` times the same calls here.
-    std::map<uint8_t, LogLinearHistogram> by_op;
-    for (const auto& [op, ns] : plan.program_latency) by_op[op].add(ns);
     nlohmann::json ops = nlohmann::json::object();
-    for (const auto& [op, h] : by_op) {
-      nlohmann::json o = {{"samples", h.count()}, {"mean_ns", h.mean()}};
-      for (const auto& [name, q] : {std::pair{"p50_ns", 0.5}, {"p90_ns", 0.9}, {"p99_ns", 0.99}})
-        o[name] = double(h.quantile(q).high);
-      ops[std::string(trace::op_name(static_cast<trace::Op>(op)))] = o;
-    }
+    for (const ProgramLatency& p : plan.program_latency)
+      ops[std::string(trace::op_name(static_cast<trace::Op>(p.op)))] = {{"samples", p.samples},
+                                                                        {"mean_ns", p.mean_ns},
+                                                                        {"p50_ns", double(p.p50_ns)},
+                                                                        {"p90_ns", double(p.p90_ns)},
+                                                                        {"p99_ns", double(p.p99_ns)}};
     trace_j["program_latency"] = {{"ops", ops}};
   }
   if (plan.has_times || reader->has_time()) trace_j["duration_s"] = double(plan.duration_ns) / 1e9;

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <span>
 #include <system_error>
@@ -22,10 +23,10 @@
 #include <tuple>
 #include <variant>
 
-#include "capture/format/flat_map.h"
 #include "capture/format/id_map.h"
 #include "common/json.h"
 #include "common/progress.h"
+#include "replay/histogram.h"
 
 namespace heaplab::replay {
 
@@ -575,13 +576,11 @@ std::vector<std::vector<uint32_t>> thread_groups(const trace::TraceReader& r) {
     span_of[t] = uint32_t(spans.size());
     spans.push_back(Span{r.chunks()[r.thread_chunks(t).front()].first_seq, r.thread_end_seq(t), t});
   }
-  for (const trace::MemoryEvent& m : r.memory_events()) {
-    if (m.op == trace::MemOp::object || m.op == trace::MemOp::latency || m.thread >= span_of.size() ||
-        span_of[m.thread] == UINT32_MAX)
-      continue;
-    Span& sp = spans[span_of[m.thread]];
-    sp.first = std::min(sp.first, m.after);
-    if (sp.last != UINT64_MAX) sp.last = std::max(sp.last, m.after);
+  for (const auto& [t, m] : r.memory_calls_by_thread()) {
+    if (t >= span_of.size() || span_of[t] == UINT32_MAX) continue;
+    Span& sp = spans[span_of[t]];
+    sp.first = std::min(sp.first, m.first_after);
+    if (sp.last != UINT64_MAX) sp.last = std::max(sp.last, m.last_after);
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.first < b.first; });
   std::vector<std::vector<uint32_t>> groups;
@@ -702,12 +701,11 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
 // calls the program timed. build_plan and plan_bytes both start here.
 struct Shape {
   std::vector<std::vector<uint32_t>> fold;
-  std::vector<uint32_t> replay_of;  // by recorded thread
-  std::vector<const trace::MemoryEvent*> calls;
-  std::vector<uint64_t> memory_steps;                     // by replay thread
-  FlatMap<uint64_t> object_pages;                         // trace id -> resident pages
-  std::vector<std::pair<uint64_t, uint64_t>> timed_seqs;  // calls the program timed: seq, ns
-  bool sequential = false;                                // fold_threads
+  std::vector<uint32_t> replay_of;     // by recorded thread
+  uint64_t calls = 0;                  // the program's own memory calls
+  std::vector<uint64_t> memory_steps;  // by replay thread
+  uint64_t object_pages = 0;           // objects with a recorded resident count
+  bool sequential = false;             // fold_threads
 
   // The replay thread of recorded thread t (one that only mapped memory has
   // none of its own: the first one makes its calls).
@@ -720,28 +718,20 @@ struct Shape {
 Shape shape_of(const trace::TraceReader& r, const PlanOptions& opt) {
   Shape sh;
   sh.fold = fold_threads(r, opt.threads, &sh.sequential);
-  for (const trace::MemoryEvent& m : r.memory_events()) {
-    if (m.op == trace::MemOp::object) {
-      if (m.region != 0 && m.pages != trace::kUnknownPages) sh.object_pages.put(m.region, m.pages);
-    } else if (m.op == trace::MemOp::latency) {
-      sh.timed_seqs.emplace_back(m.after, m.length);
-    } else {
-      sh.calls.push_back(&m);
-    }
-  }
-  std::sort(sh.timed_seqs.begin(), sh.timed_seqs.end());
-  if (!sh.calls.empty() && sh.fold.empty()) sh.fold.push_back({});  // a program that never called malloc
+  using trace::MemOp;
+  sh.calls = r.memory_event_count() - r.memory_event_count(MemOp::object) - r.memory_event_count(MemOp::latency);
+  if (sh.calls != 0 && sh.fold.empty()) sh.fold.push_back({});  // a program that never called malloc
   sh.replay_of.assign(r.thread_count(), Shape::kNone);
   for (uint32_t k = 0; k < sh.fold.size(); ++k)
     for (uint32_t t : sh.fold[k]) sh.replay_of[t] = k;
   sh.memory_steps.assign(sh.fold.size(), 0);
-  for (const trace::MemoryEvent* m : sh.calls)
-    sh.memory_steps[sh.replay_thread(m->thread)] += m->op == trace::MemOp::remap ? 2 : 1;
+  for (const auto& [t, m] : r.memory_calls_by_thread()) sh.memory_steps[sh.replay_thread(t)] += m.calls + m.remaps;
+  sh.object_pages = r.memory_objects_with_pages();
   return sh;
 }
 
 Layout layout_of(const trace::TraceReader& r, const Shape& sh, bool times, bool live) {
-  return layout_of(r, sh.fold, sh.memory_steps, sh.object_pages.size(), times, live);
+  return layout_of(r, sh.fold, sh.memory_steps, sh.object_pages, times, live);
 }
 
 }  // namespace
@@ -766,10 +756,20 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   s.has_times = opt.times && r.has_time();
   s.has_live = opt.live;
   s.sequential = sh.sequential;
-  const std::vector<const trace::MemoryEvent*>& calls = sh.calls;
-  FlatMap<uint64_t>& object_pages = sh.object_pages;
-  const std::vector<std::pair<uint64_t, uint64_t>>& timed_seqs = sh.timed_seqs;
-  size_t next_timed = 0;
+  // The program's memory records, read as the heap events go by (never all
+  // held): its calls and the calls it timed in trace order, and on a cursor
+  // of their own the objects' resident counts, by ascending id as the
+  // objects are made.
+  trace::MemoryCursor memory(r), objects(r);
+  bool calls_left = sh.calls != 0 || r.memory_event_count(trace::MemOp::latency) != 0;
+  uint64_t timed_seq = UINT64_MAX, timed_ns = 0;  // the last timed call read
+  std::map<uint8_t, LogLinearHistogram> timed_by_op;
+  auto object_pages = [&](uint64_t id) -> std::optional<uint64_t> {
+    const trace::MemoryEvent* o;
+    while ((o = objects.peek()) != nullptr && (o->op != trace::MemOp::object || o->region < id)) objects.next();
+    if (!o || o->region != id || o->pages == trace::kUnknownPages) return std::nullopt;
+    return o->pages;
+  };
   auto replay_thread = [&](uint32_t t) { return sh.replay_thread(t); };
 
   // The plan is written straight into its file, the header and thread
@@ -862,7 +862,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   };
   std::vector<Region> regions(1);  // by trace region
   trace::MappedBytes mapped;
-  size_t next_call = 0;
+  uint64_t next_call = 0;                                     // the program's memory calls so far
   std::map<uint64_t, std::map<uint64_t, uint64_t>> unmapped;  // trace region -> unmapped [offset, end)
   auto region = [&](uint64_t rgn) -> Region& {
     if (rgn >= regions.size()) regions.resize(rgn + 1);
@@ -884,8 +884,17 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   };
   auto memory_until = [&](uint64_t seq) {
     using trace::MemOp;
-    for (; next_call < calls.size() && calls[next_call]->after <= seq; ++next_call) {
-      const trace::MemoryEvent& m = *calls[next_call];
+    const trace::MemoryEvent* p;
+    for (; (p = memory.peek()) != nullptr && p->op != MemOp::object && p->after <= seq;) {
+      const trace::MemoryEvent& m = *memory.next();  // (valid until the next peek)
+      if (m.op == MemOp::latency) {
+        if (timed_seq != m.after) {  // (the first of two for one call)
+          timed_seq = m.after;
+          timed_ns = m.length;
+        }
+        continue;
+      }
+      const uint64_t call = next_call++;
       const uint32_t k = replay_thread(m.thread);
       begin_thread(k, m.thread);
       Step st{};
@@ -912,7 +921,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         auto after_lo = gone.upper_bound(lo);
         if (g.gone || (after_lo != gone.end() && after_lo->first < hi) ||
             (after_lo != gone.begin() && std::prev(after_lo)->second > lo))
-          throw PlanError("inconsistent trace: memory call " + std::to_string(next_call) + " (" +
+          throw PlanError("inconsistent trace: memory call " + std::to_string(call) + " (" +
                           std::string(trace::mem_op_name(m.op)) + ") on bytes " + std::to_string(lo) + ".." +
                           std::to_string(hi) + " of region " + std::to_string(m.region) + ", already unmapped");
         st.old = old;
@@ -1002,6 +1011,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       if (give) slots.give(give, k, table[k].steps - 1);
       ++s.memory_ops[(st.head & 0xff) - kStepMap];
     }
+    calls_left = p && p->op != MemOp::object;
   };
 
   ReadAhead cur(r, opt.helpers);
@@ -1022,7 +1032,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     for (size_t i = 0; i < n; ++i) {
       if (i + kAhead < n) prefetch(buf[i + kAhead]);
       const Event& e = buf[i];
-      if (next_call < calls.size()) memory_until(e.seq);
+      if (calls_left) memory_until(e.seq);
       ++s.events;
       if (event_refs) event_refs->push_back(0);
       if (r.has_time()) s.duration_ns = std::max(s.duration_ns, e.time);
@@ -1131,12 +1141,11 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         inconsistent(e, "object id " + std::to_string(e.id) + " given for a call without result");
       }
       // A recorded resident-page count: the touch_object step follows.
-      const uint64_t* pages = nullptr;
-      if (id != 0 && trace::op_produces(e.op) && !(e.flags & trace::kNullResult) && object_pages.size())
-        pages = object_pages.find(e.id);
-      while (next_timed < timed_seqs.size() && timed_seqs[next_timed].first < e.seq) ++next_timed;
-      const bool timed = next_timed < timed_seqs.size() && timed_seqs[next_timed].first == e.seq;
-      if (timed) s.program_latency.emplace_back(uint8_t(e.op), timed_seqs[next_timed].second);
+      std::optional<uint64_t> pages;
+      if (id != 0 && trace::op_produces(e.op) && !(e.flags & trace::kNullResult) && sh.object_pages != 0)
+        pages = object_pages(e.id);
+      const bool timed = timed_seq == e.seq;
+      if (timed) timed_by_op[uint8_t(e.op)].add(timed_ns);
       const uint8_t flags = uint8_t(e.flags | (pages ? kStepTouchFollows : 0) | (timed ? kStepProgramTimed : 0));
       st.head = static_cast<uint64_t>(e.op) | uint64_t{flags} << 8 | id << 16;
       st.old = old;
@@ -1160,6 +1169,9 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     }
   }
   memory_until(UINT64_MAX);
+  for (const auto& [op, h] : timed_by_op)
+    s.program_latency.push_back(
+        ProgramLatency{op, h.count(), h.mean(), h.quantile(0.5).high, h.quantile(0.9).high, h.quantile(0.99).high});
   s.live_bytes_end = saturate(live_bytes);
   s.bytes_requested = saturate(requested);
 

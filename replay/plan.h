@@ -193,6 +193,16 @@ struct PlanOptions {
   bool writeback = false;
 };
 
+// The calls of one op the program timed inside its allocator (heaplab
+// capture --latency; FORMAT.md's MEMX `latency` records).
+struct ProgramLatency {
+  uint8_t op = 0;
+  uint64_t samples = 0;
+  double mean_ns = 0;
+  uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0;  // the upper end of the quantile's bucket
+  bool operator==(const ProgramLatency&) const = default;
+};
+
 // What the plan builder learned about the trace, in trace order.
 struct PlanSummary {
   uint64_t events = 0;                          // all events of the trace
@@ -234,8 +244,9 @@ struct PlanSummary {
   uint64_t mapped_peak = 0;       // peak of the bytes mapped, trace order
   uint64_t recorded_touches = 0;  // objects with a recorded resident-page count
   uint64_t unknown_regions = 0;   // memory events naming a region never mapped: dropped
-  // Calls the program timed inside its allocator (flagged kStepProgramTimed): op, ns.
-  std::vector<std::pair<uint8_t, uint64_t>> program_latency;
+  // Calls the program timed inside its allocator (flagged kStepProgramTimed),
+  // per op: a summary, not the samples.
+  std::vector<ProgramLatency> program_latency;
 };
 
 // Builds the plan of `r` into `fd` (an empty file the caller made; its

@@ -23,6 +23,7 @@
 
 namespace heaplab::replay {
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ProgramLatency, op, samples, mean_ns, p50_ns, p90_ns, p99_ns)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PlanSummary, events, steps, ops, skipped_lost, realloc_of_lost, sizes_corrected,
                                    alignments_corrected, objects, max_id, slots, slots_retired, handoffs, sequential,
                                    new_threads, live_bytes_peak, live_bytes_end, peak_thread, peak_step,
@@ -39,8 +40,9 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 // What a plan must leave free on its file system.
 constexpr uint64_t kMargin = 512 * kMiB;
 // The plan file's layout version, in the names of kept plans (changed with
-// plan.cpp's kPlanVersion: 8 is named v7).
-constexpr int kLayout = 7;
+// plan.cpp's kPlanVersion, and with the summary kept beside it: plan
+// version 8 with per-op program latency summaries is named v8).
+constexpr int kLayout = 8;
 
 uint64_t free_bytes_of(const std::string& dir) {
   struct statvfs v {};

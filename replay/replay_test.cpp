@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sched.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -758,6 +761,86 @@ TEST_F(ReplayTest, BookkeepingDoesNotGrowWithTheTracesLength) {
   // same live set, plus its bookkeeping and the plan pages it has mapped).
   const double rss0 = r[0]["replay"]["max_rss_kib"].get<double>(), rss1 = r[1]["replay"]["max_rss_kib"].get<double>();
   EXPECT_NEAR(rss1, rss0, 0.1 * rss0);
+}
+
+// A trace's memory records (MEMX) are read as the heap events go by, never
+// all held: `stats`, `check` and a replay of a trace with 50 times the
+// records peak within a few MiB of each other (before, every command held
+// 144 bytes a record: 144 MB more for the second trace). Each command's
+// peak is its largest process's (heaplab, or the replayer it waited for).
+TEST_F(ReplayTest, MemoryRecordsAreNotHeldWhateverTheirNumber) {
+  // 2,000 objects of 64 KiB made and freed, one at a time; a MiB mapped,
+  // then touched and advised N/2 times each among the calls, every malloc
+  // timed, and each object's resident pages (written by another program:
+  // a spawned command's peak starts from this process's own).
+  const auto write = [&](const std::string& name, uint64_t records) {
+    const std::string path = (dir() / (name + ".hlt")).string();
+    const Outcome w = run({kBin + "/capture/format/make_hostile_traces", "memory", path, std::to_string(records)});
+    EXPECT_EQ(w.code, 0) << w.err;
+    return path;
+  };
+  const std::string small = write("memx-small", 20000), large = write("memx-large", 1000000);
+  // Runs heaplab ARGS; its exit code and peak resident set (KiB: its
+  // largest process's, and no less than this process's own peak, which the
+  // kernel counts for the child until it runs heaplab).
+  const auto peak_of = [](std::vector<std::string> args) {
+    args.insert(args.begin(), kHeaplab);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    const int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    int st = 0;
+    rusage u{};
+    if (err != 0 || wait4(pid, &st, 0, &u) != pid) return std::pair<int, long>{-1, 0};
+    return std::pair<int, long>{WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), u.ru_maxrss};
+  };
+  long peak[2][3] = {};
+  json r[2];
+  int k = 0;
+  for (const std::string& t : {small, large}) {
+    const std::string out = (dir() / "memx-result.json").string();
+    const auto [stats_code, stats_kib] = peak_of({"stats", t});
+    const auto [check_code, check_kib] = peak_of({"check", t});
+    const auto [replay_code, replay_kib] = peak_of({"replay", t, "-q", "--allocator", "glibc", "-o", out});
+    EXPECT_EQ(stats_code, 0);
+    EXPECT_EQ(check_code, 0);
+    EXPECT_EQ(replay_code, 0);
+    peak[k][0] = stats_kib;
+    peak[k][1] = check_kib;
+    peak[k][2] = replay_kib;
+    r[k] = json::parse(slurp(out));
+    EXPECT_TRUE(r[k]["replay"]["faithful"].get<bool>()) << r[k].dump();
+    const Outcome stats = run({kHeaplab, "stats", t});
+    EXPECT_EQ(stats.code, 0) << stats.err;
+    const auto line = [&](const std::string& name) {  // as `stats` prints a count
+      const std::string n = k == 0 ? "10,000" : "500,000";
+      return "  " + name + std::string(38 - name.size(), ' ') + std::string(10 - n.size(), ' ') + n + "\n";
+    };
+    EXPECT_NE(stats.out.find(line("touch")), std::string::npos) << stats.out;
+    EXPECT_NE(stats.out.find(line("madvise_dontneed")), std::string::npos);
+    EXPECT_NE(stats.out.find("large blocks with their resident pages recorded: 2,000\n"), std::string::npos);
+    EXPECT_NE(stats.out.find("calls timed inside the allocator in the program: 2,000\n"), std::string::npos);
+    ++k;
+  }
+  // The replays made every call, touch and object touch the records say.
+  EXPECT_EQ(r[1]["trace"]["program_latency"]["ops"]["malloc"]["samples"], 2000);
+  EXPECT_EQ(r[0]["trace"]["program_latency"]["ops"]["malloc"]["samples"], 2000);
+  const json& calls = r[1]["replay"]["memory_calls"];
+  EXPECT_EQ(calls["touch_mapping"]["calls"].get<uint64_t>(), 500000u) << calls.dump();
+  EXPECT_EQ(calls["madvise_dontneed"]["calls"].get<uint64_t>(), 500000u);
+  EXPECT_EQ(calls["touch_object"]["calls"].get<uint64_t>(), 2000u);
+  EXPECT_EQ(r[1]["trace"]["memory"]["objects_with_resident_pages"].get<uint64_t>(), 2000u);
+  for (int c = 0; c < 3; ++c)
+    EXPECT_LE(peak[1][c] - peak[0][c], 16 * 1024) << (c == 0   ? "stats"
+                                                      : c == 1 ? "check"
+                                                               : "replay")
+                                                  << ", KiB: " << peak[0][c] << " then " << peak[1][c];
 }
 
 // A plan is kept on disk for the next command on the same trace content

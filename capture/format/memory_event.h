@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,10 +57,87 @@ std::string_view mem_op_name(MemOp op);
 // 3 zero bytes, u32 thread, then u64 after, time, region, offset, length,
 // pages, new_region, new_length.
 std::string encode_memory_events(const std::vector<MemoryEvent>& events);
-// Decodes a MEMX payload; nullopt with `error` set if it is malformed.
-// Records of ops this version does not know (a later minor's) are left out,
-// as is a whole block of a later layout version.
+// The same a record at a time, into `sink` as it goes: the header first,
+// then the frame (declaring count x 72 bytes) a batch of records at a
+// time. finish() ends it; fewer or more records than `count` throw
+// std::logic_error.
+class MemoryBlockEncoder {
+ public:
+  using Sink = void (*)(void* ctx, const char* data, size_t len);
+  MemoryBlockEncoder(uint64_t count, Sink sink, void* ctx);
+  ~MemoryBlockEncoder();
+  MemoryBlockEncoder(const MemoryBlockEncoder&) = delete;
+  MemoryBlockEncoder& operator=(const MemoryBlockEncoder&) = delete;
+  void add(const MemoryEvent& e);
+  void finish();
+
+ private:
+  void compress(bool last);
+  struct Zstd;
+  std::unique_ptr<Zstd> z_;
+  Sink sink_;
+  void* ctx_;
+  uint64_t count_, added_ = 0;
+  std::string raw_, out_;
+};
+// Decodes a MEMX payload whole; nullopt with `error` set if it is
+// malformed. Records of ops this version does not know (a later minor's)
+// are left out, as is a whole block of a later layout version. (Holds every
+// record: for tests and small blocks. Readers use MemoryRecordStream.)
 std::optional<std::vector<MemoryEvent>> decode_memory_events(std::string_view payload, std::string& error);
+
+// A MEMX payload's records in order, decompressed a batch at a time: it
+// holds about 2.5 MiB (zstd's window, 2 MiB as heaplab writes the block,
+// and a batch of 72 KiB) however many records the block has; a frame that
+// asks for a window over 16 MiB is refused as corrupt. Records of ops this version does not know are left out; a
+// block of a later layout version has none. A malformed payload ends the
+// stream with error() set: a header that does not add up is found at once,
+// damaged data where it lies, and a frame that ends short of (or runs past)
+// its declared size at the end.
+class MemoryRecordStream {
+ public:
+  explicit MemoryRecordStream(std::string_view payload);
+  ~MemoryRecordStream();
+  MemoryRecordStream(const MemoryRecordStream&) = delete;
+  MemoryRecordStream& operator=(const MemoryRecordStream&) = delete;
+  // Up to `max` records into `out`; 0 at the end or on an error.
+  size_t next(MemoryEvent* out, size_t max);
+  const std::string& error() const { return error_; }
+  // The records the header declares (of every op), 0 for a later layout.
+  uint64_t declared() const { return declared_; }
+  // Bytes of the payload read so far (a reader gives their pages back).
+  size_t consumed() const { return 24 + in_pos_; }
+
+ private:
+  bool fill();  // decompresses the next batch of raw records into raw_
+  void fail(const char* what);
+  struct Zstd;
+  Zstd* z_ = nullptr;
+  std::string_view frame_;
+  size_t in_pos_ = 0;
+  uint64_t declared_ = 0, raw_left_ = 0;
+  std::string raw_;
+  size_t raw_pos_ = 0, raw_len_ = 0;
+  bool ended_ = false;
+  std::string error_;
+};
+
+// What a replay relies on, one record at a time, in the order written:
+// regions mapped before use and numbered in order, offsets inside their
+// regions, calls (and timed calls) in trace order, then the objects'
+// resident counts by ascending object id (FORMAT.md section 15). "" or the
+// problem. Holds 8 bytes a region the program mapped (held against the
+// memory available as it doubles), nothing a record.
+class MemoryChecker {
+ public:
+  std::string check(const MemoryEvent& e);
+
+ private:
+  std::string new_region(uint64_t length);
+  std::vector<uint64_t> length_ = std::vector<uint64_t>(1, 0);  // by region id (0 unused)
+  uint64_t index_ = 0, last_after_ = 0, last_object_ = 0;
+  bool objects_ = false;  // an object record has been seen
+};
 // The bytes the program has mapped, call after call (map and remap add,
 // unmap and remap take away, never more than the region had), and their
 // peak: the replay plan and `stats` both follow a trace's mappings with it.
@@ -78,8 +156,7 @@ class MappedBytes {
   uint64_t peak_ = 0;
 };
 
-// What a replay relies on: regions mapped before use and numbered in order,
-// offsets inside their regions, calls in trace order. "" or the problem.
+// MemoryChecker over a whole list. "" or the problem.
 std::string check_memory_events(const std::vector<MemoryEvent>& events);
 
 }  // namespace heaplab::trace

@@ -76,6 +76,9 @@ class TraceError : public std::runtime_error {
 
 // XXH3-64 with the block type and length as seed (see FORMAT.md).
 uint64_t block_checksum(uint32_t type, const void* payload, size_t len);
+// The same over `len` bytes of `fd` from `offset` (a block written as it
+// was made); false (errno set) if they cannot be read.
+bool block_checksum_of_file(uint32_t type, int fd, uint64_t offset, uint64_t len, uint64_t& sum);
 uint64_t plain_checksum(const void* data, size_t len);
 
 }  // namespace heaplab::trace

@@ -335,22 +335,76 @@ void TraceReader::load_from_index(uint64_t index_offset, uint64_t total) {
 }
 
 void TraceReader::load_memory(const uint8_t* payload, uint32_t len, uint64_t off) {
-  // Its records are held decoded (and their raw bytes while decoding): a
-  // block of 1 MiB may declare up to 4 GiB of records zstd squeezed, so the
-  // header's count is held against the memory available first.
-  if (len >= 24 && load_u32(payload) == 1 &&
-      load_u32(payload + 4) == kMemoryRecordSize) {  // (a later layout is skipped)
-    const uint64_t count = load_u64(payload + 8);
-    const uint64_t need = count * (kMemoryRecordSize + sizeof(MemoryEvent)), available = memory_available();
-    if (count <= uint64_t{1} << 32 && available != 0 && need > available)
-      fail(off, "memory block of " + std::to_string(count) + " records needs " + gib(need) +
-                    " to read, more than the " + gib(available) + " this machine has available");
+  // Every record is checked now, one batch at a time, and none is kept:
+  // readers go through them again with a MemoryCursor.
+  const std::string_view block(reinterpret_cast<const char*>(payload), len);
+  MemoryRecordStream in(block);
+  MemoryChecker check;
+  uint64_t count = 0, ops[kMemOpMax + 1] = {}, object_pages = 0;
+  std::map<uint32_t, ThreadMemoryCalls> threads;
+  std::vector<MemoryEvent> batch(1024);
+  while (size_t n = in.next(batch.data(), batch.size())) {
+    for (size_t i = 0; i < n; ++i) {
+      const MemoryEvent& e = batch[i];
+      if (std::string bad = check.check(e); !bad.empty()) fail(off, bad);
+      ++ops[unsigned(e.op)];
+      object_pages += e.op == MemOp::object && e.pages != kUnknownPages;
+      if (e.op == MemOp::object || e.op == MemOp::latency) continue;
+      ThreadMemoryCalls& t = threads[e.thread];
+      ++t.calls;
+      t.remaps += e.op == MemOp::remap;
+      t.first_after = std::min(t.first_after, e.after);
+      t.last_after = std::max(t.last_after, e.after);
+    }
+    count += n;
   }
-  std::string error;
-  auto m = decode_memory_events({reinterpret_cast<const char*>(payload), len}, error);
-  if (!m) fail(off, error);
-  if (std::string bad = check_memory_events(*m); !bad.empty()) fail(off, bad);
-  memory_ = std::move(*m);
+  if (!in.error().empty()) fail(off, in.error());
+  memory_block_ = in.declared() != 0 || count != 0 ? block : std::string_view();
+  memory_block_offset_ = off;
+  memory_count_ = count;
+  memory_whole_ = count == in.declared();
+  std::copy(std::begin(ops), std::end(ops), memory_ops_);
+  memory_threads_ = std::move(threads);
+  memory_object_pages_ = object_pages;
+}
+
+std::vector<MemoryEvent> TraceReader::read_memory_events() const {
+  std::vector<MemoryEvent> out;
+  out.reserve(memory_count_);
+  MemoryCursor cur(*this);
+  while (const MemoryEvent* e = cur.next()) out.push_back(*e);
+  return out;
+}
+
+void TraceReader::release_memory_block(size_t from, size_t to) const {
+  if (!map_ || to <= from) return;
+  const auto* base = reinterpret_cast<const uint8_t*>(memory_block_.data());
+  const uintptr_t map_lo = reinterpret_cast<uintptr_t>(map_);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(base + from) & ~uintptr_t{4095};
+  const uintptr_t hi = std::min((reinterpret_cast<uintptr_t>(base + to) + 4095) & ~uintptr_t{4095},
+                                (map_lo + map_len_ + 4095) & ~uintptr_t{4095});
+  if (hi > lo && lo >= map_lo) release_later(lo, hi);
+}
+
+MemoryCursor::MemoryCursor(const TraceReader& r) : r_(r) {
+  if (!r.memory_block_.empty()) in_ = std::make_unique<MemoryRecordStream>(r.memory_block_);
+}
+
+bool MemoryCursor::refill() {
+  if (!in_) return false;
+  if (buf_.empty()) buf_.resize(512);
+  len_ = in_->next(buf_.data(), buf_.size());
+  pos_ = 0;
+  if (!in_->error().empty())
+    r_.fail(r_.memory_block_offset_, in_->error() + " (the file changed since it was opened?)");
+  // What has been read is given back 8 MiB at a time (a long block's pages
+  // would otherwise stay mapped, in this process's resident set).
+  if (const size_t done = in_->consumed(); done - released_ >= (size_t{8} << 20) || len_ == 0) {
+    r_.release_memory_block(released_, done);
+    released_ = done;
+  }
+  if (len_ == 0) in_.reset();
+  return len_ != 0;
 }
 
 void TraceReader::add_address_block(const uint8_t* payload, uint32_t len, uint64_t off) {

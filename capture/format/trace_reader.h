@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,9 +71,29 @@ class TraceReader {
   // capture died). warning() then says how much was readable and what is lost.
   bool complete() const { return complete_; }
   const std::string& warning() const { return warning_; }
-  // The program's memory besides the heap calls (format 1.1; empty if the
-  // trace has none), in the order written.
-  const std::vector<MemoryEvent>& memory_events() const { return memory_; }
+  // The program's memory besides the heap calls (format 1.1): how many
+  // records this reader knows (0 if the trace has none), in all and of one
+  // op. Read them in order with a MemoryCursor, which never holds them all;
+  // the reader checked every one when it opened the trace.
+  uint64_t memory_event_count() const { return memory_count_; }
+  uint64_t memory_event_count(MemOp op) const { return unsigned(op) <= kMemOpMax ? memory_ops_[unsigned(op)] : 0; }
+  bool has_memory_events() const { return memory_count_ != 0; }
+  // All of them at once (tests, small traces: 72 bytes a record).
+  std::vector<MemoryEvent> read_memory_events() const;
+  // The program's own calls (neither objects' counts nor timed calls) of
+  // each recorded thread that made any, as found when the trace was opened:
+  // planning a replay needs no pass of its own for them.
+  struct ThreadMemoryCalls {
+    uint64_t calls = 0, remaps = 0;
+    uint64_t first_after = UINT64_MAX, last_after = 0;  // seqs
+  };
+  const std::map<uint32_t, ThreadMemoryCalls>& memory_calls_by_thread() const { return memory_threads_; }
+  // The objects' resident counts that are known (not kUnknownPages).
+  uint64_t memory_objects_with_pages() const { return memory_object_pages_; }
+  // The MEMX block's payload as written (empty without one), to copy; only
+  // where every record is of an op this version knows (else a copy would
+  // carry a later minor's records in a file that does not say so).
+  std::string_view memory_block() const { return memory_whole_ ? memory_block_ : std::string_view(); }
   // A replay's addresses (format 1.2, `heaplab replay --emit-trace`): the
   // ADDR blocks, by ascending seq (empty if the trace has none). Read them
   // with an AddressCursor.
@@ -94,6 +115,7 @@ class TraceReader {
   [[noreturn]] void fail(uint64_t offset, const std::string& what) const;
   friend class ChunkDecoder;
   friend class AddressCursor;
+  friend class MemoryCursor;
 
   std::string name_;
   std::string_view data_;
@@ -112,8 +134,16 @@ class TraceReader {
   std::vector<std::vector<uint32_t>> lists_;
   std::unordered_map<uint32_t, uint32_t> loading_slot_;
   uint64_t events_ = 0;
-  std::vector<MemoryEvent> memory_;
+  std::string_view memory_block_;  // the MEMX payload (of a layout this version reads)
+  uint64_t memory_block_offset_ = 0;
+  uint64_t memory_count_ = 0;
+  uint64_t memory_ops_[kMemOpMax + 1] = {};
+  uint64_t memory_object_pages_ = 0;
+  bool memory_whole_ = false;  // every record of the block is of a known op
+  std::map<uint32_t, ThreadMemoryCalls> memory_threads_;
   void load_memory(const uint8_t* payload, uint32_t len, uint64_t off);
+  // Gives back the pages of the MEMX payload's bytes [from, to) once read.
+  void release_memory_block(size_t from, size_t to) const;
   std::vector<AddressBlockRef> addresses_;
   mutable uint64_t decoded_at_once_ = UINT64_MAX;
   mutable std::once_flag ends_once_;
@@ -175,6 +205,34 @@ class AddressCursor {
   const TraceReader& r_;
   size_t cur_ = SIZE_MAX;
   std::vector<uint64_t> block_;
+};
+
+// The trace's memory records (MEMX, format 1.1) in the order written,
+// decompressed a batch at a time (MemoryRecordStream): a few hundred KiB
+// however many there are, and the block's pages given back behind it.
+// Throws TraceError if the block reads otherwise than when the reader
+// checked it (the file changed since).
+class MemoryCursor {
+ public:
+  explicit MemoryCursor(const TraceReader& r);
+  // The next record, or nullptr at the end (valid until the next call).
+  const MemoryEvent* peek() {
+    if (pos_ == len_ && !refill()) return nullptr;
+    return &buf_[pos_];
+  }
+  // The next record, moved past; nullptr at the end.
+  const MemoryEvent* next() {
+    const MemoryEvent* e = peek();
+    if (e) ++pos_;
+    return e;
+  }
+
+ private:
+  bool refill();
+  const TraceReader& r_;
+  std::unique_ptr<MemoryRecordStream> in_;
+  std::vector<MemoryEvent> buf_;
+  size_t pos_ = 0, len_ = 0, released_ = 0;
 };
 
 // Source of events in batches.

@@ -29,6 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       while (c.next(buf.data(), buf.size()) != 0) {
       }
     }
+    // (format 1.1's MEMX block, read again after the reader checked it)
+    heaplab::trace::MemoryCursor memory(*r);
+    uint64_t records = 0;
+    while (memory.next() != nullptr) ++records;
+    if (records != r->memory_event_count()) __builtin_trap();
   } catch (const heaplab::trace::TraceError&) {
     // Rejecting bad input with an error is the expected outcome.
   }

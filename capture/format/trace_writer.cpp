@@ -155,6 +155,9 @@ struct TraceWriter::Impl {
   std::string final_meta;
   bool has_final_meta = false;
   std::vector<MemoryEvent> memory;
+  std::string_view memory_block;  // a MEMX payload to copy (copy_memory_block)
+  uint64_t memory_count = 0;      // set_memory_source
+  std::function<bool(MemoryEvent&)> memory_next;
   std::vector<uint64_t> addresses;
   ZSTD_CCtx* cctx = nullptr;
   std::vector<uint8_t> raw;
@@ -184,7 +187,7 @@ struct TraceWriter::Impl {
     }
   }
 
-  void write_block(uint32_t type, const std::string& payload) {
+  void write_block(uint32_t type, std::string_view payload) {
     if (payload.size() > kMaxBlockPayload)
       throw TraceError(path + ": a block of " + std::to_string(payload.size()) +
                        " bytes exceeds the format's limit of 1 GiB");
@@ -194,6 +197,58 @@ struct TraceWriter::Impl {
     put_u64(hdr, block_checksum(type, payload.data(), payload.size()));
     write_all(hdr.data(), hdr.size());
     write_all(payload.data(), payload.size());
+  }
+
+  // A MEMX block of `count` records from `next`, encoded as they come: its
+  // header is written once the payload is (the checksum's seed holds the
+  // payload's length, so the payload is read back for it, from the page
+  // cache).
+  void write_memory_stream(uint64_t count, const std::function<bool(MemoryEvent&)>& next) {
+    const uint64_t at = offset;
+    // Until the payload is whole, the header says a block of the largest
+    // size: a reader that finds the file cut here (the writer killed
+    // midway) takes it for a trace cut short, and reads the chunks before.
+    std::string placeholder;
+    put_u32(placeholder, kBlockMemory);
+    put_u32(placeholder, static_cast<uint32_t>(kMaxBlockPayload));
+    put_u64(placeholder, 0);
+    write_all(placeholder.data(), placeholder.size());
+    try {
+      stream_memory_payload(at, count, next);
+    } catch (...) {
+      // (The file ends where the block began, as if it had never started.)
+      if (::ftruncate(fd, off_t(at)) == 0) offset = at;
+      throw;
+    }
+  }
+  void stream_memory_payload(uint64_t at, uint64_t count, const std::function<bool(MemoryEvent&)>& next) {
+    struct Out {
+      Impl* m;
+      uint64_t len;
+    } out{this, 0};
+    MemoryBlockEncoder enc(
+        count,
+        [](void* ctx, const char* d, size_t n) {
+          auto* o = static_cast<Out*>(ctx);
+          o->len += n;
+          if (o->len > kMaxBlockPayload)
+            throw TraceError(o->m->path + ": the memory block exceeds the format's limit of 1 GiB");
+          o->m->write_all(d, n);
+        },
+        &out);
+    MemoryEvent e;
+    for (uint64_t i = 0; i < count; ++i) {
+      if (!next(e)) throw TraceError(path + ": the memory records ended before their count");
+      enc.add(e);
+    }
+    enc.finish();
+    uint64_t sum = 0;
+    if (!block_checksum_of_file(kBlockMemory, fd, at + kBlockHeaderSize, out.len, sum)) io_fail("read back failed");
+    std::string hdr;
+    put_u32(hdr, kBlockMemory);
+    put_u32(hdr, static_cast<uint32_t>(out.len));
+    put_u64(hdr, sum);
+    if (::pwrite(fd, hdr.data(), hdr.size(), off_t(at)) != ssize_t(hdr.size())) io_fail("write failed");
   }
 
   ThreadEncoder* encoder_slot(uint32_t t) {
@@ -431,7 +486,8 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options) : impl_
   if (m.opt.codec != kCodecNone && m.opt.codec != kCodecZstd && m.opt.codec != kCodecLz4)
     throw TraceError(path + ": unknown codec " + std::to_string(m.opt.codec));
   m.check_level(m.opt.level);
-  m.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // (Read and write: a memory block written as it is made is read back for its checksum.)
+  m.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (m.fd < 0) m.io_fail("cannot create");
   if (m.opt.codec == kCodecZstd) {
     m.cctx = ZSTD_createCCtx();
@@ -506,7 +562,24 @@ void TraceWriter::set_thread_info(uint32_t thread, ThreadInfo info) {
   m.set_info(thread, std::move(info));
 }
 
-void TraceWriter::set_memory_events(std::vector<MemoryEvent> events) { impl_->memory = std::move(events); }
+void TraceWriter::set_memory_events(std::vector<MemoryEvent> events) {
+  impl_->memory = std::move(events);
+  impl_->memory_block = {};
+  impl_->memory_count = 0;
+}
+
+void TraceWriter::copy_memory_block(std::string_view payload) {
+  impl_->memory.clear();
+  impl_->memory_count = 0;
+  impl_->memory_block = payload;
+}
+
+void TraceWriter::set_memory_source(uint64_t count, std::function<bool(MemoryEvent&)> next) {
+  impl_->memory.clear();
+  impl_->memory_block = {};
+  impl_->memory_count = count;
+  impl_->memory_next = std::move(next);
+}
 
 void TraceWriter::set_addresses(std::vector<uint64_t> by_seq) { impl_->addresses = std::move(by_seq); }
 
@@ -544,6 +617,14 @@ void TraceWriter::close() {
     if (m.memory.size() > (uint64_t{1} << 32))
       throw TraceError(m.path + ": more than 2^32 memory records for one block");
     m.write_block(kBlockMemory, encode_memory_events(m.memory));
+    minor = kFormatMinorMemory;
+  } else if (!m.memory_block.empty()) {
+    m.write_block(kBlockMemory, m.memory_block);
+    minor = kFormatMinorMemory;
+  } else if (m.memory_count != 0) {
+    if (m.memory_count > (uint64_t{1} << 32))
+      throw TraceError(m.path + ": more than 2^32 memory records for one block");
+    m.write_memory_stream(m.memory_count, m.memory_next);
     minor = kFormatMinorMemory;
   }
   // The addresses of the events written, in blocks of up to 2^20 events

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,12 @@ class TraceWriter {
   // The program's memory besides the heap calls: written by close() as a
   // MEMX block after the last chunk (the file is then version 1.1).
   void set_memory_events(std::vector<MemoryEvent> events);
+  // Or another trace's MEMX block as it is (TraceReader::memory_block),
+  // copied by close() without being held: it must stay valid until then.
+  void copy_memory_block(std::string_view payload);
+  // Or `count` records that `next` hands out in order (false: none left)
+  // when close() writes the block, encoded as they come: none held here.
+  void set_memory_source(uint64_t count, std::function<bool(MemoryEvent&)> next);
   // The address of each event, by seq (0: none): written by close() as ADDR
   // blocks after the MEMX block (the file is then version 1.2).
   void set_addresses(std::vector<uint64_t> by_seq);

@@ -1,4 +1,4 @@
-// One zstd frame inside a block's payload (MEMX, ADDR): written at level 3,
+// One zstd frame inside a block's payload (ADDR; MEMX streams its own): written at level 3,
 // and read only when it declares exactly the size its block's header says
 // and decompresses to exactly that (a damaged or hostile header never makes
 // the reader allocate more than the header's own, already bounded, size).

@@ -1663,7 +1663,7 @@ INSTANTIATE_TEST_SUITE_P(Known, CaptureAllocator, ::testing::Values("jemalloc", 
 std::vector<std::string> memory_calls(const std::string& path) {
   auto r = TraceReader::open(path);
   std::vector<std::string> out;
-  for (const heaplab::trace::MemoryEvent& m : r->memory_events()) {
+  for (const heaplab::trace::MemoryEvent& m : r->read_memory_events()) {
     if (m.op == heaplab::trace::MemOp::object) continue;
     std::string line = std::string(heaplab::trace::mem_op_name(m.op)) + " r" + std::to_string(m.region);
     if (m.op != heaplab::trace::MemOp::map) line += " +" + std::to_string(m.offset);
@@ -1681,7 +1681,7 @@ std::vector<std::string> memory_calls(const std::string& path) {
 std::vector<uint64_t> object_pages(const std::string& path, uint64_t bytes) {
   auto r = TraceReader::open(path);
   std::vector<uint64_t> out;
-  for (const heaplab::trace::MemoryEvent& m : r->memory_events())
+  for (const heaplab::trace::MemoryEvent& m : r->read_memory_events())
     if (m.op == heaplab::trace::MemOp::object && m.length == bytes) out.push_back(m.pages);
   return out;
 }
@@ -1757,7 +1757,7 @@ TEST(CaptureMemory, LatencyOfEveryNthCallIsTiedToItsCall) {
     for (const Event& e : events)
       if (e.op != Op::thread_start && e.op != Op::thread_end && e.op != Op::lost) ++calls;
     std::set<uint64_t> timed;
-    for (const heaplab::trace::MemoryEvent& m : reader->memory_events()) {
+    for (const heaplab::trace::MemoryEvent& m : reader->read_memory_events()) {
       if (m.op != heaplab::trace::MemOp::latency) continue;
       ASSERT_LT(m.after, events.size());
       const Op op = events[m.after].op;

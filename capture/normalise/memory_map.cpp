@@ -13,20 +13,25 @@ namespace heaplab::normalise {
 using trace::MemOp;
 using trace::MemoryEvent;
 
-size_t MemoryMap::push(const MemoryEvent& e, uint64_t order) {
-  // From 2^20 records on, each doubling is held against the memory
-  // available first: a program that maps and unmaps in a loop would
-  // otherwise take the normaliser past the machine's memory.
-  const uint64_t n = events_.size();
-  if (const auto s = trace::doubling_short_of_memory(n, kCheckedFrom, kBytesPerCall))
-    throw std::runtime_error("the program's own memory calls (mmap, munmap, ...): " + std::to_string(n) +
-                             " records kept so far; twice that needs about " + std::to_string(s->need >> 20) +
-                             " MiB to keep and write (" + std::to_string(kBytesPerCall) +
-                             " bytes a record), more than the " + std::to_string(s->available >> 20) +
+MemoryMap::Anchor MemoryMap::push(const MemoryEvent& e, uint64_t order) {
+  // Object records have no place in the order: they go last, by object id.
+  const uint64_t major = e.op == MemOp::object ? (uint64_t{1} << 63) | e.region : e.after;
+  sorter_.push(major, order, e);
+  return Anchor{e.after, e.time, order, e.thread};
+}
+
+void MemoryMap::add_region(const Anchor& a) {
+  // From 2^20 regions on, each doubling is held against the memory
+  // available first: a program that maps and unmaps in a loop makes a
+  // region each time.
+  const uint64_t n = regions_.size();
+  if (const auto s = trace::doubling_short_of_memory(n, kCheckedFrom, kBytesPerRegion))
+    throw std::runtime_error("the program's own memory calls (mmap, munmap, ...): " + std::to_string(n - 1) +
+                             " mappings so far; twice that needs about " + std::to_string(s->need >> 20) +
+                             " MiB to follow (" + std::to_string(kBytesPerRegion) +
+                             " bytes a mapping), more than the " + std::to_string(s->available >> 20) +
                              " MiB this machine has available");
-  events_.push_back(e);
-  order_.emplace_back(e.after, order);
-  return events_.size() - 1;
+  regions_.push_back(Region{a});
 }
 
 // A call made at `at`.
@@ -45,11 +50,11 @@ MemoryEvent MemoryMap::call(MemOp op, const MemoryPosition& at, uint64_t region,
 }
 
 // An event in its own place in the order (not placed behind another).
-size_t MemoryMap::push(const MemoryEvent& e) { return push(e, uint64_t(events_.size()) << 1); }
+MemoryMap::Anchor MemoryMap::push(const MemoryEvent& e) { return push(e, sorter_.size() << 1); }
 
 uint64_t MemoryMap::new_region(const MemoryPosition& at, uint64_t addr, uint64_t len) {
   const uint64_t id = regions_.size();
-  regions_.push_back(Region{push(call(MemOp::map, at, id, 0, len, 0))});
+  add_region(push(call(MemOp::map, at, id, 0, len, 0)));
   pieces_[addr] = Piece{addr + len, id, addr};
   mapped_ += len;
   ++counts_.regions;
@@ -101,15 +106,17 @@ uint64_t MemoryMap::share_of(uint64_t& pages, uint64_t lo, uint64_t hi) {
 void MemoryMap::touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages) {
   if (pages == 0 || pages == trace::kUnknownPages) return;
   ++counts_.measured;
-  const size_t anchor = regions_[region].last;
-  MemoryEvent e = events_[anchor];
+  const Anchor a = regions_[region].last;
+  MemoryEvent e;
   e.op = MemOp::touch;
+  e.after = a.after;
+  e.thread = a.thread;
+  e.time = a.time;
   e.region = region;
   e.offset = offset;
   e.length = len;
   e.pages = pages;
-  e.new_region = e.new_length = 0;
-  push(e, order_[anchor].second + 1);
+  push(e, a.order + 1);
 }
 
 void MemoryMap::map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed, uint64_t pages) {
@@ -176,7 +183,7 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
   regions_[p.region].last = push(e);
   // The new region: its own id, mapped by the remap itself (no map event),
   // over whatever was there (MREMAP_FIXED unmaps its target).
-  regions_.push_back(Region{regions_[p.region].last});
+  add_region(regions_[p.region].last);
   // MREMAP_FIXED unmapped whatever was at its target first: said as an unmap.
   if (flags & kFixed) {
     release(at, result, new_len, trace::kUnknownPages, MemOp::unmap);
@@ -223,8 +230,8 @@ void MemoryMap::object(uint64_t id, uint64_t len, uint64_t pages) {
 }
 
 void MemoryMap::latency(uint64_t seq, uint32_t thread, uint64_t ns) {
-  // Held until the trace is closed: a bound on memory (1.2 GB of records);
-  // the rest are counted, not kept.
+  // At most 16 Mi are kept (a bound on the trace: its memory block holds
+  // at most 1 GiB); the rest are counted, not kept.
   constexpr uint64_t kMaxLatencies = uint64_t{16} << 20;
   if (counts_.latencies >= kMaxLatencies) {
     ++counts_.latencies_dropped;
@@ -237,21 +244,6 @@ void MemoryMap::latency(uint64_t seq, uint32_t thread, uint64_t ns) {
   e.thread = thread;
   e.length = ns;
   push(e);
-}
-
-std::vector<MemoryEvent> MemoryMap::finish() {
-  std::vector<size_t> idx(events_.size());
-  std::iota(idx.begin(), idx.end(), size_t{0});
-  // Object records have no place in the order: they go last, by object id.
-  auto key = [&](size_t i) {
-    const bool obj = events_[i].op == MemOp::object;
-    return std::make_tuple(obj, obj ? events_[i].region : order_[i].first, order_[i].second);
-  };
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  std::vector<MemoryEvent> out;
-  out.reserve(idx.size());
-  for (size_t i : idx) out.push_back(events_[i]);
-  return out;
 }
 
 }  // namespace heaplab::normalise

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "capture/format/memory_event.h"
+#include "capture/normalise/memory_sorter.h"
 
 namespace heaplab::normalise {
 
@@ -30,12 +32,15 @@ struct MemoryCounts {
 
 class MemoryMap {
  public:
-  // Memory a record costs (a call makes one, or one per mapping it
-  // touches): 88 bytes while recording (its event and its place in the
-  // order), 240 at the end (sorted, copied and encoded). Past kCheckedFrom
-  // records, each doubling is checked against the memory available first
-  // (std::runtime_error).
-  static constexpr uint64_t kBytesPerCall = 240;
+  // `scratch_dir`: where the records go once more than a run of them
+  // (MemorySorter) has been made: beside the trace.
+  explicit MemoryMap(std::string scratch_dir = ".", size_t run = MemorySorter::kDefaultRun)
+      : sorter_(std::move(scratch_dir), run) {}
+  // What a region costs while the program runs (its place behind which a
+  // later resident count goes); from 2^20 regions on, each doubling is
+  // checked against the memory available first (std::runtime_error). The
+  // records themselves are not held (MemorySorter).
+  static constexpr uint64_t kBytesPerRegion = sizeof(uint64_t) * 4;
   static constexpr size_t kCheckedFrom = size_t{1} << 20;
   // `fixed`: MAP_FIXED, replacing what was mapped there (`pages` of it resident).
   void map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed, uint64_t pages = trace::kUnknownPages);
@@ -53,8 +58,13 @@ class MemoryMap {
   // Heap call `seq` took `ns` inside the allocator.
   void latency(uint64_t seq, uint32_t thread, uint64_t ns);
 
-  // The events in trace order (a touch right after the event it is placed behind).
-  std::vector<trace::MemoryEvent> finish();
+  // The records made, and then (after the last call) the records in trace
+  // order, one at a time (a touch right after the event it is placed
+  // behind, the objects' counts last by id); false at the end.
+  uint64_t records() const { return sorter_.size(); }
+  bool next(trace::MemoryEvent& e) { return sorter_.next(e); }
+  // Runs of records written to the scratch file (0: all were held).
+  uint64_t runs_written() const { return sorter_.runs_written(); }
   const MemoryCounts& counts() const { return counts_; }
   // Bytes mapped now (the program's own mappings).
   uint64_t mapped() const { return mapped_; }
@@ -65,8 +75,15 @@ class MemoryMap {
     uint64_t region;
     uint64_t base;  // the region's start address: offsets are from here
   };
+  // A region's latest event: where a resident count measured later goes
+  // (right behind it, on its thread, at its time).
+  struct Anchor {
+    uint64_t after = 0, time = 0, order = 0;
+    uint32_t thread = 0;
+  };
+  static_assert(sizeof(Anchor) == kBytesPerRegion);
   struct Region {
-    size_t last = 0;  // index in events_ of its latest event
+    Anchor last;
   };
   // Applies `fn(piece start, piece, lo, hi)` to every piece overlapping [lo, hi).
   template <typename Fn>
@@ -75,16 +92,16 @@ class MemoryMap {
   void release(const MemoryPosition& at, uint64_t addr, uint64_t len, uint64_t pages, trace::MemOp op);
   void touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages);
   static uint64_t share_of(uint64_t& pages, uint64_t lo, uint64_t hi);
-  size_t push(const trace::MemoryEvent& e, uint64_t order);
-  size_t push(const trace::MemoryEvent& e);
+  Anchor push(const trace::MemoryEvent& e, uint64_t order);
+  Anchor push(const trace::MemoryEvent& e);
+  void add_region(const Anchor& a);
   static trace::MemoryEvent call(trace::MemOp op, const MemoryPosition& at, uint64_t region, uint64_t offset,
                                  uint64_t len, uint64_t pages);
   uint64_t new_region(const MemoryPosition& at, uint64_t addr, uint64_t len);
 
   std::map<uint64_t, Piece> pieces_;  // by start address, disjoint
   std::vector<Region> regions_{1};    // by region id (0 unused)
-  std::vector<trace::MemoryEvent> events_;
-  std::vector<std::pair<uint64_t, uint64_t>> order_;  // per event: (after, tie-break)
+  MemorySorter sorter_;               // the records, by (after, tie-break), the objects' last by id
   MemoryCounts counts_;
   uint64_t mapped_ = 0;
 };

@@ -226,10 +226,16 @@ class WriterPipe {
   std::thread thread_;  // last: starts once the rest is constructed
 };
 
+// The directory a file goes in ("." for a bare name).
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 class Normaliser {
  public:
   Normaliser(RecordSource& in, const std::string& out, const NormaliseOptions& opt)
-      : in_(in), opt_(opt), writer_(out, writer_options()), pipe_(writer_) {
+      : in_(in), opt_(opt), writer_(out, writer_options()), pipe_(writer_), memory_(directory_of(out)) {
     window_ticks_ = ticks_for_ns(10000);  // 10 us; the real skew is well under 1 us
     read_header_fields();
     if (opt_.busy_level != 0) writer_.check_level(opt_.busy_level);  // (not midway, on the writer's thread)
@@ -891,7 +897,7 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
     const uint64_t kib = opt_.capture_metadata["anon_rss_peak_kib"].get<uint64_t>();
     if (kib > 0) rep_.coverage = double(rep_.explained_peak) / (double(kib) * 1024.0);
   }
-  writer_.set_memory_events(memory_.finish());
+  writer_.set_memory_source(memory_.records(), [this](trace::MemoryEvent& e) { return memory_.next(e); });
   nlohmann::json m = metadata();
   m["capture"].update(report_to_json(rep_));
   writer_.set_final_metadata(m.dump());

@@ -3,6 +3,10 @@
 //   victim_memory maps    the exact sequence capture_test expects (see there)
 //   victim_memory hidden  64 MiB the shim cannot see (a direct system call),
 //                         held for 100 ms: the trace explains little of it
+//   victim_memory loop N  N times: map 64 KiB, write a page of it, advise it
+//                         away and unmap it, with a malloc and free beside
+//                         (scripts/bench-memory-records.py: 4 memory records
+//                         and 2 heap calls a round)
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -73,13 +77,32 @@ static int hidden(void) {
   return 0;
 }
 
+static int loop(long rounds) {
+  unsigned long sum = 0;
+  for (long i = 0; i < rounds; ++i) {
+    char* p = mmap(NULL, 64 * KIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 1;
+    p[(i % 16) * PAGE] = (char)i;
+    madvise(p, 16 * KIB, MADV_DONTNEED);
+    munmap(p, 64 * KIB);
+    char* q = malloc(32 + (unsigned long)i % 64);
+    if (!q) return 1;
+    q[0] = (char)i;
+    sum += (unsigned char)q[0];
+    free(q);
+  }
+  printf("%lu\n", sum);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: victim_memory maps|hidden\n");
+    fprintf(stderr, "usage: victim_memory maps|hidden|loop N\n");
     return 2;
   }
   if (strcmp(argv[1], "maps") == 0) return maps();
   if (strcmp(argv[1], "hidden") == 0) return hidden();
+  if (strcmp(argv[1], "loop") == 0 && argc == 3) return loop(atol(argv[2]));
   fprintf(stderr, "victim_memory: unknown scenario %s\n", argv[1]);
   return 2;
 }

@@ -1,0 +1,288 @@
+#include "capture/normalise/memory_sorter.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include "capture/format/bytes.h"
+
+namespace heaplab::normalise {
+
+using trace::MemOp;
+using trace::MemoryEvent;
+using namespace trace::bytes;
+
+namespace {
+
+constexpr size_t kItemSize = 96;  // key (3 x 8) + op and thread (2 x 4) + 8 x 8
+constexpr size_t kBatch = 256;    // items decoded at a time per run
+
+void encode(const MemorySorter::Item& it, char* p) {
+  const uint64_t head[3] = {it.key.major, it.key.minor, it.key.seq};
+  std::memcpy(p, head, 24);
+  const uint32_t ot[2] = {uint32_t(it.e.op), it.e.thread};
+  std::memcpy(p + 24, ot, 8);
+  const uint64_t f[8] = {it.e.after,  it.e.time,  it.e.region,     it.e.offset,
+                         it.e.length, it.e.pages, it.e.new_region, it.e.new_length};
+  std::memcpy(p + 32, f, 64);
+}
+
+void decode(const char* p, MemorySorter::Item& it) {
+  uint64_t head[3];
+  std::memcpy(head, p, 24);
+  it.key = {head[0], head[1], head[2]};
+  uint32_t ot[2];
+  std::memcpy(ot, p + 24, 8);
+  it.e.op = MemOp(ot[0]);
+  it.e.thread = ot[1];
+  uint64_t f[8];
+  std::memcpy(f, p + 32, 64);
+  it.e.after = f[0];
+  it.e.time = f[1];
+  it.e.region = f[2];
+  it.e.offset = f[3];
+  it.e.length = f[4];
+  it.e.pages = f[5];
+  it.e.new_region = f[6];
+  it.e.new_length = f[7];
+}
+
+// The least of a few sorted sources, a record at a time: a binary heap of
+// (key, source). `peek(i)` gives source i's next item or nullptr, `pop(i)`
+// moves past it.
+template <class Peek, class Pop>
+class Merge {
+ public:
+  Merge(int sources, Peek peek, Pop pop) : peek_(peek), pop_(pop) {
+    for (int i = 0; i < sources; ++i) push(i);
+  }
+  // The next item in key order (valid until the next call), or nullptr.
+  const MemorySorter::Item* next() {
+    if (last_ >= 0) {
+      pop_(last_);
+      push(last_);
+      last_ = -1;
+    }
+    if (heap_.empty()) return nullptr;
+    std::pop_heap(heap_.begin(), heap_.end(), Greater{});
+    last_ = heap_.back().second;
+    heap_.pop_back();
+    return peek_(last_);
+  }
+
+ private:
+  struct Greater {
+    bool operator()(const std::pair<MemorySorter::Key, int>& a, const std::pair<MemorySorter::Key, int>& b) const {
+      return b.first < a.first;
+    }
+  };
+  void push(int i) {
+    if (const MemorySorter::Item* it = peek_(i)) {
+      heap_.emplace_back(it->key, i);
+      std::push_heap(heap_.begin(), heap_.end(), Greater{});
+    }
+  }
+  Peek peek_;
+  Pop pop_;
+  std::vector<std::pair<MemorySorter::Key, int>> heap_;
+  int last_ = -1;  // the source of the item handed out last (moved past at the next call)
+};
+
+}  // namespace
+
+// A run read back a batch at a time.
+class MemorySorter::RunReader {
+ public:
+  RunReader(const MemorySorter& s, const Run& r) : s_(s), off_(r.offset), end_(r.offset + r.length), left_(r.count) {
+    if (!ds_ || ZSTD_isError(ZSTD_initDStream(ds_.get()))) s_.fail("cannot start zstd");
+    in_.resize(size_t{1} << 16);
+    raw_.resize(kBatch * kItemSize);
+    items_.resize(kBatch);
+  }
+  RunReader(const RunReader&) = delete;
+  RunReader& operator=(const RunReader&) = delete;
+
+  const Item* peek() {
+    if (pos_ == len_ && !refill()) return nullptr;
+    return &items_[pos_];
+  }
+  void pop() { ++pos_; }
+
+ private:
+  bool refill() {
+    if (left_ == 0) return false;
+    const size_t want = size_t(std::min<uint64_t>(left_, kBatch)) * kItemSize;
+    ZSTD_outBuffer out{raw_.data(), want, 0};
+    while (out.pos < out.size) {
+      if (in_pos_ == in_len_ && off_ == end_) {
+        // All read: what zstd still holds comes out with no more input.
+        ZSTD_inBuffer none{in_.data(), 0, 0};
+        const size_t before = out.pos;
+        const size_t r = ZSTD_decompressStream(ds_.get(), &out, &none);
+        if (ZSTD_isError(r)) s_.fail(std::string("the scratch file is damaged: ") + ZSTD_getErrorName(r));
+        if (out.pos == before) s_.fail("a run ended early");
+        continue;
+      }
+      if (in_pos_ == in_len_) {
+        const ssize_t n = ::pread(s_.fd_, in_.data(), std::min<uint64_t>(in_.size(), end_ - off_), off_t(off_));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) s_.fail(std::string("cannot read the scratch file: ") + (n < 0 ? std::strerror(errno) : "short"));
+        off_ += uint64_t(n);
+        in_pos_ = 0;
+        in_len_ = size_t(n);
+      }
+      ZSTD_inBuffer in{in_.data(), in_len_, in_pos_};
+      const size_t r = ZSTD_decompressStream(ds_.get(), &out, &in);
+      if (ZSTD_isError(r)) s_.fail(std::string("the scratch file is damaged: ") + ZSTD_getErrorName(r));
+      in_pos_ = in.pos;
+    }
+    len_ = want / kItemSize;
+    for (size_t i = 0; i < len_; ++i) decode(raw_.data() + i * kItemSize, items_[i]);
+    left_ -= len_;
+    pos_ = 0;
+    return true;
+  }
+
+  const MemorySorter& s_;
+  std::unique_ptr<ZSTD_DStream, size_t (*)(ZSTD_DStream*)> ds_{ZSTD_createDStream(), ZSTD_freeDStream};
+  uint64_t off_, end_, left_;
+  std::vector<char> in_, raw_;
+  size_t in_pos_ = 0, in_len_ = 0;
+  std::vector<Item> items_;
+  size_t pos_ = 0, len_ = 0;
+};
+
+MemorySorter::MemorySorter(std::string dir, size_t run) : dir_(std::move(dir)), run_(std::max<size_t>(run, 1)) {}
+
+MemorySorter::~MemorySorter() {
+  readers_.clear();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MemorySorter::fail(const std::string& what) const {
+  throw std::runtime_error("the program's own memory records: scratch file in " + dir_ + ": " + what);
+}
+
+void MemorySorter::push(uint64_t major, uint64_t minor, const MemoryEvent& e) {
+  if (merging_) throw std::logic_error("MemorySorter::push after next");
+  buf_.push_back(Item{Key{major, minor, pushed_++}, e});
+  if (buf_.size() >= run_) spill();
+}
+
+void MemorySorter::spill() {
+  std::sort(buf_.begin(), buf_.end(), [](const Item& a, const Item& b) { return a.key < b.key; });
+  write_run({}, &buf_, 0);
+  buf_.clear();
+  // kMaxRuns runs of one level make one of the next (the newest level's
+  // first: only the run just written can have made a level full).
+  for (unsigned level = 0;; ++level) {
+    std::vector<size_t> at;
+    for (size_t i = 0; i < runs_.size(); ++i)
+      if (runs_[i].level == level) at.push_back(i);
+    if (at.size() < kMaxRuns) break;
+    std::vector<std::unique_ptr<RunReader>> rs;
+    std::vector<RunReader*> from;
+    for (size_t i : at) {
+      rs.push_back(std::make_unique<RunReader>(*this, runs_[i]));
+      from.push_back(rs.back().get());
+    }
+    write_run(from, nullptr, level + 1);
+    rs.clear();
+    // The merged runs' room goes back (the file keeps its size).
+    for (size_t i : at)
+      (void)::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(runs_[i].offset),
+                        off_t(runs_[i].length));
+    for (auto it = at.rbegin(); it != at.rend(); ++it) runs_.erase(runs_.begin() + std::ptrdiff_t(*it));
+  }
+}
+
+// Writes a run at the end of the scratch file: `sorted` (in key order), or
+// the merge of `from`.
+void MemorySorter::write_run(const std::vector<RunReader*>& from, const std::vector<Item>* sorted, unsigned level) {
+  if (fd_ < 0) {
+    std::string path = (dir_.empty() ? std::string(".") : dir_) + "/.heaplab-memory-XXXXXX";
+    fd_ = ::mkostemp(path.data(), O_CLOEXEC);
+    if (fd_ < 0) fail(std::string("cannot create: ") + std::strerror(errno));
+    ::unlink(path.c_str());
+  }
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  if (!cctx) fail("cannot start zstd");
+  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 1);
+  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_windowLog, 16);  // (each reader of the run holds its window)
+  std::vector<char> raw, out(ZSTD_CStreamOutSize());
+  raw.reserve(kBatch * kItemSize);
+  Run run{file_end_, 0, 0, level};
+  auto put_out = [&](const char* d, size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::pwrite(fd_, d, n, off_t(file_end_));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) fail(std::string("cannot write: ") + std::strerror(errno));
+      d += w;
+      n -= size_t(w);
+      file_end_ += uint64_t(w);
+    }
+  };
+  auto flush = [&](bool last) {
+    ZSTD_inBuffer in{raw.data(), raw.size(), 0};
+    for (size_t left = 1; left != 0 || in.pos < in.size;) {
+      ZSTD_outBuffer o{out.data(), out.size(), 0};
+      left = ZSTD_compressStream2(cctx.get(), &o, &in, last ? ZSTD_e_end : ZSTD_e_continue);
+      if (ZSTD_isError(left)) fail(std::string("zstd: ") + ZSTD_getErrorName(left));
+      put_out(out.data(), o.pos);
+      if (!last && in.pos == in.size) break;
+    }
+    raw.clear();
+  };
+  auto add = [&](const Item& it) {
+    raw.resize(raw.size() + kItemSize);
+    encode(it, raw.data() + raw.size() - kItemSize);
+    ++run.count;
+    if (raw.size() == kBatch * kItemSize) flush(false);
+  };
+  if (sorted) {
+    for (const Item& it : *sorted) add(it);
+  } else {
+    Merge m(
+        int(from.size()), [&](int i) { return from[size_t(i)]->peek(); }, [&](int i) { from[size_t(i)]->pop(); });
+    while (const Item* it = m.next()) add(*it);
+  }
+  flush(true);
+  run.length = file_end_ - run.offset;
+  runs_.push_back(run);
+  ++runs_written_;
+}
+
+void MemorySorter::start_merge() {
+  merging_ = true;
+  std::sort(buf_.begin(), buf_.end(), [](const Item& a, const Item& b) { return a.key < b.key; });
+  for (const Run& r : runs_) readers_.push_back(std::make_unique<RunReader>(*this, r));
+  // Source 0: the records still in memory; source i + 1: run i.
+  auto peek = [this](int i) -> const Item* {
+    if (i == 0) return mem_pos_ < buf_.size() ? &buf_[mem_pos_] : nullptr;
+    return readers_[size_t(i - 1)]->peek();
+  };
+  auto pop = [this](int i) {
+    if (i == 0)
+      ++mem_pos_;
+    else
+      readers_[size_t(i - 1)]->pop();
+  };
+  merge_ = std::make_unique<Merger>(Merger{
+      std::function<const Item*()>([m = Merge(int(readers_.size()) + 1, peek, pop)]() mutable { return m.next(); })});
+}
+
+bool MemorySorter::next(MemoryEvent& e) {
+  if (!merging_) start_merge();
+  const Item* it = merge_->next();
+  if (!it) return false;
+  e = it->e;
+  return true;
+}
+
+}  // namespace heaplab::normalise
