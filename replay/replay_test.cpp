@@ -1469,7 +1469,11 @@ TEST_F(ReplayTest, PinningBindsTheThreads) {
   ASSERT_TRUE(one.is_object());
   const json& p = one["replay"]["pinning"];
   EXPECT_EQ(p["policy"], "1");
-  EXPECT_EQ(p["threads"], json({"1", "1", "1", "1", "1"}));
+  // (One a replay thread: as many as the capture's threads ran at once,
+  // which a loaded machine can make fewer than its 5: fold_threads.)
+  const size_t threads = one["replay"]["threads"].size();
+  EXPECT_GE(threads, 2u);
+  EXPECT_EQ(p["threads"], json(std::vector<std::string>(threads, "1")));
   EXPECT_EQ(p["sampler"], "0");
   for (const json& th : one["replay"]["threads"]) EXPECT_EQ(th["cpu"], 1);
   const json compact = replay(t, {"--pin", "compact", "--threads", "2"});
