@@ -916,11 +916,15 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         }
         // A call on bytes its region no longer maps would write, advise or
         // unmap whatever the replay's allocator put there since.
-        auto& gone = unmapped[m.region];
+        // (A region has ranges here only while part of it is unmapped: one
+        // wholly unmapped says so with its flag.)
+        static const std::map<uint64_t, uint64_t> kNoneGone;
+        const auto found = unmapped.find(m.region);
+        const std::map<uint64_t, uint64_t>& was_gone = found != unmapped.end() ? found->second : kNoneGone;
         const uint64_t lo = m.offset, hi = m.offset + m.length;
-        auto after_lo = gone.upper_bound(lo);
-        if (g.gone || (after_lo != gone.end() && after_lo->first < hi) ||
-            (after_lo != gone.begin() && std::prev(after_lo)->second > lo))
+        auto after_lo = was_gone.upper_bound(lo);
+        if (g.gone || (after_lo != was_gone.end() && after_lo->first < hi) ||
+            (after_lo != was_gone.begin() && std::prev(after_lo)->second > lo))
           throw PlanError("inconsistent trace: memory call " + std::to_string(call) + " (" +
                           std::string(trace::mem_op_name(m.op)) + ") on bytes " + std::to_string(lo) + ".." +
                           std::to_string(hi) + " of region " + std::to_string(m.region) + ", already unmapped");
@@ -960,6 +964,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         // the break has neither an aligned base nor an aligned length.)
         bool all_gone = false;
         if (m.op == MemOp::unmap || m.op == MemOp::remap) {
+          auto& gone = found != unmapped.end() ? found->second : unmapped[m.region];
           uint64_t a = lo, b = hi;
           auto next = gone.lower_bound(lo);
           if (next != gone.begin() && std::prev(next)->second == lo) {
@@ -972,6 +977,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           }
           gone[a] = b;
           all_gone = gone.begin()->first == 0 && gone.begin()->second >= g.length;
+          if (all_gone) unmapped.erase(m.region);  // (its flag is set below)
         }
         // Every other call on a region takes its current ref and gives it a
         // new one (the same base): they run in trace order even from
