@@ -21,6 +21,7 @@
 #include <system_error>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <variant>
 
 #include "capture/format/id_map.h"
@@ -860,14 +861,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     bool read_more = false;  // a remap read `ref` and left the rest of the region with it
     bool gone = false;       // wholly unmapped
   };
-  std::vector<Region> regions(1);  // by trace region
+  // By trace region, while any of it is mapped. (A region wholly unmapped
+  // is dropped: the reader refuses a call that names it later.)
+  std::unordered_map<uint64_t, Region> regions;
   trace::MappedBytes mapped;
   uint64_t next_call = 0;                                     // the program's memory calls so far
   std::map<uint64_t, std::map<uint64_t, uint64_t>> unmapped;  // trace region -> unmapped [offset, end)
-  auto region = [&](uint64_t rgn) -> Region& {
-    if (rgn >= regions.size()) regions.resize(rgn + 1);
-    return regions[rgn];
-  };
+  auto region = [&](uint64_t rgn) -> Region& { return regions[rgn]; };
   // Counts a replay id (objects, regions and kept objects share the count).
   auto count_id = [&]() {
     if (s.max_id >= kMaxObjectId) throw PlanError("inconsistent trace: too many objects and regions");
@@ -996,7 +996,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         Region& h = region(m.region);
         if (m.op == MemOp::remap) {
           region(m.new_region) = Region{next, m.new_length, false, false};
-          Region& o = region(m.region);  // (the line above may have moved it)
+          Region& o = region(m.region);
           if (all_gone) {
             release_region(o, give);
             o.ref = 0;
@@ -1009,6 +1009,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           h.ref = next;
           h.gone = wholly_gone;
         }
+        if (all_gone && (m.op == MemOp::remap || wholly_gone)) regions.erase(m.region);
         st.head = next << 16 | op;
       }
       mapped.apply(m);

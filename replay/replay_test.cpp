@@ -1245,6 +1245,26 @@ TEST_F(ReplayTest, MemoryCallOnUnmappedBytesIsRefused) {
   EXPECT_EQ(r.err, "heaplab: error: replay: " + path +
                        ": inconsistent trace: memory call 2 (touch) on bytes 4096..12288 of region 1, already "
                        "unmapped\n");
+  // A region wholly unmapped is not followed any more: a call that names
+  // it is refused when the trace is opened.
+  const std::string gone = (dir() / "touch_after_all_unmapped.hlt").string();
+  {
+    heaplab::trace::TraceWriter w(gone, heaplab::trace::WriterOptions{});
+    std::vector<Event> ev = {malloc_ev(16), free_ev(1)};
+    for (Event& e : ev) w.append(e);
+    using heaplab::trace::MemOp;
+    using heaplab::trace::MemoryEvent;
+    MemoryEvent map{MemOp::map, 0, 0, 0, 1, 0, 1 << 20, 0, 0, 0};
+    MemoryEvent unmap{MemOp::unmap, 0, 1, 0, 1, 0, 1 << 20, 0, 0, 0};
+    MemoryEvent touch{MemOp::touch, 0, 2, 0, 1, 4096, 8192, 2, 0, 0};
+    w.set_memory_events({map, unmap, touch});
+    w.close();
+  }
+  const Outcome g = run({kHeaplab, "replay", gone, "-q"});
+  EXPECT_EQ(g.code, 2);
+  EXPECT_EQ(g.err.rfind("heaplab: error: replay: " + gone + ": offset ", 0), 0u) << g.err;
+  EXPECT_NE(g.err.find(": memory record 2 (touch): region 1 is no longer mapped\n"), std::string::npos) << g.err;
+  EXPECT_EQ(std::count(g.err.begin(), g.err.end(), '\n'), 1);
 }
 
 // Several allocators in one command build the plan once: the first replay

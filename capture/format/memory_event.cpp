@@ -233,25 +233,23 @@ std::optional<std::vector<MemoryEvent>> decode_memory_events(std::string_view pa
   return out;
 }
 
-uint64_t& MappedBytes::length(uint64_t region) {
-  if (region >= length_.size()) length_.resize(region + 1, 0);
-  return length_[region];
-}
-
 void MappedBytes::apply(const MemoryEvent& e) {
   switch (e.op) {
     case MemOp::map:
-      length(e.region) += e.length;
+      length_[e.region] += e.length;
       now_ += e.length;
       break;
     case MemOp::unmap:
     case MemOp::remap: {
-      uint64_t& len = length(e.region);
-      const uint64_t gone = std::min(len, e.length);
-      len -= gone;
+      uint64_t gone = 0;
+      if (auto it = length_.find(e.region); it != length_.end()) {
+        gone = std::min(it->second, e.length);
+        it->second -= gone;
+        if (it->second == 0) length_.erase(it);  // (wholly unmapped)
+      }
       now_ -= gone;
-      if (e.op == MemOp::remap) {
-        length(e.new_region) += e.new_length;
+      if (e.op == MemOp::remap && e.new_length != 0) {
+        length_[e.new_region] += e.new_length;
         now_ += e.new_length;
       }
       break;
@@ -282,18 +280,24 @@ std::string MemoryChecker::check(const MemoryEvent& e) {
   last_after_ = e.after;
   if (e.op == MemOp::latency) return "";
   if (e.op == MemOp::map) {
-    if (e.region != length_.size()) return at() + "region " + std::to_string(e.region) + " is not the next one";
+    if (e.region != next_region_) return at() + "region " + std::to_string(e.region) + " is not the next one";
     if (std::string bad = new_region(e.length); !bad.empty()) return at() + bad;
     return "";
   }
-  if (e.region == 0 || e.region >= length_.size())
+  if (e.region == 0 || e.region >= next_region_)
     return at() + "region " + std::to_string(e.region) + " was never mapped";
-  if (e.offset > length_[e.region] || e.length > length_[e.region] - e.offset)
+  const auto it = regions_.find(e.region);
+  if (it == regions_.end()) return at() + "region " + std::to_string(e.region) + " is no longer mapped";
+  Region& g = it->second;
+  if (e.offset > g.extent || e.length > g.extent - e.offset)
     return at() + "offset " + std::to_string(e.offset) + " + " + std::to_string(e.length) +
-           " bytes lies outside region " + std::to_string(e.region) + " (" + std::to_string(length_[e.region]) +
-           " bytes)";
+           " bytes lies outside region " + std::to_string(e.region) + " (" + std::to_string(g.extent) + " bytes)";
+  if (e.op == MemOp::unmap || e.op == MemOp::remap) {
+    g.left -= std::min(g.left, e.length);
+    if (g.left == 0) regions_.erase(it);  // (wholly unmapped: nothing may name it again)
+  }
   if (e.op == MemOp::remap) {
-    if (e.new_region != length_.size())
+    if (e.new_region != next_region_)
       return at() + "new region " + std::to_string(e.new_region) + " is not the next one";
     if (std::string bad = new_region(e.new_length); !bad.empty()) return at() + bad;
   }
@@ -301,15 +305,17 @@ std::string MemoryChecker::check(const MemoryEvent& e) {
 }
 
 // Regions are dense and never reused: whoever reads the records follows
-// each one (this table, a replay plan's 40 bytes or so), so their count is
-// held against the memory available as it doubles, from 2^20 on.
+// each one while any of it is mapped (this table, a replay plan's 100 bytes
+// or so), so their count is held against the memory available as it
+// doubles, from 2^20 at once on.
 std::string MemoryChecker::new_region(uint64_t length) {
   constexpr uint64_t kBytesPerRegion = 48;
-  if (const auto s = doubling_short_of_memory(length_.size(), uint64_t{1} << 20, kBytesPerRegion))
-    return std::to_string(length_.size() - 1) + " regions so far; twice that needs about " +
+  const uint64_t n = regions_.size() + 1;
+  if (const auto s = doubling_short_of_memory(n, uint64_t{1} << 20, kBytesPerRegion))
+    return std::to_string(n - 1) + " regions mapped at once so far; twice that needs about " +
            std::to_string(s->need >> 20) + " MiB to follow, more than the " + std::to_string(s->available >> 20) +
            " MiB this machine has available";
-  length_.push_back(length);
+  regions_.emplace(next_region_++, Region{length, length});
   return "";
 }
 

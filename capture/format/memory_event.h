@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace heaplab::trace {
@@ -126,21 +127,26 @@ class MemoryRecordStream {
 // regions mapped before use and numbered in order, offsets inside their
 // regions, calls (and timed calls) in trace order, then the objects'
 // resident counts by ascending object id (FORMAT.md section 15). "" or the
-// problem. Holds 8 bytes a region the program mapped (held against the
-// memory available as it doubles), nothing a record.
+// problem. Holds about 48 bytes a region while any of it is mapped (held
+// against the memory available as they double), nothing a record.
 class MemoryChecker {
  public:
   std::string check(const MemoryEvent& e);
 
  private:
   std::string new_region(uint64_t length);
-  std::vector<uint64_t> length_ = std::vector<uint64_t>(1, 0);  // by region id (0 unused)
+  struct Region {
+    uint64_t extent = 0, left = 0;  // bytes from its base it mapped; of them still mapped
+  };
+  std::unordered_map<uint64_t, Region> regions_;  // the regions still mapped
+  uint64_t next_region_ = 1;
   uint64_t index_ = 0, last_after_ = 0, last_object_ = 0;
   bool objects_ = false;  // an object record has been seen
 };
 // The bytes the program has mapped, call after call (map and remap add,
 // unmap and remap take away, never more than the region had), and their
 // peak: the replay plan and `stats` both follow a trace's mappings with it.
+// Holds a region while any of it is mapped.
 class MappedBytes {
  public:
   void apply(const MemoryEvent& e);
@@ -150,8 +156,7 @@ class MappedBytes {
  private:
   __extension__ typedef unsigned __int128 Wide;
   static uint64_t saturated(Wide v) { return v > UINT64_MAX ? UINT64_MAX : uint64_t(v); }
-  uint64_t& length(uint64_t region);
-  std::vector<uint64_t> length_;  // by region id
+  std::unordered_map<uint64_t, uint64_t> length_;  // bytes still mapped, by region id
   Wide now_ = 0;
   uint64_t peak_ = 0;
 };

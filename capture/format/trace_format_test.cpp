@@ -844,8 +844,20 @@ TEST(MemoryBlock, RegionsPastTheMemoryAvailableAreRefused) {
   const std::string bad = check_memory_events(m);
   unsetenv("HEAPLAB_MEMORY_AVAILABLE");
   EXPECT_EQ(bad,
-            "memory record 1048575 (mmap): 1048575 regions so far; twice that needs about 96 MiB to follow, more "
-            "than the 64 MiB this machine has available");
+            "memory record 1048575 (mmap): 1048575 regions mapped at once so far; twice that needs about 96 MiB to "
+            "follow, more than the 64 MiB this machine has available");
+  // Unmapped as they go, they are followed one at a time, however many.
+  std::vector<MemoryEvent> loop;
+  for (uint64_t r = 1; r <= (uint64_t{1} << 20) + 5; ++r) {
+    loop.push_back({MemOp::map, 0, r, 0, r, 0, 8192, 0, 0, 0});
+    loop.push_back({MemOp::unmap, 0, r, 0, r, 4096, 4096, 0, 0, 0});
+    loop.push_back({MemOp::unmap, 0, r, 0, r, 0, 4096, 0, 0, 0});
+  }
+  setenv("HEAPLAB_MEMORY_AVAILABLE", std::to_string(uint64_t{64} << 20).c_str(), 1);
+  EXPECT_EQ(check_memory_events(loop), "");
+  unsetenv("HEAPLAB_MEMORY_AVAILABLE");
+  loop.push_back({MemOp::touch, 0, 1 << 21, 0, 7, 0, 4096, 1, 0, 0});
+  EXPECT_EQ(check_memory_events(loop), "memory record 3145743 (touch): region 7 is no longer mapped");
 }
 
 TEST(MemoryBlock, MalformedPayloadsAreRefused) {

@@ -20,18 +20,25 @@ MemoryMap::Anchor MemoryMap::push(const MemoryEvent& e, uint64_t order) {
   return Anchor{e.after, e.time, order, e.thread};
 }
 
-void MemoryMap::add_region(const Anchor& a) {
-  // From 2^20 regions on, each doubling is held against the memory
-  // available first: a program that maps and unmaps in a loop makes a
-  // region each time.
-  const uint64_t n = regions_.size();
+uint64_t MemoryMap::add_region(const Anchor& a) {
+  // From 2^20 regions mapped at once on, each doubling is held against the
+  // memory available first. (A region wholly unmapped is dropped: a
+  // program that maps and unmaps in a loop holds one at a time.)
+  const uint64_t n = regions_.size() + 1;
   if (const auto s = trace::doubling_short_of_memory(n, kCheckedFrom, kBytesPerRegion))
     throw std::runtime_error("the program's own memory calls (mmap, munmap, ...): " + std::to_string(n - 1) +
-                             " mappings so far; twice that needs about " + std::to_string(s->need >> 20) +
+                             " mappings at once so far; twice that needs about " + std::to_string(s->need >> 20) +
                              " MiB to follow (" + std::to_string(kBytesPerRegion) +
                              " bytes a mapping), more than the " + std::to_string(s->available >> 20) +
                              " MiB this machine has available");
-  regions_.push_back(Region{a});
+  const uint64_t id = next_region_++;
+  regions_.emplace(id, Region{a, 0});
+  return id;
+}
+
+void MemoryMap::put_piece(uint64_t start, const Piece& p) {
+  pieces_[start] = p;
+  ++regions_.at(p.region).pieces;
 }
 
 // A call made at `at`.
@@ -53,9 +60,8 @@ MemoryEvent MemoryMap::call(MemOp op, const MemoryPosition& at, uint64_t region,
 MemoryMap::Anchor MemoryMap::push(const MemoryEvent& e) { return push(e, sorter_.size() << 1); }
 
 uint64_t MemoryMap::new_region(const MemoryPosition& at, uint64_t addr, uint64_t len) {
-  const uint64_t id = regions_.size();
-  add_region(push(call(MemOp::map, at, id, 0, len, 0)));
-  pieces_[addr] = Piece{addr + len, id, addr};
+  const uint64_t id = add_region(push(call(MemOp::map, at, next_region_, 0, len, 0)));
+  put_piece(addr, Piece{addr + len, id, addr});
   mapped_ += len;
   ++counts_.regions;
   return id;
@@ -73,6 +79,7 @@ void MemoryMap::overlapping(uint64_t lo, uint64_t hi, Fn fn) {
 
 void MemoryMap::cut(uint64_t lo, uint64_t hi) {
   std::vector<std::pair<uint64_t, Piece>> add;
+  std::vector<uint64_t> left;  // regions that lost a piece
   auto it = pieces_.upper_bound(lo);
   if (it != pieces_.begin()) --it;
   while (it != pieces_.end() && it->first < hi) {
@@ -83,11 +90,17 @@ void MemoryMap::cut(uint64_t lo, uint64_t hi) {
       continue;
     }
     it = pieces_.erase(it);
+    --regions_.at(p.region).pieces;
+    left.push_back(p.region);
     mapped_ -= std::min(p.end, hi) - std::max(start, lo);
     if (start < lo) add.emplace_back(start, Piece{lo, p.region, p.base});
     if (p.end > hi) add.emplace_back(hi, Piece{p.end, p.region, p.base});
   }
-  for (auto& [s, p] : add) pieces_[s] = p;
+  for (auto& [s, p] : add) put_piece(s, p);
+  // A region with nothing left mapped is done with: nothing can be placed
+  // behind its calls any more.
+  for (uint64_t r : left)
+    if (auto g = regions_.find(r); g != regions_.end() && g->second.pieces == 0) regions_.erase(g);
 }
 
 // A call's resident count is for its whole range, which may span several
@@ -106,7 +119,7 @@ uint64_t MemoryMap::share_of(uint64_t& pages, uint64_t lo, uint64_t hi) {
 void MemoryMap::touch(uint64_t region, uint64_t offset, uint64_t len, uint64_t pages) {
   if (pages == 0 || pages == trace::kUnknownPages) return;
   ++counts_.measured;
-  const Anchor a = regions_[region].last;
+  const Anchor a = regions_.at(region).last;
   MemoryEvent e;
   e.op = MemOp::touch;
   e.after = a.after;
@@ -142,7 +155,7 @@ void MemoryMap::release(const MemoryPosition& at, uint64_t addr, uint64_t len, u
     out.push_back(call(op, at, p.region, lo - p.base, hi - lo, share));
   });
   if (!any) ++counts_.unknown_releases;
-  for (MemoryEvent& e : out) regions_[e.region].last = push(e);
+  for (MemoryEvent& e : out) regions_.at(e.region).last = push(e);
   if (op == MemOp::unmap) cut(addr, addr + len);
 }
 
@@ -178,19 +191,21 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
   touch(p.region, old - p.base, len, pages);
   cut(old, old + len);
   MemoryEvent e = call(MemOp::remap, at, p.region, old - p.base, len, pages);
-  e.new_region = regions_.size();
+  e.new_region = next_region_;
   e.new_length = new_len;
-  regions_[p.region].last = push(e);
+  const Anchor a = push(e);
+  // (The old region may be gone: the remap took all it had left.)
+  if (auto g = regions_.find(p.region); g != regions_.end()) g->second.last = a;
   // The new region: its own id, mapped by the remap itself (no map event),
   // over whatever was there (MREMAP_FIXED unmaps its target).
-  add_region(regions_[p.region].last);
+  add_region(a);
   // MREMAP_FIXED unmapped whatever was at its target first: said as an unmap.
   if (flags & kFixed) {
     release(at, result, new_len, trace::kUnknownPages, MemOp::unmap);
     --counts_.calls;
   }
   cut(result, result + new_len);
-  pieces_[result] = Piece{result + new_len, e.new_region, result};
+  put_piece(result, Piece{result + new_len, e.new_region, result});
   mapped_ += new_len;
   ++counts_.regions;
 }

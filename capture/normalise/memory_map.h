@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "capture/format/memory_event.h"
@@ -36,11 +37,12 @@ class MemoryMap {
   // (MemorySorter) has been made: beside the trace.
   explicit MemoryMap(std::string scratch_dir = ".", size_t run = MemorySorter::kDefaultRun)
       : sorter_(std::move(scratch_dir), run) {}
-  // What a region costs while the program runs (its place behind which a
-  // later resident count goes); from 2^20 regions on, each doubling is
-  // checked against the memory available first (std::runtime_error). The
-  // records themselves are not held (MemorySorter).
-  static constexpr uint64_t kBytesPerRegion = sizeof(uint64_t) * 4;
+  // What a region costs while any of it is mapped (its place behind which a
+  // later resident count goes; a region wholly unmapped is dropped); from
+  // 2^20 mapped at once on, each doubling is checked against the memory
+  // available first (std::runtime_error). The records themselves are not
+  // held (MemorySorter).
+  static constexpr uint64_t kBytesPerRegion = 80;  // (an anchor, a count, a hash table node)
   static constexpr size_t kCheckedFrom = size_t{1} << 20;
   // `fixed`: MAP_FIXED, replacing what was mapped there (`pages` of it resident).
   void map(const MemoryPosition& at, uint64_t addr, uint64_t len, bool fixed, uint64_t pages = trace::kUnknownPages);
@@ -81,9 +83,10 @@ class MemoryMap {
     uint64_t after = 0, time = 0, order = 0;
     uint32_t thread = 0;
   };
-  static_assert(sizeof(Anchor) == kBytesPerRegion);
+
   struct Region {
     Anchor last;
+    uint64_t pieces = 0;  // of pieces_: none left, the region is dropped
   };
   // Applies `fn(piece start, piece, lo, hi)` to every piece overlapping [lo, hi).
   template <typename Fn>
@@ -94,14 +97,16 @@ class MemoryMap {
   static uint64_t share_of(uint64_t& pages, uint64_t lo, uint64_t hi);
   Anchor push(const trace::MemoryEvent& e, uint64_t order);
   Anchor push(const trace::MemoryEvent& e);
-  void add_region(const Anchor& a);
+  uint64_t add_region(const Anchor& a);  // its id
+  void put_piece(uint64_t start, const Piece& p);
   static trace::MemoryEvent call(trace::MemOp op, const MemoryPosition& at, uint64_t region, uint64_t offset,
                                  uint64_t len, uint64_t pages);
   uint64_t new_region(const MemoryPosition& at, uint64_t addr, uint64_t len);
 
-  std::map<uint64_t, Piece> pieces_;  // by start address, disjoint
-  std::vector<Region> regions_{1};    // by region id (0 unused)
-  MemorySorter sorter_;               // the records, by (after, tie-break), the objects' last by id
+  std::map<uint64_t, Piece> pieces_;              // by start address, disjoint
+  std::unordered_map<uint64_t, Region> regions_;  // the regions still mapped, by id
+  uint64_t next_region_ = 1;
+  MemorySorter sorter_;  // the records, by (after, tie-break), the objects' last by id
   MemoryCounts counts_;
   uint64_t mapped_ = 0;
 };
