@@ -1227,19 +1227,22 @@ TEST_F(ReplayTest, RegionCallsAcrossThreadsRunInOrder) {
 // A memory call on bytes the trace already unmapped would write or unmap
 // whatever the allocator put there since: refused in one line, exit 2.
 TEST_F(ReplayTest, MemoryCallOnUnmappedBytesIsRefused) {
-  const std::string path = (dir() / "touch_after_unmap.hlt").string();
-  {
+  // A MiB mapped, `unmapped` bytes of it unmapped, then a touch of 8 KiB at 4 KiB.
+  const auto write = [&](const std::string& name, uint64_t unmapped) {
+    const std::string path = (dir() / name).string();
     heaplab::trace::TraceWriter w(path, heaplab::trace::WriterOptions{});
     std::vector<Event> ev = {malloc_ev(16), free_ev(1)};
     for (Event& e : ev) w.append(e);
     using heaplab::trace::MemOp;
     using heaplab::trace::MemoryEvent;
     MemoryEvent map{MemOp::map, 0, 0, 0, 1, 0, 1 << 20, 0, 0, 0};
-    MemoryEvent unmap{MemOp::unmap, 0, 1, 0, 1, 0, 1 << 19, 0, 0, 0};
+    MemoryEvent unmap{MemOp::unmap, 0, 1, 0, 1, 0, unmapped, 0, 0, 0};
     MemoryEvent touch{MemOp::touch, 0, 2, 0, 1, 4096, 8192, 2, 0, 0};
     w.set_memory_events({map, unmap, touch});
     w.close();
-  }
+    return path;
+  };
+  const std::string path = write("touch_after_unmap.hlt", 1 << 19);
   const Outcome r = run({kHeaplab, "replay", path, "-q"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "heaplab: error: replay: " + path +
@@ -1247,19 +1250,7 @@ TEST_F(ReplayTest, MemoryCallOnUnmappedBytesIsRefused) {
                        "unmapped\n");
   // A region wholly unmapped is not followed any more: a call that names
   // it is refused when the trace is opened.
-  const std::string gone = (dir() / "touch_after_all_unmapped.hlt").string();
-  {
-    heaplab::trace::TraceWriter w(gone, heaplab::trace::WriterOptions{});
-    std::vector<Event> ev = {malloc_ev(16), free_ev(1)};
-    for (Event& e : ev) w.append(e);
-    using heaplab::trace::MemOp;
-    using heaplab::trace::MemoryEvent;
-    MemoryEvent map{MemOp::map, 0, 0, 0, 1, 0, 1 << 20, 0, 0, 0};
-    MemoryEvent unmap{MemOp::unmap, 0, 1, 0, 1, 0, 1 << 20, 0, 0, 0};
-    MemoryEvent touch{MemOp::touch, 0, 2, 0, 1, 4096, 8192, 2, 0, 0};
-    w.set_memory_events({map, unmap, touch});
-    w.close();
-  }
+  const std::string gone = write("touch_after_all_unmapped.hlt", 1 << 20);
   const Outcome g = run({kHeaplab, "replay", gone, "-q"});
   EXPECT_EQ(g.code, 2);
   EXPECT_EQ(g.err.rfind("heaplab: error: replay: " + gone + ": offset ", 0), 0u) << g.err;
