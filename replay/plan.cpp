@@ -908,7 +908,14 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         st.size = m.length;
         ++s.regions;
       } else {
-        Region& g = region(m.region);
+        // (The reader refuses a call on a region never mapped or wholly
+        // unmapped: not met here unless the checks disagree.)
+        const auto known = regions.find(m.region);
+        if (known == regions.end())
+          throw PlanError("inconsistent trace: memory call " + std::to_string(call) + " (" +
+                          std::string(trace::mem_op_name(m.op)) + ") on region " + std::to_string(m.region) +
+                          ", not mapped");
+        Region& g = known->second;
         const uint64_t old = g.ref;
         if (old == 0 && !g.gone) {
           ++s.unknown_regions;
@@ -1009,7 +1016,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           h.ref = next;
           h.gone = wholly_gone;
         }
-        if (all_gone && (m.op == MemOp::remap || wholly_gone)) regions.erase(m.region);
+        if (all_gone) regions.erase(m.region);  // (a remap or an unmap that took all it had left)
         st.head = next << 16 | op;
       }
       mapped.apply(m);

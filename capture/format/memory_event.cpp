@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <optional>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -305,13 +306,17 @@ std::string MemoryChecker::check(const MemoryEvent& e) {
 }
 
 // Regions are dense and never reused: whoever reads the records follows
-// each one while any of it is mapped (this table, a replay plan's 100 bytes
-// or so), so their count is held against the memory available as it
-// doubles, from 2^20 at once on.
+// each one while any of it is mapped (this table, a replay plan's hash
+// table and mapped bytes: about 100 bytes in all), so their count is held
+// against the memory available as it doubles, from 2^20 at once on.
 std::string MemoryChecker::new_region(uint64_t length) {
-  constexpr uint64_t kBytesPerRegion = 48;
+  constexpr uint64_t kBytesPerRegion = 100;
+  // (Only at a new high: a count that goes to and fro across a power of two
+  // is checked once.)
   const uint64_t n = regions_.size() + 1;
-  if (const auto s = doubling_short_of_memory(n, uint64_t{1} << 20, kBytesPerRegion))
+  const auto s = n > regions_high_ ? doubling_short_of_memory(n, uint64_t{1} << 20, kBytesPerRegion) : std::nullopt;
+  regions_high_ = std::max(regions_high_, n);
+  if (s)
     return std::to_string(n - 1) + " regions mapped at once so far; twice that needs about " +
            std::to_string(s->need >> 20) + " MiB to follow, more than the " + std::to_string(s->available >> 20) +
            " MiB this machine has available";

@@ -127,8 +127,9 @@ class MemoryRecordStream {
 // regions mapped before use and numbered in order, offsets inside their
 // regions, calls (and timed calls) in trace order, then the objects'
 // resident counts by ascending object id (FORMAT.md section 15). "" or the
-// problem. Holds about 48 bytes a region while any of it is mapped (held
-// against the memory available as they double), nothing a record.
+// problem. Holds about 48 bytes a region while any of it is mapped (held,
+// with what a replay plan holds of one, against the memory available as
+// they double), nothing a record.
 class MemoryChecker {
  public:
   std::string check(const MemoryEvent& e);
@@ -139,7 +140,7 @@ class MemoryChecker {
     uint64_t extent = 0, left = 0;  // bytes from its base it mapped; of them still mapped
   };
   std::unordered_map<uint64_t, Region> regions_;  // the regions still mapped
-  uint64_t next_region_ = 1;
+  uint64_t next_region_ = 1, regions_high_ = 0;
   uint64_t index_ = 0, last_after_ = 0, last_object_ = 0;
   bool objects_ = false;  // an object record has been seen
 };

@@ -844,7 +844,7 @@ TEST(MemoryBlock, RegionsPastTheMemoryAvailableAreRefused) {
   const std::string bad = check_memory_events(m);
   unsetenv("HEAPLAB_MEMORY_AVAILABLE");
   EXPECT_EQ(bad,
-            "memory record 1048575 (mmap): 1048575 regions mapped at once so far; twice that needs about 96 MiB to "
+            "memory record 1048575 (mmap): 1048575 regions mapped at once so far; twice that needs about 200 MiB to "
             "follow, more than the 64 MiB this machine has available");
   // Unmapped as they go, they are followed one at a time, however many.
   std::vector<MemoryEvent> loop;

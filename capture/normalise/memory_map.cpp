@@ -1,6 +1,7 @@
 #include "capture/normalise/memory_map.h"
 
 #include <algorithm>
+#include <optional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -24,8 +25,12 @@ uint64_t MemoryMap::add_region(const Anchor& a) {
   // From 2^20 regions mapped at once on, each doubling is held against the
   // memory available first. (A region wholly unmapped is dropped: a
   // program that maps and unmaps in a loop holds one at a time.)
+  // (Only at a new high: a count that goes to and fro across a power of
+  // two is checked once.)
   const uint64_t n = regions_.size() + 1;
-  if (const auto s = trace::doubling_short_of_memory(n, kCheckedFrom, kBytesPerRegion))
+  const auto s = n > regions_high_ ? trace::doubling_short_of_memory(n, kCheckedFrom, kBytesPerRegion) : std::nullopt;
+  regions_high_ = std::max(regions_high_, n);
+  if (s)
     throw std::runtime_error("the program's own memory calls (mmap, munmap, ...): " + std::to_string(n - 1) +
                              " mappings at once so far; twice that needs about " + std::to_string(s->need >> 20) +
                              " MiB to follow (" + std::to_string(kBytesPerRegion) +
@@ -176,7 +181,7 @@ void MemoryMap::remap(const MemoryPosition& at, uint64_t old, uint64_t old_len, 
     }
     map(at, result, new_len, flags & kFixed);
     --counts_.calls;
-    touch(pieces_[result].region, 0, new_len, pages);
+    if (const auto f = pieces_.find(result); f != pieces_.end()) touch(f->second.region, 0, new_len, pages);
     advise(at, old, old_len, false, pages);
     return;
   }

@@ -106,7 +106,8 @@ class MemoryMap {
   std::map<uint64_t, Piece> pieces_;              // by start address, disjoint
   std::unordered_map<uint64_t, Region> regions_;  // the regions still mapped, by id
   uint64_t next_region_ = 1;
-  MemorySorter sorter_;  // the records, by (after, tie-break), the objects' last by id
+  uint64_t regions_high_ = 0;  // the most regions held at once (plus one)
+  MemorySorter sorter_;        // the records, by (after, tie-break), the objects' last by id
   MemoryCounts counts_;
   uint64_t mapped_ = 0;
 };
