@@ -859,7 +859,6 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     uint64_t ref = 0;        // 0: unknown
     uint64_t length = 0;     // bytes from its base it mapped
     bool read_more = false;  // a remap read `ref` and left the rest of the region with it
-    bool gone = false;       // wholly unmapped
   };
   // By trace region, while any of it is mapped. (A region wholly unmapped
   // is dropped: the reader refuses a call that names it later.)
@@ -903,7 +902,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       if (m.op == MemOp::map) {
         count_id();
         Region& g = region(m.region);
-        g = Region{take(k, m.time), m.length, false, false};
+        g = Region{take(k, m.time), m.length, false};
         st.head = uint64_t{kStepMap} | g.ref << 16;
         st.size = m.length;
         ++s.regions;
@@ -917,7 +916,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
                           ", not mapped");
         Region& g = known->second;
         const uint64_t old = g.ref;
-        if (old == 0 && !g.gone) {
+        if (old == 0) {
           ++s.unknown_regions;
           continue;
         }
@@ -930,7 +929,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         const std::map<uint64_t, uint64_t>& was_gone = found != unmapped.end() ? found->second : kNoneGone;
         const uint64_t lo = m.offset, hi = m.offset + m.length;
         auto after_lo = was_gone.upper_bound(lo);
-        if (g.gone || (after_lo != was_gone.end() && after_lo->first < hi) ||
+        if ((after_lo != was_gone.end() && after_lo->first < hi) ||
             (after_lo != was_gone.begin() && std::prev(after_lo)->second > lo))
           throw PlanError("inconsistent trace: memory call " + std::to_string(call) + " (" +
                           std::string(trace::mem_op_name(m.op)) + ") on bytes " + std::to_string(lo) + ".." +
@@ -984,7 +983,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
           }
           gone[a] = b;
           all_gone = gone.begin()->first == 0 && gone.begin()->second >= g.length;
-          if (all_gone) unmapped.erase(m.region);  // (its flag is set below)
+          if (all_gone) unmapped.erase(m.region);  // (and the region itself, below)
         }
         // Every other call on a region takes its current ref and gives it a
         // new one (the same base): they run in trace order even from
@@ -1002,19 +1001,16 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         }
         Region& h = region(m.region);
         if (m.op == MemOp::remap) {
-          region(m.new_region) = Region{next, m.new_length, false, false};
+          region(m.new_region) = Region{next, m.new_length, false};
           Region& o = region(m.region);
           if (all_gone) {
             release_region(o, give);
-            o.ref = 0;
-            o.gone = true;
           } else {
             o.read_more = true;
           }
         } else {
           release_region(h, give);
           h.ref = next;
-          h.gone = wholly_gone;
         }
         if (all_gone) regions.erase(m.region);  // (a remap or an unmap that took all it had left)
         st.head = next << 16 | op;
