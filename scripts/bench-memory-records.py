@@ -14,7 +14,9 @@ calls it timed, the resident pages of its large blocks).
 
 Each command runs --reps times; the median of its peak RSS (its largest
 process: heaplab, the program under capture or the replayer, from wait4)
-and of its wall time are printed. With --compare BUILD_DIR the same
+and of its wall time are printed, and for a capture the largest scratch file
+its memory records were sorted through (beside the trace; the raw blocks'
+scratch is measured by bench-capture-live.py). With --compare BUILD_DIR the same
 commands of another build run interleaved with this one's (on this build's
 captures and traces).
 
@@ -24,6 +26,7 @@ HEAPLAB_BUILD_DIR picks the build to measure (default: build/).
 """
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -43,7 +46,10 @@ def measure(args, env):
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         sys.stderr.write(f"{' '.join(args)}: exit {code}: {err.decode(errors='replace').strip()}\n")
-    return time.monotonic() - t0, usage.ru_maxrss, code
+    # A capture's summary names the scratch file its memory records were
+    # sorted through (beside the trace), if they were spilled.
+    m = re.search(rb"sorted through a scratch file of at most ([0-9.]+) MiB", err)
+    return time.monotonic() - t0, usage.ru_maxrss, code, float(m.group(1)) if m else 0.0
 
 
 def main():
@@ -65,8 +71,8 @@ def main():
     work = tempfile.mkdtemp(prefix="heaplab-memx-")
     try:
         env = dict(os.environ, HEAPLAB_PLAN_DIR=os.path.join(work, "plans"), HEAPLAB_PLAN_CACHE_MIB="0")
-        print("| memory records | trace | command | build | exit | peak RSS | wall |")
-        print("|---|---|---|---|---|---|---|", flush=True)
+        print("| memory records | trace | command | build | exit | peak RSS | wall | sort scratch |")
+        print("|---|---|---|---|---|---|---|---|", flush=True)
 
         def label(name, b):
             return name if name == "this" else os.path.basename(os.path.normpath(b))
@@ -79,7 +85,7 @@ def main():
                     for name, b in order:
                         heaplab = os.path.join(b, "cli", "heaplab")
                         if cmd[0] == "capture":
-                            args = [heaplab, "capture", "-q", "-o", trace + "." + name, "--"] + cmd[1:]
+                            args = [heaplab, "capture", "-o", trace + "." + name, "--"] + cmd[1:]
                         else:
                             args = [heaplab, cmd[0], trace] + cmd[1:]
                         if cmd[0] == "replay":
@@ -90,9 +96,10 @@ def main():
                     wall = statistics.median(x[0] for x in r)
                     rss = statistics.median(x[1] for x in r) / 1024
                     codes = sorted({x[2] for x in r})
+                    scratch = f"{max(x[3] for x in r):.1f} MiB" if cmd[0] == "capture" else ""
                     shown = "capture victim_memory loop" if cmd[0] == "capture" else " ".join(cmd)
                     print(f"| {what} | {size()} | `{shown}` | {label(name, b)} | "
-                          f"{','.join(map(str, codes))} | {rss:,.0f} MiB | {wall:.2f} s |", flush=True)
+                          f"{','.join(map(str, codes))} | {rss:,.0f} MiB | {wall:.2f} s | {scratch} |", flush=True)
 
         reads = (["stats"], ["check"], ["replay", "-q", "--allocator", "glibc"])
         if a.rounds:

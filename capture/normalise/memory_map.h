@@ -67,6 +67,8 @@ class MemoryMap {
   bool next(trace::MemoryEvent& e) { return sorter_.next(e); }
   // Runs of records written to the scratch file (0: all were held).
   uint64_t runs_written() const { return sorter_.runs_written(); }
+  // Their scratch file's disk at its largest (0: all were held).
+  uint64_t scratch_peak_bytes() const { return sorter_.scratch_peak_bytes(); }
   const MemoryCounts& counts() const { return counts_; }
   // Bytes mapped now (the program's own mappings).
   uint64_t mapped() const { return mapped_; }

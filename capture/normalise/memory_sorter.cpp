@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 
 #include "capture/format/bytes.h"
@@ -195,9 +194,11 @@ void MemorySorter::spill() {
     write_run(from, nullptr, level + 1);
     rs.clear();
     // The merged runs' room goes back (the file keeps its size).
-    for (size_t i : at)
+    for (size_t i : at) {
       (void)::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(runs_[i].offset),
                         off_t(runs_[i].length));
+      held_bytes_ -= runs_[i].length;
+    }
     for (auto it = at.rbegin(); it != at.rend(); ++it) runs_.erase(runs_.begin() + std::ptrdiff_t(*it));
   }
 }
@@ -254,32 +255,54 @@ void MemorySorter::write_run(const std::vector<RunReader*>& from, const std::vec
   }
   flush(true);
   run.length = file_end_ - run.offset;
+  held_bytes_ += run.length;
+  peak_bytes_ = std::max(peak_bytes_, held_bytes_);
   runs_.push_back(run);
   ++runs_written_;
 }
+
+namespace {
+
+// The final merge's sources: 0, the records still in memory; i + 1, run i.
+struct MemPeek {
+  MemorySorter::Item* buf;
+  size_t size;
+  size_t* pos;
+  std::vector<std::unique_ptr<MemorySorter::RunReader>>* readers;
+  const MemorySorter::Item* operator()(int i) const {
+    if (i == 0) return *pos < size ? &buf[*pos] : nullptr;
+    return (*readers)[size_t(i - 1)]->peek();
+  }
+};
+struct MemPop {
+  size_t* pos;
+  std::vector<std::unique_ptr<MemorySorter::RunReader>>* readers;
+  void operator()(int i) const {
+    if (i == 0)
+      ++*pos;
+    else
+      (*readers)[size_t(i - 1)]->pop();
+  }
+};
+
+}  // namespace
+
+struct MemorySorter::Merger {
+  Merge<MemPeek, MemPop> m;
+};
 
 void MemorySorter::start_merge() {
   merging_ = true;
   std::sort(buf_.begin(), buf_.end(), [](const Item& a, const Item& b) { return a.key < b.key; });
   for (const Run& r : runs_) readers_.push_back(std::make_unique<RunReader>(*this, r));
-  // Source 0: the records still in memory; source i + 1: run i.
-  auto peek = [this](int i) -> const Item* {
-    if (i == 0) return mem_pos_ < buf_.size() ? &buf_[mem_pos_] : nullptr;
-    return readers_[size_t(i - 1)]->peek();
-  };
-  auto pop = [this](int i) {
-    if (i == 0)
-      ++mem_pos_;
-    else
-      readers_[size_t(i - 1)]->pop();
-  };
-  merge_ = std::make_unique<Merger>(Merger{
-      std::function<const Item*()>([m = Merge(int(readers_.size()) + 1, peek, pop)]() mutable { return m.next(); })});
+  merge_ = std::make_unique<Merger>(
+      Merger{Merge(int(readers_.size()) + 1, MemPeek{buf_.data(), buf_.size(), &mem_pos_, &readers_},
+                   MemPop{&mem_pos_, &readers_})});
 }
 
 bool MemorySorter::next(MemoryEvent& e) {
   if (!merging_) start_merge();
-  const Item* it = merge_->next();
+  const Item* it = merge_->m.next();
   if (!it) return false;
   e = it->e;
   return true;

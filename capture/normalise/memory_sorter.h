@@ -15,7 +15,6 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +40,12 @@ class MemorySorter {
   bool next(trace::MemoryEvent& e);
   // Runs written to the scratch file so far (merges included).
   uint64_t runs_written() const { return runs_written_; }
+  // The scratch file's disk at its largest: the bytes of the runs it held at
+  // once (a merge's runs count until their room is given back, after the
+  // run they make is written). 0 if nothing was spilled.
+  uint64_t scratch_peak_bytes() const { return peak_bytes_; }
+  // All it wrote to the scratch file (runs and merges).
+  uint64_t scratch_written_bytes() const { return file_end_; }
 
   struct Key {
     uint64_t major = 0, minor = 0, seq = 0;
@@ -67,15 +72,14 @@ class MemorySorter {
   int fd_ = -1;
   uint64_t file_end_ = 0;
   uint64_t pushed_ = 0, runs_written_ = 0;
+  uint64_t held_bytes_ = 0, peak_bytes_ = 0;  // the runs' bytes in the file: now, at most
   std::vector<Item> buf_;
   std::vector<Run> runs_;
   // Merging: a reader a run and the last records, still in memory.
   bool merging_ = false;
   std::vector<std::unique_ptr<RunReader>> readers_;
   size_t mem_pos_ = 0;
-  struct Merger {
-    std::function<const Item*()> next;
-  };
+  struct Merger;  // the final merge (memory_sorter.cpp)
   std::unique_ptr<Merger> merge_;
 };
 

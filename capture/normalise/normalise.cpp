@@ -893,6 +893,7 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
   rep_.resident_counts = memory_.counts().measured;
   rep_.latency_samples = memory_.counts().latencies;
   rep_.latency_samples_dropped = memory_.counts().latencies_dropped;
+  rep_.memory_scratch_peak = memory_.scratch_peak_bytes();  // (every record is pushed: the merge writes none)
   if (opt_.capture_metadata.contains("anon_rss_peak_kib")) {
     const uint64_t kib = opt_.capture_metadata["anon_rss_peak_kib"].get<uint64_t>();
     if (kib > 0) rep_.coverage = double(rep_.explained_peak) / (double(kib) * 1024.0);
@@ -1094,6 +1095,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
   if (r.stop_error) j["stop_error"] = r.stop_error > 0 ? std::strerror(int(r.stop_error)) : "stopped";
   if (r.coverage >= 0) j["coverage"] = r.coverage;
   if (r.corrected_wall_ns) j["corrected_wall_ns"] = r.corrected_wall_ns;
+  if (r.memory_scratch_peak) j["memory_scratch_peak_bytes"] = r.memory_scratch_peak;
   return j;
 }
 

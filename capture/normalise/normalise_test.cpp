@@ -623,8 +623,10 @@ TEST(Normalise, ProgramsOwnMemoryRecordsSpillInRunsInTheSameOrder) {
   EXPECT_FALSE(runs.next(b));
   EXPECT_EQ(n, whole.records());
   EXPECT_EQ(whole.runs_written(), 0u);
+  EXPECT_EQ(whole.scratch_peak_bytes(), 0u);
   EXPECT_GT(runs.runs_written(), heaplab::normalise::MemorySorter::kMaxRuns + 1);  // (merged runs too)
-  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));                              // (unlinked once made)
+  EXPECT_GT(runs.scratch_peak_bytes(), 0u);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));  // (unlinked once made)
 }
 
 // The sorter alone: records in key order, ties in the order pushed, across
@@ -652,6 +654,11 @@ TEST(Normalise, MemorySorterMergesRunsByKeyThenByPush) {
   }
   EXPECT_FALSE(s.next(e));
   EXPECT_GT(s.runs_written(), MemorySorter::kMaxRuns);
+  // The scratch disk at its largest: at least the 16 runs of a level about
+  // to be merged and the run they make (each at least its zstd frame
+  // header), and less than all it wrote (merged runs' room given back).
+  EXPECT_GE(s.scratch_peak_bytes(), (MemorySorter::kMaxRuns + 1) * 6);
+  EXPECT_LT(s.scratch_peak_bytes(), s.scratch_written_bytes());
 }
 
 TEST(Normalise, ProgramsOwnMemoryBecomesRegions) {
