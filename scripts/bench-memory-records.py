@@ -48,8 +48,9 @@ def measure(args, env):
         sys.stderr.write(f"{' '.join(args)}: exit {code}: {err.decode(errors='replace').strip()}\n")
     # A capture's summary names the scratch file its memory records were
     # sorted through (beside the trace), if they were spilled.
-    m = re.search(rb"sorted through a scratch file of at most ([0-9.]+) MiB", err)
-    return time.monotonic() - t0, usage.ru_maxrss, code, float(m.group(1)) if m else 0.0
+    # (None: no such line, nothing was spilled; the largest of several traces.)
+    found = [float(x) for x in re.findall(rb"sorted through a scratch file of at most ([0-9.]+) MiB", err)]
+    return time.monotonic() - t0, usage.ru_maxrss, code, max(found) if found else None
 
 
 def main():
@@ -96,7 +97,8 @@ def main():
                     wall = statistics.median(x[0] for x in r)
                     rss = statistics.median(x[1] for x in r) / 1024
                     codes = sorted({x[2] for x in r})
-                    scratch = f"{max(x[3] for x in r):.1f} MiB" if cmd[0] == "capture" else ""
+                    spilled = [x[3] for x in r if x[3] is not None]
+                    scratch = "" if cmd[0] != "capture" else f"{max(spilled):.1f} MiB" if spilled else "none"
                     shown = "capture victim_memory loop" if cmd[0] == "capture" else " ".join(cmd)
                     print(f"| {what} | {size()} | `{shown}` | {label(name, b)} | "
                           f"{','.join(map(str, codes))} | {rss:,.0f} MiB | {wall:.2f} s | {scratch} |", flush=True)

@@ -593,13 +593,14 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
           fmt::format("  capture stopped{}: {} calls made after it are missing from the trace (a `lost` event says so)",
                       why, common::group_digits(rep.dropped_calls)));
     if (rep.memory_calls)
-      line(fmt::format("  {} calls of the program's own memory ({} mappings, peak {:.1f} MiB mapped){}",
+      line(fmt::format("  {} calls of the program's own memory ({} mappings, peak {:.1f} MiB mapped)",
                        common::group_digits(rep.memory_calls), common::group_digits(rep.regions),
-                       double(rep.mapped_peak) / 1048576.0,
-                       rep.memory_scratch_peak
-                           ? fmt::format("; their records sorted through a scratch file of at most {:.1f} MiB",
-                                         double(rep.memory_scratch_peak) / 1048576.0)
-                           : ""));
+                       double(rep.mapped_peak) / 1048576.0));
+    // (Timed calls and resident counts make memory records too, without a
+    // memory call.)
+    if (rep.memory_scratch_peak)
+      line(fmt::format("  the program's memory records were sorted through a scratch file of at most {:.1f} MiB",
+                       double(rep.memory_scratch_peak) / 1048576.0));
     if (rep.coverage >= 0 && !never_started)  // (nothing recorded: nothing to explain)
       line("  " + common::coverage_text(rep.coverage, rep.explained_peak, r.anon_rss_peak_kib));
   }

@@ -157,6 +157,36 @@ class MemorySorter::RunReader {
   size_t pos_ = 0, len_ = 0;
 };
 
+namespace {
+
+// The final merge's sources: 0, the records still in memory; i + 1, run i.
+struct MemPeek {
+  MemorySorter::Item* buf;
+  size_t size;
+  size_t* pos;
+  std::vector<std::unique_ptr<MemorySorter::RunReader>>* readers;
+  const MemorySorter::Item* operator()(int i) const {
+    if (i == 0) return *pos < size ? &buf[*pos] : nullptr;
+    return (*readers)[size_t(i - 1)]->peek();
+  }
+};
+struct MemPop {
+  size_t* pos;
+  std::vector<std::unique_ptr<MemorySorter::RunReader>>* readers;
+  void operator()(int i) const {
+    if (i == 0)
+      ++*pos;
+    else
+      (*readers)[size_t(i - 1)]->pop();
+  }
+};
+
+}  // namespace
+
+struct MemorySorter::Merger {
+  Merge<MemPeek, MemPop> m;
+};
+
 MemorySorter::MemorySorter(std::string dir, size_t run) : dir_(std::move(dir)), run_(std::max<size_t>(run, 1)) {}
 
 MemorySorter::~MemorySorter() {
@@ -194,11 +224,12 @@ void MemorySorter::spill() {
     write_run(from, nullptr, level + 1);
     rs.clear();
     // The merged runs' room goes back (the file keeps its size).
-    for (size_t i : at) {
-      (void)::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(runs_[i].offset),
-                        off_t(runs_[i].length));
-      held_bytes_ -= runs_[i].length;
-    }
+    // (Where holes cannot be punched, the file keeps all it was given, and
+    // the figure counts it.)
+    for (size_t i : at)
+      if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(runs_[i].offset),
+                      off_t(runs_[i].length)) == 0)
+        held_bytes_ -= runs_[i].length;
     for (auto it = at.rbegin(); it != at.rend(); ++it) runs_.erase(runs_.begin() + std::ptrdiff_t(*it));
   }
 }
@@ -261,38 +292,10 @@ void MemorySorter::write_run(const std::vector<RunReader*>& from, const std::vec
   ++runs_written_;
 }
 
-namespace {
-
-// The final merge's sources: 0, the records still in memory; i + 1, run i.
-struct MemPeek {
-  MemorySorter::Item* buf;
-  size_t size;
-  size_t* pos;
-  std::vector<std::unique_ptr<MemorySorter::RunReader>>* readers;
-  const MemorySorter::Item* operator()(int i) const {
-    if (i == 0) return *pos < size ? &buf[*pos] : nullptr;
-    return (*readers)[size_t(i - 1)]->peek();
-  }
-};
-struct MemPop {
-  size_t* pos;
-  std::vector<std::unique_ptr<MemorySorter::RunReader>>* readers;
-  void operator()(int i) const {
-    if (i == 0)
-      ++*pos;
-    else
-      (*readers)[size_t(i - 1)]->pop();
-  }
-};
-
-}  // namespace
-
-struct MemorySorter::Merger {
-  Merge<MemPeek, MemPop> m;
-};
-
 void MemorySorter::start_merge() {
-  merging_ = true;
+  merging_ = true;  // (no more pushes; should this throw, the next call starts again)
+  readers_.clear();
+  mem_pos_ = 0;
   std::sort(buf_.begin(), buf_.end(), [](const Item& a, const Item& b) { return a.key < b.key; });
   for (const Run& r : runs_) readers_.push_back(std::make_unique<RunReader>(*this, r));
   merge_ = std::make_unique<Merger>(
@@ -301,7 +304,7 @@ void MemorySorter::start_merge() {
 }
 
 bool MemorySorter::next(MemoryEvent& e) {
-  if (!merging_) start_merge();
+  if (!merge_) start_merge();
   const Item* it = merge_->m.next();
   if (!it) return false;
   e = it->e;

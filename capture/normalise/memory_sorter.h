@@ -42,7 +42,8 @@ class MemorySorter {
   uint64_t runs_written() const { return runs_written_; }
   // The scratch file's disk at its largest: the bytes of the runs it held at
   // once (a merge's runs count until their room is given back, after the
-  // run they make is written). 0 if nothing was spilled.
+  // run they make is written; for good where the file system cannot punch
+  // holes). 0 if nothing was spilled.
   uint64_t scratch_peak_bytes() const { return peak_bytes_; }
   // All it wrote to the scratch file (runs and merges).
   uint64_t scratch_written_bytes() const { return file_end_; }
