@@ -641,8 +641,13 @@ TEST(Normalise, MemorySorterMergesRunsByKeyThenByPush) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     const uint64_t major = (x >> 33) % 50, minor = (x >> 20) % 3;
     trace::MemoryEvent e;
-    e.op = trace::MemOp::touch;
+    e.op = i % 3 ? trace::MemOp::touch : trace::MemOp::unmap;
+    e.thread = uint32_t(x >> 40);
     e.region = i;
+    // Fields far apart from one record to the next (kept as differences
+    // modulo 2^64 in the runs).
+    e.time = i % 2 ? UINT64_MAX - i : i;
+    e.new_length = x;
     s.push(major, minor, e);
     want.push_back({{major, minor}, i});
   }
@@ -650,7 +655,10 @@ TEST(Normalise, MemorySorterMergesRunsByKeyThenByPush) {
   trace::MemoryEvent e;
   for (const auto& w : want) {
     ASSERT_TRUE(s.next(e));
-    ASSERT_EQ(e.region, w.second);
+    const uint64_t i = w.second;
+    ASSERT_EQ(e.region, i);
+    ASSERT_EQ(e.time, i % 2 ? UINT64_MAX - i : i);
+    ASSERT_EQ(e.op, i % 3 ? trace::MemOp::touch : trace::MemOp::unmap);
   }
   EXPECT_FALSE(s.next(e));
   EXPECT_GT(s.runs_written(), MemorySorter::kMaxRuns);
