@@ -636,6 +636,8 @@ TEST(Normalise, MemorySorterMergesRunsByKeyThenByPush) {
   TempDir dir;
   MemorySorter s(dir.path(), 7);
   std::vector<std::pair<std::pair<uint64_t, uint64_t>, uint64_t>> want;  // key, push index
+  std::vector<uint32_t> thread_of;
+  std::vector<uint64_t> new_length_of;
   uint64_t x = 12345;
   for (uint64_t i = 0; i < 3000; ++i) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -648,6 +650,9 @@ TEST(Normalise, MemorySorterMergesRunsByKeyThenByPush) {
     // modulo 2^64 in the runs).
     e.time = i % 2 ? UINT64_MAX - i : i;
     e.new_length = x;
+    e.new_region = i + 7;
+    thread_of.push_back(e.thread);
+    new_length_of.push_back(x);
     s.push(major, minor, e);
     want.push_back({{major, minor}, i});
   }
@@ -659,6 +664,9 @@ TEST(Normalise, MemorySorterMergesRunsByKeyThenByPush) {
     ASSERT_EQ(e.region, i);
     ASSERT_EQ(e.time, i % 2 ? UINT64_MAX - i : i);
     ASSERT_EQ(e.op, i % 3 ? trace::MemOp::touch : trace::MemOp::unmap);
+    ASSERT_EQ(e.thread, thread_of[i]);
+    ASSERT_EQ(e.new_length, new_length_of[i]);
+    ASSERT_EQ(e.new_region, i + 7);
   }
   EXPECT_FALSE(s.next(e));
   EXPECT_GT(s.runs_written(), MemorySorter::kMaxRuns);
