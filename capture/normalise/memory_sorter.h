@@ -3,8 +3,7 @@
 // of them are held (96 bytes each), then sorted and written to a scratch
 // file as a run (a batch at a time by columns of differences, zstd at its
 // fastest level: under 3 bytes a record, a merge's runs and their output
-// counted together); at the
-// end the runs are merged a record at a time. kMaxRuns runs of one level
+// counted together); at the end the runs are merged a record at a time. kMaxRuns runs of one level
 // are merged into one run of the next as soon as there are that many (and
 // their room in the file given back), so a record is written again about
 // log16 of the runs times, and a merge reads at most kMaxRuns runs at once:

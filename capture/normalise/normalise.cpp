@@ -56,8 +56,9 @@ struct Obj {  // a live object: its id, its requested bytes
 // two): the id and the requested bytes packed in one word, the id in the low
 // 40 bits and the bytes in the high 24. An object whose id or bytes do not
 // fit (a block of 2^24 - 1 bytes or more, about 16 MiB, or an id of 2^40 or
-// more) is marked so (bytes all ones) and kept whole in a table of its own. The live set is
-// what the normaliser holds most of: 24-byte entries took half as much again.
+// more) is marked so (bytes all ones) and kept whole in a table of its
+// own. The live set is what the normaliser holds most of: 24-byte entries
+// took half as much again.
 class LiveTable {
  public:
   size_t size() const { return packed_.size(); }
