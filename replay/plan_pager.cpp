@@ -78,6 +78,12 @@ void PlanPager::add_resident(int64_t bytes) {
   if (resident_ > peak_.load(std::memory_order_relaxed)) peak_.store(resident_, std::memory_order_relaxed);
 }
 
+uint64_t PlanPager::resident_most_bytes() const {
+  uint64_t steps = 0;
+  for (uint32_t t = 0; t < plan_.threads(); ++t) steps += std::min(counts_[t], 4 * window_);
+  return steps * step_bytes_;
+}
+
 bool PlanPager::advance(uint32_t t) {
   Lane& l = lanes_[t];
   const uint64_t from = l.checked.load(std::memory_order_relaxed);

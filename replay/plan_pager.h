@@ -66,6 +66,11 @@ class PlanPager {
   // The most plan bytes mapped at once (what the pager populated and had
   // not dropped yet), and how many windows it mapped.
   uint64_t resident_peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  // The most plan bytes it may map at once, whatever the replay threads'
+  // pace: 4 windows a thread (the one in use, the one before, two ahead),
+  // fewer for a thread with fewer steps. resident_peak_bytes() reaches it
+  // when the pager keeps ahead; on a loaded machine it may fall short.
+  uint64_t resident_most_bytes() const;
   uint64_t windows_mapped() const { return windows_.load(std::memory_order_relaxed); }
 
  private:

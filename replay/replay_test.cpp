@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -752,10 +753,17 @@ TEST_F(ReplayTest, BookkeepingDoesNotGrowWithTheTracesLength) {
   }
   const auto book = [&](int k, const char* what) { return r[k]["replay"]["bookkeeping_bytes"][what].get<double>(); };
   EXPECT_GT(book(1, "plan_total"), 9 * book(0, "plan_total"));
-  EXPECT_LE(book(0, "plan"), 2 * 4 * 4096 * 24.0);  // at most 4 windows a thread, 24 bytes a step
-  EXPECT_LE(book(1, "plan"), 2 * 4 * 4096 * 24.0);
+  // At most 4 windows a thread, 24 bytes a step: what the pager may map,
+  // and what it did map at most (which depends on its pace against the
+  // replay threads': compared below by what it may map, so that a loaded
+  // machine does not decide the test).
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(book(k, "plan_most"), 2 * 4 * 4096 * 24.0);
+    EXPECT_LE(book(k, "plan"), book(k, "plan_most"));
+  }
   EXPECT_LE(book(1, "object_table"), 8 * (2000 + 2 * 2 * 1024 + 2.0));
-  EXPECT_NEAR(book(1, "total"), book(0, "total"), 0.1 * book(0, "total"))
+  const auto most = [&](int k) { return book(k, "total") - book(k, "plan") + book(k, "plan_most"); };
+  EXPECT_NEAR(most(1), most(0), 0.1 * most(0))
       << r[0]["replay"]["bookkeeping_bytes"].dump() << " vs " << r[1]["replay"]["bookkeeping_bytes"].dump();
   // And measured, not only counted: the replayer's peak RSS (its heap, the
   // same live set, plus its bookkeeping and the plan pages it has mapped).
@@ -878,17 +886,25 @@ TEST_F(ReplayTest, PlanIsKeptForTheNextCommand) {
 
 // A plan its file system cannot hold: one line naming both sizes and what
 // to do, at once (from the trace's index, before anything is built), exit 2.
-// Needs a small file system: a 4 MiB tmpfs, mounted where that is allowed.
+// "At once" is checked by what was done, not by a clock (a loaded CI
+// machine's ASan build took 1.2 s to start and stop): not a byte was
+// written to the small file system. Needs one: a 4 MiB tmpfs, mounted
+// where that is allowed.
 TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
   const fs::path tiny = dir() / "tiny";
   fs::create_directories(tiny);
   if (mount("heaplab-test", tiny.c_str(), "tmpfs", 0, "size=4m") != 0)
     GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
+  struct statvfs before {};
+  ASSERT_EQ(statvfs(tiny.c_str(), &before), 0);
   const std::string t = write_trace("no_room", big_and_small(), false);
-  const auto t0 = std::chrono::steady_clock::now();
   const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, "HEAPLAB_PLAN_DIR=" + tiny.string());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  struct statvfs after {};
+  ASSERT_EQ(statvfs(tiny.c_str(), &after), 0);
+  const bool empty = fs::is_empty(tiny);
   umount(tiny.c_str());
+  EXPECT_TRUE(empty);
+  EXPECT_EQ(after.f_bfree, before.f_bfree);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(t + ": the replay plan needs 0.5 GiB on disk and " + tiny.string() +
@@ -896,16 +912,17 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
                        "shorter trace)"),
             std::string::npos)
       << r.err;
-  EXPECT_LT(s, 1.0);
 }
 
 // A trace whose heap is bigger than this machine's memory (a 1 TiB block
 // the program had): one line before any replay starts, and the way out.
+// Checked by what was done, not by a clock: no replayer ran, so no result
+// was written (a replay that ran and failed writes its exit status).
 TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
   const std::string t = write_trace("terabyte", {malloc_ev(uint64_t{1} << 40), free_ev(1)}, false);
-  const auto t0 = std::chrono::steady_clock::now();
-  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"});
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string out = (dir() / "terabyte.json").string();
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "-o", out});
+  EXPECT_FALSE(fs::exists(out));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(t + ": the replay needs 1024.1 GiB of memory (1024.0 GiB for the trace's live heap at its "
@@ -915,7 +932,6 @@ TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
       << r.err;
   EXPECT_NE(r.err.find("available: replay on a machine with more memory, or with --touch none"), std::string::npos)
       << r.err;
-  EXPECT_LT(s, 1.0);
   // Untouched, the block costs nothing: the replay runs (and the allocator
   // may refuse the terabyte: a NULL result, counted).
   const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"});

@@ -524,6 +524,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   // objects), results, thread table and histograms.
   const uint64_t other_bookkeeping = bookkeeping - pages(table_bytes);
   j["bookkeeping_bytes"] = {{"plan", pager.resident_peak_bytes()},
+                            {"plan_most", pager.resident_most_bytes()},
                             {"plan_total", plan.stored_bytes()},
                             {"object_table", table_bytes},
                             {"other", other_bookkeeping},
