@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <fmt/format.h>
 
 #include "allocators/library.h"
@@ -276,6 +277,70 @@ std::string memory_check(const PlanSummary& plan, const ReplaySettings& settings
       per_thread > heap && per_thread > table ? ", or with fewer replay threads (--threads N)" : "");
 }
 
+// Whether the replay writes every byte of the trace's live heap
+// (memory_check()'s rule: --touch pages or all, or recorded where no
+// object's pages were counted).
+bool writes_whole_heap(const trace::TraceReader& r, const ReplaySettings& settings) {
+  return settings.touch == Touch::pages || settings.touch == Touch::all ||
+         (settings.touch == Touch::recorded && r.memory_objects_with_pages() == 0);
+}
+
+uint64_t plus_windows(uint64_t heap) {
+  return heap > UINT64_MAX - kPlanWindowBudget ? UINT64_MAX : heap + kPlanWindowBudget;
+}
+
+// Before any plan is built, the part of memory_check() a captured trace
+// already states: its live heap at its peak (capture.heap_live_peak_bytes,
+// which the normaliser counts as the plan does: the requested bytes, in the
+// trace's order), with the plan's windows at their least. A trace whose
+// heap cannot fit is refused at once, not after building a plan as long as
+// the trace. "" if it may fit, or the trace does not say (an import from
+// another tool, a trace that lost its end): the build stops where the heap
+// passes what fits (PlanOptions::live_limit), and memory_check() decides
+// after it.
+std::string early_memory_check(const trace::TraceReader& r, const ReplaySettings& settings) {
+  if (!r.complete() || !writes_whole_heap(r, settings)) return "";
+  const uint64_t available = trace::memory_available();
+  if (available == 0) return "";
+  const nlohmann::json meta = common::parse_bounded_json(r.metadata());
+  if (!meta.is_object() || !meta.contains("capture") || !meta["capture"].is_object()) return "";
+  const nlohmann::json& c = meta["capture"];
+  if (!c.contains("heap_live_peak_bytes") || !c["heap_live_peak_bytes"].is_number_unsigned()) return "";
+  const uint64_t heap = c["heap_live_peak_bytes"].get<uint64_t>();
+  const uint64_t need = plus_windows(heap);
+  if (need <= available) return "";
+  return fmt::format(
+      "the replay needs at least {} of memory ({} for the trace's live heap at its peak, as its capture counted it, "
+      "{} for the plan's windows) and this machine has {} available: replay on a machine with more memory, or with "
+      "--touch none (the heap's pages are then never written)",
+      common::gib_text(need), common::gib_text(heap), common::gib_text(kPlanWindowBudget), common::gib_text(available));
+}
+
+// The build stopped where the trace's live heap passed what this machine
+// has (PlanOptions::live_limit, the memory available less the plan's
+// windows): the same refusal, at that point.
+ReplayError live_limit_error(const std::string& trace, const PlanLiveLimit& e) {
+  return ReplayError(fmt::format(
+      "{}: the replay needs at least {} of memory ({} for the trace's live heap, reached at event {} of {}, {} for "
+      "the plan's windows) and this machine has {} available: replay on a machine with more memory, or with --touch "
+      "none (the heap's pages are then never written)",
+      trace, common::gib_text(plus_windows(e.live_bytes)), common::gib_text(e.live_bytes), group_digits(e.event),
+      group_digits(e.events), common::gib_text(kPlanWindowBudget), common::gib_text(plus_windows(e.limit))));
+}
+
+// The last build this process stopped at its live limit, by plan key: the
+// next allocator of `--allocator all` (or load of `--load both`) with the
+// same plan and no more memory is refused at once, not after the same
+// partial build.
+struct RefusedBuild {
+  std::string key;
+  std::optional<PlanLiveLimit> error;
+};
+RefusedBuild& refused_build() {
+  static RefusedBuild r;
+  return r;
+}
+
 }  // namespace
 
 std::string file_id(const std::string& path) {
@@ -384,10 +449,15 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
           opt.trace, group_digits(want), at_once ? " running at once" : "", group_digits(limit),
           std::max<uint64_t>(1, limit * 9 / 10)));
   }
+  if (std::string why = early_memory_check(*reader, opt.settings); !why.empty())
+    throw ReplayError(opt.trace + ": " + why);
   PlanSummary plan;
   int plan_fd = -1;
   const auto plan_start = std::chrono::steady_clock::now();
-  const PlanOptions popt{opt.settings.threads, opt.settings.timing == Timing::recorded, opt.settings.memory};
+  PlanOptions popt{opt.settings.threads, opt.settings.timing == Timing::recorded, opt.settings.memory};
+  if (const uint64_t available = trace::memory_available();
+      available > kPlanWindowBudget && writes_whole_heap(*reader, opt.settings))
+    popt.live_limit = available - kPlanWindowBudget;
   const std::string key = plan_key(opt.trace, popt);
   // The plan: the one this process built last for this trace and options,
   // else the one kept on disk for the trace's content (replay/plan_store.h),
@@ -419,9 +489,14 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
       plan_fd = build_plan(*reader, own, plan, -1, &event_refs);
     } catch (const trace::TraceError& e) {
       throw ReplayError(e.what());
+    } catch (const PlanLiveLimit& e) {
+      throw live_limit_error(opt.trace, e);
     } catch (const PlanError& e) {
       throw ReplayError(opt.trace + ": " + e.what());
     }
+  } else if (const RefusedBuild& no = refused_build();
+             popt.live_limit != 0 && !key.empty() && no.key == key && popt.live_limit <= no.error->limit) {
+    throw live_limit_error(opt.trace, *no.error);
   } else if (PlanCache& c = plan_cache(); !key.empty() && c.key == key) {
     plan_fd = fcntl(c.fd, F_DUPFD_CLOEXEC, 0);
     if (plan_fd >= 0) {
@@ -443,6 +518,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
         plan_fd = store.build(*reader, popt, trace_id, plan, kept, where);
       } catch (const trace::TraceError& e) {
         throw ReplayError(e.what());
+      } catch (const PlanLiveLimit& e) {
+        refused_build() = {key, e};
+        throw live_limit_error(opt.trace, e);
       } catch (const PlanError& e) {
         throw ReplayError(opt.trace + ": " + e.what());
       }

@@ -1144,6 +1144,8 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
         requested += b;
         if (saturate(live_bytes) > s.live_bytes_peak) {
           s.live_bytes_peak = saturate(live_bytes);
+          if (opt.live_limit != 0 && s.live_bytes_peak > opt.live_limit)
+            throw PlanLiveLimit(s.live_bytes_peak, s.events, r.event_count(), opt.live_limit);
           s.peak_thread = k;
           at_peak = true;
         }

@@ -187,6 +187,12 @@ struct PlanOptions {
   // under test is loaded, and the builder's threads would leave their
   // arenas and caches in it). Not part of the plan's name.
   bool helpers = true;
+  // Stop the build with PlanLiveLimit as soon as the trace's live requested
+  // bytes pass this (the memory a replay that writes its heap has: the
+  // caller's; 0 for none): a trace whose heap cannot fit is refused where
+  // its heap passes the limit, not after a build of its whole length. Not
+  // part of the plan's name.
+  uint64_t live_limit = 0;
   // The plan is to be synced to disk once built (a plan kept for later
   // commands): its pages are sent to the disk as they are written, so that
   // the final sync waits for the last few only. Not part of the plan's name.
@@ -274,6 +280,20 @@ uint64_t plan_bytes_at_most(const trace::TraceReader& r, const PlanOptions& opt)
 class PlanError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The build stopped at PlanOptions::live_limit (`limit`): the live
+// requested bytes were `live_bytes` at the `event`th event read (of
+// `events` in the trace).
+class PlanLiveLimit : public PlanError {
+ public:
+  PlanLiveLimit(uint64_t live, uint64_t at, uint64_t of, uint64_t lim)
+      : PlanError("the trace's live heap passes the replay's limit"),
+        live_bytes(live),
+        event(at),
+        events(of),
+        limit(lim) {}
+  uint64_t live_bytes, event, events, limit;
 };
 
 // A plan mapped read-only (by the replayer).

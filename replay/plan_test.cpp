@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "capture/format/event.h"
@@ -426,6 +427,35 @@ TEST(PlanBuild, HandWrittenSingleThread) {
   EXPECT_EQ(x.max_id, 7u);
   EXPECT_EQ(x.objects, 6u);
   EXPECT_EQ(x.failed_reallocs, 1u);
+}
+
+// PlanOptions::live_limit: the build stops at the first event whose live
+// requested bytes pass it, and says where; a heap that only reaches it
+// builds.
+TEST(PlanBuild, LiveLimitStopsWhereTheHeapPassesIt) {
+  std::vector<Event> evs = {
+      alloc(100),          // 0  live 100
+      calloc_ev(3, 40),    // 1  live 220
+      realloc_ev(1, 300),  // 2  live 420 (peak)
+      release(3),          // 3  live 120
+  };
+  PlanOptions opt;
+  opt.live_limit = 420;
+  EXPECT_EQ(build(evs, opt)->summary.live_bytes_peak, 420u);
+  for (const auto& [limit, live, seq] :
+       {std::tuple<uint64_t, uint64_t, uint64_t>{419, 420, 2}, {150, 220, 1}, {99, 100, 0}}) {
+    SCOPED_TRACE(limit);
+    opt.live_limit = limit;
+    try {
+      build(evs, opt);
+      ADD_FAILURE() << "built past the limit";
+    } catch (const PlanLiveLimit& e) {
+      EXPECT_EQ(e.live_bytes, live);
+      EXPECT_EQ(e.event, seq + 1);
+      EXPECT_EQ(e.events, 4u);
+      EXPECT_EQ(e.limit, limit);
+    }
+  }
 }
 
 // realloc(NULL, n) consumes nothing, and realloc(p, 0) returning NULL (null

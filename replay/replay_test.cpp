@@ -25,7 +25,9 @@
 
 #include "analysis/trace_stats.h"
 #include "capture/format/trace_reader.h"
+#include "capture/format/memory_available.h"
 #include "capture/format/trace_writer.h"
+#include "common/text.h"
 #include "replay/launch.h"
 #include "replay/plan.h"
 #include "replay/run_testutil.h"
@@ -915,27 +917,111 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
 }
 
 // A trace whose heap is bigger than this machine's memory (a 1 TiB block
-// the program had): one line before any replay starts, and the way out.
-// Checked by what was done, not by a clock: no replayer ran, so no result
-// was written (a replay that ran and failed writes its exit status).
+// the program had, then 2,000 small calls) that does not say so (not a
+// capture: nothing states its peak): one line, and the way out, from the
+// point where the plan's build finds the heap past this machine's memory
+// (the first event), not at the build's end. Checked by what was done, not
+// by a clock: no plan was kept, no replayer ran, so no result was written
+// (a replay that ran and failed writes its exit status).
 TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
-  const std::string t = write_trace("terabyte", {malloc_ev(uint64_t{1} << 40), free_ev(1)}, false);
+  std::vector<Event> ev = {malloc_ev(uint64_t{1} << 40)};
+  for (uint64_t id = 2; id <= 1001; ++id) {
+    ev.push_back(malloc_ev(16));
+    ev.push_back(free_ev(id));
+  }
+  ev.push_back(free_ev(1));
+  const std::string t = write_trace("terabyte", ev, false);
   const std::string out = (dir() / "terabyte.json").string();
-  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "-o", out});
+  const fs::path plans = dir() / "terabyte-plans";
+  fs::create_directories(plans);
+  const std::string env = "HEAPLAB_PLAN_DIR=" + plans.string();
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "-o", out}, env);
   EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(fs::is_empty(plans));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(t + ": the replay needs 1024.1 GiB of memory (1024.0 GiB for the trace's live heap at its "
-                           "peak, 0.0 GiB for the object table of 1 slots, 0.1 GiB for the plan's windows) and this "
-                           "machine has "),
+  EXPECT_NE(r.err.find(t + ": the replay needs at least 1024.1 GiB of memory (1024.0 GiB for the trace's live heap, "
+                           "reached at event 1 of 2,002, 0.1 GiB for the plan's windows) and this machine has "),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("available: replay on a machine with more memory, or with --touch none"), std::string::npos)
       << r.err;
   // Untouched, the block costs nothing: the replay runs (and the allocator
   // may refuse the terabyte: a NULL result, counted).
-  const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"});
+  const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"}, 0, env);
   EXPECT_EQ(ok["exit"]["status"], "ok");
+  EXPECT_EQ(ok["plan_source"], "built");
+}
+
+// A captured program whose heap is bigger than this machine's memory (2
+// GiB of blocks never written, among 400,000 small calls, on a machine
+// said to have 1 GiB: HEAPLAB_MEMORY_AVAILABLE): refused before a plan is
+// built, from the live heap peak its capture counted (the same figure the
+// plan counts: checked with --touch none, where the replay runs), so that
+// a long trace is not built for minutes to be refused. Nothing is built:
+// the plan directory stays empty.
+TEST_F(ReplayTest, CapturedHeapBiggerThanMemoryIsRefusedBeforeThePlan) {
+  const std::string t = (dir() / "untouched.hlt").string();
+  const Outcome c = run({kHeaplab, "capture", "-q", "-o", t, "--", kBin + "/capture/testprogs/victim_memory",
+                         "untouched", "2", "200000"});
+  if (c.code == 1) GTEST_SKIP() << "2 GiB cannot be taken from malloc here (overcommit, ulimit -v): " << c.err;
+  ASSERT_EQ(c.code, 0) << c.err;
+  const json meta = json::parse(heaplab::trace::TraceReader::open(t)->metadata());
+  const uint64_t peak = meta["capture"]["heap_live_peak_bytes"].get<uint64_t>();
+  EXPECT_GE(peak, uint64_t{2} << 30);
+  const fs::path plans = dir() / "untouched-plans";
+  fs::create_directories(plans);
+  const std::string env = "HEAPLAB_MEMORY_AVAILABLE=1073741824 HEAPLAB_PLAN_DIR=" + plans.string();
+  for (const char* touch : {"pages", "all", "recorded"}) {
+    SCOPED_TRACE(touch);
+    // (recorded: the shim counted the blocks' resident pages, a page or so
+    // each, so the replay writes only those and fits)
+    const Outcome r =
+        run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "--touch", touch, "--timeout", "120"}, env);
+    if (std::string(touch) == "recorded") {
+      EXPECT_EQ(r.code, 0) << r.err;
+      continue;
+    }
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.err, "heaplab: error: replay: " + t + ": the replay needs at least " +
+                         heaplab::common::gib_text(peak + (uint64_t{64} << 20)) + " of memory (" +
+                         heaplab::common::gib_text(peak) +
+                         " for the trace's live heap at its peak, as its capture counted it, 0.1 GiB for the plan's "
+                         "windows) and this machine has 1.0 GiB available: replay on a machine with more memory, or "
+                         "with --touch none (the heap's pages are then never written)\n");
+    EXPECT_TRUE(fs::is_empty(plans));
+  }
+  fs::remove_all(plans);
+  fs::create_directories(plans);
+  const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"}, 0, env);
+  EXPECT_EQ(ok["exit"]["status"], "ok");
+  EXPECT_EQ(ok["trace"]["live_bytes_peak"].get<uint64_t>(), peak);
+  EXPECT_EQ(ok["plan_source"], "built");
+  EXPECT_FALSE(fs::is_empty(plans));
+}
+
+// A heap that fits what the build allows (the memory available less the
+// plan's windows) but not with the object table besides: refused after the
+// build, by the whole count, which names each part. 1 GiB said to be
+// available; a block 4 KiB short of 1 GiB less the windows, and 1,000 one-byte
+// objects live with it (8 bytes a table slot: 8 KB).
+TEST_F(ReplayTest, HeapThatFitsOnlyWithoutItsTableIsRefusedAfterTheBuild) {
+  std::vector<Event> ev = {malloc_ev((uint64_t{1} << 30) - (uint64_t{64} << 20) - 4096)};
+  for (int i = 0; i < 1000; ++i) ev.push_back(malloc_ev(1));
+  for (uint64_t id = 1; id <= 1001; ++id) ev.push_back(free_ev(id));
+  const std::string t = write_trace("fits_without_table", ev, false);
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, "HEAPLAB_MEMORY_AVAILABLE=1073741824");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.find("heaplab: error: replay: " + t +
+                       ": the replay needs 1.0 GiB of memory (0.9 GiB for the trace's live heap at its peak, 0.0 GiB "
+                       "for the object table of "),
+            0u)
+      << r.err;
+  EXPECT_NE(r.err.find(" slots, 0.1 GiB for the plan's windows) and this machine has 1.0 GiB available: replay on a "
+                       "machine with more memory, or with --touch none (the heap's pages are then never written)\n"),
+            std::string::npos)
+      << r.err;
 }
 
 // Per replay thread, the pager's smallest windows and, with --latency, a

@@ -8,6 +8,11 @@
 //                                                 touched and advised N/2 times each among the
 //                                                 calls, every malloc timed, each object's
 //                                                 resident pages
+//   make_hostile_traces calls-huge OUT N          N calls on one thread (objects of 16-215
+//                                                 bytes, each freed 2,000 objects later), then
+//                                                 a block of 1 TiB made and freed: a heap too
+//                                                 big found only at the end
+//                                                 (scripts/bench-refusals.py)
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -53,7 +58,7 @@ void write_memory(heaplab::trace::TraceWriter& w, uint64_t records) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: make_hostile_traces deep-metadata|threads|memory OUT N\n");
+    std::fprintf(stderr, "usage: make_hostile_traces deep-metadata|threads|memory|calls-huge OUT N\n");
     return 2;
   }
   try {
@@ -62,14 +67,39 @@ int main(int argc, char** argv) {
     heaplab::trace::WriterOptions o;
     if (kind == "deep-metadata") {
       o.metadata_json = std::string(n, '[');
-    } else if (kind != "threads" && kind != "memory") {
+    } else if (kind != "threads" && kind != "memory" && kind != "calls-huge") {
       std::fprintf(stderr, "make_hostile_traces: unknown kind '%s'\n", kind.c_str());
       return 2;
     }
-    if (kind == "memory") o.timestamps = false;
+    if (kind == "memory" || kind == "calls-huge") o.timestamps = false;
     heaplab::trace::TraceWriter w(argv[2], o);
     if (kind == "memory") {
       write_memory(w, n);
+    } else if (kind == "calls-huge") {
+      constexpr uint64_t kLag = 2000;
+      const uint64_t objects = n / 2;
+      for (uint64_t i = 1; i <= objects + kLag; ++i) {
+        if (i <= objects) {
+          Event m;
+          m.op = Op::malloc;
+          m.size = 16 + i % 200;
+          w.append(m);
+        }
+        if (i > kLag) {
+          Event f;
+          f.op = Op::free;
+          f.old = i - kLag;
+          w.append(f);
+        }
+      }
+      Event huge;
+      huge.op = Op::malloc;
+      huge.size = uint64_t{1} << 40;
+      w.append(huge);
+      Event f;
+      f.op = Op::free;
+      f.old = objects + 1;
+      w.append(f);
     } else {
       const unsigned long threads = kind == "threads" ? n : 1;
       for (unsigned long t = 0; t < threads; ++t) {

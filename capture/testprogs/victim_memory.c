@@ -7,6 +7,12 @@
 //                         away and unmap it, with a malloc and free beside
 //                         (scripts/bench-memory-records.py: 4 memory records
 //                         and 2 heap calls a round)
+//   victim_memory untouched G N
+//                         G blocks of a GiB from malloc, never written (a
+//                         heap bigger than the machine's memory costs it
+//                         nothing), N pairs of small mallocs and frees, then
+//                         the blocks freed (replay_test and
+//                         scripts/bench-refusals.py: a replay that cannot fit)
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -95,14 +101,34 @@ static int loop(long rounds) {
   return 0;
 }
 
+static int untouched(long gib, long pairs) {
+  char** blocks = calloc((size_t)gib + 1, sizeof *blocks);
+  if (!blocks) return 1;
+  for (long i = 0; i < gib; ++i)
+    if (!(blocks[i] = malloc(1024 * 1024 * KIB))) return 1;
+  unsigned long sum = 0;
+  for (long i = 0; i < pairs; ++i) {
+    char* q = malloc(16 + (unsigned long)i % 200);
+    if (!q) return 1;
+    q[0] = (char)i;
+    sum += (unsigned char)q[0];
+    free(q);
+  }
+  for (long i = 0; i < gib; ++i) free(blocks[i]);
+  free(blocks);
+  printf("%lu\n", sum);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: victim_memory maps|hidden|loop N\n");
+    fprintf(stderr, "usage: victim_memory maps|hidden|loop N|untouched G N\n");
     return 2;
   }
   if (strcmp(argv[1], "maps") == 0) return maps();
   if (strcmp(argv[1], "hidden") == 0) return hidden();
   if (strcmp(argv[1], "loop") == 0 && argc == 3) return loop(atol(argv[2]));
+  if (strcmp(argv[1], "untouched") == 0 && argc == 4) return untouched(atol(argv[2]), atol(argv[3]));
   fprintf(stderr, "victim_memory: unknown scenario %s\n", argv[1]);
   return 2;
 }
