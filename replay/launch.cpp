@@ -330,8 +330,8 @@ ReplayError live_limit_error(const std::string& trace, const PlanLiveLimit& e) {
 
 // The last build this process stopped at its live limit, by plan key: the
 // next allocator of `--allocator all` (or load of `--load both`) with the
-// same plan and no more memory is refused at once, not after the same
-// partial build.
+// same plan, where the heap found still cannot fit, is refused at once, not
+// after the same partial build.
 struct RefusedBuild {
   std::string key;
   std::optional<PlanLiveLimit> error;
@@ -495,8 +495,11 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
       throw ReplayError(opt.trace + ": " + e.what());
     }
   } else if (const RefusedBuild& no = refused_build();
-             popt.live_limit != 0 && !key.empty() && no.key == key && popt.live_limit <= no.error->limit) {
-    throw live_limit_error(opt.trace, *no.error);
+             popt.live_limit != 0 && !key.empty() && no.key == key && popt.live_limit < no.error->live_bytes) {
+    // (The heap found then is past this limit too, even where the memory
+    // available has grown a little since.)
+    throw live_limit_error(opt.trace,
+                           PlanLiveLimit(no.error->live_bytes, no.error->event, no.error->events, popt.live_limit));
   } else if (PlanCache& c = plan_cache(); !key.empty() && c.key == key) {
     plan_fd = fcntl(c.fd, F_DUPFD_CLOEXEC, 0);
     if (plan_fd >= 0) {
