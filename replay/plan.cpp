@@ -22,6 +22,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 
 #include "capture/format/id_map.h"
@@ -747,6 +748,14 @@ uint64_t plan_bytes_at_most(const trace::TraceReader& r, const PlanOptions& opt)
 
 int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary& s, int fd,
                std::vector<uint64_t>* event_refs) {
+  // `fd` is closed whatever throws: here until the plan file takes it over
+  // (a trace whose shape cannot be read, below, left it open before).
+  struct Given {
+    int fd;
+    ~Given() {
+      if (fd >= 0) close(fd);
+    }
+  } given{fd};
   s = PlanSummary{};
   if (event_refs && opt.reuse_slots) throw PlanError("plan: event refs need a table without slot reuse");
   if (event_refs) event_refs->clear();
@@ -779,7 +788,7 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   Layout layout = layout_of(r, sh, s.has_times, s.has_live);
   std::vector<PlanThread>& table = layout.table;
   const std::vector<uint64_t>& cap = layout.cap;
-  PlanFile plan(layout.total, layout.reserve, fd, opt.writeback);
+  PlanFile plan(layout.total, layout.reserve, std::exchange(given.fd, -1), opt.writeback);
   // Buffers of about 16 MiB in all (1,024 to 32,768 entries an array).
   const size_t per = std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 32), 1024, 32768);
   std::vector<ArrayOut<PlanStep>> steps(nthreads);

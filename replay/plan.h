@@ -260,7 +260,7 @@ struct PlanSummary {
 // the descriptor (the caller owns it). Throws PlanError for an inconsistent
 // trace (a call on an object that is not live, ids out of order), naming
 // the event; the replay would otherwise wait forever or free garbage; or
-// for a file that cannot take the plan (closing `fd`).
+// for a file that cannot take the plan. `fd` is closed whatever it throws.
 // `event_refs` (only with opt.reuse_slots off): for each event, in merged
 // (seq) order, the ref of the object whose address it names in a replay:
 // the one it produced, else the one it consumed, else 0. With every object

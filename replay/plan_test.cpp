@@ -6,6 +6,7 @@
 #include "replay/plan_testutil.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <unordered_map>
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -427,6 +429,29 @@ TEST(PlanBuild, HandWrittenSingleThread) {
   EXPECT_EQ(x.max_id, 7u);
   EXPECT_EQ(x.objects, 6u);
   EXPECT_EQ(x.failed_reallocs, 1u);
+}
+
+// The file given to build_plan is closed whatever it throws, the first
+// check included (before the plan file took it over, it stayed open).
+TEST(PlanBuild, GivenFileIsClosedWhateverItThrows) {
+  std::vector<Event> evs = {alloc(100), release(1)};
+  TempDir dir;
+  const std::string path = dir.file("t.hlt");
+  trace::testutil::write_trace(path, evs, WriterOptions{});
+  auto r = TraceReader::open(path);
+  for (const bool refs : {true, false}) {
+    SCOPED_TRACE(refs);
+    const int fd = open(dir.file("plan").c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    PlanOptions opt;
+    opt.live_limit = refs ? 0 : 50;  // (event refs with slot reuse on; a heap past the limit)
+    std::vector<uint64_t> event_refs;
+    PlanSummary s;
+    EXPECT_THROW(build_plan(*r, opt, s, fd, refs ? &event_refs : nullptr), PlanError);
+    errno = 0;
+    EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+    EXPECT_EQ(errno, EBADF);
+  }
 }
 
 // PlanOptions::live_limit: the build stops at the first event whose live
