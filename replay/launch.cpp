@@ -289,43 +289,47 @@ uint64_t plus_windows(uint64_t heap) {
   return heap > UINT64_MAX - kPlanWindowBudget ? UINT64_MAX : heap + kPlanWindowBudget;
 }
 
+// The refusal of a heap that cannot fit, before memory_check() can count
+// the rest: `heap` for the trace's live heap (`where`: where that figure
+// comes from) and the plan's windows at their least, against `available`.
+std::string heap_refusal(uint64_t heap, const std::string& where, uint64_t available) {
+  return fmt::format(
+      "the replay needs at least {} of memory ({} for the trace's live heap{}, {} for the plan's windows) and this "
+      "machine has {} available: replay on a machine with more memory, or with --touch none (the heap's pages are "
+      "then never written)",
+      common::gib_text(plus_windows(heap)), common::gib_text(heap), where, common::gib_text(kPlanWindowBudget),
+      common::gib_text(available));
+}
+
 // Before any plan is built, the part of memory_check() a captured trace
 // already states: its live heap at its peak (capture.heap_live_peak_bytes,
 // which the normaliser counts as the plan does: the requested bytes, in the
-// trace's order), with the plan's windows at their least. A trace whose
-// heap cannot fit is refused at once, not after building a plan as long as
-// the trace. "" if it may fit, or the trace does not say (an import from
-// another tool, a trace that lost its end): the build stops where the heap
-// passes what fits (PlanOptions::live_limit), and memory_check() decides
-// after it.
-std::string early_memory_check(const trace::TraceReader& r, const ReplaySettings& settings) {
-  if (!r.complete() || !writes_whole_heap(r, settings)) return "";
-  const uint64_t available = trace::memory_available();
-  if (available == 0) return "";
+// trace's order), with the plan's windows at their least, against
+// `available` (0: unknown). A trace whose heap cannot fit is refused at
+// once, not after building a plan as long as the trace. "" if it may fit,
+// or the trace does not say (an import from another tool, a trace that
+// lost its end): the build stops where the heap passes what fits
+// (PlanOptions::live_limit), and memory_check() decides after it.
+std::string early_memory_check(const trace::TraceReader& r, const ReplaySettings& settings, uint64_t available) {
+  if (available == 0 || !r.complete() || !writes_whole_heap(r, settings)) return "";
   const nlohmann::json meta = common::parse_bounded_json(r.metadata());
   if (!meta.is_object() || !meta.contains("capture") || !meta["capture"].is_object()) return "";
   const nlohmann::json& c = meta["capture"];
   if (!c.contains("heap_live_peak_bytes") || !c["heap_live_peak_bytes"].is_number_unsigned()) return "";
   const uint64_t heap = c["heap_live_peak_bytes"].get<uint64_t>();
-  const uint64_t need = plus_windows(heap);
-  if (need <= available) return "";
-  return fmt::format(
-      "the replay needs at least {} of memory ({} for the trace's live heap at its peak, as its capture counted it, "
-      "{} for the plan's windows) and this machine has {} available: replay on a machine with more memory, or with "
-      "--touch none (the heap's pages are then never written)",
-      common::gib_text(need), common::gib_text(heap), common::gib_text(kPlanWindowBudget), common::gib_text(available));
+  if (plus_windows(heap) <= available) return "";
+  return heap_refusal(heap, " at its peak, as its capture counted it", available);
 }
 
 // The build stopped where the trace's live heap passed what this machine
 // has (PlanOptions::live_limit, the memory available less the plan's
 // windows): the same refusal, at that point.
 ReplayError live_limit_error(const std::string& trace, const PlanLiveLimit& e) {
-  return ReplayError(fmt::format(
-      "{}: the replay needs at least {} of memory ({} for the trace's live heap, reached at event {} of {}, {} for "
-      "the plan's windows) and this machine has {} available: replay on a machine with more memory, or with --touch "
-      "none (the heap's pages are then never written)",
-      trace, common::gib_text(plus_windows(e.live_bytes)), common::gib_text(e.live_bytes), group_digits(e.event),
-      group_digits(e.events), common::gib_text(kPlanWindowBudget), common::gib_text(plus_windows(e.limit))));
+  return ReplayError(
+      trace + ": " +
+      heap_refusal(e.live_bytes,
+                   fmt::format(", reached at event {} of {}", group_digits(e.event), group_digits(e.events)),
+                   plus_windows(e.limit)));
 }
 
 // The last build this process stopped at its live limit, by plan key: the
@@ -449,14 +453,16 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
           opt.trace, group_digits(want), at_once ? " running at once" : "", group_digits(limit),
           std::max<uint64_t>(1, limit * 9 / 10)));
   }
-  if (std::string why = early_memory_check(*reader, opt.settings); !why.empty())
+  // The heap against the memory available, read once: stated by the trace
+  // (checked now), else found by the plan's build (its limit).
+  const uint64_t available = trace::memory_available();
+  if (std::string why = early_memory_check(*reader, opt.settings, available); !why.empty())
     throw ReplayError(opt.trace + ": " + why);
   PlanSummary plan;
   int plan_fd = -1;
   const auto plan_start = std::chrono::steady_clock::now();
   PlanOptions popt{opt.settings.threads, opt.settings.timing == Timing::recorded, opt.settings.memory};
-  if (const uint64_t available = trace::memory_available();
-      available > kPlanWindowBudget && writes_whole_heap(*reader, opt.settings))
+  if (available > kPlanWindowBudget && writes_whole_heap(*reader, opt.settings))
     popt.live_limit = available - kPlanWindowBudget;
   const std::string key = plan_key(opt.trace, popt);
   // The plan: the one this process built last for this trace and options,
@@ -477,7 +483,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
     } catch (const trace::TraceError& e) {
       throw ReplayError(e.what());
     }
-    const uint64_t need = reader->event_count() * 24 + in_plan, available = trace::memory_available();
+    const uint64_t need = reader->event_count() * 24 + in_plan;
     if (available != 0 && need > available)
       throw ReplayError(fmt::format(
           "{}: recording the addresses of its {} calls needs {} of memory (24 bytes a call, and {} for the replay "
