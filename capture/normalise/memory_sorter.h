@@ -3,14 +3,15 @@
 // of them are held (96 bytes each), then sorted and written to a scratch
 // file as a run (a batch at a time by columns of differences, zstd at its
 // fastest level: under 3 bytes a record, a merge's runs and their output
-// counted together); at the end the runs are merged a record at a time. kMaxRuns runs of one level
-// are merged into one run of the next as soon as there are that many (and
-// their room in the file given back), so a record is written again about
-// log16 of the runs times, and a merge reads at most kMaxRuns runs at once:
-// about 0.7 MiB each (zstd's buffers and a batch). So at most about 36 MiB
-// in all, however many records. The scratch file is unlinked as soon as it
-// is made. Throws std::runtime_error, naming the scratch directory, when it
-// cannot be written or read.
+// counted together); at the end the runs are merged a record at a time.
+// kMaxRuns runs of one level are merged into one run of the next as soon
+// as there are that many (and their room in the file given back), so a
+// record is written again about log16 of the runs times, and a merge reads
+// at most kMaxRuns runs at once: about 0.7 MiB each (zstd's buffers and a
+// batch). So at most about 36 MiB in all, however many records. The
+// scratch file is unlinked as soon as it is made. Throws
+// std::runtime_error, naming the scratch directory, when it cannot be
+// written or read.
 #pragma once
 
 #include <compare>
