@@ -12,8 +12,9 @@
 namespace heaplab {
 namespace {
 
-TEST(FlatMap, RandomOperationsMatchAModel) {
-  FlatMap<uint64_t> m;
+template <class Map>
+void random_operations_match_a_model() {
+  Map m;
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(42);
   for (int step = 0; step < 200000; ++step) {
@@ -65,6 +66,43 @@ TEST(FlatMap, RandomOperationsMatchAModel) {
   EXPECT_EQ(seen, model.size());
 }
 
+TEST(FlatMap, RandomOperationsMatchAModel) { random_operations_match_a_model<FlatMap<uint64_t>>(); }
+TEST(FlatMap, RandomOperationsMatchAModelAtALoadOf3Quarters) {
+  random_operations_match_a_model<FlatMap<uint64_t, 6>>();
+}
+TEST(SplitFlatMap, RandomOperationsMatchAModel) { random_operations_match_a_model<SplitFlatMap<uint64_t>>(); }
+
+// A SplitFlatMap of 1.3 million entries: its parts are at a load of 3/8 to
+// 3/4 (never two tables of the whole map at once: a part doubles alone),
+// so its tables take at most 16/(3/8) bytes an entry where a FlatMap's
+// take up to 16/(1/4); every entry is found, and erasing them all leaves
+// it empty.
+TEST(SplitFlatMap, PartsStayBetween3EighthsAnd3QuartersFull) {
+  SplitFlatMap<uint64_t> m;
+  FlatMap<uint64_t> one;
+  constexpr uint64_t kN = 1300000;
+  for (uint64_t k = 1; k <= kN; ++k) {
+    ASSERT_TRUE(m.put(k << 4, k));  // addresses: 16-byte aligned
+    one.put(k << 4, k);
+  }
+  EXPECT_EQ(m.size(), kN);
+  EXPECT_LE(m.table_bytes(), kN * 16 * 8 / 3);
+  EXPECT_GE(m.table_bytes(), kN * 16 * 4 / 3);
+  EXPECT_LT(m.table_bytes(), one.table_bytes());
+  EXPECT_LE(m.largest_part_bytes() * 16, m.table_bytes() * 2);  // the parts about even
+  for (uint64_t k = 1; k <= kN; ++k) {
+    const uint64_t* v = m.find(k << 4);
+    ASSERT_NE(v, nullptr) << k;
+    ASSERT_EQ(*v, k);
+  }
+  EXPECT_EQ(m.find(uint64_t{kN + 1} << 4), nullptr);
+  for (uint64_t k = 1; k <= kN; ++k) ASSERT_TRUE(m.erase(k << 4));
+  EXPECT_EQ(m.size(), 0u);
+  size_t left = 0;
+  m.for_each([&](uint64_t, uint64_t) { ++left; });
+  EXPECT_EQ(left, 0u);
+}
+
 // try_insert grows the table as put does: a pointer it returns is into the
 // table as it is after the growth.
 TEST(FlatMap, TryInsertThroughGrowth) {
@@ -82,15 +120,17 @@ TEST(FlatMap, TryInsertThroughGrowth) {
   }
 }
 
-// Tables start on a cache line; one of 2 MiB or more on a 2 MiB boundary
-// (where huge pages can back it), and it is given back with the alignment
-// it was made with (ASan checks the pairing).
+// Tables start on a cache line; one of 64 KiB or more on a page (a mapping
+// of its own), of 2 MiB or more on a 2 MiB boundary (where huge pages can
+// back it), and it is given back with the alignment it was made with (ASan
+// checks the pairing).
 TEST(LineAllocator, LineOrHugePageAligned) {
   LineAllocator<uint64_t> a;
-  for (const size_t n : {size_t{1}, size_t{1000}, (size_t{2} << 20) / 8 - 1, (size_t{2} << 20) / 8, size_t{3} << 20}) {
+  for (const size_t n : {size_t{1}, size_t{1000}, (size_t{64} << 10) / 8 - 1, (size_t{64} << 10) / 8, size_t{100000},
+                         (size_t{2} << 20) / 8 - 1, (size_t{2} << 20) / 8, size_t{3} << 20}) {
     uint64_t* p = a.allocate(n);
-    const bool huge = n * 8 >= (size_t{2} << 20);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (huge ? size_t{2} << 20 : 64), 0u) << n;
+    const bool huge = n * 8 >= (size_t{2} << 20), page = n * 8 >= (size_t{64} << 10);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (huge ? size_t{2} << 20 : page ? 4096 : 64), 0u) << n;
     p[0] = 1;
     p[n - 1] = 2;
     a.deallocate(p, n);

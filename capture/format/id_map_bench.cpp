@@ -1,5 +1,6 @@
 // The object-id tables of plan building, stats and check: IdMap (a ring of
-// the last ids made, the rest hashed) against FlatMap (all hashed), on the
+// the last ids made, the rest hashed) against FlatMap (all hashed) and
+// SplitFlatMap (all hashed, in 16 parts at a higher load), on the
 // id stream of a program like the churn benchmark: ids made in order, half
 // the objects freed within a few calls, the rest after a long, random life
 // (tens of thousands of calls), so the live set stays about constant.
@@ -77,7 +78,10 @@ void run(benchmark::State& state) {
 
 void BM_FlatMap(benchmark::State& state) { run<heaplab::FlatMap<Value>>(state); }
 void BM_IdMap(benchmark::State& state) { run<heaplab::IdMap<Value>>(state); }
+// The normaliser's live table: 16 parts at a load of up to 3/4.
+void BM_SplitFlatMap(benchmark::State& state) { run<heaplab::SplitFlatMap<Value>>(state); }
 BENCHMARK(BM_FlatMap)->Arg(1000)->Arg(30000)->Arg(1000000)->ArgName("live")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SplitFlatMap)->Arg(1000)->Arg(30000)->Arg(1000000)->ArgName("live")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_IdMap)->Arg(1000)->Arg(30000)->Arg(1000000)->ArgName("live")->Unit(benchmark::kMillisecond);
 
 }  // namespace
