@@ -80,7 +80,7 @@ inline uint64_t flat_hash(uint64_t k) {
   return k;
 }
 
-template <typename V>
+template <typename V, size_t PartBytes>
 class SplitFlatMap;
 
 // MaxLoadEighths: the table doubles past this load (4: at most 1/2, short
@@ -131,7 +131,8 @@ class FlatMap {
   }
 
  private:
-  friend class SplitFlatMap<V>;
+  template <typename, size_t>
+  friend class SplitFlatMap;
   struct Entry {
     uint64_t key = 0;
     V value{};
@@ -159,7 +160,7 @@ class FlatMap {
   }
 
   std::pair<V*, bool> try_insert(uint64_t key, uint64_t h) {
-    if ((size_ + 1) * 8 > table_.size() * MaxLoadEighths) rehash(table_.size() * 2);
+    if (full()) rehash(table_.size() * 2);
     size_t i = h & mask_;
     for (;;) {
       Entry& e = table_[i];
@@ -202,19 +203,31 @@ class FlatMap {
     return true;
   }
 
-  void rehash(size_t n) {
-    std::vector<Entry, LineAllocator<Entry>> old;
-    old.swap(table_);
+  using Table = std::vector<Entry, LineAllocator<Entry>>;
+  // Whether the next insertion doubles the table.
+  bool full() const { return (size_ + 1) * 8 > table_.size() * MaxLoadEighths; }
+  // Empty, with a table of n entries.
+  void reset(size_t n) {
+    Table().swap(table_);
     table_.assign(n, Entry{});
     mask_ = n - 1;
-    for (const Entry& e : old) {
-      if (e.key == 0) continue;
-      size_t i = flat_hash(e.key) & mask_;
-      while (table_[i].key != 0) i = (i + 1) & mask_;
-      table_[i] = e;
-    }
+    size_ = 0;
   }
-  std::vector<Entry, LineAllocator<Entry>> table_;
+  // Entry e, whose key is not in the map, with room for it (no growth).
+  void place(const Entry& e, uint64_t h) {
+    size_t i = h & mask_;
+    while (table_[i].key != 0) i = (i + 1) & mask_;
+    table_[i] = e;
+    ++size_;
+  }
+  void rehash(size_t n) {
+    Table old;
+    old.swap(table_);
+    reset(n);
+    for (const Entry& e : old)
+      if (e.key != 0) place(e, flat_hash(e.key));
+  }
+  Table table_;
   size_t mask_ = 0;
   size_t size_ = 0;
 };
@@ -226,10 +239,14 @@ class FlatMap {
 // tables take about 16/0.56 bytes an entry of 8-byte values, where a
 // FlatMap's take 16/0.375. For maps of millions of entries whose memory is
 // what bounds a tool (the normaliser's live objects); the same interface.
-// (16 parts, not more: a part of 2 MiB or more gets huge pages, and lookups
-// at random over tables of 4 KiB pages missed the TLB enough to take twice
-// as long with 64 parts of 1 MiB; id_map_bench.)
-template <typename V>
+// Until its parts would be 2 MiB each, it is one table (part 0): a part of
+// 2 MiB or more gets huge pages, and lookups at random over several tables
+// of 4 KiB pages miss the TLB more than over one on a huge page (64 parts
+// of 1 MiB took twice as long in id_map_bench; 16 parts of 128 KiB cost
+// the live capture of `churn 1` about 5% more CPU). The one split, from a
+// table of 16 parts' 1 MiB to 16 of 2 MiB, briefly holds both. (PartBytes:
+// the parts' least size, smaller in tests.)
+template <typename V, size_t PartBytes = size_t{2} << 20>
 class SplitFlatMap {
  public:
   size_t size() const { return size_; }
@@ -244,13 +261,15 @@ class SplitFlatMap {
     for (const Part& p : parts_) n = std::max(n, p.table_bytes());
     return n;
   }
+  // Whether it is in parts yet.
+  bool split() const { return split_; }
   V* find(uint64_t key) {
     const uint64_t h = flat_hash(key);
     return part(h).find(key, h);
   }
   void prefetch(uint64_t key) const {
     const uint64_t h = flat_hash(key);
-    parts_[index(h)].prefetch_hashed(h);
+    parts_[split_ ? index(h) : 0].prefetch_hashed(h);
   }
   bool put(uint64_t key, const V& value) {
     const auto [v, fresh] = try_insert(key);
@@ -258,6 +277,8 @@ class SplitFlatMap {
     return fresh;
   }
   std::pair<V*, bool> try_insert(uint64_t key) {
+    if (!split_ && parts_[0].full() && parts_[0].table_bytes() * 2 >= kParts * kPartBytes) [[unlikely]]
+      split_whole();
     const uint64_t h = flat_hash(key);
     const auto r = part(h).try_insert(key, h);
     size_ += r.second;
@@ -276,15 +297,32 @@ class SplitFlatMap {
   void clear() {
     for (Part& p : parts_) p.clear();
     size_ = 0;
+    split_ = false;
   }
 
  private:
   static constexpr unsigned kPartBits = 4;
+  static constexpr size_t kParts = size_t{1} << kPartBits, kPartBytes = PartBytes;
   using Part = FlatMap<V, 6>;
   static size_t index(uint64_t h) { return (h * 0x9e3779b97f4a7c15ULL) >> (64 - kPartBits); }
-  Part& part(uint64_t h) { return parts_[index(h)]; }
-  std::array<Part, size_t{1} << kPartBits> parts_;
+  Part& part(uint64_t h) { return parts_[split_ ? index(h) : 0]; }
+  // The one table (part 0), full, into kParts tables with the room it would
+  // have doubled to.
+  [[gnu::noinline]] void split_whole() {
+    typename Part::Table whole;
+    whole.swap(parts_[0].table_);
+    const size_t n = whole.size() * 2 / kParts;
+    for (Part& p : parts_) p.reset(n);
+    for (const auto& e : whole)
+      if (e.key != 0) {
+        const uint64_t h = flat_hash(e.key);
+        parts_[index(h)].place(e, h);
+      }
+    split_ = true;
+  }
+  std::array<Part, kParts> parts_;
   size_t size_ = 0;
+  bool split_ = false;
 };
 
 }  // namespace heaplab

@@ -12,8 +12,8 @@
 namespace heaplab {
 namespace {
 
-template <class Map>
-void random_operations_match_a_model() {
+template <class Map, class Check = void (*)(const Map&)>
+void random_operations_match_a_model(Check check = [](const Map&) {}) {
   Map m;
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(42);
@@ -64,6 +64,7 @@ void random_operations_match_a_model() {
     EXPECT_EQ(model.at(k), v);
   });
   EXPECT_EQ(seen, model.size());
+  check(m);
 }
 
 TEST(FlatMap, RandomOperationsMatchAModel) { random_operations_match_a_model<FlatMap<uint64_t>>(); }
@@ -71,25 +72,41 @@ TEST(FlatMap, RandomOperationsMatchAModelAtALoadOf3Quarters) {
   random_operations_match_a_model<FlatMap<uint64_t, 6>>();
 }
 TEST(SplitFlatMap, RandomOperationsMatchAModel) { random_operations_match_a_model<SplitFlatMap<uint64_t>>(); }
+// Parts of 1 KiB: the model's 3,000-odd keys split it into 16 parts early on.
+TEST(SplitFlatMap, RandomOperationsMatchAModelInParts) {
+  using Map = SplitFlatMap<uint64_t, 1024>;
+  random_operations_match_a_model<Map>([](const Map& m) { EXPECT_TRUE(m.split()); });
+}
 
-// A SplitFlatMap of 1.3 million entries: its parts are at a load of 3/8 to
-// 3/4 (never two tables of the whole map at once: a part doubles alone),
-// so its tables take at most 16/(3/8) bytes an entry where a FlatMap's
-// take up to 16/(1/4); every entry is found, and erasing them all leaves
-// it empty.
-TEST(SplitFlatMap, PartsStayBetween3EighthsAnd3QuartersFull) {
+// A SplitFlatMap is one table at a load of up to 3/4 until its parts
+// would be 2 MiB each (16 parts), then 16 at a load of 3/8 to 3/4 (never
+// two tables of the whole map at once after that: a part doubles alone), so
+// its tables take at most 16/(3/8) bytes an entry where a FlatMap's take up
+// to 16/(1/4); every entry is found, and erasing them all leaves it empty.
+TEST(SplitFlatMap, OneTableThenPartsBetween3EighthsAnd3QuartersFull) {
   SplitFlatMap<uint64_t> m;
   FlatMap<uint64_t> one;
-  constexpr uint64_t kN = 1300000;
+  FlatMap<uint64_t, 6> three_quarters;
+  constexpr uint64_t kN = 1300000, kSplitAt = (uint64_t{1} << 20) / 4 * 3 + 1;  // 16 MiB of 16-byte entries
   for (uint64_t k = 1; k <= kN; ++k) {
     ASSERT_TRUE(m.put(k << 4, k));  // addresses: 16-byte aligned
     one.put(k << 4, k);
+    if (k < kSplitAt) {
+      three_quarters.put(k << 4, k);
+      ASSERT_FALSE(m.split()) << k;
+    } else {
+      ASSERT_TRUE(m.split()) << k;
+    }
+    if (k == kSplitAt - 1) {
+      EXPECT_EQ(m.table_bytes(), three_quarters.table_bytes() + 15 * 16 * 16);  // (the other parts' first tables)
+    }
   }
   EXPECT_EQ(m.size(), kN);
+  EXPECT_EQ(m.table_bytes(), size_t{32} << 20);
   EXPECT_LE(m.table_bytes(), kN * 16 * 8 / 3);
   EXPECT_GE(m.table_bytes(), kN * 16 * 4 / 3);
-  EXPECT_LT(m.table_bytes(), one.table_bytes());
-  EXPECT_LE(m.largest_part_bytes() * 16, m.table_bytes() * 2);  // the parts about even
+  EXPECT_EQ(one.table_bytes(), size_t{64} << 20);
+  EXPECT_EQ(m.largest_part_bytes(), size_t{2} << 20);
   for (uint64_t k = 1; k <= kN; ++k) {
     const uint64_t* v = m.find(k << 4);
     ASSERT_NE(v, nullptr) << k;
@@ -101,6 +118,9 @@ TEST(SplitFlatMap, PartsStayBetween3EighthsAnd3QuartersFull) {
   size_t left = 0;
   m.for_each([&](uint64_t, uint64_t) { ++left; });
   EXPECT_EQ(left, 0u);
+  m.clear();
+  EXPECT_FALSE(m.split());
+  EXPECT_EQ(m.find(16), nullptr);
 }
 
 // try_insert grows the table as put does: a pointer it returns is into the

@@ -58,10 +58,11 @@ struct Obj {  // a live object: its id, its requested bytes
 // fit (a block of 2^24 - 1 bytes or more, about 16 MiB, or an id of 2^40 or
 // more) is marked so (bytes all ones) and kept whole in a table of its
 // own. The live set is what the normaliser holds most of: 24-byte entries
-// took half as much again. In a SplitFlatMap: 16 tables at a load of 3/8 to
-// 3/4, each doubling alone, where one table at 1/4 to 1/2 took twice the
-// room and, while it doubled, three times (2.5 million live objects of a
-// 512-thread program: 192 MiB at that moment, now 64 MiB).
+// took half as much again. In a SplitFlatMap: from about 800,000 live
+// objects on, 16 tables at a load of 3/8 to 3/4, each doubling alone, where
+// one table at 1/4 to 1/2 took twice the room and, while it doubled, three
+// times (2.5 million live objects of a 512-thread program: 192 MiB at that
+// moment, now 64 MiB).
 class LiveTable {
  public:
   size_t size() const { return packed_.size(); }
