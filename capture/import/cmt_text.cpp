@@ -106,7 +106,7 @@ constexpr OpSyntax kSyntax[] = {
 
 CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
   CmtImportReport rep;
-  FlatMap<uint64_t> live;  // address -> object id
+  SplitFlatMap<uint64_t> live;  // address -> object id
   LineReader lines(in);
   std::string_view line;
   while (lines.next(line)) {

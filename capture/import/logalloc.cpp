@@ -70,7 +70,7 @@ constexpr Syntax kCalls[] = {
 
 LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
   LogallocImportReport rep;
-  FlatMap<uint64_t> live;                          // address (or slot) -> object id
+  SplitFlatMap<uint64_t> live;                     // address (or slot) -> object id
   std::unordered_map<uint64_t, uint32_t> threads;  // TID -> thread index
   bool have_pid = false;
   LineReader lines(in);

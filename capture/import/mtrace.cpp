@@ -30,7 +30,7 @@ bool hex(std::string_view t, uint64_t& v) {
 
 MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
   MtraceImportReport rep;
-  FlatMap<uint64_t> live;  // address -> object id
+  SplitFlatMap<uint64_t> live;  // address -> object id
   LineReader lines(in);
   std::string_view line;
   bool pending = false;  // a "<" line waits for its ">"
