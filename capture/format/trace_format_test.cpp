@@ -315,6 +315,34 @@ TEST(Writer, AnEndedThreadsStateIsFreed) {
 // back in order. (That the early writes scan the threads once per quarter
 // budget, not once per chunk, is a cost: scripts/bench-capture-live.py
 // --programs 100k measures it.)
+// The align and count columns are staged only once a thread has a value
+// for either: one that comes midway through a chunk (after the staging
+// arrays grew past it) reads back with zeros before it, in that chunk and
+// in the next, as do the threads that never had one.
+TEST(Writer, AlignAndCountFirstSeenMidwayThroughAChunk) {
+  TempDir dir;
+  std::vector<Event> expected;
+  {
+    WriterOptions opt;
+    opt.chunk_events = 1000;
+    TraceWriter w(dir.file("r.hlt"), opt);
+    auto add = [&](Event e) {
+      w.append(e);
+      expected.push_back(e);
+    };
+    for (uint32_t k = 0; k < 2500; ++k) {
+      add({.size = 16 + k % 7, .thread = 0, .op = Op::malloc});
+      add({.size = 24, .thread = 1, .op = Op::malloc});
+      if (k == 300) add({.size = 64, .align = 64, .thread = 0, .op = Op::aligned_alloc});
+      if (k == 301) add({.size = 8, .count = 5, .thread = 0, .op = Op::calloc});
+      if (k == 1700) add({.size = 4, .count = 3, .thread = 1, .op = Op::calloc});
+    }
+    w.close();
+  }
+  auto r = TraceReader::open(dir.file("r.hlt"));
+  EXPECT_EQ(read_all(*r), expected);
+}
+
 TEST(Writer, ManySmallThreadsPastTheStagingBudget) {
   TempDir dir;
   constexpr uint32_t kThreads = 20000, kRounds = 8;
