@@ -307,18 +307,12 @@ TEST(Writer, AnEndedThreadsStateIsFreed) {
   EXPECT_EQ(read_all(*r), expected);
 }
 
-// Many threads of a few events each, none ended, past the writer's staging
-// budget (about 590,000 events). Threads at five rates: the fastest hold
-// the most when the budget is passed and are written early, so the file's
-// first chunk is one of theirs (without the early writes every chunk would
-// come at close(), thread 0's first, one of the slowest). Every event comes
-// back in order. (That the early writes scan the threads once per quarter
-// budget, not once per chunk, is a cost: scripts/bench-capture-live.py
-// --programs 100k measures it.)
 // The align and count columns are staged only once a thread has a value
 // for either: one that comes midway through a chunk (after the staging
 // arrays grew past it) reads back with zeros before it, in that chunk and
-// in the next, as do the threads that never had one.
+// in the next; thread 1's first one comes in a later chunk; thread 2's on
+// its first event; thread 3 never has one; thread 0 ends (its arrays given
+// back, the columns with them) and starts again without one, then with one.
 TEST(Writer, AlignAndCountFirstSeenMidwayThroughAChunk) {
   TempDir dir;
   std::vector<Event> expected;
@@ -330,19 +324,34 @@ TEST(Writer, AlignAndCountFirstSeenMidwayThroughAChunk) {
       w.append(e);
       expected.push_back(e);
     };
+    add({.size = 8, .count = 2, .thread = 2, .op = Op::calloc});
     for (uint32_t k = 0; k < 2500; ++k) {
       add({.size = 16 + k % 7, .thread = 0, .op = Op::malloc});
       add({.size = 24, .thread = 1, .op = Op::malloc});
+      add({.size = 32, .thread = 2, .op = Op::malloc});
+      add({.size = 40, .thread = 3, .op = Op::malloc});
       if (k == 300) add({.size = 64, .align = 64, .thread = 0, .op = Op::aligned_alloc});
       if (k == 301) add({.size = 8, .count = 5, .thread = 0, .op = Op::calloc});
       if (k == 1700) add({.size = 4, .count = 3, .thread = 1, .op = Op::calloc});
     }
+    add({.thread = 0, .op = Op::thread_end});
+    for (uint32_t k = 0; k < 50; ++k) add({.size = 48, .thread = 0, .op = Op::malloc});
+    add({.size = 16, .align = 4096, .thread = 0, .op = Op::aligned_alloc});
+    add({.size = 48, .thread = 0, .op = Op::malloc});
     w.close();
   }
   auto r = TraceReader::open(dir.file("r.hlt"));
   EXPECT_EQ(read_all(*r), expected);
 }
 
+// Many threads of a few events each, none ended, past the writer's staging
+// budget (about 590,000 events). Threads at five rates: the fastest hold
+// the most when the budget is passed and are written early, so the file's
+// first chunk is one of theirs (without the early writes every chunk would
+// come at close(), thread 0's first, one of the slowest). Every event comes
+// back in order. (That the early writes scan the threads once per quarter
+// budget, not once per chunk, is a cost: scripts/bench-capture-live.py
+// --programs 100k measures it.)
 TEST(Writer, ManySmallThreadsPastTheStagingBudget) {
   TempDir dir;
   constexpr uint32_t kThreads = 20000, kRounds = 8;

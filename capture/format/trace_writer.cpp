@@ -39,12 +39,12 @@ struct IndexEntry {
 struct ThreadEncoder {
   // Staging arrays, all with `cap` slots (grown together, allocated on
   // first use: threads are cheap); `n` are in use. The align and count
-  // columns, zero for most calls, only once a value of either is not (a
-  // chunk of none stores neither): 41 bytes an event staged, not 57.
+  // columns, zero for most calls, only once a value of either is not zero
+  // (until the arrays are given back): 41 bytes an event staged, not 57.
   std::vector<uint8_t> ops;
   std::vector<uint64_t> col[kColumnCount];
   uint64_t* colp[kColumnCount] = {};  // col[k].data(), or null while not allocated
-  bool rare = false;                  // whether the align and count columns are
+  bool rare = false;                  // whether the align and count columns are allocated
   uint64_t max[kColumnCount] = {};
   uint32_t n = 0;
   uint32_t cap = 0;
@@ -55,7 +55,8 @@ struct ThreadEncoder {
   uint32_t active_pos = 0;  // its place in TraceWriter::Impl::active
 };
 
-// Staged bytes per event (op byte and seven 64-bit values).
+// Staged bytes per event at most (op byte and seven 64-bit values; 41 while
+// a thread has had no align or count value).
 constexpr size_t kStagedBytesPerEvent = 1 + 8 * kColumnCount;
 // Bound on staging memory over all threads: past it, the thread with the
 // most staged events is flushed early (many threads, large chunks), and
