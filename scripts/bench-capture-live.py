@@ -20,12 +20,15 @@ interleaved with the native runs instead, each build first in turn (no `after`
 runs, no long run), and
 each build's median wall time and CPU time (heaplab and the program, user +
 system) are printed: the CPU time moves less with the machine's noise; and
-the largest scratch disk and heaplab RSS of its runs. The program is this
+the largest scratch disk and heaplab RSS of its runs, and the median of its
+runs' medians of heaplab's anonymous memory (RssAnon) while it runs. The program is this
 build's churn for both.
 --programs picks the programs to run (default: 1,2,512; also waves, and 10k
 and 100k: `churn 50 20 100 200` and `2000`, 10,000 and 100,000 threads of
 about 136 calls each, 50 at a time: heaplab's RSS between the two is what
-each thread that has gone still costs it).
+each thread that has gone still costs it; and idle: `churn 2 2000000 20000 1 500`, two
+churning threads beside 500 that made 100 strings each and then wait: what
+idle threads cost heaplab).
 
 Usage: scripts/bench-capture-live.py [--reps 5] [--long-ops 20000000] [--skip-long]
            [--programs 1,2,512] [--compare BUILD_DIR]
@@ -62,28 +65,36 @@ def dir_bytes(path):
     return total
 
 
-def hwm_kib(pid):
+def rss_kib(pid):
+    """(VmHWM, RssAnon) of pid in KiB, 0 where unreadable."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            m = re.search(r"VmHWM:\s+(\d+)", f.read())
-            return int(m.group(1)) if m else 0
+            text = f.read()
     except OSError:
-        return 0
+        return 0, 0
+    hwm = re.search(r"VmHWM:\s+(\d+)", text)
+    now = re.search(r"RssAnon:\s+(\d+)", text)
+    return int(hwm.group(1)) if hwm else 0, int(now.group(1)) if now else 0
 
 
 PROGRAMS = {"1": ["1", "4000000"], "2": ["2", "2000000"], "512": ["512", "4000"],
             "waves": ["300", "300", "20000", "24"], "10k": ["50", "20", "100", "200"],
-            "100k": ["50", "20", "100", "2000"]}
+            "100k": ["50", "20", "100", "2000"], "idle": ["2", "2000000", "20000", "1", "500"]}
 
 
-def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None):
+def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None, anon=None):
     """Returns (wall seconds, peak scratch bytes, heaplab peak RSS KiB, stderr);
-    appends the CPU seconds of heaplab and its children to `cpu` if given."""
+    appends the CPU seconds of heaplab and its children to `cpu` if given,
+    and the median of heaplab's anonymous memory (RssAnon, KiB) over the
+    run's samples to `anon` (what it holds while the program runs: not the
+    shim's mapping's pages, which are the program's buffers, nor a moment's
+    burst)."""
     out = os.path.join(work, "t.hlt")
     raw = os.path.join(work, "raw")
     shutil.rmtree(raw, ignore_errors=True)
     cmd = [heaplab, "capture", "--normalise", mode, "--raw-dir", raw, "-o", out, "--"] + prog
     peak = {"disk": 0, "rss": 0}
+    samples = []  # RssAnon KiB
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     done = threading.Event()
@@ -91,7 +102,10 @@ def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None):
     def sample():
         while not done.is_set():
             peak["disk"] = max(peak["disk"], dir_bytes(raw))
-            peak["rss"] = max(peak["rss"], hwm_kib(p.pid))
+            hwm, now = rss_kib(p.pid)
+            peak["rss"] = max(peak["rss"], hwm)
+            if now:
+                samples.append(now)
             time.sleep(0.002)
 
     th = threading.Thread(target=sample)
@@ -104,6 +118,8 @@ def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None):
     th.join()
     if cpu is not None:
         cpu.append(ru.ru_utime + ru.ru_stime)
+    if anon is not None:
+        anon.append(statistics.median(samples) if samples else 0)
     if p.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd)} exited {p.returncode}: {err.strip()[-500:]}")
     return dt, peak["disk"], peak["rss"], err
@@ -126,7 +142,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--long-ops", type=int, default=20000000)
     ap.add_argument("--skip-long", action="store_true")
-    ap.add_argument("--programs", default="1,2,512", help="churn programs to run: 1, 2, 512, waves, 10k, 100k")
+    ap.add_argument("--programs", default="1,2,512",
+                    help="churn programs to run: 1, 2, 512, waves, 10k, 100k, idle")
     ap.add_argument("--compare", help="another build directory: its live captures interleaved with this build's")
     a = ap.parse_args()
     programs = []
@@ -181,8 +198,8 @@ def compare(work, programs, other, other_dir, reps):
     builds = [(BUILD, HEAPLAB), (other_dir, other)]
     print(f"live captures, medians of {reps}, runs interleaved (native, then both builds, each first in turn)")
     print("| program | native | build | capture, live | vs native | CPU (heaplab + program) "
-          "| scratch peak | heaplab RSS |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| scratch peak | heaplab RSS | heaplab RssAnon, median |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for prog in programs:
         cmdline = [CHURN] + prog
         nat = []
@@ -190,12 +207,13 @@ def compare(work, programs, other, other_dir, reps):
         cpu = {b: [] for b, _ in builds}
         disk = {b: 0 for b, _ in builds}
         rss = {b: 0 for b, _ in builds}
+        anon = {b: [] for b, _ in builds}
         for i in range(reps):
             nat.append(timed(cmdline))
             # Each build first in turn: the run right after the native one
             # came out about 10% slower (`churn 1`, either build first).
             for b, exe in builds if i % 2 == 0 else builds[::-1]:
-                dt, d, r, _ = run_capture(work, cmdline, "live", exe, cpu[b])
+                dt, d, r, _ = run_capture(work, cmdline, "live", exe, cpu[b], anon[b])
                 wall[b].append(dt)
                 disk[b] = max(disk[b], d)
                 rss[b] = max(rss[b], r)
@@ -203,7 +221,8 @@ def compare(work, programs, other, other_dir, reps):
         for b, _ in builds:
             w = statistics.median(wall[b])
             print(f"| `churn {' '.join(prog)}` | {n:.3f} s | {b} | {w:.3f} s | **{w / n:.2f}x** "
-                  f"| {statistics.median(cpu[b]):.2f} s | {mib(disk[b])} | {rss[b] / 1024:.1f} MiB |", flush=True)
+                  f"| {statistics.median(cpu[b]):.2f} s | {mib(disk[b])} | {rss[b] / 1024:.1f} MiB "
+                  f"| {statistics.median(anon[b]) / 1024:.1f} MiB |", flush=True)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ class LiveCursor final : public RecordCursor {
         continue;
       }
       if (!load()) return nullptr;
+      idle_since_.reset();
     }
   }
   bool ended() const override { return ended_; }
@@ -153,10 +154,10 @@ class LiveCursor final : public RecordCursor {
     // A block the thread moved past was appended whole before it moved on;
     // at the end, a mapped copy of the same seq is the complete one (the
     // append may have been cut short).
-    // (The buffer only once there is a block to read: a thread that ended
-    // has none.)
-    if ((app != blocks.appended.end() || slot) && buf_.empty()) buf_ = f_->take_buffer();
+    // (The buffer only once there is a record to copy: a thread that ended
+    // has none, and an idle thread's cursor gave its back.)
     if (app != blocks.appended.end() && moved_on && !(final && slot)) {
+      if (buf_.empty()) buf_ = f_->take_buffer();
       f_->read_appended(app->second, buf_.data());
       BlockHeader h;
       std::memcpy(&h, buf_.data(), sizeof h);
@@ -189,6 +190,8 @@ class LiveCursor final : public RecordCursor {
       for (; n < kRecordsPerBlock; ++n) {
         const uint64_t head = acquire(&src[n].head);
         if (head == 0 && !moved_on && !ended && !(give_up && n == n_)) break;
+        if (buf_.empty()) [[unlikely]]
+          buf_ = f_->take_buffer();
         Record& r = records()[n];
         r.a = src[n].a;
         r.b = src[n].b;
@@ -285,7 +288,7 @@ class LiveCursor final : public RecordCursor {
       }
       if (more) return true;
       caught_up_ = !pending;
-      return false;
+      return idle();
     }
     if (final) {
       // Not anywhere: a gap (the process died while appending), or the end.
@@ -312,12 +315,29 @@ class LiveCursor final : public RecordCursor {
     // finds it), with records stamped before the poll that this cursor has
     // not read (a thread that filled its block while the reader was behind).
     caught_up_ = th.top_seq < seq_;
+    return idle();
+  }
+
+  // Nothing new to read: once the thread has been idle for the file's idle
+  // limit, the buffer goes back (every record copied into it was returned,
+  // and the one last returned is done with: the stream asked for the next).
+  // Another is taken when the thread writes again; records are copied into
+  // it at their place in the block, as before. Returns false (load's).
+  bool idle() {
+    if (buf_.empty() || pos_ < n_) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (!idle_since_) {
+      idle_since_ = now;
+    } else if (now - *idle_since_ >= f_->idle_limit_) {
+      f_->put_buffer(std::move(buf_));
+      idle_since_.reset();
+    }
     return false;
   }
 
   LiveRawFile* f_;
   uint32_t thread_;
-  std::vector<uint8_t> buf_;
+  LiveRawFile::Buffer buf_;
   uint64_t seq_ = 0;
   uint64_t pos_ = 0, n_ = 0;  // records returned, records copied, of block seq_
   bool done_with_block_ = false;
@@ -328,6 +348,9 @@ class LiveCursor final : public RecordCursor {
   uint32_t release_ = kNoSlot;                   // block seq_'s slot, to give back once returned
   uint64_t release_records_ = kRecordsPerBlock;  // and how far its records are to be zeroed
   std::optional<std::chrono::steady_clock::time_point> stuck_since_;
+  // Since when the thread has written nothing new, every record copied
+  // returned (idle()).
+  std::optional<std::chrono::steady_clock::time_point> idle_since_;
   // Since when record pending_slot_ of block seq_ is held (kPendingLimit).
   std::optional<std::chrono::steady_clock::time_point> pending_since_;
   uint64_t pending_slot_ = 0;
@@ -648,16 +671,19 @@ void LiveRawFile::finish() {
 
 std::unique_ptr<RecordCursor> LiveRawFile::cursor(size_t thread) { return std::make_unique<LiveCursor>(*this, thread); }
 
-std::vector<uint8_t> LiveRawFile::take_buffer() {
-  if (spare_buffers_.empty()) return std::vector<uint8_t>(kBlockSize);
-  std::vector<uint8_t> b = std::move(spare_buffers_.back());
+LiveRawFile::Buffer LiveRawFile::take_buffer() {
+  ++buffers_held_;
+  if (spare_buffers_.empty()) return Buffer(kBlockSize);
+  Buffer b = std::move(spare_buffers_.back());
   spare_buffers_.pop_back();
   return b;
 }
 
-void LiveRawFile::put_buffer(std::vector<uint8_t>&& buf) {
+void LiveRawFile::put_buffer(Buffer&& buf) {
+  if (buf.empty()) return;
+  --buffers_held_;
   if (buf.size() == kBlockSize && spare_buffers_.size() < kSpareBuffers) spare_buffers_.push_back(std::move(buf));
-  buf = {};
+  Buffer().swap(buf);  // (not `buf = {}`: assigning an empty list keeps the storage)
 }
 
 }  // namespace heaplab::normalise

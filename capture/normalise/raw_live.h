@@ -28,12 +28,14 @@
 // RawFile would: holes counted, gaps in a thread's blocks skipped.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "capture/format/flat_map.h"
 #include "capture/normalise/raw_reader.h"
 
 namespace heaplab::normalise {
@@ -79,6 +81,14 @@ class LiveRawFile final : public RecordSource {
   // Threads found gone while the process ran (their last block read whole
   // and, but for one with holes, given back; or, found late, read at the end).
   uint64_t threads_gone() const { return threads_gone_; }
+  // The cursors' block buffers (64 KiB each) taken and not given back: a
+  // thread's cursor holds one while it reads, and gives it back once its
+  // thread has ended, or has written nothing new for idle_limit() with every
+  // record copied returned (a program's idle threads cost the reader nothing
+  // but the few words of its place in their block).
+  uint64_t buffers_held() const { return buffers_held_; }
+  std::chrono::nanoseconds idle_limit() const { return idle_limit_; }
+  void set_idle_limit(std::chrono::nanoseconds limit) { idle_limit_ = limit; }
 
   const raw::FileHeader& header() const override { return *header_; }
   std::vector<std::string> command_line() const override;
@@ -134,10 +144,15 @@ class LiveRawFile final : public RecordSource {
   void give_back(uint32_t index, uint64_t records = raw::kRecordsPerBlock);
   // A cursor's block buffer: a spare one (a program whose threads come and
   // go would otherwise allocate and zero 64 KiB for every thread), or new.
-  std::vector<uint8_t> take_buffer();
-  void put_buffer(std::vector<uint8_t>&& buf);
+  // Each a mapping of its own (LineAllocator: 64 KiB), so one given back
+  // beyond the spares leaves the process, not a hole in malloc's arenas.
+  using Buffer = std::vector<uint8_t, LineAllocator<uint8_t>>;
+  Buffer take_buffer();
+  void put_buffer(Buffer&& buf);
   static constexpr size_t kSpareBuffers = 16;  // 1 MiB kept at most
-  std::vector<std::vector<uint8_t>> spare_buffers_;
+  std::vector<Buffer> spare_buffers_;
+  uint64_t buffers_held_ = 0;
+  std::chrono::nanoseconds idle_limit_ = std::chrono::milliseconds(200);
   // The block's exit word (raw::BlockHeader::exit_word): with
   // raw::kExitOwnerDied, the thread whose block it is has gone.
   static uint32_t exit_word(const uint8_t* block);

@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -306,21 +308,25 @@ struct LiveRun {
   uint64_t blocks_disk_bytes = 0;  // .blocks's allocated size at the end
   uint64_t threads_gone = 0;       // the reader's LiveRawFile::threads_gone
   bool ended_block_reused = false;
+  std::vector<uint64_t> buffers;  // the cursors' buffers held (LiveRawFile::buffers_held) at each poll
 };
 
 // Writes `steps` through a FakeShim, `batch` records per call of `ended`,
 // normalising live into DIR/live.hlt.
 LiveRun run_live(const TempDir& dir, const std::vector<Step>& steps, size_t batch, bool slow, bool consume,
-                 int publish = 0, const NormaliseOptions& opt = {}, bool clear_first = false) {
+                 int publish = 0, const NormaliseOptions& opt = {}, bool clear_first = false,
+                 std::optional<std::chrono::nanoseconds> idle_limit = std::nullopt) {
   const std::string path = dir.file("4321.0.hlraw");
   FakeShim shim(path, 3, slow, publish);
   shim.set_clear_first(clear_first);
   LiveRawFile raw(path, consume);
+  if (idle_limit) raw.set_idle_limit(*idle_limit);
   LiveRun out;
   size_t next = 0;
   std::vector<Step> waiting;  // records of threads inside a slow append
   auto ended = [&] {
     ++out.polls;
+    out.buffers.push_back(raw.buffers_held());
     out.most_unconsumed = std::max(out.most_unconsumed, shim.appended() - shim.consumed());
     shim.next_batch();
     std::vector<Step> retry;
@@ -866,6 +872,36 @@ TEST(LiveNormalise, ThreadIdleAfterAFullBlockHoldsNothingUp) {
   EXPECT_GE(live.appended, 59u);
   EXPECT_EQ(live.consumed, live.appended);
   EXPECT_LE(live.most_unconsumed, 2u) << "blocks waited for thread 0, which had nothing more to write";
+}
+
+TEST(LiveNormalise, AnIdleThreadsBufferGoesBack) {
+  // Thread 0 writes 100 records, then nothing while thread 1 writes 30
+  // blocks' worth, then 100 more in the same block. With no idle limit, its
+  // cursor gives its buffer back once it has found nothing new twice, and
+  // takes one again for the records after: they are copied at their place in
+  // the block and read as the trace normalised afterwards has them (the raw
+  // files kept for that).
+  std::vector<Step> steps;
+  uint64_t ticks = kStart + 10;
+  auto pairs = [&](uint32_t t, uint64_t n, uint64_t base) {
+    for (uint64_t i = 0; i < n; ++i) {
+      steps.push_back({t, raw::Record{raw::record_head(uint32_t(Op::malloc), ticks++), base + i * 64, 32, 0}});
+      steps.push_back({t, raw::Record{raw::record_head(uint32_t(Op::free), ticks++), base + i * 64, 0, 0}});
+    }
+  };
+  pairs(0, 50, 0x1000);
+  pairs(1, 30 * raw::kRecordsPerBlock / 2, 0x900000);
+  pairs(0, 50, 0x80000);
+  TempDir dir;
+  LiveRun live = run_live(dir, steps, 2000, false, false, 0, {}, false, std::chrono::nanoseconds(0));
+  EXPECT_EQ(live.rep.records, steps.size());
+  EXPECT_EQ(live.rep.unknown_frees, 0u);
+  ASSERT_GE(live.buffers.size(), 20u);
+  // Both threads' buffers once both have written; thread 1's alone while
+  // thread 0 is idle.
+  EXPECT_EQ(*std::max_element(live.buffers.begin(), live.buffers.end()), 2u);
+  EXPECT_EQ(std::count(live.buffers.begin(), live.buffers.end(), 1u) >= 10, true);
+  expect_same(live.events, normalise_after(dir));
 }
 
 TEST(LiveNormalise, NotARawFileYet) {

@@ -3,11 +3,16 @@
 // pattern of many C++ services. Prints a checksum so the work is not elided.
 // With WAVES, the threads are started and joined that many times over (a
 // program whose threads come and go: WAVES x THREADS threads in all).
-//   churn [THREADS=2] [OPS_PER_THREAD=2000000] [LIVE=20000] [WAVES=1]
+// With IDLE, that many more threads each make 100 strings, then wait
+// without a call until the churning threads are done (a server's idle
+// pool).
+//   churn [THREADS=2] [OPS_PER_THREAD=2000000] [LIVE=20000] [WAVES=1] [IDLE=0]
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +22,20 @@ int main(int argc, char** argv) {
   long ops = argc > 2 ? std::atol(argv[2]) : 2000000;
   long live = argc > 3 ? std::atol(argv[3]) : 20000;
   int waves = argc > 4 ? std::atoi(argv[4]) : 1;
+  int idle = argc > 5 ? std::atoi(argv[5]) : 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::vector<std::thread> idlers;
+  std::vector<size_t> made(static_cast<size_t>(idle));
+  for (int t = 0; t < idle; ++t)
+    idlers.emplace_back([&, t] {
+      std::vector<std::string> v;
+      for (int i = 0; i < 100; ++i) v.emplace_back(std::string(40 + i, 'i'));
+      made[size_t(t)] = v.size();
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done; });
+    });
   std::vector<uint64_t> sums(static_cast<size_t>(threads));
   uint64_t total = 0;
   for (int w = 0; w < waves; ++w) {
@@ -43,6 +62,13 @@ int main(int argc, char** argv) {
     for (auto& t : ts) t.join();
     for (uint64_t s : sums) total += s;
   }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  for (auto& t : idlers) t.join();
+  for (size_t m : made) total += m;
   std::printf("%llu\n", static_cast<unsigned long long>(total));
   return 0;
 }
