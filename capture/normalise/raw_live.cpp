@@ -67,6 +67,9 @@ constexpr uint64_t kPendingLookahead = 4;
 class LiveCursor final : public RecordCursor {
  public:
   LiveCursor(LiveRawFile& f, size_t thread) : f_(&f), thread_(uint32_t(thread)) {}
+  ~LiveCursor() override { f_->put_buffer(std::move(buf_)); }  // (the file outlives its cursors)
+  LiveCursor(const LiveCursor&) = delete;
+  LiveCursor& operator=(const LiveCursor&) = delete;
 
   const Record* next() override {
     for (;;) {
@@ -325,7 +328,7 @@ class LiveCursor final : public RecordCursor {
   // it at their place in the block, as before. Returns false (load's).
   bool idle() {
     if (buf_.empty() || pos_ < n_) return false;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = f_->polled_at_;
     if (!idle_since_) {
       idle_since_ = now;
     } else if (now - *idle_since_ >= f_->idle_limit_) {
@@ -597,6 +600,7 @@ uint64_t LiveRawFile::ahead_limit() const {
 
 uint64_t LiveRawFile::poll() {
   const uint64_t t = now();
+  polled_at_ = std::chrono::steady_clock::now();
   beat();
   const uint32_t nthreads = acquire(&header_->next_thread);
   map_ring();

@@ -83,9 +83,10 @@ class LiveRawFile final : public RecordSource {
   uint64_t threads_gone() const { return threads_gone_; }
   // The cursors' block buffers (64 KiB each) taken and not given back: a
   // thread's cursor holds one while it reads, and gives it back once its
-  // thread has ended, or has written nothing new for idle_limit() with every
-  // record copied returned (a program's idle threads cost the reader nothing
-  // but the few words of its place in their block).
+  // thread has ended, or has written nothing new for idle_limit() (as
+  // poll() saw time pass) with every record copied returned (a program's
+  // idle threads cost the reader nothing but the few words of its place in
+  // their block), or when the cursor goes.
   uint64_t buffers_held() const { return buffers_held_; }
   std::chrono::nanoseconds idle_limit() const { return idle_limit_; }
   void set_idle_limit(std::chrono::nanoseconds limit) { idle_limit_ = limit; }
@@ -145,14 +146,28 @@ class LiveRawFile final : public RecordSource {
   // A cursor's block buffer: a spare one (a program whose threads come and
   // go would otherwise allocate and zero 64 KiB for every thread), or new.
   // Each a mapping of its own (LineAllocator: 64 KiB), so one given back
-  // beyond the spares leaves the process, not a hole in malloc's arenas.
-  using Buffer = std::vector<uint8_t, LineAllocator<uint8_t>>;
+  // beyond the spares leaves the process, not a hole in malloc's arenas;
+  // not zeroed (no reader looks below what was copied into it), so only the
+  // pages records are copied to are ever touched.
+  template <typename T>
+  struct UnzeroedAllocator : LineAllocator<T> {
+    template <typename U>
+    struct rebind {
+      using other = UnzeroedAllocator<U>;
+    };
+    template <typename U>
+    void construct(U* p) noexcept {
+      ::new (static_cast<void*>(p)) U;  // default-initialised: left as it is
+    }
+  };
+  using Buffer = std::vector<uint8_t, UnzeroedAllocator<uint8_t>>;
   Buffer take_buffer();
   void put_buffer(Buffer&& buf);
   static constexpr size_t kSpareBuffers = 16;  // 1 MiB kept at most
   std::vector<Buffer> spare_buffers_;
   uint64_t buffers_held_ = 0;
   std::chrono::nanoseconds idle_limit_ = std::chrono::milliseconds(200);
+  std::chrono::steady_clock::time_point polled_at_;  // when poll() last looked (the cursors' idle clock)
   // The block's exit word (raw::BlockHeader::exit_word): with
   // raw::kExitOwnerDied, the thread whose block it is has gone.
   static uint32_t exit_word(const uint8_t* block);

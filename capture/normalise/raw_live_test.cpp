@@ -875,12 +875,16 @@ TEST(LiveNormalise, ThreadIdleAfterAFullBlockHoldsNothingUp) {
 }
 
 TEST(LiveNormalise, AnIdleThreadsBufferGoesBack) {
-  // Thread 0 writes 100 records, then nothing while thread 1 writes 30
-  // blocks' worth, then 100 more in the same block. With no idle limit, its
-  // cursor gives its buffer back once it has found nothing new twice, and
-  // takes one again for the records after: they are copied at their place in
-  // the block and read as the trace normalised afterwards has them (the raw
-  // files kept for that).
+  // Thread 0 writes 100 records and thread 2 two, then nothing while
+  // thread 1 writes 10 blocks' worth; thread 2 then writes 100 more and
+  // idles again (taking a buffer given back, thread 0's or its own, and
+  // filling it with its records); thread 0 writes 100 more in the same
+  // block while thread 1 goes on for 10 blocks more. (Thread 2 starts at
+  // once: the fake shim numbers a thread's first slot by the thread, and
+  // blocks left in the mapping take new slots from the same count.) With no idle limit, a cursor gives its buffer back
+  // once it has found nothing new twice, and takes one again (another thread's, as it is) for the records after: they
+  // are copied at their place in the block and read as the trace normalised afterwards has them, or as the live run
+  // that keeps its raw files has them when blocks are consumed and left in the mapping.
   std::vector<Step> steps;
   uint64_t ticks = kStart + 10;
   auto pairs = [&](uint32_t t, uint64_t n, uint64_t base) {
@@ -890,18 +894,37 @@ TEST(LiveNormalise, AnIdleThreadsBufferGoesBack) {
     }
   };
   pairs(0, 50, 0x1000);
-  pairs(1, 30 * raw::kRecordsPerBlock / 2, 0x900000);
+  pairs(2, 1, 0x30000);
+  pairs(1, 10 * raw::kRecordsPerBlock / 2, 0x900000);
+  pairs(2, 50, 0x40000);
+  pairs(1, 5 * raw::kRecordsPerBlock / 2, 0xa00000);
   pairs(0, 50, 0x80000);
+  pairs(1, 10 * raw::kRecordsPerBlock / 2, 0xb00000);
   TempDir dir;
-  LiveRun live = run_live(dir, steps, 2000, false, false, 0, {}, false, std::chrono::nanoseconds(0));
-  EXPECT_EQ(live.rep.records, steps.size());
-  EXPECT_EQ(live.rep.unknown_frees, 0u);
-  ASSERT_GE(live.buffers.size(), 20u);
-  // Both threads' buffers once both have written; thread 1's alone while
-  // thread 0 is idle.
-  EXPECT_EQ(*std::max_element(live.buffers.begin(), live.buffers.end()), 2u);
-  EXPECT_EQ(std::count(live.buffers.begin(), live.buffers.end(), 1u) >= 10, true);
-  expect_same(live.events, normalise_after(dir));
+  LiveRun kept = run_live(dir, steps, 2000, false, false, 0, {}, false, std::chrono::nanoseconds(0));
+  EXPECT_EQ(kept.rep.records, steps.size());
+  EXPECT_EQ(kept.rep.unknown_frees, 0u);
+  {
+    SCOPED_TRACE("kept against after");
+    expect_same(kept.events, normalise_after(dir));
+  }
+  // The buffers held at each poll: the threads' at first, thread 1's alone
+  // while the others idle, two again once another writes again.
+  const auto& b = kept.buffers;
+  ASSERT_GE(b.size(), 20u);
+  EXPECT_GE(std::count(b.begin(), b.end(), 1u), 10);
+  const auto first_two = std::find(b.begin(), b.end(), 2u);
+  const auto then_one = std::find(first_two, b.end(), 1u);
+  EXPECT_NE(std::find(then_one, b.end(), 2u), b.end()) << "no cursor took a buffer again while the program ran";
+  EXPECT_LE(*std::max_element(b.begin(), b.end()), 3u);
+  for (const int publish : {0, 1}) {
+    TempDir dir2;
+    LiveRun consumed = run_live(dir2, steps, 2000, false, true, publish, {}, false, std::chrono::nanoseconds(0));
+    EXPECT_EQ(consumed.rep.unknown_frees, 0u) << "publish " << publish;
+    EXPECT_EQ(consumed.rep.records, steps.size());
+    SCOPED_TRACE("consumed against kept, publish " + std::to_string(publish));
+    expect_same(consumed.events, kept.events);
+  }
 }
 
 TEST(LiveNormalise, NotARawFileYet) {
