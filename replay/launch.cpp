@@ -301,14 +301,15 @@ std::string heap_refusal(uint64_t heap, const std::string& where, uint64_t avail
       common::gib_text(available));
 }
 
-// Before any plan is built, the part of memory_check() a captured trace
-// already states: its live heap at its peak (capture.heap_live_peak_bytes,
-// which the normaliser counts as the plan does: the requested bytes, in the
-// trace's order), with the plan's windows at their least, against
-// `available` (0: unknown). A trace whose heap cannot fit is refused at
-// once, not after building a plan as long as the trace. "" if it may fit,
-// or the trace does not say (an import from another tool, a trace that
-// lost its end): the build stops where the heap passes what fits
+// Before any plan is built, the part of memory_check() a captured or
+// imported trace already states: its live heap at its peak
+// (capture.heap_live_peak_bytes, which the normaliser and the importers'
+// writer count as the plan does: the requested bytes, in the trace's
+// order), with the plan's windows at their least, against `available` (0:
+// unknown). A trace whose heap cannot fit is refused at once, not after
+// building a plan as long as the trace. "" if it may fit, or the trace does
+// not say (written by another tool or an older heaplab, a trace that lost
+// its end): the build stops where the heap passes what fits
 // (PlanOptions::live_limit), and memory_check() decides after it.
 std::string early_memory_check(const trace::TraceReader& r, const ReplaySettings& settings, uint64_t available) {
   if (available == 0 || !r.complete() || !writes_whole_heap(r, settings)) return "";
@@ -318,7 +319,9 @@ std::string early_memory_check(const trace::TraceReader& r, const ReplaySettings
   if (!c.contains("heap_live_peak_bytes") || !c["heap_live_peak_bytes"].is_number_unsigned()) return "";
   const uint64_t heap = c["heap_live_peak_bytes"].get<uint64_t>();
   if (plus_windows(heap) <= available) return "";
-  return heap_refusal(heap, " at its peak, as its capture counted it", available);
+  const bool imported = c.contains("method") && c["method"] == "import";
+  return heap_refusal(
+      heap, imported ? " at its peak, as its import counted it" : " at its peak, as its capture counted it", available);
 }
 
 // The build stopped where the trace's live heap passed what this machine

@@ -1000,6 +1000,46 @@ TEST_F(ReplayTest, CapturedHeapBiggerThanMemoryIsRefusedBeforeThePlan) {
   EXPECT_FALSE(fs::is_empty(plans));
 }
 
+// The same for an import from another tool (glibc's mtrace log: 20,000
+// small blocks made and freed, a realloc, then 2 GiB made at the last
+// call): the importer's writer counted the live peak as the plan does, so
+// the refusal comes before the build, not at the build's last event.
+TEST_F(ReplayTest, ImportedHeapBiggerThanMemoryIsRefusedBeforeThePlan) {
+  const std::string log = (dir() / "big.mtrace").string();
+  {
+    std::ofstream f(log);
+    f << "= Start\n";
+    for (int i = 0; i < 20000; ++i)
+      f << "@ ./p:[0x1] + 0x" << std::hex << (0x10000 + 64 * i) << " 0x30\n@ ./p:[0x2] - 0x" << (0x10000 + 64 * i)
+        << std::dec << "\n";
+    f << "@ ./p:[0x3] + 0x900000 0x100\n@ ./p:[0x4] < 0x900000\n@ ./p:[0x4] > 0x900100 0x1000\n";
+    f << "@ ./p:[0x5] + 0x7f0000000000 0x80000000\n= End\n";
+  }
+  const std::string t = (dir() / "big-import.hlt").string();
+  const Outcome c = run({kHeaplab, "import", "--from", "mtrace", log, "-o", t});
+  ASSERT_EQ(c.code, 0) << c.err;
+  const json meta = json::parse(heaplab::trace::TraceReader::open(t)->metadata());
+  EXPECT_EQ(meta["capture"]["method"], "import");
+  const uint64_t peak = (uint64_t{2} << 30) + 0x1000;
+  EXPECT_EQ(meta["capture"]["heap_live_peak_bytes"].get<uint64_t>(), peak);
+  const fs::path plans = dir() / "big-import-plans";
+  fs::create_directories(plans);
+  const std::string env = "HEAPLAB_MEMORY_AVAILABLE=1073741824 HEAPLAB_PLAN_DIR=" + plans.string();
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "all", "--touch", "all"}, env);
+  EXPECT_EQ(r.code, 2);
+  const std::string line = "the replay needs at least " + heaplab::common::gib_text(peak + (uint64_t{64} << 20)) +
+                           " of memory (" + heaplab::common::gib_text(peak) +
+                           " for the trace's live heap at its peak, as its import counted it, 0.1 GiB for the "
+                           "plan's windows) and this machine has 1.0 GiB available: replay on a machine with more "
+                           "memory, or with --touch none (the heap's pages are then never written)";
+  EXPECT_NE(r.err.find(t + ": " + line), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_empty(plans));
+  // The figure is the plan's own.
+  const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"}, 0, env);
+  EXPECT_EQ(ok["exit"]["status"], "ok");
+  EXPECT_EQ(ok["trace"]["live_bytes_peak"].get<uint64_t>(), peak);
+}
+
 // A heap that fits what the build allows (the memory available less the
 // plan's windows) but not with the object table besides: refused after the
 // build, by the whole count, which names each part. 1 GiB said to be

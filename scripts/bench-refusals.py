@@ -20,10 +20,15 @@ whether stderr was one line.
     another tool), reached only at its last call: refused where the
     plan's build finds it, here at the end; then the same with
     `--allocator all` (four replays asked for, one build)
+  - the same from another tool: a glibc mtrace log of --import-pairs
+    malloc/free pairs and a 1 TiB block at its last call, imported by
+    each build itself (`heaplab import --from mtrace`; the import's time
+    is printed), then replayed
   - for scale: the captured trace's plan built and replayed (`replay
     --touch none`, which runs)
 
-Usage: scripts/bench-refusals.py [--pairs 50000000] [--reps 3] [--compare BUILD_DIR]
+Usage: scripts/bench-refusals.py [--pairs 50000000] [--import-pairs 10000000] [--reps 3]
+                                 [--compare BUILD_DIR]
 HEAPLAB_BUILD_DIR picks the build to measure (default: build/); --compare
 runs the same commands on another build, interleaved.
 """
@@ -69,6 +74,8 @@ def run(args, env, plans):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=50_000_000, help="small malloc/free pairs in the captured trace")
+    ap.add_argument("--import-pairs", type=int, default=10_000_000,
+                    help="small malloc/free pairs in the imported mtrace log")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--compare", help="another build directory, measured on the same traces")
     a = ap.parse_args()
@@ -95,6 +102,21 @@ def main():
         with open("/proc/sys/vm/max_map_count") as f:
             many = int(f.read()) // 2 + 100
         subprocess.run([t["make"], "threads", threads, str(many)], check=True)
+        log = os.path.join(work, "terabyte.mtrace")
+        pair = b"@ ./p:[0x401000] + 0x55d0c0de10 0x30\n@ ./p:[0x401010] - 0x55d0c0de10\n"
+        with open(log, "wb") as f:
+            f.write(b"= Start\n")
+            for done in range(0, a.import_pairs, 100_000):
+                f.write(pair * min(100_000, a.import_pairs - done))
+            f.write(b"@ ./p:[0x401020] + 0x7f0000000000 0x10000000000\n= End\n")
+        imported = {}
+        for i, (n, b) in enumerate(builds):
+            imported[b] = os.path.join(work, f"terabyte-import-{i}.hlt")
+            t0 = time.monotonic()
+            subprocess.run([tools(b)["heaplab"], "import", "--from", "mtrace", log, "-o", imported[b]], check=True,
+                           stdout=subprocess.DEVNULL)
+            print(f"{n}: imported {2 * a.import_pairs + 1:,} calls of mtrace in {time.monotonic() - t0:.1f} s")
+        os.remove(log)
         os.makedirs(tiny)
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "heaplab-bench", tiny],
                                  stderr=subprocess.DEVNULL).returncode == 0
@@ -111,6 +133,9 @@ def main():
             (f"a 1 TiB heap the trace does not state, at its last of {2 * a.pairs + 2:,} calls: replay", [synthetic],
              {}),
             ("the same: replay --allocator all", [synthetic, "--allocator", "all"], {}),
+            (f"imported from mtrace: a 1 TiB block at its last of {2 * a.import_pairs + 1:,} calls: replay",
+             [imported], {}),
+            ("the same: replay --allocator all", [imported, "--allocator", "all"], {}),
             ("for scale, the captured trace's plan built and replayed: replay --touch none (runs)",
              [captured, "--touch", "none"], {}),
         ]
@@ -123,7 +148,9 @@ def main():
             for _ in range(a.reps):
                 for _, b in builds:
                     alloc = [] if "--allocator" in args else ["--allocator", "glibc"]
-                    runs[b].append(run([tools(b)["heaplab"], "replay", "-q", "--timeout", "300", *alloc, *args], env,
+                    # (An import is each build's own.)
+                    argv = [x[b] if isinstance(x, dict) else x for x in args]
+                    runs[b].append(run([tools(b)["heaplab"], "replay", "-q", "--timeout", "300", *alloc, *argv], env,
                                        plans))
             cells = []
             for _, b in builds:

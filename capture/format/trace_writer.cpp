@@ -15,6 +15,7 @@
 
 #include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
+#include "capture/format/id_map.h"
 #include "capture/format/memory_available.h"
 
 namespace heaplab::trace {
@@ -163,6 +164,23 @@ struct TraceWriter::Impl {
   uint64_t memory_count = 0;      // set_memory_source
   std::function<bool(MemoryEvent&)> memory_next;
   std::vector<uint64_t> addresses;
+  // count_heap_peak: each live object's requested bytes, by id, and their
+  // sum (modulo 2^128: sizes near 2^64 cannot overflow it).
+  std::unique_ptr<IdMap<uint64_t>> live;
+  __extension__ unsigned __int128 live_bytes = 0;
+  uint64_t live_peak = 0;
+  void count_heap(const Event& e, uint8_t fields) {
+    uint64_t b = 0;
+    // (A failed realloc keeps its object; one not live is a trace's own
+    // inconsistency, which plan building reports.)
+    if ((fields & kConsumes) && e.old != 0 && !(e.flags & kFailed) && live->erase(e.old, &b)) live_bytes -= b;
+    if (e.id != 0) {
+      b = e.requested_bytes();
+      live->put(e.id, b);
+      live_bytes += b;
+      live_peak = std::max(live_peak, live_bytes > UINT64_MAX ? UINT64_MAX : uint64_t(live_bytes));
+    }
+  }
   ZSTD_CCtx* cctx = nullptr;
   std::vector<uint8_t> raw;
   std::string block;
@@ -505,6 +523,7 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options) : impl_
   if (m.opt.codec != kCodecNone && m.opt.codec != kCodecZstd && m.opt.codec != kCodecLz4)
     throw TraceError(path + ": unknown codec " + std::to_string(m.opt.codec));
   m.check_level(m.opt.level);
+  if (m.opt.count_heap_peak) m.live = std::make_unique<IdMap<uint64_t>>();
   // (Read and write: a memory block written as it is made is read back for its checksum.)
   m.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (m.fd < 0) m.io_fail("cannot create");
@@ -555,6 +574,8 @@ uint64_t TraceWriter::append(Event& e) {
   if (!(fields & kCount)) e.count = 0;
   if (!m.opt.timestamps) e.time = 0;
   e.seq = m.next_seq++;
+  if (m.live) [[unlikely]]
+    m.count_heap(e, fields);
 
   if (e.thread != m.cached_thread) [[unlikely]] {
     ThreadEncoder* slot = m.encoder_slot(e.thread);
@@ -708,5 +729,6 @@ size_t TraceWriter::open_threads() const { return impl_->active.size(); }
 
 uint64_t TraceWriter::objects() const { return impl_->last_id; }
 uint64_t TraceWriter::bytes_written() const { return impl_->offset; }
+uint64_t TraceWriter::heap_live_peak() const { return impl_->live_peak; }
 
 }  // namespace heaplab::trace

@@ -29,6 +29,12 @@ struct WriterOptions {
   bool timestamps = false;
   // JSON object describing the trace, written as the first METADATA block.
   std::string metadata_json = "{}";
+  // Whether to count the live heap's peak as events are appended
+  // (heap_live_peak()): the requested bytes of the objects live at once, as
+  // plan building counts them. Costs a table entry per live object (a ring
+  // of 4 MiB, then 16 bytes per object live long); for writers that do not
+  // count it themselves (the importers).
+  bool count_heap_peak = false;
 };
 
 struct ThreadInfo {
@@ -82,6 +88,8 @@ class TraceWriter {
 
   uint64_t events() const;
   uint64_t objects() const;  // ids handed out so far
+  // The most requested bytes live at once so far (count_heap_peak; else 0).
+  uint64_t heap_live_peak() const;
   // Threads the writer keeps encoder state for: those with events but no
   // thread_end yet (a thread_end writes the thread's open chunk and frees
   // its state; an event of it after that starts afresh).

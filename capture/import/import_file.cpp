@@ -12,12 +12,16 @@ ImportedFile write_import(const std::string& input, const std::string& output, t
   nlohmann::json meta = base_metadata("import", "none", command_line);
   meta["import"] = {{"from", from}, {"source", in->name()}, {"compression", in->compression()}};
   opt.metadata_json = meta.dump();
+  // The live heap's peak, stated as a capture states it, so that a replay
+  // that cannot fit is refused before its plan is built.
+  opt.count_heap_peak = true;
   ImportedFile r;
   r.source = in->name();
   r.compression = in->compression();
   common::write_then_rename(output, [&](const std::string& tmp) {
     trace::TraceWriter w(tmp, opt);
     meta["import"].update(import(*in, w));
+    meta["capture"]["heap_live_peak_bytes"] = w.heap_live_peak();
     w.set_final_metadata(meta.dump());
     w.close();
     r.bytes = w.bytes_written();

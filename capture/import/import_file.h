@@ -30,7 +30,9 @@ struct FileImport : ImportedFile {
 
 // Imports `input` into `output`: `import(in, w)` writes the events (and the
 // threads' names) and returns the counts, which join {"from": FROM,
-// "source", "compression"} in the metadata's "import" object. Throws what
+// "source", "compression"} in the metadata's "import" object; the writer
+// counts the live heap's peak, the metadata's
+// capture.heap_live_peak_bytes. Throws what
 // the input, the importer or the writer throw; `output` is then untouched.
 ImportedFile write_import(const std::string& input, const std::string& output, trace::WriterOptions opt,
                           const std::vector<std::string>& command_line, const std::string& from,
