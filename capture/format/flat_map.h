@@ -246,7 +246,12 @@ class FlatMap {
 template <typename V, size_t PartBytes = size_t{2} << 20>
 class SplitFlatMap {
  public:
-  size_t size() const { return size_; }
+  // (Summed over the parts: no count kept per insert and erase.)
+  size_t size() const {
+    size_t n = 0;
+    for (const Part& p : parts_) n += p.size();
+    return n;
+  }
   size_t table_bytes() const {
     size_t n = 0;
     for (const Part& p : parts_) n += p.table_bytes();
@@ -280,15 +285,11 @@ class SplitFlatMap {
     if (!split_ && parts_[0].full() && parts_[0].table_bytes() * 2 >= kParts * kPartBytes) [[unlikely]]
       split_whole();
     const uint64_t h = flat_hash(key);
-    const auto r = part(h).try_insert(key, h);
-    size_ += r.second;
-    return r;
+    return part(h).try_insert(key, h);
   }
   bool erase(uint64_t key, V* out = nullptr) {
     const uint64_t h = flat_hash(key);
-    const bool had = part(h).erase(key, h, out);
-    size_ -= had;
-    return had;
+    return part(h).erase(key, h, out);
   }
   template <typename F>
   void for_each(F&& f) const {
@@ -296,7 +297,6 @@ class SplitFlatMap {
   }
   void clear() {
     for (Part& p : parts_) p.clear();
-    size_ = 0;
     split_ = false;
   }
 
@@ -325,7 +325,6 @@ class SplitFlatMap {
     split_ = true;
   }
   std::array<Part, kParts> parts_;
-  size_t size_ = 0;
   bool split_ = false;
 };
 
