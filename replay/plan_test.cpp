@@ -1489,5 +1489,33 @@ TEST(PlanLive, RunningLiveBytesPerThread) {
   EXPECT_EQ(none->plan->peak_step(), kNoPeak);
 }
 
+// The live peak an importer's writer states (WriterOptions::count_heap_peak,
+// the metadata's capture.heap_live_peak_bytes, which refuses a replay before
+// its build) is the one plan building counts, on random valid traces: every
+// op, failed reallocs that keep their object, realloc(p, 0) returning NULL,
+// sizes near 2^64, cross-thread frees, and objects live long after 2^18
+// others were made (the writer's table past its ring).
+TEST(PlanLive, TheWritersPeakIsThePlans) {
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE(seed);
+    trace::testutil::GenOptions g;
+    g.threads = uint32_t(1 + seed % 4);
+    g.max_live = seed % 3 == 0 ? 100000 : 64;
+    const std::vector<Event> evs = trace::testutil::generate(seed, seed % 3 == 0 ? 600000 : 20000, g);
+    TempDir dir;
+    const std::string path = dir.file("t.hlt");
+    WriterOptions wo;
+    wo.count_heap_peak = true;
+    trace::TraceWriter w(path, wo);
+    for (Event e : evs) w.append(e);
+    w.close();
+    auto r = TraceReader::open(path);
+    PlanSummary s;
+    close(build_plan(*r, PlanOptions{}, s));
+    EXPECT_GT(s.live_bytes_peak, 0u);
+    EXPECT_EQ(w.heap_live_peak(), s.live_bytes_peak);
+  }
+}
+
 }  // namespace
 }  // namespace heaplab::replay

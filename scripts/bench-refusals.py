@@ -16,8 +16,8 @@ whether stderr was one line.
   - more threads than a process can start here: a trace of
     vm.max_map_count / 2 + 100 threads of one call each
   - a heap bigger than memory that the trace does not state (a trace
-    written by make_hostile_traces, not captured: as an import from
-    another tool), reached only at its last call: refused where the
+    written by make_hostile_traces, not captured or imported: as one
+    written by another tool or an older heaplab), reached only at its last call: refused where the
     plan's build finds it, here at the end; then the same with
     `--allocator all` (four replays asked for, one build)
   - the same from another tool: a glibc mtrace log of --import-pairs

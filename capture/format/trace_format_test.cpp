@@ -381,9 +381,11 @@ TEST(Writer, ManySmallThreadsPastTheStagingBudget) {
 }
 
 // count_heap_peak: the most requested bytes live at once, as plan building
-// counts them: calloc's count times size (saturating), a realloc's old
-// object going as its new one comes, a failed realloc keeping its object,
-// a NULL result making nothing, free(NULL) and a second free of the same
+// counts them (plan_test's PlanLive.TheWritersPeakIsThePlans compares the
+// two on random traces): calloc's and reallocarray's count times size
+// (saturating), a realloc's old object going as its new one comes (also
+// realloc(p, 0) returning NULL), a failed realloc keeping its object, a
+// NULL result making nothing, free(NULL) and a second free of the same
 // object taking nothing, and an object still live far behind the ring of
 // recent ids (300,000 objects made after it) freed at the end.
 TEST(Writer, CountsTheLiveHeapsPeak) {
@@ -397,27 +399,30 @@ TEST(Writer, CountsTheLiveHeapsPeak) {
     EXPECT_EQ(w.heap_live_peak(), peak) << "event " << e.seq;
     ++peaks;
   };
-  add({.size = 100, .op = Op::malloc}, 100);                                // 1: 100 live
-  add({.size = 10, .count = 3, .op = Op::calloc}, 130);                     // 2: 130
-  add({.old = 1, .size = 400, .op = Op::realloc}, 430);                     // 3 for 1: 430
-  add({.old = 3, .size = 5000, .op = Op::realloc, .flags = kFailed}, 430);  // 3 kept
-  add({.size = 1 << 20, .op = Op::malloc, .flags = kNullResult}, 430);      // nothing made
-  add({.old = 0, .op = Op::free}, 430);                                     // free(NULL)
-  add({.old = 3, .op = Op::free}, 430);                                     // 30 live
-  add({.old = 3, .op = Op::free}, 430);                                     // freed twice
-  add({.size = 1000, .op = Op::op_new}, 1030);                              // 4: 1030
+  add({.size = 100, .op = Op::malloc}, 100);                                  // 1: 100 live
+  add({.size = 10, .count = 3, .op = Op::calloc}, 130);                       // 2: 130
+  add({.old = 1, .size = 400, .op = Op::realloc}, 430);                       // 3 for 1: 430
+  add({.old = 3, .size = 5000, .op = Op::realloc, .flags = kFailed}, 430);    // 3 kept
+  add({.size = 1 << 20, .op = Op::malloc, .flags = kNullResult}, 430);        // nothing made
+  add({.old = 0, .op = Op::free}, 430);                                       // free(NULL)
+  add({.old = 3, .op = Op::free}, 430);                                       // 30 live
+  add({.old = 3, .op = Op::free}, 430);                                       // freed twice
+  add({.size = 1000, .op = Op::op_new}, 1030);                                // 4: 1030
+  add({.old = 0, .size = 50, .op = Op::realloc}, 1080);                       // 5, realloc(NULL): 1080
+  add({.old = 5, .size = 0, .op = Op::realloc, .flags = kNullResult}, 1080);  // realloc(5, 0): 1030
+  add({.old = 2, .size = 10, .count = 4, .op = Op::reallocarray}, 1080);      // 6 for 2: 1040
   for (int i = 0; i < 300000; ++i) {
     Event m{.size = 1, .op = Op::malloc};
     w.append(m);
     Event f{.old = w.objects(), .op = Op::free};
     w.append(f);
   }
-  EXPECT_EQ(w.heap_live_peak(), 1031u);
-  add({.old = 4, .op = Op::op_delete}, 1031);  // 30 live
-  add({.size = 1030, .op = Op::malloc}, 1060);
+  EXPECT_EQ(w.heap_live_peak(), 1080u);
+  add({.old = 4, .op = Op::op_delete}, 1080);  // 40 live
+  add({.size = 1050, .op = Op::malloc}, 1090);
   add({.size = UINT64_MAX / 2, .count = 3, .op = Op::calloc}, UINT64_MAX);  // saturates
   w.close();
-  EXPECT_EQ(peaks, 12u);
+  EXPECT_EQ(peaks, 15u);
   // Off by default.
   TraceWriter plain(dir.file("q.hlt"), {});
   Event e{.size = 100, .op = Op::malloc};

@@ -31,9 +31,10 @@ struct WriterOptions {
   std::string metadata_json = "{}";
   // Whether to count the live heap's peak as events are appended
   // (heap_live_peak()): the requested bytes of the objects live at once, as
-  // plan building counts them. Costs a table entry per live object (a ring
-  // of 4 MiB, then 16 bytes per object live long); for writers that do not
-  // count it themselves (the importers).
+  // plan building counts them. Costs an IdMap: a ring of 4 MiB for the
+  // 2^18 newest ids, and for an object still live behind them a FlatMap
+  // entry (32-64 B, twice that while the table doubles); for writers that
+  // do not count it themselves (the importers).
   bool count_heap_peak = false;
 };
 
