@@ -1,5 +1,6 @@
 // Progress with an ETA on a terminal, for stages that can take more than a
-// few seconds (normalising, building a plan, replaying, stats, check):
+// few seconds (normalising, importing, building a plan, replaying, stats,
+// check):
 //
 //   building the replay plan: 41% (412,000,000 of 1,000,000,000 events), 38 s left
 //

@@ -1,9 +1,11 @@
 #include "capture/import/input_stream.h"
 
+#include "common/progress.h"
 #include "common/text.h"
 
 #include <bzlib.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <lzma.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -11,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 namespace heaplab::import {
 namespace {
@@ -18,6 +21,9 @@ namespace {
 constexpr size_t kBlock = 1 << 16;
 
 // Raw bytes from a file descriptor, with the first bytes kept for sniffing.
+// Reading a regular file shows progress with an ETA on a terminal
+// (common::Progress: the file's bytes read, compressed or not, of its size),
+// cleared when the input is closed.
 class FdInput {
  public:
   FdInput(const std::string& path) : name_(path) {
@@ -28,6 +34,9 @@ class FdInput {
       fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd_ < 0) throw InputError(path + ": cannot open: " + std::strerror(errno));
     }
+    struct stat st {};
+    if (fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+      progress_.emplace("importing", uint64_t(st.st_size), "bytes");
   }
   ~FdInput() {
     if (owned_ && fd_ >= 0) ::close(fd_);
@@ -35,6 +44,7 @@ class FdInput {
   size_t read(char* buf, size_t n) {
     for (;;) {
       ssize_t r = ::read(fd_, buf, n);
+      if (r > 0 && progress_) progress_->update(read_ += uint64_t(r));
       if (r >= 0) return static_cast<size_t>(r);
       if (errno == EINTR) continue;
       throw InputError(name_ + ": read error: " + std::strerror(errno));
@@ -55,6 +65,8 @@ class FdInput {
   std::string name_;
   int fd_ = -1;
   bool owned_ = true;
+  uint64_t read_ = 0;
+  std::optional<common::Progress> progress_;
 };
 
 // Base for the streams: compressed input is read through `in_buf`, which

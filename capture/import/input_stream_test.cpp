@@ -616,5 +616,39 @@ TEST(InputStreamStdin, StdinErrorsNameStdin) {
   EXPECT_EQ(msg.rfind("<stdin>: xz data ", 0), 0u) << msg;
 }
 
+// Reading a file shows progress with an ETA on a terminal (here forced:
+// HEAPLAB_PROGRESS=1), once the input has been read for 2 s: the file's
+// bytes read of its size, on one line cleared when the input is closed.
+TEST(InputStream, ProgressOfTheFileRead) {
+  TempDir dir;
+  const std::string path = dir.file("big.txt");
+  write_file(path, std::string(size_t{4} << 20, 'x'));
+  const std::string err = dir.file("stderr");
+  const int saved = dup(2);
+  const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  setenv("HEAPLAB_PROGRESS", "1", 1);
+  dup2(fd, 2);
+  {
+    auto in = InputStream::open(path);
+    std::vector<char> buf(1 << 16);
+    size_t got = 0;
+    while (got < (size_t{1} << 20)) got += in->read(buf.data(), buf.size());
+    usleep(2100000);
+    while (size_t n = in->read(buf.data(), buf.size())) got += n;
+    EXPECT_EQ(got, size_t{4} << 20);
+  }
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  unsetenv("HEAPLAB_PROGRESS");
+  const std::string out = trace::testutil::read_file(err);
+  EXPECT_EQ(out.rfind("\r\033[Kimporting: ", 0), 0u) << out;
+  EXPECT_NE(out.find(" of 4,194,304 bytes), "), std::string::npos) << out;
+  EXPECT_NE(out.find(" s left"), std::string::npos) << out;
+  EXPECT_EQ(out.substr(out.size() - 4), "\r\033[K") << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 0) << out;
+}
+
 }  // namespace
 }  // namespace heaplab::import
