@@ -133,19 +133,22 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
   return fd;
 }
 
-bool PlanStore::make_room(uint64_t need, uint64_t& free_bytes) const {
+uint64_t PlanStore::cache_limit() const {
+  if (const char* l = std::getenv("HEAPLAB_PLAN_CACHE_MIB"); l && *l) return std::strtoull(l, nullptr, 10) * kMiB;
+  uint64_t kept = 0;
+  for (const Entry& e : entries(dir_)) kept += e.bytes;
+  return std::min<uint64_t>(64 * kGiB, (free_bytes_of(dir_) + kept) / 2);
+}
+
+bool PlanStore::make_room(uint64_t need, uint64_t limit) const {
   std::vector<Entry> v = entries(dir_);
   uint64_t kept = 0;
   for (const Entry& e : v) kept += e.bytes;
-  free_bytes = free_bytes_of(dir_);
-  uint64_t limit = std::min<uint64_t>(64 * kGiB, (free_bytes + kept) / 2);
-  if (const char* l = std::getenv("HEAPLAB_PLAN_CACHE_MIB"); l && *l) limit = std::strtoull(l, nullptr, 10) * kMiB;
   if (need > limit) return false;
   for (const Entry& e : v) {
     if (kept + need <= limit) break;
     remove_entry(e.plan);
     kept -= e.bytes;
-    free_bytes += e.bytes;
   }
   return kept + need <= limit;
 }
@@ -167,12 +170,16 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     return build_plan(r, opt, summary);
   }
   const uint64_t need = plan_bytes(r, opt);
+  // Whether the plan will be kept: older plans make room for it under the
+  // cache's limit only once it is built (a build stopped midway, where the
+  // trace's live heap passes what this machine has, or by a bad trace,
+  // takes no kept plan with it).
+  const uint64_t limit = cache_limit();
+  bool keep = !id.empty() && need <= limit;
   uint64_t free_bytes = free_bytes_of(dir_);
-  bool keep = !id.empty() && make_room(need, free_bytes);
-  free_bytes = free_bytes_of(dir_);  // (what eviction really freed: a plan still open elsewhere frees nothing yet)
-  // Kept plans may still have to go to make room on the disk (least
-  // recently used first; a plan another command has open frees its space
-  // only when it closes it).
+  // Kept plans may have to go first to make room on the disk for the build
+  // (least recently used first; a plan another command has open frees its
+  // space only when it closes it).
   for (const Entry& e : entries(dir_)) {
     if (free_bytes >= need + kMargin) break;
     remove_entry(e.plan);
@@ -205,6 +212,10 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     throw;
   }
   where = dir_;
+  if (keep && !make_room(need, limit)) {
+    fs::remove(tmp, ec);
+    keep = false;
+  }
   if (!keep) return fd;
   struct stat st {};
   fstat(fd, &st);

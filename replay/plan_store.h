@@ -41,9 +41,12 @@ class PlanStore {
 
  private:
   std::string name(const std::string& id, const PlanOptions& opt) const;
+  // The most bytes of kept plans: HEAPLAB_PLAN_CACHE_MIB, else half of what
+  // the kept plans and the free space make, at most 64 GiB.
+  uint64_t cache_limit() const;
   // Removes kept plans, least recently used first, until `need` more bytes
-  // fit under the limit; returns whether they do.
-  bool make_room(uint64_t need, uint64_t& free_bytes) const;
+  // fit under `limit`; returns whether they do.
+  bool make_room(uint64_t need, uint64_t limit) const;
   std::string dir_;
 };
 

@@ -953,6 +953,50 @@ TEST_F(ReplayTest, ReplayBiggerThanMemoryIsOneLineAtOnce) {
   EXPECT_EQ(ok["plan_source"], "built");
 }
 
+// A build refused midway (a heap bigger than memory that the trace does not
+// state, made at its last call) takes no kept plan with it: older plans
+// make room under the cache's limit only for a plan that was built. Two
+// traces of the same length (plans of 0.7 MiB on disk), each plan alone
+// under a 1 MiB limit, both not: the kept one survives the other's
+// refusal, and goes once the other is built whole.
+TEST_F(ReplayTest, ARefusedBuildTakesNoKeptPlanWithIt) {
+  auto pairs = [](uint64_t last) {
+    std::vector<Event> ev;
+    for (uint64_t id = 1; id <= 15000; ++id) {
+      ev.push_back(malloc_ev(16));
+      ev.push_back(free_ev(id));
+    }
+    ev.push_back(malloc_ev(last));
+    return ev;
+  };
+  const std::string kept = write_trace("kept-before", pairs(16), false);
+  const std::string huge = write_trace("huge-at-the-end", pairs(uint64_t{1} << 40), false);
+  const fs::path plans = dir() / "refused-plans";
+  const std::string env = "HEAPLAB_PLAN_CACHE_MIB=1 HEAPLAB_PLAN_DIR=" + plans.string();
+  const json a = replay(kept, {"--allocator", "glibc"}, 0, env);
+  EXPECT_EQ(a["plan_kept"], true);
+  auto plan_files = [&] {
+    std::vector<std::pair<std::string, uintmax_t>> v;
+    for (const auto& e : fs::directory_iterator(plans)) v.emplace_back(e.path().filename(), fs::file_size(e.path()));
+    return v;
+  };
+  const auto before = plan_files();
+  ASSERT_EQ(before.size(), 2u);  // the plan and its summary
+  const Outcome r = run({kHeaplab, "replay", huge, "-q", "--allocator", "glibc"}, env);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("1024.0 GiB for the trace's live heap, reached at event 30,001 of 30,001"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(plan_files(), before);
+  // Built whole, the same length of plan does take its place.
+  const json b = replay(huge, {"--allocator", "glibc", "--touch", "none"}, 0, env);
+  EXPECT_EQ(b["plan_kept"], true);
+  const auto after = plan_files();
+  EXPECT_EQ(after.size(), 2u);
+  EXPECT_NE(after, before);
+  const json c = replay(kept, {"--allocator", "glibc"}, 0, env);
+  EXPECT_EQ(c["plan_source"], "built");
+}
+
 // A captured program whose heap is bigger than this machine's memory (2
 // GiB of blocks never written, among 400,000 small calls, on a machine
 // said to have 1 GiB: HEAPLAB_MEMORY_AVAILABLE): refused before a plan is
