@@ -305,23 +305,60 @@ std::string heap_refusal(uint64_t heap, const std::string& where, uint64_t avail
 // imported trace already states: its live heap at its peak
 // (capture.heap_live_peak_bytes, which the normaliser and the importers'
 // writer count as the plan does: the requested bytes, in the trace's
-// order), with the plan's windows at their least, against `available` (0:
-// unknown). A trace whose heap cannot fit is refused at once, not after
-// building a plan as long as the trace. "" if it may fit, or the trace does
-// not say (written by another tool or an older heaplab, a trace that lost
-// its end): the build stops where the heap passes what fits
+// order) where the touch mode writes it, and the objects live at once
+// (capture.live_objects_peak, counted the same way): the object table has
+// a slot for each at least, and --touch first writes a page of each at
+// most. With the plan's windows at their least, against `available` (0:
+// unknown). A trace that cannot fit is refused at once, not after building
+// a plan as long as the trace. "" if it may fit, or the trace does not say
+// (written by another tool or an older heaplab, a trace that lost its
+// end): the build stops where the heap passes what fits
 // (PlanOptions::live_limit), and memory_check() decides after it.
 std::string early_memory_check(const trace::TraceReader& r, const ReplaySettings& settings, uint64_t available) {
-  if (available == 0 || !r.complete() || !writes_whole_heap(r, settings)) return "";
+  if (available == 0 || !r.complete()) return "";
   const nlohmann::json meta = common::parse_bounded_json(r.metadata());
   if (!meta.is_object() || !meta.contains("capture") || !meta["capture"].is_object()) return "";
   const nlohmann::json& c = meta["capture"];
-  if (!c.contains("heap_live_peak_bytes") || !c["heap_live_peak_bytes"].is_number_unsigned()) return "";
-  const uint64_t heap = c["heap_live_peak_bytes"].get<uint64_t>();
-  if (plus_windows(heap) <= available) return "";
+  const auto stated = [&](const char* key) -> std::optional<uint64_t> {
+    if (!c.contains(key) || !c[key].is_number_unsigned()) return std::nullopt;
+    return c[key].get<uint64_t>();
+  };
+  const std::optional<uint64_t> bytes = stated("heap_live_peak_bytes"), objects = stated("live_objects_peak");
+  if (!bytes) return "";
   const bool imported = c.contains("method") && c["method"] == "import";
-  return heap_refusal(
-      heap, imported ? " at its peak, as its import counted it" : " at its peak, as its capture counted it", available);
+  const std::string where =
+      imported ? " at its peak, as its import counted it" : " at its peak, as its capture counted it";
+  if (!objects) {  // (a trace written before the objects were counted)
+    if (!writes_whole_heap(r, settings) || plus_windows(*bytes) <= available) return "";
+    return heap_refusal(*bytes, where, available);
+  }
+  constexpr uint64_t kPage = 4096, kMaxObjects = UINT64_MAX / kPage;
+  const uint64_t pages = *objects >= kMaxObjects ? UINT64_MAX : *objects * kPage;
+  uint64_t heap = 0;
+  if (writes_whole_heap(r, settings))
+    heap = *bytes;
+  else if (settings.touch == Touch::first)
+    heap = std::min(*bytes, pages);
+  const uint64_t table = *objects >= kMaxObjects ? UINT64_MAX : (*objects + 1) * 8;
+  const uint64_t windowed = plus_windows(heap);
+  const uint64_t need = windowed > UINT64_MAX - table ? UINT64_MAX : windowed + table;
+  if (need <= available) return "";
+  // What does not fit, named: the heap the replay writes, where it does;
+  // the table where it shows (from 64 MiB, a tenth of a GiB) or is what
+  // does not fit; the windows.
+  std::string parts;
+  if (heap != 0)
+    parts = heap < *bytes ? fmt::format("{} for a page of each of the {} objects live at once (--touch first), ",
+                                        common::gib_text(heap), group_digits(*objects))
+                          : fmt::format("{} for the trace's live heap{}, ", common::gib_text(heap), where);
+  if (heap == 0 || table >= kPlanWindowBudget)
+    parts += fmt::format("{} for the object table of {} objects live at once, ", common::gib_text(table),
+                         group_digits(*objects));
+  return fmt::format(
+      "the replay needs at least {} of memory ({}{} for the plan's windows) and this machine has {} available: replay "
+      "on a machine with more memory{}",
+      common::gib_text(need), parts, common::gib_text(kPlanWindowBudget), common::gib_text(available),
+      heap > table ? ", or with --touch none (the heap's pages are then never written)" : "");
 }
 
 // The build stopped where the trace's live heap passed what this machine

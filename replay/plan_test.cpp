@@ -1522,6 +1522,9 @@ TEST(PlanLive, TheWritersPeakIsThePlans) {
     close(build_plan(*r, PlanOptions{}, s));
     EXPECT_GT(s.live_bytes_peak, 0u);
     EXPECT_EQ(w.heap_live_peak(), s.live_bytes_peak);
+    // (The object table has a slot for each object live at once, at least.)
+    EXPECT_GT(w.live_objects_peak(), 0u);
+    EXPECT_LE(w.live_objects_peak(), s.slots);
     unsaturated += s.live_bytes_peak < UINT64_MAX;
   }
   EXPECT_EQ(unsaturated, 6);

@@ -1013,6 +1013,11 @@ TEST_F(ReplayTest, CapturedHeapBiggerThanMemoryIsRefusedBeforeThePlan) {
   const json meta = json::parse(heaplab::trace::TraceReader::open(t)->metadata());
   const uint64_t peak = meta["capture"]["heap_live_peak_bytes"].get<uint64_t>();
   EXPECT_GE(peak, uint64_t{2} << 30);
+  // (The program's own objects live at once: its array of blocks, the two
+  // blocks and a small one; the C library's, if any, besides.)
+  const uint64_t objects = meta["capture"]["live_objects_peak"].get<uint64_t>();
+  EXPECT_GE(objects, 4u);
+  EXPECT_LT(objects, 100u);
   const fs::path plans = dir() / "untouched-plans";
   fs::create_directories(plans);
   const std::string env = "HEAPLAB_MEMORY_AVAILABLE=1073741824 HEAPLAB_PLAN_DIR=" + plans.string();
@@ -1028,7 +1033,7 @@ TEST_F(ReplayTest, CapturedHeapBiggerThanMemoryIsRefusedBeforeThePlan) {
     }
     EXPECT_EQ(r.code, 2);
     EXPECT_EQ(r.err, "heaplab: error: replay: " + t + ": the replay needs at least " +
-                         heaplab::common::gib_text(peak + (uint64_t{64} << 20)) + " of memory (" +
+                         heaplab::common::gib_text(peak + (uint64_t{64} << 20) + (objects + 1) * 8) + " of memory (" +
                          heaplab::common::gib_text(peak) +
                          " for the trace's live heap at its peak, as its capture counted it, 0.1 GiB for the plan's "
                          "windows) and this machine has 1.0 GiB available: replay on a machine with more memory, or "
@@ -1066,12 +1071,14 @@ TEST_F(ReplayTest, ImportedHeapBiggerThanMemoryIsRefusedBeforeThePlan) {
   EXPECT_EQ(meta["capture"]["method"], "import");
   const uint64_t peak = (uint64_t{2} << 30) + 0x1000;
   EXPECT_EQ(meta["capture"]["heap_live_peak_bytes"].get<uint64_t>(), peak);
+  EXPECT_EQ(meta["capture"]["live_objects_peak"].get<uint64_t>(), 2u);  // 2 GiB and the realloc's 4 KiB
   const fs::path plans = dir() / "big-import-plans";
   fs::create_directories(plans);
   const std::string env = "HEAPLAB_MEMORY_AVAILABLE=1073741824 HEAPLAB_PLAN_DIR=" + plans.string();
   const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "all", "--touch", "all"}, env);
   EXPECT_EQ(r.code, 2);
-  const std::string line = "the replay needs at least " + heaplab::common::gib_text(peak + (uint64_t{64} << 20)) +
+  const std::string line = "the replay needs at least " +
+                           heaplab::common::gib_text(peak + (uint64_t{64} << 20) + 3 * 8) +  // (2 objects: 3 slots)
                            " of memory (" + heaplab::common::gib_text(peak) +
                            " for the trace's live heap at its peak, as its import counted it, 0.1 GiB for the "
                            "plan's windows) and this machine has 1.0 GiB available: replay on a machine with more "
@@ -1082,6 +1089,68 @@ TEST_F(ReplayTest, ImportedHeapBiggerThanMemoryIsRefusedBeforeThePlan) {
   const json ok = replay(t, {"--allocator", "glibc", "--touch", "none"}, 0, env);
   EXPECT_EQ(ok["exit"]["status"], "ok");
   EXPECT_EQ(ok["trace"]["live_bytes_peak"].get<uint64_t>(), peak);
+}
+
+// The objects a trace states live at once (capture.live_objects_peak) are
+// checked before the plan too: the object table has a slot for each at
+// least (8 bytes), so 200,000,000 objects cannot replay in 1 GiB even with
+// --touch none; --touch first writes a page of each at most, so a 2 GiB
+// heap of 100 objects fits in 1 GiB (409,600 bytes at most) and one of
+// 300,000 does not (1.1 GiB of pages). A trace that states no objects is
+// checked as before: its heap, where the replay writes all of it. (Figures stated in the metadata of a small trace: the
+// replays that pass the check run.)
+TEST_F(ReplayTest, StatedObjectsAreCheckedBeforeThePlan) {
+  const fs::path plans = dir() / "objects-plans";
+  const std::string env = "HEAPLAB_MEMORY_AVAILABLE=1073741824 HEAPLAB_PLAN_DIR=" + plans.string();
+  const uint64_t heap = uint64_t{2} << 30;
+  auto stating = [&](const std::string& name, uint64_t objects) {
+    return write_trace(
+        name, big_and_small(), false,
+        json{{"capture", {{"method", "import"}, {"heap_live_peak_bytes", heap}, {"live_objects_peak", objects}}}}
+            .dump());
+  };
+  using heaplab::common::gib_text;
+  const std::string many = stating("many-objects", 200000000);
+  fs::create_directories(plans);
+  Outcome r = run({kHeaplab, "replay", many, "-q", "--allocator", "glibc", "--touch", "none"}, env);
+  EXPECT_EQ(r.code, 2);
+  const uint64_t table = uint64_t{200000001} * 8;
+  EXPECT_EQ(r.err, "heaplab: error: replay: " + many + ": the replay needs at least " +
+                       gib_text(table + (uint64_t{64} << 20)) + " of memory (" + gib_text(table) +
+                       " for the object table of 200,000,000 objects live at once, 0.1 GiB for the plan's windows) "
+                       "and this machine has 1.0 GiB available: replay on a machine with more memory\n");
+  EXPECT_TRUE(fs::is_empty(plans));
+  const std::string few = stating("few-objects", 100);
+  const json ok = replay(few, {"--allocator", "glibc", "--touch", "first"}, 0, env);
+  EXPECT_EQ(ok["exit"]["status"], "ok");
+  fs::remove_all(plans);
+  fs::create_directories(plans);
+  // 300,000 objects: a page each, 1.1 GiB, less than the heap's 2 GiB.
+  const std::string more = stating("more-objects", 300000);
+  r = run({kHeaplab, "replay", more, "-q", "--allocator", "glibc", "--touch", "first"}, env);
+  EXPECT_EQ(r.code, 2);
+  const uint64_t pages = uint64_t{300000} * 4096;
+  EXPECT_EQ(r.err, "heaplab: error: replay: " + more + ": the replay needs at least " +
+                       gib_text(pages + (uint64_t{64} << 20) + uint64_t{300001} * 8) + " of memory (" +
+                       gib_text(pages) +
+                       " for a page of each of the 300,000 objects live at once (--touch first), 0.1 GiB for the "
+                       "plan's windows) and this machine has 1.0 GiB available: replay on a machine with more "
+                       "memory, or with --touch none (the heap's pages are then never written)\n");
+  EXPECT_TRUE(fs::is_empty(plans));
+  // A trace written before the objects were counted: its heap alone, where
+  // the replay writes it.
+  const std::string older =
+      write_trace("heap-only", big_and_small(), false,
+                  json{{"capture", {{"method", "ldpreload"}, {"heap_live_peak_bytes", heap}}}}.dump());
+  r = run({kHeaplab, "replay", older, "-q", "--allocator", "glibc", "--touch", "pages"}, env);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "heaplab: error: replay: " + older + ": the replay needs at least " +
+                       gib_text(heap + (uint64_t{64} << 20)) + " of memory (" + gib_text(heap) +
+                       " for the trace's live heap at its peak, as its capture counted it, 0.1 GiB for the plan's "
+                       "windows) and this machine has 1.0 GiB available: replay on a machine with more memory, or "
+                       "with --touch none (the heap's pages are then never written)\n");
+  EXPECT_TRUE(fs::is_empty(plans));
+  EXPECT_EQ(replay(older, {"--allocator", "glibc", "--touch", "first"}, 0, env)["exit"]["status"], "ok");
 }
 
 // A heap that fits what the build allows (the memory available less the

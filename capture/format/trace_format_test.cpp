@@ -423,11 +423,15 @@ TEST(Writer, CountsTheLiveHeapsPeak) {
   add({.size = UINT64_MAX / 2, .count = 3, .op = Op::calloc}, UINT64_MAX);  // saturates
   w.close();
   EXPECT_EQ(peaks, 15u);
+  // The most objects live at once: 2, 4 and 5 after realloc(NULL); 4, 6
+  // and each of the 300,000 before it is freed; 6, 7 and the calloc.
+  EXPECT_EQ(w.live_objects_peak(), 3u);
   // Off by default.
   TraceWriter plain(dir.file("q.hlt"), {});
   Event e{.size = 100, .op = Op::malloc};
   plain.append(e);
   EXPECT_EQ(plain.heap_live_peak(), 0u);
+  EXPECT_EQ(plain.live_objects_peak(), 0u);
 }
 
 TEST(Writer, RejectsObjectsThatDoNotExistYet) {

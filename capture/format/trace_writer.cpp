@@ -168,7 +168,7 @@ struct TraceWriter::Impl {
   // sum (modulo 2^128: sizes near 2^64 cannot overflow it).
   std::unique_ptr<IdMap<uint64_t>> live;
   __extension__ unsigned __int128 live_bytes = 0;
-  uint64_t live_peak = 0;
+  uint64_t live_peak = 0, objects_peak = 0;
   void count_heap(const Event& e, uint8_t fields) {
     uint64_t b = 0;
     // (A failed realloc keeps its object; one not live is a trace's own
@@ -177,6 +177,7 @@ struct TraceWriter::Impl {
     if (e.id != 0) {
       b = e.requested_bytes();
       live->put(e.id, b);
+      objects_peak = std::max<uint64_t>(objects_peak, live->size());
       live_bytes += b;
       live_peak = std::max(live_peak, live_bytes > UINT64_MAX ? UINT64_MAX : uint64_t(live_bytes));
     }
@@ -730,5 +731,6 @@ size_t TraceWriter::open_threads() const { return impl_->active.size(); }
 uint64_t TraceWriter::objects() const { return impl_->last_id; }
 uint64_t TraceWriter::bytes_written() const { return impl_->offset; }
 uint64_t TraceWriter::heap_live_peak() const { return impl_->live_peak; }
+uint64_t TraceWriter::live_objects_peak() const { return impl_->objects_peak; }
 
 }  // namespace heaplab::trace

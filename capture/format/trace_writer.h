@@ -89,8 +89,10 @@ class TraceWriter {
 
   uint64_t events() const;
   uint64_t objects() const;  // ids handed out so far
-  // The most requested bytes live at once so far (count_heap_peak; else 0).
+  // The most requested bytes live at once so far, and the most objects
+  // (count_heap_peak; else 0).
   uint64_t heap_live_peak() const;
+  uint64_t live_objects_peak() const;
   // Threads the writer keeps encoder state for: those with events but no
   // thread_end yet (a thread_end writes the thread's open chunk and frees
   // its state; an event of it after that starts afresh).

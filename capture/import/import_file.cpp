@@ -22,6 +22,7 @@ ImportedFile write_import(const std::string& input, const std::string& output, t
     trace::TraceWriter w(tmp, opt);
     meta["import"].update(import(*in, w));
     meta["capture"]["heap_live_peak_bytes"] = w.heap_live_peak();
+    meta["capture"]["live_objects_peak"] = w.live_objects_peak();
     w.set_final_metadata(meta.dump());
     w.close();
     r.bytes = w.bytes_written();

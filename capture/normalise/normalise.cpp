@@ -398,6 +398,7 @@ class Normaliser {
   uint32_t next_thread_ = 0;
   MemoryMap memory_;
   uint64_t heap_live_ = 0;
+  uint64_t objects_live_ = 0;
   uint64_t heap_footprint_ = 0;
   std::vector<uint64_t> last_seq_;  // per output thread: the seq of its latest call  // the live objects' smallest
                                     // footprint in a malloc heap
@@ -469,6 +470,7 @@ uint64_t Normaliser::append(Event& e, uint64_t old_bytes) {
   // The live requested bytes, for the share of the program's memory the
   // trace explains.
   if (e.old != 0 && trace::op_consumes(e.op) && !(e.flags & trace::kFailed)) {
+    --objects_live_;
     heap_live_ -= old_bytes;
     heap_footprint_ -= footprint(old_bytes);
   }
@@ -476,6 +478,7 @@ uint64_t Normaliser::append(Event& e, uint64_t old_bytes) {
     const uint64_t bytes = e.requested_bytes();
     heap_live_ += bytes;
     heap_footprint_ += footprint(bytes);
+    rep_.objects_peak = std::max(rep_.objects_peak, ++objects_live_);
     note_peak();
   }
   pipe_.push(e);
@@ -1143,6 +1146,7 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
                       {"latency_samples", r.latency_samples},
                       {"latency_samples_dropped", r.latency_samples_dropped},
                       {"heap_live_peak_bytes", r.heap_peak},
+                      {"live_objects_peak", r.objects_peak},
                       {"mapped_peak_bytes", r.mapped_peak},
                       {"explained_peak_bytes", r.explained_peak},
                       {"clean_exit", r.clean_exit},

@@ -83,6 +83,7 @@ struct NormaliseReport {
   uint64_t memory_scratch_peak = 0;      // the memory records' sort file beside the trace at its
                                          // largest (bytes on disk; 0: they were held, under 262,144)
   uint64_t heap_peak = 0;                // peak of the live requested bytes
+  uint64_t objects_peak = 0;             // peak of the objects live at once
   uint64_t mapped_peak = 0;              // peak of the bytes the program mapped itself
   uint64_t explained_peak = 0;           // peak of the two together, each block counted at its smallest
                                          // footprint in a malloc heap (an 8-byte header, 16-byte steps)

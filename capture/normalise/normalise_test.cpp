@@ -902,6 +902,7 @@ TEST(Normalise, BlocksTooBigForThePackedEntryKeepTheirSizes) {
                           });
   expect_anomalies(r.rep, {.reused_live = 1});
   EXPECT_EQ(r.rep.heap_peak, huge + mib30 + 100 + 64);  // 20 MiB taken off at the realloc, 30 MiB never
+  EXPECT_EQ(r.rep.objects_peak, 4u);                    // 2, the leaked 3, 4 and 5
   EXPECT_EQ(r.rep.live_at_end, 0u);
   EXPECT_EQ(memory_text(*r.reader), (std::vector<std::string>{"object_resident after 0 t0 r5 +0 2199023255552 p3",
                                                               "object_resident after 0 t0 r7 +0 16777215 p1"}));
