@@ -289,16 +289,23 @@ uint64_t plus_windows(uint64_t heap) {
   return heap > UINT64_MAX - kPlanWindowBudget ? UINT64_MAX : heap + kPlanWindowBudget;
 }
 
-// The refusal of a heap that cannot fit, before memory_check() can count
-// the rest: `heap` for the trace's live heap (`where`: where that figure
-// comes from) and the plan's windows at their least, against `available`.
-std::string heap_refusal(uint64_t heap, const std::string& where, uint64_t available) {
+// A refusal before memory_check() can count the rest: `need` in all, of
+// which `parts` (each "X for Y, ") and the plan's windows at their least,
+// against `available`; --touch none named as the way out where the heap's
+// pages are what does not fit.
+std::string early_refusal(uint64_t need, const std::string& parts, uint64_t available, bool touch_none_helps) {
   return fmt::format(
-      "the replay needs at least {} of memory ({} for the trace's live heap{}, {} for the plan's windows) and this "
-      "machine has {} available: replay on a machine with more memory, or with --touch none (the heap's pages are "
-      "then never written)",
-      common::gib_text(plus_windows(heap)), common::gib_text(heap), where, common::gib_text(kPlanWindowBudget),
-      common::gib_text(available));
+      "the replay needs at least {} of memory ({}{} for the plan's windows) and this machine has {} available: replay "
+      "on a machine with more memory{}",
+      common::gib_text(need), parts, common::gib_text(kPlanWindowBudget), common::gib_text(available),
+      touch_none_helps ? ", or with --touch none (the heap's pages are then never written)" : "");
+}
+
+// The refusal of a heap that cannot fit: `heap` for the trace's live heap
+// (`where`: where that figure comes from) and the plan's windows.
+std::string heap_refusal(uint64_t heap, const std::string& where, uint64_t available) {
+  return early_refusal(plus_windows(heap),
+                       fmt::format("{} for the trace's live heap{}, ", common::gib_text(heap), where), available, true);
 }
 
 // Before any plan is built, the part of memory_check() a captured or
@@ -354,11 +361,7 @@ std::string early_memory_check(const trace::TraceReader& r, const ReplaySettings
   if (heap == 0 || table >= kPlanWindowBudget)
     parts += fmt::format("{} for the object table of {} objects live at once, ", common::gib_text(table),
                          group_digits(*objects));
-  return fmt::format(
-      "the replay needs at least {} of memory ({}{} for the plan's windows) and this machine has {} available: replay "
-      "on a machine with more memory{}",
-      common::gib_text(need), parts, common::gib_text(kPlanWindowBudget), common::gib_text(available),
-      heap > table ? ", or with --touch none (the heap's pages are then never written)" : "");
+  return early_refusal(need, parts, available, heap > table);
 }
 
 // The build stopped where the trace's live heap passed what this machine

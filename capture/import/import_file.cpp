@@ -12,8 +12,9 @@ ImportedFile write_import(const std::string& input, const std::string& output, t
   nlohmann::json meta = base_metadata("import", "none", command_line);
   meta["import"] = {{"from", from}, {"source", in->name()}, {"compression", in->compression()}};
   opt.metadata_json = meta.dump();
-  // The live heap's peak, stated as a capture states it, so that a replay
-  // that cannot fit is refused before its plan is built.
+  // The live heap's peak and the objects live at once, stated as a capture
+  // states them, so that a replay that cannot fit is refused before its
+  // plan is built.
   opt.count_heap_peak = true;
   ImportedFile r;
   r.source = in->name();

@@ -31,8 +31,8 @@ struct FileImport : ImportedFile {
 // Imports `input` into `output`: `import(in, w)` writes the events (and the
 // threads' names) and returns the counts, which join {"from": FROM,
 // "source", "compression"} in the metadata's "import" object; the writer
-// counts the live heap's peak, the metadata's
-// capture.heap_live_peak_bytes. Throws what
+// counts the live heap's peak and the objects live at once, the metadata's
+// capture.heap_live_peak_bytes and capture.live_objects_peak. Throws what
 // the input, the importer or the writer throw; `output` is then untouched.
 ImportedFile write_import(const std::string& input, const std::string& output, trace::WriterOptions opt,
                           const std::vector<std::string>& command_line, const std::string& from,

@@ -83,12 +83,11 @@ class LiveRawFile final : public RecordSource {
   uint64_t threads_gone() const { return threads_gone_; }
   // The cursors' block buffers (64 KiB each) taken and not given back: a
   // thread's cursor holds one while it reads, and gives it back once its
-  // thread has ended, or has written nothing new for idle_limit() (as
-  // poll() saw time pass) with every record copied returned (a program's
-  // idle threads cost the reader nothing but the few words of its place in
-  // their block), or when the cursor goes.
+  // thread has ended, or has written nothing new for the idle limit (200
+  // ms, or set_idle_limit(); as poll() saw time pass) with every record
+  // copied returned (a program's idle threads cost the reader nothing but
+  // the few words of its place in their block), or when the cursor goes.
   uint64_t buffers_held() const { return buffers_held_; }
-  std::chrono::nanoseconds idle_limit() const { return idle_limit_; }
   void set_idle_limit(std::chrono::nanoseconds limit) { idle_limit_ = limit; }
 
   const raw::FileHeader& header() const override { return *header_; }
