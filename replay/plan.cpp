@@ -293,7 +293,7 @@ struct ArrayOut {
 // event before it.
 class ReadAhead {
  public:
-  static constexpr size_t kBatch = 2048, kRing = 8;
+  static constexpr size_t kBatch = 2048, kRing = 32;
   // `threaded` off (or no thread to be had): next() decodes in place.
   ReadAhead(const trace::TraceReader& r, bool threaded) : cur_(r) {
     ring_[0].events.resize(kBatch);
@@ -307,7 +307,7 @@ class ReadAhead {
       std::lock_guard l(m_);
       stop_ = true;
     }
-    cv_.notify_all();
+    room_.notify_all();
     thread_.join();
   }
   ReadAhead(const ReadAhead&) = delete;
@@ -320,9 +320,15 @@ class ReadAhead {
     if (held_) {
       ++tail_;
       held_ = false;
-      cv_.notify_all();
+      // The decoder, waiting for room, is woken once half the ring is
+      // free, not for every batch (a wake-up each was a tenth of a build).
+      if (reader_waits_ && head_ - tail_ <= kRing / 2) room_.notify_one();
     }
-    cv_.wait(l, [&] { return head_ != tail_ || done_; });
+    if (head_ == tail_ && !done_) {
+      builder_waits_ = true;
+      ready_.wait(l, [&] { return head_ != tail_ || done_; });
+      builder_waits_ = false;
+    }
     if (head_ == tail_) {
       if (error_) std::rethrow_exception(error_);
       return {};
@@ -343,19 +349,25 @@ class ReadAhead {
         Batch* b;
         {
           std::unique_lock l(m_);
-          cv_.wait(l, [&] { return head_ - tail_ < kRing || stop_; });
+          if (head_ - tail_ == kRing && !stop_) {
+            reader_waits_ = true;
+            room_.wait(l, [&] { return head_ - tail_ <= kRing / 2 || stop_; });
+            reader_waits_ = false;
+          }
           if (stop_) return;
           b = &ring_[head_ % kRing];
         }
         b->n = cur_.next(b->events.data(), kBatch);
+        bool wake;
         {
           std::lock_guard l(m_);
           if (b->n == 0)
             done_ = true;
           else
             ++head_;
+          wake = builder_waits_;
         }
-        cv_.notify_all();
+        if (wake) ready_.notify_one();
         if (b->n == 0) return;
       }
     } catch (...) {
@@ -364,15 +376,15 @@ class ReadAhead {
         error_ = std::current_exception();
         done_ = true;
       }
-      cv_.notify_all();
+      ready_.notify_all();
     }
   }
   trace::MergedCursor cur_;
   std::array<Batch, kRing> ring_;
   std::mutex m_;
-  std::condition_variable cv_;
-  uint64_t head_ = 0, tail_ = 0;  // batches filled, batches given back
-  bool held_ = false, done_ = false, stop_ = false;
+  std::condition_variable ready_, room_;  // a batch for the builder; room for the decoder
+  uint64_t head_ = 0, tail_ = 0;          // batches filled, batches given back
+  bool held_ = false, done_ = false, stop_ = false, builder_waits_ = false, reader_waits_ = false;
   std::exception_ptr error_;
   std::thread thread_;
 };

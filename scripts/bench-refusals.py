@@ -24,11 +24,16 @@ whether stderr was one line.
     malloc/free pairs and a 1 TiB block at its last call, imported by
     each build itself (`heaplab import --from mtrace`; the import's time
     is printed), then replayed
+  - an object table bigger than memory: a glibc mtrace log of --objects
+    small blocks all live at once, then freed, imported by each build;
+    replayed with --touch none (no heap written: only the table's slot
+    for each object counts) on a machine said to have 128 MiB
+    (HEAPLAB_MEMORY_AVAILABLE), and, for scale, on this one, where it runs
   - for scale: the captured trace's plan built and replayed (`replay
     --touch none`, which runs)
 
-Usage: scripts/bench-refusals.py [--pairs 50000000] [--import-pairs 10000000] [--reps 3]
-                                 [--compare BUILD_DIR]
+Usage: scripts/bench-refusals.py [--pairs 50000000] [--import-pairs 10000000] [--objects 20000000]
+                                 [--reps 3] [--compare BUILD_DIR]
 HEAPLAB_BUILD_DIR picks the build to measure (default: build/); --compare
 runs the same commands on another build, interleaved.
 """
@@ -76,6 +81,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=50_000_000, help="small malloc/free pairs in the captured trace")
     ap.add_argument("--import-pairs", type=int, default=10_000_000,
                     help="small malloc/free pairs in the imported mtrace log")
+    ap.add_argument("--objects", type=int, default=20_000_000,
+                    help="small blocks live at once in the imported mtrace log of many objects")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--compare", help="another build directory, measured on the same traces")
     a = ap.parse_args()
@@ -117,6 +124,25 @@ def main():
                            stdout=subprocess.DEVNULL)
             print(f"{n}: imported {2 * a.import_pairs + 1:,} calls of mtrace in {time.monotonic() - t0:.1f} s")
         os.remove(log)
+        # Many objects live at once: every block made, then every one freed.
+        with open(log, "wb") as f:
+            f.write(b"= Start\n")
+            for lo in range(0, a.objects, 100_000):
+                hi = min(a.objects, lo + 100_000)
+                f.write(b"".join(b"@ ./p:[0x401000] + 0x%x 0x10\n" % (0x10000000 + 16 * i) for i in range(lo, hi)))
+            for lo in range(0, a.objects, 100_000):
+                hi = min(a.objects, lo + 100_000)
+                f.write(b"".join(b"@ ./p:[0x401010] - 0x%x\n" % (0x10000000 + 16 * i) for i in range(lo, hi)))
+            f.write(b"= End\n")
+        crowd = {}
+        for i, (n, b) in enumerate(builds):
+            crowd[b] = os.path.join(work, f"objects-import-{i}.hlt")
+            t0 = time.monotonic()
+            subprocess.run([tools(b)["heaplab"], "import", "--from", "mtrace", log, "-o", crowd[b]], check=True,
+                           stdout=subprocess.DEVNULL)
+            print(f"{n}: imported {2 * a.objects:,} calls of mtrace ({a.objects:,} objects live at once) in "
+                  f"{time.monotonic() - t0:.1f} s")
+        os.remove(log)
         os.makedirs(tiny)
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "heaplab-bench", tiny],
                                  stderr=subprocess.DEVNULL).returncode == 0
@@ -136,6 +162,9 @@ def main():
             (f"imported from mtrace: a 1 TiB block at its last of {2 * a.import_pairs + 1:,} calls: replay",
              [imported], {}),
             ("the same: replay --allocator all", [imported, "--allocator", "all"], {}),
+            (f"imported from mtrace: {a.objects:,} objects live at once, a machine of 128 MiB: replay --touch none",
+             [crowd, "--touch", "none"], {"HEAPLAB_MEMORY_AVAILABLE": str(128 << 20)}),
+            ("for scale, the same on this machine: replay --touch none (runs)", [crowd, "--touch", "none"], {}),
             ("for scale, the captured trace's plan built and replayed: replay --touch none (runs)",
              [captured, "--touch", "none"], {}),
         ]

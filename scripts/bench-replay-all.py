@@ -6,7 +6,10 @@ twice: first with an empty plan directory (the plan is built, once, for all
 four replays: "cold"), then again (the plan kept by the first command is
 used: "warm"). Each run's wall time is set against the sum of its four
 replays' own wall times (the replayer's measurement, calls only), with the
-time spent building the plan and the replayer's bookkeeping.
+time spent building the plan and the replayer's bookkeeping. A third run
+of each repetition ("unkept") is cold with HEAPLAB_PLAN_CACHE_MIB=0: the
+plan is built for that command only, never synced to disk (what keeping
+the plan for later commands costs the first one is the difference).
 
 With --compare BUILD_DIR, that build runs the same commands on the same
 trace, the two builds' repetitions interleaved (a noisy machine moves both
@@ -36,8 +39,8 @@ def heaplab(build):
     return os.path.join(build, "cli", "heaplab")
 
 
-def run_all(build, trace, out, plans):
-    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans)
+def run_all(build, trace, out, plans, extra=None):
+    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans, **(extra or {}))
     t0 = time.monotonic()
     r = subprocess.run([heaplab(build), "replay", trace, "-q", "--allocator", "all", "-o", out], capture_output=True,
                        text=True, env=env)
@@ -80,13 +83,15 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             os.sync()  # the capture's writeback is not the first replay's
         out = os.path.join(work, "all.json")
-        rows = {b: {"cold": [], "warm": []} for b in builds}
+        rows = {b: {"cold": [], "warm": [], "unkept": []} for b in builds}
         for rep in range(a.reps):
             for b in builds if rep % 2 == 0 else builds[::-1]:  # (each build first in turn)
                 plans = os.path.join(work, "plans")
                 shutil.rmtree(plans, ignore_errors=True)
                 rows[b]["cold"].append(run_all(b, trace, out, plans))
                 rows[b]["warm"].append(run_all(b, trace, out, plans))
+                shutil.rmtree(plans, ignore_errors=True)
+                rows[b]["unkept"].append(run_all(b, trace, out, plans, {"HEAPLAB_PLAN_CACHE_MIB": "0"}))
             shutil.rmtree(os.path.join(work, "plans"), ignore_errors=True)
         for b in builds:
             first = rows[b]["cold"][0]
@@ -96,7 +101,7 @@ def main():
                   f"plan {first['plan_total'] / 2**30:.2f} GiB, replayer bookkeeping at most "
                   f"{first['bookkeeping'] / 2**20:.1f} MiB")
             print(f"  {'':6} {'whole command':>14} {'replays':>9} {'ratio':>7} {'plan building':>14}  plans")
-            for kind in ("cold", "warm"):
+            for kind in ("cold", "warm", "unkept"):
                 r = rows[b][kind]
                 wall = statistics.median(x["wall"] for x in r)
                 replays = statistics.median(x["replays"] for x in r)
