@@ -166,7 +166,10 @@ struct TraceWriter::Impl {
   std::vector<uint64_t> addresses;
   // count_heap_peak: each live object's requested bytes, by id, and their
   // sum (modulo 2^128: sizes near 2^64 cannot overflow it).
-  std::unique_ptr<IdMap<uint64_t>> live;
+  // (Objects live behind the ring go to a SplitFlatMap: an mtrace import
+  // of 5 M objects live at once peaked at 2.9 times the RSS of one that
+  // does not count with a FlatMap's doublings, 1.7 times with this.)
+  std::unique_ptr<IdMap<uint64_t, SplitFlatMap<uint64_t>>> live;
   __extension__ unsigned __int128 live_bytes = 0;
   uint64_t live_peak = 0, objects_peak = 0;
   void count_heap(const Event& e, uint8_t fields) {
@@ -524,7 +527,7 @@ TraceWriter::TraceWriter(const std::string& path, WriterOptions options) : impl_
   if (m.opt.codec != kCodecNone && m.opt.codec != kCodecZstd && m.opt.codec != kCodecLz4)
     throw TraceError(path + ": unknown codec " + std::to_string(m.opt.codec));
   m.check_level(m.opt.level);
-  if (m.opt.count_heap_peak) m.live = std::make_unique<IdMap<uint64_t>>();
+  if (m.opt.count_heap_peak) m.live = std::make_unique<IdMap<uint64_t, SplitFlatMap<uint64_t>>>();
   // (Read and write: a memory block written as it is made is read back for its checksum.)
   m.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (m.fd < 0) m.io_fail("cannot create");

@@ -32,9 +32,10 @@ struct WriterOptions {
   // Whether to count the live heap's peak as events are appended
   // (heap_live_peak()): the requested bytes of the objects live at once, as
   // plan building counts them. Costs an IdMap: a ring of 4 MiB for the
-  // 2^18 newest ids, and for an object still live behind them a FlatMap
-  // entry (32-64 B, twice that while the table doubles); for writers that
-  // do not count it themselves (the importers).
+  // 2^18 newest ids, and for an object still live behind them a
+  // SplitFlatMap entry (21-43 B, about 27 B for millions of them: a part of
+  // the table doubles at a time); for writers that do not count it
+  // themselves (the importers).
   bool count_heap_peak = false;
 };
 
