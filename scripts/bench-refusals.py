@@ -76,6 +76,19 @@ def run(args, env, plans):
     return time.monotonic() - t0, p.returncode, p.stderr
 
 
+def import_each(builds, log, work, name, what):
+    """Each build imports the mtrace log itself (its time printed), which then goes: {build: trace}."""
+    traces = {}
+    for i, (n, b) in enumerate(builds):
+        traces[b] = os.path.join(work, f"{name}-import-{i}.hlt")
+        t0 = time.monotonic()
+        subprocess.run([tools(b)["heaplab"], "import", "--from", "mtrace", log, "-o", traces[b]], check=True,
+                       stdout=subprocess.DEVNULL)
+        print(f"{n}: imported {what} of mtrace in {time.monotonic() - t0:.1f} s")
+    os.remove(log)
+    return traces
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=50_000_000, help="small malloc/free pairs in the captured trace")
@@ -116,14 +129,7 @@ def main():
             for done in range(0, a.import_pairs, 100_000):
                 f.write(pair * min(100_000, a.import_pairs - done))
             f.write(b"@ ./p:[0x401020] + 0x7f0000000000 0x10000000000\n= End\n")
-        imported = {}
-        for i, (n, b) in enumerate(builds):
-            imported[b] = os.path.join(work, f"terabyte-import-{i}.hlt")
-            t0 = time.monotonic()
-            subprocess.run([tools(b)["heaplab"], "import", "--from", "mtrace", log, "-o", imported[b]], check=True,
-                           stdout=subprocess.DEVNULL)
-            print(f"{n}: imported {2 * a.import_pairs + 1:,} calls of mtrace in {time.monotonic() - t0:.1f} s")
-        os.remove(log)
+        imported = import_each(builds, log, work, "terabyte", f"{2 * a.import_pairs + 1:,} calls")
         # Many objects live at once: every block made, then every one freed.
         with open(log, "wb") as f:
             f.write(b"= Start\n")
@@ -134,15 +140,8 @@ def main():
                 hi = min(a.objects, lo + 100_000)
                 f.write(b"".join(b"@ ./p:[0x401010] - 0x%x\n" % (0x10000000 + 16 * i) for i in range(lo, hi)))
             f.write(b"= End\n")
-        crowd = {}
-        for i, (n, b) in enumerate(builds):
-            crowd[b] = os.path.join(work, f"objects-import-{i}.hlt")
-            t0 = time.monotonic()
-            subprocess.run([tools(b)["heaplab"], "import", "--from", "mtrace", log, "-o", crowd[b]], check=True,
-                           stdout=subprocess.DEVNULL)
-            print(f"{n}: imported {2 * a.objects:,} calls of mtrace ({a.objects:,} objects live at once) in "
-                  f"{time.monotonic() - t0:.1f} s")
-        os.remove(log)
+        crowd = import_each(builds, log, work, "objects",
+                            f"{2 * a.objects:,} calls ({a.objects:,} objects live at once)")
         os.makedirs(tiny)
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "heaplab-bench", tiny],
                                  stderr=subprocess.DEVNULL).returncode == 0
