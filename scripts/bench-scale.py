@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""heaplab on a production-size trace (issue 16): a real program
-(capture/testprogs/churn, 2 threads) is captured with about --calls heap
-calls, then the trace goes through `heaplab stats`, `heaplab check` and
+"""heaplab on a production-size trace (issue 16): a program is captured with
+about --calls heap calls, then the trace goes through `heaplab stats`, `heaplab check` and
 `heaplab replay --allocator all`. Each stage's wall time and peak RSS (the
 stage's whole process tree, from wait4) go into a table, with the trace's
 and the plan's size, the scratch disk the capture used at most, and per
 allocator the replay's own wall time, the replayer's peak RSS and its
 bookkeeping (plan windows mapped, object table, the rest).
 
-Usage: scripts/bench-scale.py [--calls N] [--dir DIR] [--keep]
+The program (--program):
+  churn  capture/testprogs/churn with 2 threads (the default)
+  redis  Debian's redis-server (main and I/O thread) under redis-benchmark,
+         scripts/redis-workload.sh with as many requests as make about N calls;
+         the capture stage's wall time then includes the benchmark driving it,
+         and its peak RSS is the largest process of the tree (the server, the
+         benchmark or heaplab)
+
+Usage: scripts/bench-scale.py [--calls N] [--program churn|redis] [--dir DIR] [--keep]
 DIR (default: a new directory under /var/tmp) must have room for the
 trace, the capture's scratch files and the plan (about 30 bytes a call; the plan's file is
 sparse, sized for 48).
@@ -29,6 +36,10 @@ BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
 HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
 CHURN = os.path.join(BUILD, "capture", "testprogs", "churn")
 CALLS_PER_OP = 8.02  # churn 2 N makes about 8 heap calls per N (16,039,970 for N = 2,000,000)
+REDIS = os.path.join(REPO, "scripts", "redis-workload.sh")
+# redis-workload.sh R makes about 18.5 heap calls per request, 8 tests of R
+# requests each (14,818,057 for R = 100,000).
+CALLS_PER_REDIS_REQUEST = 18.5 * 8
 
 
 def du(path):
@@ -71,19 +82,26 @@ def stage(name, argv, env=None, watch=None):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=float, default=1e9)
+    ap.add_argument("--program", choices=["churn", "redis"], default="churn")
     ap.add_argument("--dir", default="")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix="heaplab-scale-", dir="/var/tmp")
     os.makedirs(work, exist_ok=True)
-    trace = os.path.join(work, "churn.hlt")
+    trace = os.path.join(work, a.program + ".hlt")
     plans = os.path.join(work, "plans")
-    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans)
-    ops = int(a.calls / CALLS_PER_OP)
+    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans, HEAPLAB=HEAPLAB, TMPDIR=work)
+    if a.program == "churn":
+        ops = int(a.calls / CALLS_PER_OP)
+        program = f"churn 2 {ops:,}"
+        capture = [HEAPLAB, "capture", "-q", "-o", trace, "--", CHURN, "2", str(ops)]
+    else:
+        requests = max(1, int(a.calls / CALLS_PER_REDIS_REQUEST))
+        program = f"redis-server under redis-benchmark, {requests:,} requests per test"
+        capture = ["bash", REDIS, trace, str(requests)]
     rows = []
     try:
-        w, rss, code, disk = stage("capture", [HEAPLAB, "capture", "-q", "-o", trace, "--", CHURN, "2", str(ops)],
-                                   env, watch=work)
+        w, rss, code, disk = stage("capture", capture, env, watch=work)
         if code != 0:
             sys.exit(1)
         rows.append(("capture (program + normalising)", w, rss, f"disk at most {disk / 2**30:.1f} GiB (raw scratch files + trace)"))
@@ -99,7 +117,7 @@ def main():
         build = sum(x.get("plan_build_s", 0) for x in results)
         rows.append(("replay --allocator all", w, rss, f"plan built once in {build:.0f} s, "
                      f"{plan_total / 2**30:.1f} GiB on disk"))
-        print(f"{calls:,} calls (churn 2 {ops:,}); trace {os.path.getsize(trace) / 2**30:.2f} GiB "
+        print(f"{calls:,} calls ({program}); trace {os.path.getsize(trace) / 2**30:.2f} GiB "
               f"({os.path.getsize(trace) / max(calls, 1):.2f} bytes a call)")
         print(f"| stage | wall | peak RSS | |")
         print(f"|---|---|---|---|")
