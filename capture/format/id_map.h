@@ -10,10 +10,12 @@
 // everything from then on, so no input costs more than a few scans a put.
 // FlatMap's interface, with the window's size and counters for tests.
 // `Old`: the map for the rest. FlatMap (a load of 1/4 to 1/2) is the
-// fastest; SplitFlatMap (up to 3/4, growing a part at a time: never a
-// doubling's old and new tables at once) takes about 0.6 times its memory
-// for millions of objects live behind the window, and probes longer (a
-// third more time per call in id_map_bench with a million of them).
+// fastest; SplitFlatMap (up to 3/4; once it holds about 786K entries it
+// is 16 tables that each double alone, so only a sixteenth of it is ever
+// held twice) takes less memory for millions of objects live behind the
+// window (an mtrace import of 5 M live at once: 325 MiB against 572 MiB,
+// BENCHMARKS.md), and probes longer. (The window's size and the map's
+// are counted here: SplitFlatMap's own size() sums its parts.)
 #pragma once
 
 #include <algorithm>
@@ -38,7 +40,7 @@ class IdMap {
   // For a trace of `events` events: a ring no larger than it can fill.
   static IdMap for_events(uint64_t events) { return IdMap(size_t(std::min<uint64_t>(events, kDefaultWindow))); }
 
-  size_t size() const { return in_ring_ + old_.size(); }
+  size_t size() const { return in_ring_ + outside_; }
 
   // Returns the value for key (key != 0), or nullptr.
   V* find(uint64_t key) {
@@ -46,7 +48,7 @@ class IdMap {
       Entry& e = ring_[key & mask_];
       return e.key == key ? &e.value : nullptr;
     }
-    return old_.size() ? old_.find(key) : nullptr;
+    return outside_ ? old_.find(key) : nullptr;
   }
 
   // Brings key's entry into the cache (a lookup soon after is then cheap).
@@ -59,7 +61,7 @@ class IdMap {
 #else
       __builtin_prefetch(p);
 #endif
-    } else if (old_.size()) {
+    } else if (outside_) {
       old_.prefetch(key);
     }
   }
@@ -67,12 +69,12 @@ class IdMap {
   // Inserts or overwrites; returns true if the key was new.
   bool put(uint64_t key, const V& value) {
     if (key - base_ > mask_ || hashed_) {
-      if (key < base_ || hashed_) return old_.put(key, value);
+      if (key < base_ || hashed_) return put_old(key, value);
       // (An eighth of the ring at least at a time: ids made in order move it
       // once every ring / 8 puts, not at every one. Never past UINT64_MAX:
       // a window that wrapped would take small keys for its own.)
       advance(std::max(key - mask_, std::min(base_ + (mask_ + 1) / 8, UINT64_MAX - mask_)));
-      if (hashed_) return old_.put(key, value);
+      if (hashed_) return put_old(key, value);
     }
     Entry& e = ring_[key & mask_];
     const bool fresh = e.key != key;
@@ -96,7 +98,9 @@ class IdMap {
       --in_ring_;
       return true;
     }
-    return old_.size() ? old_.erase(key, out) : false;
+    if (outside_ == 0 || !old_.erase(key, out)) return false;
+    --outside_;
+    return true;
   }
 
   template <typename F>
@@ -114,11 +118,12 @@ class IdMap {
     puts_ = scanned_ = 0;
     hashed_ = false;
     old_.clear();
+    outside_ = 0;
   }
 
   // For tests and benchmarks: entries outside the ring, slots scanned as
   // the window moved, and whether the ring was given up.
-  size_t outside() const { return old_.size(); }
+  size_t outside() const { return outside_; }
   uint64_t scanned() const { return scanned_; }
   bool hashed() const { return hashed_; }
 
@@ -140,7 +145,7 @@ class IdMap {
       ++scanned_;
       Entry& e = ring_[id & mask_];
       if (e.key == 0) continue;
-      old_.put(e.key, e.value);
+      put_old(e.key, e.value);
       e.key = 0;
       --in_ring_;
     }
@@ -150,16 +155,22 @@ class IdMap {
     // hostile trace): the ring is given up, all of it hashed from here on.
     if (scanned_ > 4 * puts_ + 4 * ring_.size()) {
       for (Entry& e : ring_)
-        if (e.key != 0) old_.put(e.key, e.value), e.key = 0;
+        if (e.key != 0) put_old(e.key, e.value), e.key = 0;
       in_ring_ = 0;
       hashed_ = true;
     }
+  }
+  bool put_old(uint64_t key, const V& value) {
+    const bool fresh = old_.put(key, value);
+    outside_ += fresh;
+    return fresh;
   }
   std::vector<Entry, LineAllocator<Entry>> ring_;
   uint64_t mask_;
   uint64_t base_ = 1;  // the ring holds ids in [base_, base_ + mask_]
   uint64_t lo_ = 0;    // no key below it is in the ring
   size_t in_ring_ = 0;
+  size_t outside_ = 0;  // entries in old_
   uint64_t puts_ = 0, scanned_ = 0;
   bool hashed_ = false;
   Old old_;

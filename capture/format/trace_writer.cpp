@@ -167,8 +167,8 @@ struct TraceWriter::Impl {
   // count_heap_peak: each live object's requested bytes, by id, and their
   // sum (modulo 2^128: sizes near 2^64 cannot overflow it).
   // (Objects live behind the ring go to a SplitFlatMap: an mtrace import
-  // of 5 M objects live at once peaked at 2.9 times the RSS of one that
-  // does not count with a FlatMap's doublings, 1.7 times with this.)
+  // of 5 M objects live at once peaked at 325 MiB with it, 572 MiB with a
+  // FlatMap, scripts/bench-import-live.py; BENCHMARKS.md.)
   std::unique_ptr<IdMap<uint64_t, SplitFlatMap<uint64_t>>> live;
   __extension__ unsigned __int128 live_bytes = 0;
   uint64_t live_peak = 0, objects_peak = 0;

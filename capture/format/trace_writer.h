@@ -33,8 +33,9 @@ struct WriterOptions {
   // (heap_live_peak()): the requested bytes of the objects live at once, as
   // plan building counts them. Costs an IdMap: a ring of 4 MiB for the
   // 2^18 newest ids, and for an object still live behind them a
-  // SplitFlatMap entry (21-43 B, about 27 B for millions of them: a part of
-  // the table doubles at a time); for writers that do not count it
+  // SplitFlatMap entry (21-43 B; for a moment 64 B while its table is one
+  // that doubles, under about 786K entries, and at its split into 16 parts
+  // that then double alone); for writers that do not count it
   // themselves (the importers).
   bool count_heap_peak = false;
 };
