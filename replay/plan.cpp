@@ -287,8 +287,9 @@ struct ArrayOut {
   }
 };
 
-// The trace in global order, decoded and merged on a thread of its own a
-// few batches ahead of the builder (about a sixth of a build on one core).
+// The trace in global order, decoded and merged on a thread of its own up
+// to 32 batches of 2,048 events (4 MiB) ahead of the builder (about a sixth
+// of a build on one core).
 // A reading error is thrown where the builder reaches it, after every
 // event before it.
 class ReadAhead {

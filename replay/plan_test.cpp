@@ -752,6 +752,57 @@ TEST(PlanErrors, LateInconsistencyInALongTrace) {
   EXPECT_EQ(plan_error(evs), "inconsistent trace: event 600000 (thread 1, free): object 7 was already freed");
 }
 
+// An inconsistency at the start of a long trace stops the build at once:
+// the read-ahead thread, which has filled its ring by then and waits for
+// room, is stopped and joined (a lost wake-up would hang here).
+TEST(PlanErrors, EarlyInconsistencyInALongTraceStopsTheReadAhead) {
+  std::vector<Event> evs;
+  for (uint32_t i = 0; i < 300000; ++i) {
+    evs.push_back(alloc(16, i % 2));
+    evs.push_back(release(i + 1, i % 2));
+    if (i == 0) evs.push_back(release(1, 1));
+  }
+  EXPECT_EQ(plan_error(evs), "inconsistent trace: event 2 (thread 1, free): object 1 was already freed");
+}
+
+// A chunk damaged far into a long trace: the read-ahead thread's reading
+// error reaches the builder, in the reader's own words (the file and the
+// damaged block's offset), once it has planned every batch before it.
+TEST(PlanErrors, DamagedChunkFarIntoALongTraceIsThrownWhereTheBuilderReachesIt) {
+  std::vector<Event> evs;
+  for (uint32_t i = 0; i < 300000; ++i) {
+    evs.push_back(alloc(16 + i % 64, i % 2));
+    evs.push_back(release(i + 1, i % 2));
+  }
+  TempDir dir;
+  const std::string path = dir.file("damaged.hlt");
+  trace::testutil::write_trace(path, evs, WriterOptions{});
+  auto r = TraceReader::open(path);
+  ASSERT_GE(r->chunks().size(), 8u);
+  // A byte in the middle of the fourth chunk from the end.
+  const size_t n = r->chunks().size();
+  const uint64_t block = r->chunks()[n - 4].offset, at = (block + r->chunks()[n - 3].offset) / 2;
+  r.reset();
+  {
+    const int fd = open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char byte = 0;
+    ASSERT_EQ(pread(fd, &byte, 1, off_t(at)), 1);
+    byte = char(byte ^ 0x5a);
+    ASSERT_EQ(pwrite(fd, &byte, 1, off_t(at)), 1);
+    close(fd);
+  }
+  r = TraceReader::open(path);
+  std::string what;
+  try {
+    PlanSummary s;
+    close(build_plan(*r, PlanOptions{}, s));
+  } catch (const trace::TraceError& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what.rfind(path + ": offset " + std::to_string(block) + ": ", 0), 0u) << what;
+}
+
 // ------------------------------------------------------------ folding
 
 // A 5-thread malloc/free trace with 2, 6, 6, 4 and 4 events on threads 0..4,
