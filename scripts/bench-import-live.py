@@ -49,12 +49,15 @@ def write_log(path, n, pairs):
 def import_once(build, log, out):
     """Wall seconds and peak RSS (bytes) of one import."""
     t0 = time.monotonic()
-    p = subprocess.Popen([heaplab(build), "import", "--from", "mtrace", log, "-o", out],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.monotonic() - t0
-    err = p.stderr.read().decode()
-    p.stderr.close()
+    # (stderr into a file, not a pipe read after the wait: a child that
+    # wrote more than a pipe holds would wait for ever.)
+    with tempfile.TemporaryFile() as errf:
+        p = subprocess.Popen([heaplab(build), "import", "--from", "mtrace", log, "-o", out],
+                             stdout=subprocess.DEVNULL, stderr=errf)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.monotonic() - t0
+        errf.seek(0)
+        err = errf.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"bench-import-live: {build}: import failed: {err.strip()}")
     return wall, usage.ru_maxrss * 1024

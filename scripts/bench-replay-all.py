@@ -40,7 +40,9 @@ def heaplab(build):
 
 
 def run_all(build, trace, out, plans, extra=None):
-    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans, **(extra or {}))
+    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans)
+    env.pop("HEAPLAB_PLAN_CACHE_MIB", None)  # (the caller's limit would make "warm" runs cold)
+    env.update(extra or {})
     t0 = time.monotonic()
     r = subprocess.run([heaplab(build), "replay", trace, "-q", "--allocator", "all", "-o", out], capture_output=True,
                        text=True, env=env)

@@ -56,7 +56,10 @@ def du(path):
 def stage(name, argv, env=None, watch=None):
     """Runs argv; returns (wall s, peak RSS MiB of its process tree, exit code, largest size of `watch`)."""
     t0 = time.monotonic()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # (stderr into a file, not a pipe read after the wait: a child that
+    # wrote more than a pipe holds would wait for ever.)
+    errf = tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=errf, text=True)
     peak_disk = [0]
     stop = threading.Event()
 
@@ -68,7 +71,9 @@ def stage(name, argv, env=None, watch=None):
     if th:
         th.start()
     _, status, ru = os.wait4(p.pid, 0)
-    err = p.stderr.read()
+    errf.seek(0)
+    err = errf.read()
+    errf.close()
     wall = time.monotonic() - t0
     if th:
         stop.set()
@@ -90,7 +95,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     trace = os.path.join(work, a.program + ".hlt")
     plans = os.path.join(work, "plans")
-    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans, HEAPLAB=HEAPLAB, TMPDIR=work)
+    env = dict(os.environ, HEAPLAB_PLAN_DIR=plans, HEAPLAB=HEAPLAB)
     if a.program == "churn":
         ops = int(a.calls / CALLS_PER_OP)
         program = f"churn 2 {ops:,}"
