@@ -58,8 +58,12 @@ def stage(name, argv, env=None, watch=None):
     t0 = time.monotonic()
     # (stderr into a file, not a pipe read after the wait: a child that
     # wrote more than a pipe holds would wait for ever.)
-    errf = tempfile.TemporaryFile(mode="w+")
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=errf, text=True)
+    errf = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+    try:
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=errf)
+    except OSError:
+        errf.close()
+        raise
     peak_disk = [0]
     stop = threading.Event()
 
