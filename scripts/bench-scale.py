@@ -55,15 +55,6 @@ def du(path):
 
 def stage(name, argv, env=None, watch=None):
     """Runs argv; returns (wall s, peak RSS MiB of its process tree, exit code, largest size of `watch`)."""
-    t0 = time.monotonic()
-    # (stderr into a file, not a pipe read after the wait: a child that
-    # wrote more than a pipe holds would wait for ever.)
-    errf = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-    try:
-        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=errf)
-    except OSError:
-        errf.close()
-        raise
     peak_disk = [0]
     stop = threading.Event()
 
@@ -71,17 +62,21 @@ def stage(name, argv, env=None, watch=None):
         while not stop.wait(0.5):
             peak_disk[0] = max(peak_disk[0], du(watch))
 
-    th = threading.Thread(target=poll) if watch else None
-    if th:
-        th.start()
-    _, status, ru = os.wait4(p.pid, 0)
-    errf.seek(0)
-    err = errf.read()
-    errf.close()
-    wall = time.monotonic() - t0
-    if th:
-        stop.set()
-        th.join()
+    # (stderr into a file, not a pipe read after the wait: a child that
+    # wrote more than a pipe holds would wait for ever.)
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
+        t0 = time.monotonic()
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=errf)
+        th = threading.Thread(target=poll) if watch else None
+        if th:
+            th.start()
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.monotonic() - t0
+        if th:
+            stop.set()
+            th.join()
+        errf.seek(0)
+        err = errf.read()
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         print(f"bench-scale: {name} exited {code}: {err.strip()}", file=sys.stderr)
@@ -95,6 +90,9 @@ def main():
     ap.add_argument("--dir", default="")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
+    for tool in (HEAPLAB, CHURN):
+        if not os.access(tool, os.X_OK):
+            sys.exit(f"bench-scale: {tool} not found (build it first: scripts/bootstrap.sh)")
     work = a.dir or tempfile.mkdtemp(prefix="heaplab-scale-", dir="/var/tmp")
     os.makedirs(work, exist_ok=True)
     trace = os.path.join(work, a.program + ".hlt")
