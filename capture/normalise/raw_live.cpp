@@ -394,6 +394,12 @@ void LiveRawFile::open() {
   // set up (with 512 busy threads on two cores, long enough for most of a
   // capture: 319 MiB of scratch in one run of churn 512 4000).
   beat();
+  // Threads that wait for a reader to open the file (the shim appends at
+  // most raw::kLivePreReaderBlocks before that) go on at once.
+  if (consume_) {
+    __atomic_store_n(&header_->reader_started, uint64_t{1}, __ATOMIC_RELEASE);
+    wake_waiters();
+  }
 }
 
 void LiveRawFile::beat() {

@@ -658,26 +658,31 @@ TEST(LiveNormalise, RecordsStampedAfterThePollWaitForAThreadNotYetNumbered) {
 // A consuming reader's heartbeat is there as soon as it has opened the
 // raw file, before its first poll (until the shim sees one, it appends
 // every full block to .blocks); a reader that keeps the raw files sets none.
+// So is the mark that a reader has opened the file (the shim appends at
+// most raw::kLivePreReaderBlocks before it), which stays.
 TEST(LiveNormalise, HeartbeatFromTheOpen) {
   TempDir dir;
   const std::string path = dir.file("4321.0.hlraw");
   FakeShim shim(path, 1, false);
-  const auto beat = [&] {
+  const auto header = [&] {
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     raw::FileHeader h{};
     EXPECT_EQ(pread(fd, &h, sizeof h, 0), ssize_t(sizeof h));
     close(fd);
-    return h.consumer_ns;
+    return h;
   };
   {
     LiveRawFile keep(path, false);
-    EXPECT_EQ(beat(), 0u);
+    EXPECT_EQ(header().consumer_ns, 0u);
+    EXPECT_EQ(header().reader_started, 0u);
   }
   {
     LiveRawFile live(path, true);
-    EXPECT_NE(beat(), 0u);
+    EXPECT_NE(header().consumer_ns, 0u);
+    EXPECT_EQ(header().reader_started, 1u);
   }
-  EXPECT_EQ(beat(), 0u);  // cleared when the reader is done
+  EXPECT_EQ(header().consumer_ns, 0u);  // cleared when the reader is done
+  EXPECT_EQ(header().reader_started, 1u);
 }
 
 TEST(LiveNormalise, ConsumedBlocksAreGivenBack) {

@@ -65,10 +65,15 @@ inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended block
 // and more once the reader has stalled for kLiveTimeoutNs, rather than lose
 // records). And the blocks that may wait for the reader are fewer with many
 // threads (live_ahead_blocks). What is left of 64 MiB is for the blocks
-// appended to .blocks before the reader started. The `threads` these take
-// are those running (FileHeader::threads less threads_ended).
+// appended to .blocks before the reader started: at most
+// kLivePreReaderBlocks, then the threads wait for the reader to open the
+// file (FileHeader::reader_started), kLiveTimeoutNs at most once per process
+// (a reader that never comes). The `threads` these take are those running
+// (FileHeader::threads less threads_ended).
 inline constexpr uint64_t kLiveScratchBlocks = 14 * kBlocksPerSegment;
 inline constexpr uint64_t kLiveMinAheadBlocks = 64;
+inline constexpr uint64_t kLivePreReaderBlocks = 112;  // 7 MiB: header, 896 slots and these within 64 MiB
+static_assert((1 + kLiveScratchBlocks + kLivePreReaderBlocks) * kBlockSize < (uint64_t{64} << 20));
 // How many full blocks may wait for a live reader while `threads` threads
 // have a block each: the shim waits at this many, and the reader counts
 // itself behind at three quarters of it.
@@ -256,7 +261,10 @@ struct FileHeader {
   // BlockHeader::exit_word): no longer counted as running for the live
   // limits (live_ahead_blocks, live_slots_at_most) (atomic).
   uint32_t threads_ended;
-  uint64_t reserved[1];
+  // Non-zero once a live reader that consumes has opened the file (never
+  // cleared; 0 in files of shims before this field): before that the shim
+  // appends at most kLivePreReaderBlocks (atomic).
+  uint64_t reader_started;
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)
 };

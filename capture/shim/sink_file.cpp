@@ -48,6 +48,10 @@ pid_t g_launcher = 0;
 
 namespace {
 
+// When the first thread began to wait for a live reader that had not yet
+// opened the file (0: none has; wait_for_consumer).
+uint64_t g_pre_reader_wait_ns = 0;
+
 constexpr uint64_t kSegmentBytes = kBlocksPerSegment * kBlockSize;
 constexpr uint64_t kMaxSegments = 65536;  // 1 TiB of records per process image
 
@@ -564,12 +568,29 @@ void sleep_until_consumed(FileHeader* h, uint64_t seen) {
 // The header is looked up again at every round: a handler that forked
 // while this thread slept leaves its child here with the parent's header
 // unmapped (sink_after_fork), and the child's own, or none.
+// Before the live reader that is coming has opened the file (the launcher
+// looks for new raw files every 10 ms, later on a loaded machine), at most
+// kLivePreReaderBlocks are appended; then the threads wait for it, but
+// kLiveTimeoutNs at most in all (g_pre_reader_wait_ns: when the first began),
+// never again once that has passed, and not once the launcher has gone.
 void wait_for_consumer() {
   if (t_ending) return;  // (about to end: never held back)
   for (;;) {
     FileHeader* h = __atomic_load_n(&g_header, __ATOMIC_ACQUIRE);
     if (!h) return;
-    if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0) return;  // no reader: no clock read
+    if (__atomic_load_n(&h->consumer_ns, __ATOMIC_ACQUIRE) == 0) {  // no reader: no clock read, unless
+      if (!g_live_reader_coming || __atomic_load_n(&h->reader_started, __ATOMIC_ACQUIRE) != 0 ||
+          __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) < kLivePreReaderBlocks)
+        return;
+      const uint64_t now = mono_ns();
+      uint64_t since = 0;
+      if (!__atomic_compare_exchange_n(&g_pre_reader_wait_ns, &since, now, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+          now - since > kLiveTimeoutNs)
+        return;
+      if (launcher_gone()) return;
+      sleep_until_consumed(h, __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE));  // (woken at the open)
+      continue;
+    }
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
                               __atomic_load_n(&free_blocks(h)->published, __ATOMIC_RELAXED);
     const uint64_t consumed = __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE);
@@ -956,6 +977,7 @@ void sink_after_fork(bool follow, const char* dir) {
   g_capturing = false;
   g_stopped = false;
   g_spare = false;
+  g_pre_reader_wait_ns = 0;  // (its own file, its own reader)
   t_sink = ThreadSink{};
   t_ending = false;  // (glibc empties the child's robust list)
   t_exit_node = nullptr;
