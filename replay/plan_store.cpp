@@ -179,17 +179,25 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   uint64_t free_bytes = free_bytes_of(dir_);
   // Kept plans may have to go first to make room on the disk for the build
   // (least recently used first; a plan another command has open frees its
-  // space only when it closes it).
-  for (const Entry& e : entries(dir_)) {
-    if (free_bytes >= need + kMargin) break;
-    remove_entry(e.plan);
-    free_bytes = free_bytes_of(dir_);
-  }
+  // space only when it closes it), but only where they can: where the free
+  // space and every kept plan's together are too little, none goes for a
+  // build that is refused all the same.
+  const std::vector<Entry> kept_plans = entries(dir_);
+  uint64_t kept_bytes = 0;
+  for (const Entry& e : kept_plans) kept_bytes += e.bytes;
+  if (free_bytes + kept_bytes >= need + kMargin)
+    for (const Entry& e : kept_plans) {
+      if (free_bytes >= need + kMargin) break;
+      remove_entry(e.plan);
+      kept_bytes -= std::min(kept_bytes, e.bytes);
+      free_bytes = free_bytes_of(dir_);
+    }
   if (free_bytes < need + kMargin)
     throw PlanError(
-        fmt::format("the replay plan needs {} on disk and {} has {} free (set HEAPLAB_PLAN_DIR to a "
+        fmt::format("the replay plan needs {} on disk and {} has {} free{} (set HEAPLAB_PLAN_DIR to a "
                     "file system with more room, or replay a shorter trace)",
-                    common::gib_text(need + kMargin), dir_, common::gib_text(free_bytes)));
+                    common::gib_text(need + kMargin), dir_, common::gib_text(free_bytes),
+                    kept_bytes != 0 ? ", and " + common::gib_text(kept_bytes) + " in kept plans, which are left" : ""));
   const std::string base = name(id, opt);
   std::string tmp = base + ".tmp.XXXXXX";
   int fd = keep ? mkostemp(tmp.data(), O_CLOEXEC) : -1;

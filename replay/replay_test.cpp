@@ -891,7 +891,8 @@ TEST_F(ReplayTest, PlanIsKeptForTheNextCommand) {
 // "At once" is checked by what was done, not by a clock (a loaded CI
 // machine's ASan build took 1.2 s to start and stop): not a byte was
 // written to the small file system. Needs one: a 4 MiB tmpfs, mounted
-// where that is allowed.
+// where that is allowed. Then with a kept plan of 1 MiB there: evicting it
+// could not make the room, so it stays, and the line says so.
 TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
   const fs::path tiny = dir() / "tiny";
   fs::create_directories(tiny);
@@ -904,6 +905,12 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
   struct statvfs after {};
   ASSERT_EQ(statvfs(tiny.c_str(), &after), 0);
   const bool empty = fs::is_empty(tiny);
+  // A kept plan (its summary beside it) of 1 MiB.
+  const fs::path kept = tiny / "older-t0-untimed-v8.plan", kept_json = tiny / "older-t0-untimed-v8.json";
+  std::ofstream(kept, std::ios::binary) << std::string(size_t{1} << 20, 'p');
+  std::ofstream(kept_json) << "{}\n";
+  const Outcome r2 = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, "HEAPLAB_PLAN_DIR=" + tiny.string());
+  const bool kept_left = fs::exists(kept) && fs::exists(kept_json);
   umount(tiny.c_str());
   EXPECT_TRUE(empty);
   EXPECT_EQ(after.f_bfree, before.f_bfree);
@@ -914,6 +921,54 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
                        "shorter trace)"),
             std::string::npos)
       << r.err;
+  EXPECT_TRUE(kept_left) << "a kept plan was evicted for a build refused all the same";
+  EXPECT_EQ(r2.code, 2);
+  EXPECT_EQ(std::count(r2.err.begin(), r2.err.end(), '\n'), 1) << r2.err;
+  EXPECT_NE(r2.err.find(t + ": the replay plan needs 0.5 GiB on disk and " + tiny.string() +
+                        " has 0.0 GiB free, and 0.0 GiB in kept plans, which are left (set HEAPLAB_PLAN_DIR to a "
+                        "file system with more room, or replay a shorter trace)"),
+            std::string::npos)
+      << r2.err;
+}
+
+// Kept plans make room on the disk for a build, least recently used first,
+// and no more of them than it takes: a 600 MiB tmpfs holding two kept plans
+// of 60 MiB, a build that needs its plan and 512 MiB free. The older goes,
+// the newer stays, and the new plan is built, replayed and kept.
+TEST_F(ReplayTest, KeptPlansMakeRoomOnTheDiskLeastRecentlyUsedFirst) {
+  const fs::path small = dir() / "small";
+  fs::create_directories(small);
+  if (mount("heaplab-test", small.c_str(), "tmpfs", 0, "size=600m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  const std::string chunk(size_t{1} << 20, 'p');
+  auto keep = [&](const std::string& name, int age_s) {
+    const fs::path plan = small / (name + ".plan");
+    {
+      std::ofstream out(plan, std::ios::binary);
+      for (int i = 0; i < 60; ++i) out << chunk;
+    }
+    std::ofstream(small / (name + ".json")) << "{}\n";
+    fs::last_write_time(plan, fs::file_time_type::clock::now() - std::chrono::seconds(age_s));
+    return plan;
+  };
+  const fs::path older = keep("older-t0-untimed-v8", 200), newer = keep("newer-t0-untimed-v8", 100);
+  std::vector<Event> ev;
+  for (uint64_t id = 1; id <= 1000; ++id) {
+    ev.push_back(malloc_ev(16));
+    ev.push_back(free_ev(id));
+  }
+  const std::string t = write_trace("room_made", ev, false);
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "-o", (dir() / "room.json").string()},
+                        "HEAPLAB_PLAN_DIR=" + small.string());
+  const bool older_gone = !fs::exists(older) && !fs::exists(fs::path(older).replace_extension(".json"));
+  const bool newer_left = fs::exists(newer);
+  int plans = 0;
+  for (const auto& e : fs::directory_iterator(small)) plans += e.path().extension() == ".plan";
+  umount(small.c_str());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(older_gone);
+  EXPECT_TRUE(newer_left);
+  EXPECT_EQ(plans, 2) << "the newer kept plan and the one just built";
 }
 
 // A trace whose heap is bigger than this machine's memory (a 1 TiB block
