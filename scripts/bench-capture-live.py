@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Whole `heaplab capture` against the program run natively (issue 16):
 normalising while the program runs (`--normalise live`, the default) and
-once it has exited (`--normalise after`), with the scratch disk each needs.
+once it has exited (`--normalise after`), with the scratch disk each needs,
+and the program's own wall time within each (start to exit, from heaplab
+capture's summary): what the shim costs it, apart from normalising.
 
 For each program (`churn 1 4000000` leaves a core free, `churn 2 2000000`
 keeps both busy, `churn 512 4000` has 512 threads, `churn 300 300 20000 24`
@@ -125,6 +127,16 @@ def run_capture(work, prog, mode, heaplab=HEAPLAB, cpu=None, anon=None):
     return dt, peak["disk"], peak["rss"], err
 
 
+def program_seconds(err):
+    """The program's own wall time under the shim, from start to exit, as
+    heaplab capture's summary gives it (`PROG exited with status N after S s`):
+    what the shim costs the program, apart from normalising."""
+    m = re.search(r"exited with status [0-9]+ after ([0-9.]+) s", err)
+    if not m:
+        sys.exit(f"bench: heaplab capture's summary gave no program time: {err.strip()[-300:]}")
+    return float(m.group(1))
+
+
 def timed(cmd):
     t0 = time.monotonic()
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -162,23 +174,28 @@ def main():
         if other:
             compare(work, programs, other, a.compare, a.reps)
             return
-        print("| program | native | capture, live | vs native | capture, after | vs native "
-              "| scratch peak, live | scratch peak, after | heaplab RSS, live |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| program | native | capture, live | vs native | the program in it | capture, after | vs native "
+              "| the program in it | scratch peak, live | scratch peak, after | heaplab RSS, live |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for prog in programs:
             cmdline = [CHURN] + prog
             nat, live, after, disk_live, disk_after, rss_live = [], [], [], [], [], []
+            prog_live, prog_after = [], []
             for _ in range(a.reps):
                 nat.append(timed(cmdline))
-                dt, disk, rss, _ = run_capture(work, cmdline, "live")
+                dt, disk, rss, err = run_capture(work, cmdline, "live")
                 live.append(dt)
+                prog_live.append(program_seconds(err))
                 disk_live.append(disk)
                 rss_live.append(rss)
-                dt, disk, _, _ = run_capture(work, cmdline, "after")
+                dt, disk, _, err = run_capture(work, cmdline, "after")
                 after.append(dt)
+                prog_after.append(program_seconds(err))
                 disk_after.append(disk)
             n, l, f = statistics.median(nat), statistics.median(live), statistics.median(after)
-            print(f"| `churn {' '.join(prog)}` | {n:.3f} s | {l:.3f} s | **{l / n:.2f}x** | {f:.3f} s | {f / n:.2f}x "
+            pl, pf = statistics.median(prog_live), statistics.median(prog_after)
+            print(f"| `churn {' '.join(prog)}` | {n:.3f} s | {l:.3f} s | **{l / n:.2f}x** | {pl:.3f} s ({pl / n:.2f}x) "
+                  f"| {f:.3f} s | {f / n:.2f}x | {pf:.3f} s ({pf / n:.2f}x) "
                   f"| {mib(max(disk_live))} | {mib(max(disk_after))} | {max(rss_live) / 1024:.1f} MiB |",
                   flush=True)
         if not a.skip_long:
