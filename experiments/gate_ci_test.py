@@ -104,14 +104,19 @@ def junit(expect_failures):
     return root
 
 
-# 1. The same build on both sides: the gate passes. Timing metrics of two
-# identical builds can still differ significantly by chance on a loaded
-# machine (the budgets allow 10%): then, and only then, once more.
+# 1. The same build on both sides: the gate passes. Two sessions of
+# identical builds can still differ significantly by chance: timing on a
+# loaded machine (the budgets allow 10%), and the heap peak, which is the
+# largest of the sampler's readings over a replay of about 20 ms (a CI run
+# had 5.39 against 5.67 MiB, +5.1% at p 0.036, over the 3% budget). Any
+# such difference between identical builds is chance: then, and only then
+# (every failing check a regression, none a failed or missing run), once
+# more. A gate that failed identical builds for a reason of its own would
+# fail both times.
 r = run_script(ALLOC, "same")
-timing = ("wall_s", "malloc_p99_ns")
 failed = [l for l in r.stdout.splitlines() if l.startswith("FAIL")]
-if r.returncode == 1 and failed and all(any(f" {m} " in l for m in timing) for l in failed):
-    print("same builds: timing differed by chance, once more:\n" + "\n".join(failed))
+if r.returncode == 1 and failed and all(l.startswith("FAIL  regression ") for l in failed):
+    print("same builds: a measure differed by chance, once more:\n" + "\n".join(failed))
     shutil.rmtree(os.path.join(WORK, "ci/results"))
     r = run_script(ALLOC, "same")
 check(r.returncode == 0, f"same builds: the script exited {r.returncode}:\n{r.stdout}\n{r.stderr[-1500:]}")
