@@ -224,8 +224,10 @@ class LiveCollector {
       try {
         job->thread = std::thread([this, job] { run(*job); });
       } catch (const std::system_error& e) {
-        // No thread for it: normalised after the program exits (finish()).
+        // No thread for it: normalised after the program exits (finish()),
+        // and its shim not held back waiting for a reader.
         job->live_failed = e.what();
+        normalise::release_waiting_shim(r.path);
       }
     }
   }
@@ -237,13 +239,21 @@ class LiveCollector {
     try {
       // The shim writes the header's magic last: wait for a valid header.
       std::unique_ptr<normalise::LiveRawFile> raw;
+      const auto trying_since = std::chrono::steady_clock::now();
+      bool released = false;
       while (!raw && !ended()) {
         try {
           raw = std::make_unique<normalise::LiveRawFile>(j.name.path, !opt_.keep_raw);
         } catch (const normalise::RawError&) {
+          // A valid header that will not open (no descriptor to be had, a
+          // reader this build refuses) for a second: the shim goes on
+          // without waiting for this reader (raw::kLivePreReaderBlocks).
+          if (!released && std::chrono::steady_clock::now() - trying_since > std::chrono::seconds(1))
+            released = normalise::release_waiting_shim(j.name.path);
           nap_ms(2);
         }
       }
+      if (!raw) normalise::release_waiting_shim(j.name.path);  // (read after the fact, below)
       // Timestamps need the TSC's rate, measured over the first 20 ms.
       while (raw && raw->ns_per_tick() == 0 && !ended()) {
         raw->beat();

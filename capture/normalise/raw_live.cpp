@@ -398,8 +398,33 @@ void LiveRawFile::open() {
   // most raw::kLivePreReaderBlocks before that) go on at once.
   if (consume_) {
     __atomic_store_n(&header_->reader_started, uint64_t{1}, __ATOMIC_RELEASE);
-    wake_waiters();
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->reader_started), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+            0);
   }
+}
+
+bool release_waiting_shim(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  // (Mapped only once the header block is in the file: past its end, a
+  // read of the mapping would be SIGBUS.)
+  void* h = fstat(fd, &st) == 0 && uint64_t(st.st_size) >= kBlockSize
+                ? mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+  ::close(fd);
+  if (h == MAP_FAILED) return false;
+  auto* header = static_cast<FileHeader*>(h);
+  // (Only a header the shim has written: its magic is written last, and a
+  // store before that would be overwritten.)
+  const bool valid = std::memcmp(header->magic, kFileMagic, sizeof kFileMagic) == 0;
+  if (valid) {
+    __atomic_store_n(&header->reader_started, uint64_t{1}, __ATOMIC_RELEASE);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header->reader_started), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+            0);
+  }
+  munmap(h, kBlockSize);
+  return valid;
 }
 
 void LiveRawFile::beat() {

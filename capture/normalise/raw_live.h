@@ -40,6 +40,13 @@
 
 namespace heaplab::normalise {
 
+// For a raw file no live reader will open (heaplab capture could not start
+// one, or has stopped looking for new files): marks it as if one had
+// (raw::FileHeader::reader_started) and wakes the threads that wait, so that
+// the shim appends on without a bound instead of waiting 10 s. False if the
+// file has no valid header yet.
+bool release_waiting_shim(const std::string& path);
+
 class LiveRawFile final : public RecordSource {
  public:
   // Opens PATH and PATH.blocks. Throws RawError if the header is not valid

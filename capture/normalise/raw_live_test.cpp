@@ -18,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -683,6 +684,41 @@ TEST(LiveNormalise, HeartbeatFromTheOpen) {
   }
   EXPECT_EQ(header().consumer_ns, 0u);  // cleared when the reader is done
   EXPECT_EQ(header().reader_started, 1u);
+}
+
+// heaplab capture gives up on a live reader for a file (no thread for it,
+// or one that will not open): the file is marked as if opened, so that its
+// shim stops waiting. Not a file without a valid header yet (the shim
+// writes the magic last, after the mark's place), nor one shorter than its
+// header block (mapped past its end, a read would be SIGBUS).
+TEST(LiveNormalise, GivingUpOnAReaderReleasesTheShim) {
+  TempDir dir;
+  const std::string path = dir.file("4321.0.hlraw");
+  const auto started = [&] {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    raw::FileHeader h{};
+    EXPECT_EQ(pread(fd, &h, sizeof h, 0), ssize_t(sizeof h));
+    close(fd);
+    return h.reader_started;
+  };
+  {
+    FakeShim shim(path, 1, false);
+    EXPECT_EQ(started(), 0u);
+    EXPECT_TRUE(release_waiting_shim(path));
+    EXPECT_EQ(started(), 1u);
+  }
+  const std::string blank = dir.file("4322.0.hlraw");
+  {
+    const int fd = open(blank.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    EXPECT_EQ(ftruncate(fd, off_t(raw::kBlockSize)), 0);
+    close(fd);
+  }
+  EXPECT_FALSE(release_waiting_shim(blank));
+  EXPECT_EQ(heaplab::trace::testutil::read_file(blank), std::string(raw::kBlockSize, '\0'));
+  const std::string short_file = dir.file("4323.0.hlraw");
+  { std::ofstream(short_file) << "HLRAWCAP"; }
+  EXPECT_FALSE(release_waiting_shim(short_file));
+  EXPECT_FALSE(release_waiting_shim(dir.file("missing.hlraw")));
 }
 
 TEST(LiveNormalise, ConsumedBlocksAreGivenBack) {

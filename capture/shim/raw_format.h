@@ -65,10 +65,14 @@ inline constexpr uint64_t kLiveAheadBlocks = 512;    // 32 MiB of appended block
 // and more once the reader has stalled for kLiveTimeoutNs, rather than lose
 // records). And the blocks that may wait for the reader are fewer with many
 // threads (live_ahead_blocks). What is left of 64 MiB is for the blocks
-// appended to .blocks before the reader started: at most
-// kLivePreReaderBlocks, then the threads wait for the reader to open the
-// file (FileHeader::reader_started), kLiveTimeoutNs at most once per process
-// (a reader that never comes). The `threads` these take are those running
+// appended to .blocks before the reader started: about
+// kLivePreReaderBlocks (threads racing past the shim's look add one each),
+// then the threads wait for the reader to open the file
+// (FileHeader::reader_started), kLiveTimeoutNs at most once per process
+// image (a reader that never comes; heaplab capture marks the files it will
+// not read live as if opened). Before the reader, the mapping takes a slot
+// per thread started, unbounded: the bound holds for up to 896 threads
+// started before it opens. The `threads` these take are those running
 // (FileHeader::threads less threads_ended).
 inline constexpr uint64_t kLiveScratchBlocks = 14 * kBlocksPerSegment;
 inline constexpr uint64_t kLiveMinAheadBlocks = 64;
@@ -261,9 +265,10 @@ struct FileHeader {
   // BlockHeader::exit_word): no longer counted as running for the live
   // limits (live_ahead_blocks, live_slots_at_most) (atomic).
   uint32_t threads_ended;
-  // Non-zero once a live reader that consumes has opened the file (never
-  // cleared; 0 in files of shims before this field): before that the shim
-  // appends at most kLivePreReaderBlocks (atomic).
+  // Non-zero once a live reader that consumes has opened the file, or
+  // heaplab capture has given up on one (never cleared; 0 in files of shims
+  // before this field): before that the shim appends about
+  // kLivePreReaderBlocks, then waits (a futex on its low half) (atomic).
   uint64_t reader_started;
   char exe[4096];             // /proc/self/exe at start
   char cmdline[kCmdlineMax];  // /proc/self/cmdline at start (truncated to fit)

@@ -569,10 +569,12 @@ void sleep_until_consumed(FileHeader* h, uint64_t seen) {
 // while this thread slept leaves its child here with the parent's header
 // unmapped (sink_after_fork), and the child's own, or none.
 // Before the live reader that is coming has opened the file (the launcher
-// looks for new raw files every 10 ms, later on a loaded machine), at most
-// kLivePreReaderBlocks are appended; then the threads wait for it, but
-// kLiveTimeoutNs at most in all (g_pre_reader_wait_ns: when the first began),
-// never again once that has passed, and not once the launcher has gone.
+// looks for new raw files every 10 ms, later on a loaded machine), about
+// kLivePreReaderBlocks are appended (a thread or so more where threads race
+// past the look); then the threads wait for it, but kLiveTimeoutNs at most
+// in all in this process image (g_pre_reader_wait_ns: when the first began;
+// a fork child starts afresh), never again once that has passed, and not
+// once the launcher is known to have gone.
 void wait_for_consumer() {
   if (t_ending) return;  // (about to end: never held back)
   for (;;) {
@@ -582,13 +584,21 @@ void wait_for_consumer() {
       if (!g_live_reader_coming || __atomic_load_n(&h->reader_started, __ATOMIC_ACQUIRE) != 0 ||
           __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) < kLivePreReaderBlocks)
         return;
+      // (A raw clone's child shares the mapping: its records are not kept,
+      // emit_slow stops it next.)
+      if (pid_t(syscall(SYS_getpid)) != g_pid) return;
       const uint64_t now = mono_ns();
       uint64_t since = 0;
+      // (Another thread may have begun a moment after this one read the clock.)
       if (!__atomic_compare_exchange_n(&g_pre_reader_wait_ns, &since, now, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
-          now - since > kLiveTimeoutNs)
+          now > since && now - since > kLiveTimeoutNs)
         return;
       if (launcher_gone()) return;
-      sleep_until_consumed(h, __atomic_load_n(&h->consumed_blocks, __ATOMIC_ACQUIRE));  // (woken at the open)
+      // Asleep on the mark itself (the reader, or heaplab capture giving up
+      // on one, sets it and wakes it: a store between the look above and
+      // the sleep makes the sleep return at once), 50 ms at most a look.
+      timespec ts{0, 50000000};
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->reader_started), FUTEX_WAIT, 0u, &ts, nullptr, 0);
       continue;
     }
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
