@@ -167,6 +167,7 @@ class LiveCollector {
     std::optional<TraceResult> result;
     std::string error, note;
     std::string live_failed;  // why it had no thread of its own
+    bool released = false;    // its shim told not to wait for a reader (normalise::release_waiting_shim)
     std::thread thread;
   };
 
@@ -196,6 +197,9 @@ class LiveCollector {
   void look() {
     add_new();
     for (auto& j : jobs_) {
+      // No reader for it: its shim is released once its header is there
+      // (found before the shim wrote it, the first try did nothing).
+      if (!j->live_failed.empty() && !j->released) j->released = normalise::release_waiting_shim(j->name.path);
       if (j->root || j->ended.load(std::memory_order_acquire)) continue;
       std::error_code ec;
       const std::string next_image =
@@ -227,7 +231,7 @@ class LiveCollector {
         // No thread for it: normalised after the program exits (finish()),
         // and its shim not held back waiting for a reader.
         job->live_failed = e.what();
-        normalise::release_waiting_shim(r.path);
+        job->released = normalise::release_waiting_shim(r.path);
       }
     }
   }
@@ -295,6 +299,7 @@ class LiveCollector {
                  "): scratch disk was not bounded";
       j.result = std::move(tr);
     } catch (const std::exception& e) {
+      normalise::release_waiting_shim(j.name.path);  // (whatever stopped this reader: no shim waits for it)
       j.error = e.what();
       if (consumed > 0)
         j.error += " (" + std::to_string(consumed) +
