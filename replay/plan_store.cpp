@@ -189,7 +189,7 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     for (const Entry& e : kept_plans) {
       if (free_bytes >= need + kMargin) break;
       remove_entry(e.plan);
-      kept_bytes -= std::min(kept_bytes, e.bytes);
+      kept_bytes -= e.bytes;  // (the sum of the entries left)
       free_bytes = free_bytes_of(dir_);
     }
   if (free_bytes < need + kMargin)

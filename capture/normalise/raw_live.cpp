@@ -61,6 +61,13 @@ constexpr std::chrono::milliseconds kPendingLimit{100};
 // How far past the first unwritten record a written one is looked for.
 constexpr uint64_t kPendingLookahead = 4;
 
+// Marks the file opened by a reader (raw::FileHeader::reader_started) and
+// wakes the shim's threads that sleep on the mark (its low half).
+void mark_opened(FileHeader* h) {
+  __atomic_store_n(&h->reader_started, uint64_t{1}, __ATOMIC_RELEASE);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->reader_started), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
 }  // namespace
 
 // A thread's records as far as they are written (raw_live.h).
@@ -396,11 +403,7 @@ void LiveRawFile::open() {
   beat();
   // Threads that wait for a reader to open the file (the shim appends at
   // most raw::kLivePreReaderBlocks before that) go on at once.
-  if (consume_) {
-    __atomic_store_n(&header_->reader_started, uint64_t{1}, __ATOMIC_RELEASE);
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->reader_started), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
-            0);
-  }
+  if (consume_) mark_opened(header_);
 }
 
 bool release_waiting_shim(const std::string& path) {
@@ -418,11 +421,7 @@ bool release_waiting_shim(const std::string& path) {
   // (Only a header the shim has written: its magic is written last, and a
   // store before that would be overwritten.)
   const bool valid = std::memcmp(header->magic, kFileMagic, sizeof kFileMagic) == 0;
-  if (valid) {
-    __atomic_store_n(&header->reader_started, uint64_t{1}, __ATOMIC_RELEASE);
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header->reader_started), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
-            0);
-  }
+  if (valid) mark_opened(header);
   munmap(h, kBlockSize);
   return valid;
 }

@@ -661,17 +661,20 @@ TEST(LiveNormalise, RecordsStampedAfterThePollWaitForAThreadNotYetNumbered) {
 // every full block to .blocks); a reader that keeps the raw files sets none.
 // So is the mark that a reader has opened the file (the shim appends at
 // most raw::kLivePreReaderBlocks before it), which stays.
+// A raw file's header as it is on disk now.
+raw::FileHeader header_of(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  raw::FileHeader h{};
+  EXPECT_EQ(pread(fd, &h, sizeof h, 0), ssize_t(sizeof h));
+  close(fd);
+  return h;
+}
+
 TEST(LiveNormalise, HeartbeatFromTheOpen) {
   TempDir dir;
   const std::string path = dir.file("4321.0.hlraw");
   FakeShim shim(path, 1, false);
-  const auto header = [&] {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    raw::FileHeader h{};
-    EXPECT_EQ(pread(fd, &h, sizeof h, 0), ssize_t(sizeof h));
-    close(fd);
-    return h;
-  };
+  const auto header = [&] { return header_of(path); };
   {
     LiveRawFile keep(path, false);
     EXPECT_EQ(header().consumer_ns, 0u);
@@ -694,13 +697,7 @@ TEST(LiveNormalise, HeartbeatFromTheOpen) {
 TEST(LiveNormalise, GivingUpOnAReaderReleasesTheShim) {
   TempDir dir;
   const std::string path = dir.file("4321.0.hlraw");
-  const auto started = [&] {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    raw::FileHeader h{};
-    EXPECT_EQ(pread(fd, &h, sizeof h, 0), ssize_t(sizeof h));
-    close(fd);
-    return h.reader_started;
-  };
+  const auto started = [&] { return header_of(path).reader_started; };
   {
     FakeShim shim(path, 1, false);
     EXPECT_EQ(started(), 0u);

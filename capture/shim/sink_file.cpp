@@ -555,10 +555,14 @@ bool publish_block() {
 // 50 ms at most (to look at the reader's heartbeat). Not shorter: with
 // hundreds of threads waiting, each waking every 5 ms took the CPU the
 // reader needed (`churn 512 4000` captured live 2x slower).
-void sleep_until_consumed(FileHeader* h, uint64_t seen) {
+// Sleeps on the low half of a header word the reader wakes while it still
+// holds `seen`, 50 ms at most.
+void sleep_on(uint64_t* word, uint64_t seen) {
   timespec ts{0, 50000000};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->consumed_blocks), FUTEX_WAIT, uint32_t(seen), &ts, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, uint32_t(seen), &ts, nullptr, 0);
 }
+
+void sleep_until_consumed(FileHeader* h, uint64_t seen) { sleep_on(&h->consumed_blocks, seen); }
 
 // A live normaliser consumes appended blocks while the program runs: wait
 // while it is live_ahead_blocks behind, so that scratch disk stays bounded,
@@ -597,8 +601,7 @@ void wait_for_consumer() {
       // Asleep on the mark itself (the reader, or heaplab capture giving up
       // on one, sets it and wakes it: a store between the look above and
       // the sleep makes the sleep return at once), 50 ms at most a look.
-      timespec ts{0, 50000000};
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->reader_started), FUTEX_WAIT, 0u, &ts, nullptr, 0);
+      sleep_on(&h->reader_started, 0);
       continue;
     }
     const uint64_t appended = __atomic_load_n(&h->data_blocks, __ATOMIC_RELAXED) +
