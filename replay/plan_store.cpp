@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <time.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -86,6 +87,21 @@ void remove_entry(const fs::path& plan) {
   fs::remove(json, ec);
 }
 
+// A command that uses a kept plan holds a shared lock on it (flock, on the
+// open file: its replayers' inherited descriptors keep it) until it closes
+// the plan. Removing such a plan frees its disk space only then.
+// Whether `plan` is free of such locks; with `remove`, it is removed while
+// this holds the exclusive lock (find() then fails to take its own, and
+// builds again). A plan already gone frees nothing here: false.
+bool unused(const fs::path& plan, bool remove) {
+  const int fd = open(plan.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool free_of_locks = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  if (free_of_locks && remove) remove_entry(plan);
+  close(fd);  // (and the lock with it)
+  return free_of_locks;
+}
+
 }  // namespace
 
 std::string PlanStore::default_dir() {
@@ -127,6 +143,12 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
   } catch (const std::exception&) {
     close(fd);
     remove_entry(base + ".plan");  // half written or damaged: built again
+    return -1;
+  }
+  // In use until this command closes it (its last descriptor); refused
+  // while another command is removing it.
+  if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    close(fd);
     return -1;
   }
   utimensat(AT_FDCWD, (base + ".plan").c_str(), nullptr, 0);  // used now
@@ -178,29 +200,37 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   bool keep = !id.empty() && need <= limit;
   uint64_t free_bytes = free_bytes_of(dir_);
   // Kept plans may have to go first to make room on the disk for the build
-  // (least recently used first; a plan another command has open frees its
-  // space only when it closes it), but only where they can: where the free
-  // space and every kept plan's together are too little, none goes for a
-  // build that is refused all the same.
+  // (least recently used first), but only where they can: a plan another
+  // command has open frees its space only when that command closes it, so
+  // it stays and counts for nothing; and where the free space and the
+  // other kept plans together are too little, none goes for a build that
+  // is refused all the same.
   const std::vector<Entry> kept_plans = entries(dir_);
-  uint64_t kept_bytes = 0;
-  for (const Entry& e : kept_plans) kept_bytes += e.bytes;
-  if (free_bytes + kept_bytes >= need + kMargin)
+  uint64_t kept_bytes = 0, open_bytes = 0;
+  for (const Entry& e : kept_plans) {
+    kept_bytes += e.bytes;
+    if (!unused(e.plan, false)) open_bytes += e.bytes;
+  }
+  if (free_bytes + kept_bytes - open_bytes >= need + kMargin)
     for (const Entry& e : kept_plans) {
       if (free_bytes >= need + kMargin) break;
-      remove_entry(e.plan);
+      if (!unused(e.plan, true)) continue;
       kept_bytes -= e.bytes;  // (the sum of the entries left)
       free_bytes = free_bytes_of(dir_);
     }
-  if (free_bytes < need + kMargin)
+  if (free_bytes < need + kMargin) {
+    std::string left;
+    if (kept_bytes != 0) left = ", and " + common::gib_text(kept_bytes) + " in kept plans, which are left";
+    if (open_bytes != 0) left += " (" + common::gib_text(open_bytes) + " of them in use by other commands)";
     throw PlanError(
         fmt::format("the replay plan needs {} on disk and {} has {} free{} (set HEAPLAB_PLAN_DIR to a "
                     "file system with more room, or replay a shorter trace)",
-                    common::gib_text(need + kMargin), dir_, common::gib_text(free_bytes),
-                    kept_bytes != 0 ? ", and " + common::gib_text(kept_bytes) + " in kept plans, which are left" : ""));
+                    common::gib_text(need + kMargin), dir_, common::gib_text(free_bytes), left));
+  }
   const std::string base = name(id, opt);
   std::string tmp = base + ".tmp.XXXXXX";
   int fd = keep ? mkostemp(tmp.data(), O_CLOEXEC) : -1;
+  if (fd >= 0) flock(fd, LOCK_SH | LOCK_NB);  // in use by this command once named (find())
   if (fd < 0) {
     keep = false;
     fd = open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);

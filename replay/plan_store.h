@@ -10,6 +10,9 @@
 //              64 GiB and half of what the cache and the free space add up to
 //   entry:     TRACEID-tTHREADS-OPTIONS-vVERSION.plan and .json (the plan's
 //              summary); the .plan is renamed into place last
+//   in use:    a command holds a shared flock on a plan it found or kept
+//              until it closes it; a plan in use is not removed to make
+//              room on the disk (that frees nothing until it is closed)
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <sys/mount.h>
 #include <sched.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -966,6 +967,73 @@ TEST_F(ReplayTest, KeptPlansMakeRoomOnTheDiskLeastRecentlyUsedFirst) {
   EXPECT_TRUE(older_gone);
   EXPECT_TRUE(newer_left);
   EXPECT_EQ(plans, 2) << "the newer kept plan and the one just built";
+}
+
+// A kept plan another command has open (it holds a shared flock on it, as
+// `heaplab replay` does on the plan it uses) frees no space when removed, so
+// it is neither evicted nor counted as room: the same 600 MiB tmpfs, the
+// older plan open here, and the newer goes instead. Then with every kept
+// plan open, the build is refused in one line, and none is evicted.
+TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
+  const fs::path small = dir() / "small-open";
+  fs::create_directories(small);
+  if (mount("heaplab-test", small.c_str(), "tmpfs", 0, "size=600m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  const std::string chunk(size_t{1} << 20, 'p');
+  std::vector<int> held;
+  auto keep = [&](const std::string& name, int age_s, bool in_use) {
+    const fs::path plan = small / (name + ".plan");
+    {
+      std::ofstream out(plan, std::ios::binary);
+      for (int i = 0; i < 60; ++i) out << chunk;
+    }
+    std::ofstream(small / (name + ".json")) << "{}\n";
+    fs::last_write_time(plan, fs::file_time_type::clock::now() - std::chrono::seconds(age_s));
+    if (in_use) {
+      held.push_back(open(plan.c_str(), O_RDONLY | O_CLOEXEC));
+      EXPECT_EQ(flock(held.back(), LOCK_SH), 0);
+    }
+    return plan;
+  };
+  const fs::path older = keep("older-t0-untimed-v8", 200, true), newer = keep("newer-t0-untimed-v8", 100, false);
+  std::vector<Event> ev;
+  for (uint64_t id = 1; id <= 1000; ++id) {
+    ev.push_back(malloc_ev(16));
+    ev.push_back(free_ev(id));
+  }
+  const std::string t = write_trace("room_open", ev, false);
+  const std::string env = "HEAPLAB_PLAN_DIR=" + small.string();
+  const Outcome r =
+      run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "-o", (dir() / "open.json").string()}, env);
+  const bool older_left = fs::exists(older), newer_gone = !fs::exists(newer);
+  // Now the plan just built and the older one are kept; a third of 60 MiB,
+  // all three open, and another trace to build for.
+  const fs::path third = keep("third-t0-untimed-v8", 50, true);
+  for (const auto& e : fs::directory_iterator(small))
+    if (e.path().extension() == ".plan" && e.path() != older && e.path() != third) {
+      held.push_back(open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
+      EXPECT_EQ(flock(held.back(), LOCK_SH), 0);
+    }
+  ev.push_back(malloc_ev(32));
+  const std::string t2 = write_trace("room_open_2", ev, false);
+  const Outcome r2 = run({kHeaplab, "replay", t2, "-q", "--allocator", "glibc"}, env);
+  int plans = 0;
+  for (const auto& e : fs::directory_iterator(small)) plans += e.path().extension() == ".plan";
+  for (const int fd : held) close(fd);
+  umount(small.c_str());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(older_left) << "a plan in use was evicted, which freed nothing";
+  EXPECT_TRUE(newer_gone);
+  EXPECT_EQ(r2.code, 2);
+  EXPECT_EQ(std::count(r2.err.begin(), r2.err.end(), '\n'), 1) << r2.err;
+  EXPECT_NE(r2.err.find(t2 + ": the replay plan needs 0.5 GiB on disk and " + small.string() + " has "),
+            std::string::npos)
+      << r2.err;
+  EXPECT_NE(r2.err.find(" free, and 0.1 GiB in kept plans, which are left (0.1 GiB of them in use by other commands) "
+                        "(set HEAPLAB_PLAN_DIR to a file system with more room, or replay a shorter trace)"),
+            std::string::npos)
+      << r2.err;
+  EXPECT_EQ(plans, 3) << "none evicted for a build refused all the same";
 }
 
 // A trace whose heap is bigger than this machine's memory (a 1 TiB block
