@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <iterator>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -77,6 +82,63 @@ TEST(Logalloc, MungedAndOlderForms) {
   const LogallocFileImport o = import_logalloc_file(dir.file("old.log"), dir.file("o.hlt"), {}, {"heaplab"});
   EXPECT_EQ(o.report.threads, 1u);
   EXPECT_EQ(events_of(dir.file("o.hlt")), (std::vector<std::string>{"malloc 0x5 a0 0->1 t0", "free 0x0 a0 1->0 t0"}));
+}
+
+// More calls than the importer reads ahead of the one it takes (16): 200
+// blocks made by three threads, freed in a shuffled order by others, with
+// free(NULL) lines (nothing), failed mallocs (no object), and frees of
+// blocks never made, one from a thread with no other call (not a thread of
+// the trace; the first such free's line named): the events are a model's.
+TEST(Logalloc, MoreCallsThanTheLookAheadMatchAModel) {
+  std::string text;
+  uint64_t line = 0, next_id = 0, first_unknown = 0, unknown = 0;
+  std::map<uint64_t, uint64_t> live;  // address -> id
+  std::vector<std::string> want;
+  const auto hex = [](uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof b, "%#" PRIx64, v);
+    return std::string(b);
+  };
+  const auto call = [&](uint64_t tid, const std::string& c) {
+    text += "1 " + std::to_string(tid) + " " + c + "\n";
+    ++line;
+  };
+  std::vector<uint64_t> addrs;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const uint64_t a = 0x10000 + 32 * i, t = i % 3;
+    call(100 + t, "malloc(" + std::to_string(i + 1) + ")=" + hex(a));
+    live[a] = ++next_id;
+    want.push_back("malloc 0x" + std::to_string(i + 1) + " a0 0->" + std::to_string(next_id) + " t" +
+                   std::to_string(t));
+    addrs.push_back(a);
+    if (i % 45 == 7) {
+      call(100 + t, "malloc(5)=(nil)");
+      want.push_back("malloc 0x5 a0 0->0 t" + std::to_string(t));
+    }
+  }
+  std::mt19937_64 rng(11);
+  std::shuffle(addrs.begin(), addrs.end(), rng);
+  for (size_t k = 0; k < addrs.size(); ++k) {
+    const uint64_t t = (k + 1) % 3;
+    if (k % 60 == 5) {
+      call(k == 5 ? 999 : 100 + t, "free(" + hex(0xdead000 + 16 * k) + ")");  // never made
+      if (unknown++ == 0) first_unknown = line;
+    }
+    if (k % 30 == 2) call(100 + t, "free((nil))");
+    call(100 + t, "free(" + hex(addrs[k]) + ")");
+    want.push_back("free 0x0 a0 " + std::to_string(live.at(addrs[k])) + "->0 t" + std::to_string(t));
+  }
+  TempDir dir;
+  write_file(dir.file("many.log"), text);
+  const LogallocFileImport im = import_logalloc_file(dir.file("many.log"), dir.file("many.hlt"), {}, {"heaplab"});
+  EXPECT_EQ(im.report.events, want.size());
+  EXPECT_EQ(im.report.threads, 3u);
+  EXPECT_EQ(unknown, 4u);
+  EXPECT_EQ(im.report.unknown_frees, unknown);
+  EXPECT_EQ(im.report.first_unknown_free_line, first_unknown);
+  std::vector<uint64_t> tids;
+  EXPECT_EQ(events_of(dir.file("many.hlt"), &tids), want);
+  EXPECT_EQ(tids, (std::vector<uint64_t>{100, 101, 102}));
 }
 
 TEST(Logalloc, BadLinesNameTheirPlace) {

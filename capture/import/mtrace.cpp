@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "capture/format/flat_map.h"
+#include "capture/format/look_ahead.h"
 #include "capture/import/metadata.h"
 #include "common/files.h"
 #include "common/text.h"
@@ -28,13 +29,21 @@ bool hex(std::string_view t, uint64_t& v) {
 
 }  // namespace
 
-MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
-  MtraceImportReport rep;
-  SplitFlatMap<uint64_t> live;  // address -> object id
-  LineReader lines(in);
+namespace {
+
+// A call as its lines say it ('<' and '>' joined into one).
+struct Call {
+  char op;            // '+', '-', '>' or '!'
+  uint64_t addr;      // the block made ('+', '>'), freed ('-') or not moved ('!')
+  uint64_t old_addr;  // '>': the block it came from ('<')
+  uint64_t size;
+  uint64_t line;  // its line number
+};
+
+// Reads the next call; false at the end. Counts lines, traces and reallocs
+// whose '<' has no '>' in `rep`.
+bool next_call(LineReader& lines, MtraceImportReport& rep, bool& pending, uint64_t& pending_addr, Call& c) {
   std::string_view line;
-  bool pending = false;  // a "<" line waits for its ">"
-  uint64_t pending_addr = 0;
   while (lines.next(line)) {
     ++rep.lines;
     auto fail = [&](const std::string& why) { lines.fail(why, line); };
@@ -59,66 +68,84 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
       end = sp;
     }
     // tok[0] is the last token. "+ A S", "> A S", "! A S": op is tok[2]; "- A", "< A": tok[1].
-    char op = 0;
-    uint64_t addr = 0, size = 0;
+    c = Call{0, 0, 0, 0, lines.line_number()};
     if (n >= 3 && tok[2].size() == 1 && (tok[2][0] == '+' || tok[2][0] == '>' || tok[2][0] == '!')) {
-      op = tok[2][0];
-      if (!hex(tok[1], addr) || !hex(tok[0], size))
-        fail("expected ADDRESS SIZE in hex after '" + std::string(1, op) + "'");
+      c.op = tok[2][0];
+      if (!hex(tok[1], c.addr) || !hex(tok[0], c.size))
+        fail("expected ADDRESS SIZE in hex after '" + std::string(1, c.op) + "'");
     } else if (n >= 2 && tok[1].size() == 1 && (tok[1][0] == '-' || tok[1][0] == '<')) {
-      op = tok[1][0];
-      if (!hex(tok[0], addr)) fail("expected an ADDRESS in hex after '" + std::string(1, op) + "'");
+      c.op = tok[1][0];
+      if (!hex(tok[0], c.addr)) fail("expected an ADDRESS in hex after '" + std::string(1, c.op) + "'");
     } else {
       fail("no call in the line (+, -, <, > or !)");
     }
-    if (pending && op != '>') {
+    if (pending && c.op != '>') {
       ++rep.unpaired_reallocs;  // the "<" block stays live, as nothing says where it went
       pending = false;
     }
+    if (c.op == '<') {
+      pending = true;
+      pending_addr = c.addr;
+      continue;
+    }
+    if (c.op == '>') {
+      if (!pending) fail("a '>' line without the '<' line before it");
+      pending = false;
+      c.old_addr = pending_addr;
+    } else if (c.op == '!') {
+      c.old_addr = c.addr;
+    } else if (c.op == '-' && c.addr == 0) {
+      continue;  // (mtrace prints no free(NULL); a hand-made one is nothing)
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
+  MtraceImportReport rep;
+  SplitFlatMap<uint64_t> live;  // address -> object id
+  LineReader lines(in);
+  bool pending = false;  // a "<" line waits for its ">"
+  uint64_t pending_addr = 0;
+  const auto take = [&](const Call& c) __attribute__((always_inline)) {
     Event e{};
     uint64_t result = 0;
-    switch (op) {
+    switch (c.op) {
       case '+':
         e.op = Op::malloc;
-        e.size = size;
-        result = addr;
-        if (addr == 0) e.flags = trace::kFailed | trace::kNullResult;
+        e.size = c.size;
+        result = c.addr;
+        if (c.addr == 0) e.flags = trace::kFailed | trace::kNullResult;
         break;
       case '-': {
-        if (addr == 0) continue;  // (mtrace prints no free(NULL); a hand-made one is nothing)
-        uint64_t* id = live.find(addr);
+        uint64_t* id = live.find(c.addr);
         if (!id) {
-          if (rep.unknown_frees++ == 0) rep.first_unknown_free_line = lines.line_number();
-          continue;
+          if (rep.unknown_frees++ == 0) rep.first_unknown_free_line = c.line;
+          return;
         }
         e.op = Op::free;
         e.old = *id;
-        live.erase(addr);
+        live.erase(c.addr);
         break;
       }
-      case '<':
-        pending = true;
-        pending_addr = addr;
-        continue;
-      case '>':
-      case '!': {
-        const uint64_t old_addr = op == '>' ? pending_addr : addr;
-        if (op == '>' && !pending) fail("a '>' line without the '<' line before it");
-        pending = false;
+      default: {  // '>', '!'
         e.op = Op::realloc;
-        e.size = size;
-        if (old_addr != 0) {
-          if (uint64_t* id = live.find(old_addr)) {
+        e.size = c.size;
+        if (c.old_addr != 0) {
+          if (uint64_t* id = live.find(c.old_addr)) {
             e.old = *id;
           } else {
             ++rep.unknown_reallocs;  // as realloc(NULL, n): the new block still exists
           }
         }
-        if (op == '!' || addr == 0) {
+        if (c.op == '!' || c.addr == 0) {
           e.flags = trace::kFailed | trace::kNullResult;  // the old block stays
         } else {
-          result = addr;
-          if (e.old) live.erase(old_addr);
+          result = c.addr;
+          if (e.old) live.erase(c.old_addr);
         }
         break;
       }
@@ -127,7 +154,28 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
     const uint64_t id = w.append(e);
     ++rep.events;
     if (id != 0 && result != 0 && !live.put(result, id)) ++rep.reused_live;
+  };
+  // Calls are read a few ahead of the one taken, their blocks' entries
+  // fetched meanwhile: with millions of blocks live the address table is
+  // far larger than the caches, and each lookup missed them
+  // (`scripts/bench-import-live.py`). A bad line still stops the import
+  // (nothing is written), and the calls are taken in order.
+  LookAhead<Call> ahead;
+  Call c{};
+  try {
+    while (next_call(lines, rep, pending, pending_addr, c)) {
+      const bool far = ahead.far(live);
+      if (far) {
+        live.prefetch(c.addr);
+        if (c.old_addr != 0 && c.old_addr != c.addr) live.prefetch(c.old_addr);
+      }
+      ahead.push(c, take, far);
+    }
+  } catch (const InputError&) {
+    ahead.drain(take);  // (the calls before a bad line are in the trace, as they were read)
+    throw;
   }
+  ahead.drain(take);
   if (pending) ++rep.unpaired_reallocs;
   return rep;
 }

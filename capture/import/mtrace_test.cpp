@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <iterator>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -116,6 +120,91 @@ TEST(Mtrace, CallersWithSpacesAndSymbolsAndUnpairedReallocs) {
   EXPECT_EQ(im.report.unpaired_reallocs, 2u);  // both "<" lines: the block at 0x1000 stays live
   EXPECT_EQ(describe(evs), (std::vector<std::string>{"malloc 16 0->1 t0", "malloc 32 0->2 t0", "free 0 2->0 t0",
                                                      "malloc 0 0->3 t0", "realloc 16 3->0 failed t0"}));
+}
+
+// More calls than the importer reads ahead of the one it takes (16): 300
+// blocks made, then freed in a shuffled order, some moved by a realloc
+// first, some made again at their freed address, and frees of blocks never
+// made (the first one's line named): the events are a model's, in order.
+// Then a bad line after 100 calls: the calls before it were all written.
+TEST(Mtrace, MoreCallsThanTheLookAheadMatchAModel) {
+  std::string text = "= Start\n";
+  uint64_t line = 1, next_id = 0, first_unknown = 0, unknown = 0;
+  std::map<uint64_t, uint64_t> live;  // address -> id
+  std::vector<std::string> want;
+  char buf[96];
+  const auto make = [&](uint64_t addr, uint64_t size) {
+    std::snprintf(buf, sizeof buf, "@ x:[0x1] + %#" PRIx64 " %#" PRIx64 "\n", addr, size);
+    text += buf;
+    ++line;
+    live[addr] = ++next_id;
+    want.push_back("malloc " + std::to_string(size) + " 0->" + std::to_string(next_id) + " t0");
+  };
+  const auto release = [&](uint64_t addr) {
+    std::snprintf(buf, sizeof buf, "@ x:[0x2] - %#" PRIx64 "\n", addr);
+    text += buf;
+    ++line;
+    const auto it = live.find(addr);
+    if (it == live.end()) {
+      if (unknown++ == 0) first_unknown = line;
+      return;
+    }
+    want.push_back("free 0 " + std::to_string(it->second) + "->0 t0");
+    live.erase(it);
+  };
+  const auto move = [&](uint64_t from, uint64_t to, uint64_t size) {
+    std::snprintf(buf, sizeof buf, "@ x:[0x3] < %#" PRIx64 "\n@ x:[0x3] > %#" PRIx64 " %#" PRIx64 "\n", from, to, size);
+    text += buf;
+    line += 2;
+    const uint64_t old = live.at(from);
+    live.erase(from);
+    live[to] = ++next_id;
+    want.push_back("realloc " + std::to_string(size) + " " + std::to_string(old) + "->" + std::to_string(next_id) +
+                   " t0");
+  };
+  std::vector<uint64_t> addrs;
+  for (uint64_t i = 0; i < 300; ++i) {
+    addrs.push_back(0x10000 + 32 * i);
+    make(addrs.back(), i + 1);
+  }
+  std::mt19937_64 rng(7);
+  std::shuffle(addrs.begin(), addrs.end(), rng);
+  for (size_t k = 0; k < addrs.size(); ++k) {
+    uint64_t a = addrs[k];
+    if (k % 7 == 0) {
+      move(a, 0x900000 + 32 * k, 1000 + k);
+      a = 0x900000 + 32 * k;
+    }
+    if (k % 50 == 10) release(0xdead000 + 16 * k);  // never made
+    release(a);
+    if (k % 40 == 3) make(a, 7);  // the same address again
+  }
+  TempDir dir;
+  std::vector<Event> evs;
+  const MtraceFileImport im = import_text(dir, text, &evs);
+  EXPECT_EQ(im.report.events, want.size());
+  EXPECT_EQ(im.report.unknown_frees, unknown);
+  EXPECT_EQ(unknown, 6u);
+  EXPECT_EQ(im.report.first_unknown_free_line, first_unknown);
+  EXPECT_EQ(describe(evs), want);
+
+  // A bad line after 100 calls: every call before it is in the writer.
+  std::string bad;
+  for (uint64_t i = 0; i < 100; ++i) {
+    std::snprintf(buf, sizeof buf, "@ x:[0x1] + %#" PRIx64 " 0x10\n", 0x10000 + 32 * i);
+    bad += buf;
+  }
+  bad += "@ x:[0x1] * 0x10\n";
+  write_file(dir.file("bad.mtrace"), bad);
+  auto in = InputStream::open(dir.file("bad.mtrace"));
+  trace::TraceWriter w(dir.file("bad.hlt"), trace::WriterOptions{});
+  try {
+    import_mtrace(*in, w);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.mtrace:101: no call in the line"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(w.events(), 100u);
 }
 
 TEST(Mtrace, BadLinesNameTheirPlace) {

@@ -1,0 +1,48 @@
+// LookAhead: items are taken in the order pushed, the oldest once the
+// look-ahead is full, and the rest at drain; nothing is taken twice.
+#include "capture/format/look_ahead.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace heaplab {
+namespace {
+
+TEST(LookAhead, TakesInOrderOnceFullThenTheRestAtDrain) {
+  for (const uint64_t n : {0u, 1u, 3u, 4u, 5u, 11u, 1000u}) {
+    SCOPED_TRACE(n);
+    LookAhead<uint64_t, 4> ahead;
+    std::vector<uint64_t> taken;
+    const auto take = [&](const uint64_t& v) { taken.push_back(v); };
+    for (uint64_t i = 0; i < n; ++i) {
+      ahead.push(i, take);
+      // Nothing is taken until four wait; then one for each push.
+      EXPECT_EQ(taken.size(), i + 1 < 4 ? 0 : i + 1 - 4);
+      EXPECT_EQ(ahead.waiting(), std::min<uint64_t>(i + 1, 4));
+    }
+    ahead.drain(take);
+    EXPECT_EQ(ahead.waiting(), 0u);
+    ASSERT_EQ(taken.size(), n);
+    for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(taken[i], i);
+    ahead.drain(take);  // (nothing left)
+    EXPECT_EQ(taken.size(), n);
+  }
+}
+
+// Used again after a drain, it starts from wherever its ring stood.
+TEST(LookAhead, PushesAfterADrainStayInOrder) {
+  LookAhead<int, 4> ahead;
+  std::vector<int> taken;
+  const auto take = [&](const int& v) { taken.push_back(v); };
+  for (int i = 0; i < 6; ++i) ahead.push(i, take);
+  ahead.drain(take);
+  for (int i = 6; i < 13; ++i) ahead.push(i, take);
+  ahead.drain(take);
+  ASSERT_EQ(taken.size(), 13u);
+  for (int i = 0; i < 13; ++i) EXPECT_EQ(taken[size_t(i)], i);
+}
+
+}  // namespace
+}  // namespace heaplab
