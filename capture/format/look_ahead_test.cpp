@@ -44,5 +44,35 @@ TEST(LookAhead, PushesAfterADrainStayInOrder) {
   for (int i = 0; i < 13; ++i) EXPECT_EQ(taken[size_t(i)], i);
 }
 
+// Items pushed with `ahead` false are taken at once, after the ones still
+// waiting: a table that shrinks back under kLookAheadFrom keeps the order.
+// far() looks at the table's size once every 1,024 calls.
+TEST(LookAhead, NotAheadTakesTheWaitingFirstThenAtOnce) {
+  LookAhead<int, 4> ahead;
+  std::vector<int> taken;
+  const auto take = [&](const int& v) { taken.push_back(v); };
+  for (int i = 0; i < 3; ++i) ahead.push(i, take, true);
+  EXPECT_TRUE(taken.empty());
+  ahead.push(3, take, false);
+  EXPECT_EQ(taken, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(ahead.waiting(), 0u);
+  ahead.push(4, take, false);
+  ahead.push(5, take, true);
+  EXPECT_EQ(taken.size(), 5u);
+  ahead.drain(take);
+  EXPECT_EQ(taken, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+
+  struct Table {
+    size_t n;
+    size_t size() const { return n; }
+  } small{kLookAheadFrom - 1}, big{kLookAheadFrom};
+  LookAhead<int> a;
+  EXPECT_FALSE(a.far(small));
+  for (int i = 1; i < 1024; ++i) EXPECT_FALSE(a.far(big)) << i;  // (not looked at yet)
+  EXPECT_TRUE(a.far(big));
+  for (int i = 1; i < 1024; ++i) EXPECT_TRUE(a.far(small)) << i;
+  EXPECT_FALSE(a.far(small));
+}
+
 }  // namespace
 }  // namespace heaplab
