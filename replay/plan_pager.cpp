@@ -1,9 +1,13 @@
 #include "replay/plan_pager.h"
 
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -168,9 +172,15 @@ void PlanPager::run() {
     progress_.update(done);
     // Every window mapped (the last three of each thread): only the
     // progress line is left to do, now and then.
+    // (A wait on stop_, not a sleep: the replay's end does not wait out
+    // the 50 ms. Woken, timed out or interrupted, the loop looks at stop_
+    // again; with no futex to be had (a seccomp filter?), a sleep.)
     if (!busy) {
-      timespec ts{0, all_checked ? 50000000 : 200000};
-      nanosleep(&ts, nullptr);
+      const timespec ts{0, all_checked ? 50000000 : 200000};
+      if (syscall(SYS_futex, reinterpret_cast<uint32_t*>(&stop_), FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 0u, &ts, nullptr,
+                  0) != 0 &&
+          errno != ETIMEDOUT && errno != EINTR && errno != EAGAIN)
+        nanosleep(&ts, nullptr);
     }
   }
 }
@@ -194,7 +204,8 @@ void PlanPager::start() {
 
 void PlanPager::stop() {
   if (!running_) return;
-  stop_.store(true);
+  stop_.store(1);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&stop_), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, nullptr, nullptr, 0);
   pthread_join(thread_, nullptr);
   running_ = false;
   progress_.finish();

@@ -99,7 +99,7 @@ class PlanPager {
   uint64_t resident_ = 0;  // (the pager thread's, or prime()'s before it starts)
   std::string label_;
   common::Progress progress_;
-  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> stop_{0};  // (a futex word: stop() wakes run()'s wait at once)
   pthread_t thread_{};
   bool running_ = false;
 };
