@@ -72,7 +72,7 @@ std::vector<Entry> entries(const std::string& dir) {
       if (now - int64_t(st.st_mtim.tv_sec) > 3600) fs::remove(d.path(), gone);
       continue;
     }
-    if (d.path().extension() != ".plan") continue;
+    if (d.path().extension() != ".plan" || !S_ISREG(st.st_mode)) continue;
     v.push_back({d.path(), uint64_t(st.st_blocks) * 512, int64_t(st.st_mtim.tv_sec)});
   }
   std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
@@ -90,18 +90,35 @@ void remove_entry(const fs::path& plan) {
 // A command that uses a kept plan holds a shared lock on it (flock, on the
 // open file: its replayers' inherited descriptors keep it) until it closes
 // the plan. Removing such a plan frees its disk space only then.
-// Whether `plan` is free of such locks; with `remove`, it is removed while
-// this holds the exclusive lock (find() then fails to take its own, and
-// builds again). A plan already gone frees nothing here: false.
-bool unused(const fs::path& plan, bool remove) {
-  const int fd = open(plan.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool free_of_locks = flock(fd, LOCK_EX | LOCK_NB) == 0;
-  if (free_of_locks && remove) remove_entry(plan);
+enum class Use { free, in_use, gone };
+// Whether `plan` is held so, asked with an exclusive lock (a few tries 1 ms
+// apart: another command's find() or its own look holds one a moment); with
+// `remove`, a free plan is removed while this holds the lock (a find()
+// waiting for it then sees it gone). Where locks cannot be had at all (an
+// NFS mount without them) or the plan cannot be opened (another user's),
+// it is not known to be in use: free, as before there were locks.
+Use use_of(const fs::path& plan, bool remove) {
+  const int fd = open(plan.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) return Use::gone;
+    if (remove) remove_entry(plan);
+    return Use::free;
+  }
+  Use use = Use::free;
+  for (int tries = 1; flock(fd, LOCK_EX | LOCK_NB) != 0; ++tries) {
+    if (errno != EWOULDBLOCK) break;
+    if (tries == 3) {
+      use = Use::in_use;
+      break;
+    }
+    usleep(1000);
+  }
+  struct stat st {};
+  if (use == Use::free && fstat(fd, &st) == 0 && st.st_nlink == 0) use = Use::gone;  // removed meanwhile
+  if (use == Use::free && remove) remove_entry(plan);
   close(fd);  // (and the lock with it)
-  return free_of_locks;
+  return use;
 }
-
 }  // namespace
 
 std::string PlanStore::default_dir() {
@@ -134,8 +151,25 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
   struct stat st {};
   const int fd = open((base + ".plan").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
+  // In use from here until this command closes it (its last descriptor):
+  // a shared lock, taken before anything is checked. Another command's
+  // look at it holds an exclusive one for a moment (waited for); one that
+  // removed it meanwhile leaves it unlinked: not found. (Where there are
+  // no locks at all, used without one.)
+  for (int tries = 1; flock(fd, LOCK_SH | LOCK_NB) != 0; ++tries) {
+    if (errno != EWOULDBLOCK) break;
+    if (tries == 100) {
+      close(fd);
+      return -1;
+    }
+    usleep(1000);
+  }
+  if (fstat(fd, &st) != 0 || st.st_nlink == 0) {
+    close(fd);
+    return -1;
+  }
   try {
-    if (!j.is_object() || fstat(fd, &st) != 0 || j.value("plan_bytes", uint64_t{0}) != uint64_t(st.st_size))
+    if (!j.is_object() || j.value("plan_bytes", uint64_t{0}) != uint64_t(st.st_size))
       throw std::runtime_error("damaged");
     summary = j.at("summary").get<PlanSummary>();
     const MappedPlan check(fd);  // its header and thread table (the pager checks the steps)
@@ -143,12 +177,6 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
   } catch (const std::exception&) {
     close(fd);
     remove_entry(base + ".plan");  // half written or damaged: built again
-    return -1;
-  }
-  // In use until this command closes it (its last descriptor); refused
-  // while another command is removing it.
-  if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
-    close(fd);
     return -1;
   }
   utimensat(AT_FDCWD, (base + ".plan").c_str(), nullptr, 0);  // used now
@@ -205,23 +233,27 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   // it stays and counts for nothing; and where the free space and the
   // other kept plans together are too little, none goes for a build that
   // is refused all the same.
-  const std::vector<Entry> kept_plans = entries(dir_);
+  std::vector<Entry> kept_plans = entries(dir_);
+  std::vector<Use> use(kept_plans.size());
   uint64_t kept_bytes = 0, open_bytes = 0;
-  for (const Entry& e : kept_plans) {
-    kept_bytes += e.bytes;
-    if (!unused(e.plan, false)) open_bytes += e.bytes;
+  for (size_t i = 0; i < kept_plans.size(); ++i) {
+    use[i] = use_of(kept_plans[i].plan, false);
+    if (use[i] != Use::gone) kept_bytes += kept_plans[i].bytes;
+    if (use[i] == Use::in_use) open_bytes += kept_plans[i].bytes;
   }
   if (free_bytes + kept_bytes - open_bytes >= need + kMargin)
-    for (const Entry& e : kept_plans) {
-      if (free_bytes >= need + kMargin) break;
-      if (!unused(e.plan, true)) continue;
-      kept_bytes -= e.bytes;  // (the sum of the entries left)
+    for (size_t i = 0; i < kept_plans.size() && free_bytes < need + kMargin; ++i) {
+      if (use[i] == Use::gone || use_of(kept_plans[i].plan, true) != Use::free) continue;
+      // (The sums of the plans left; one in use a moment ago may have
+      // been closed since.)
+      kept_bytes -= kept_plans[i].bytes;
+      if (use[i] == Use::in_use) open_bytes -= kept_plans[i].bytes;
       free_bytes = free_bytes_of(dir_);
     }
   if (free_bytes < need + kMargin) {
     std::string left;
     if (kept_bytes != 0) left = ", and " + common::gib_text(kept_bytes) + " in kept plans, which are left";
-    if (open_bytes != 0) left += " (" + common::gib_text(open_bytes) + " of them in use by other commands)";
+    if (open_bytes != 0) left += " (" + common::gib_text(open_bytes) + " of them in use)";
     throw PlanError(
         fmt::format("the replay plan needs {} on disk and {} has {} free{} (set HEAPLAB_PLAN_DIR to a "
                     "file system with more room, or replay a shorter trace)",

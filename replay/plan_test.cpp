@@ -3,10 +3,12 @@
 // thread folding, timestamps, and the errors for inconsistent traces and for
 // files that are not plans.
 #include "replay/plan.h"
+#include "replay/plan_store.h"
 #include "replay/plan_testutil.h"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1580,6 +1583,57 @@ TEST(PlanLive, TheWritersPeakIsThePlans) {
     unsaturated += s.live_bytes_peak < UINT64_MAX;
   }
   EXPECT_EQ(unsaturated, 6);
+}
+
+// A kept plan is held with a shared flock by the command that built or
+// found it, until that command closes it: another command's look
+// (LOCK_EX|LOCK_NB) finds it in use meanwhile, and free once it is closed.
+// A plan removed by another command after find() opened it is not found.
+TEST(PlanStore, AKeptPlanIsLockedWhileItIsUsed) {
+  TempDir dir;
+  std::vector<Event> evs;
+  for (uint64_t id = 1; id <= 100; ++id) {
+    evs.push_back(alloc(16));
+    evs.push_back(release(id));
+  }
+  const std::string path = dir.file("t.hlt");
+  trace::testutil::write_trace(path, evs, WriterOptions{});
+  auto r = TraceReader::open(path);
+  const PlanStore store(dir.file("plans"));
+  PlanSummary s;
+  bool kept = false;
+  std::string where;
+  const auto held = [&](const std::string& plan) {
+    const int fd = open(plan.c_str(), O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << plan;
+    const bool locked = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return locked;
+  };
+  const int built = store.build(*r, PlanOptions{}, "0123456789abcdef", s, kept, where);
+  ASSERT_GE(built, 0);
+  ASSERT_TRUE(kept);
+  std::string plan;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("plans")))
+    if (e.path().extension() == ".plan") plan = e.path().string();
+  ASSERT_FALSE(plan.empty());
+  EXPECT_TRUE(held(plan)) << "the plan just built and kept";
+  close(built);
+  EXPECT_FALSE(held(plan));
+  PlanSummary found;
+  const int fd = store.find("0123456789abcdef", PlanOptions{}, found);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(found.steps, s.steps);
+  EXPECT_TRUE(held(plan)) << "the plan found";
+  const int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);  // (a replayer's inherited copy)
+  close(fd);
+  EXPECT_TRUE(held(plan)) << "while a copy of the descriptor is open";
+  close(dup);
+  EXPECT_FALSE(held(plan));
+  // Removed by another command while this one holds it open, unlocked:
+  // found no more (the name is gone, so find() fails at its open).
+  std::filesystem::remove(plan);
+  EXPECT_EQ(store.find("0123456789abcdef", PlanOptions{}, found), -1);
 }
 
 }  // namespace

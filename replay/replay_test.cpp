@@ -1029,7 +1029,7 @@ TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
   EXPECT_NE(r2.err.find(t2 + ": the replay plan needs 0.5 GiB on disk and " + small.string() + " has "),
             std::string::npos)
       << r2.err;
-  EXPECT_NE(r2.err.find(" free, and 0.1 GiB in kept plans, which are left (0.1 GiB of them in use by other commands) "
+  EXPECT_NE(r2.err.find(" free, and 0.1 GiB in kept plans, which are left (0.1 GiB of them in use) "
                         "(set HEAPLAB_PLAN_DIR to a file system with more room, or replay a shorter trace)"),
             std::string::npos)
       << r2.err;

@@ -40,7 +40,11 @@ class LookAhead {
   // Processes every item still waiting, oldest first.
   template <typename F>
   void drain(F&& take) {
-    for (; waiting_ > 0; --waiting_) take(items_[(next_ + kAhead - waiting_) % kAhead]);
+    while (waiting_ > 0) {
+      T& item = items_[(next_ + kAhead - waiting_) % kAhead];
+      --waiting_;  // (first: an item whose take throws is not taken again)
+      take(item);
+    }
   }
   size_t waiting() const { return waiting_; }
   // Whether `table` (anything with size()) is past kLookAheadFrom entries:

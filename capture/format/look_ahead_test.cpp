@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace heaplab {
@@ -72,6 +73,21 @@ TEST(LookAhead, NotAheadTakesTheWaitingFirstThenAtOnce) {
   EXPECT_TRUE(a.far(big));
   for (int i = 1; i < 1024; ++i) EXPECT_TRUE(a.far(small)) << i;
   EXPECT_FALSE(a.far(small));
+}
+
+// A take that throws during drain is not taken again by the next drain;
+// the items after it are.
+TEST(LookAhead, AnItemWhoseTakeThrowsIsNotTakenAgain) {
+  LookAhead<int, 4> ahead;
+  std::vector<int> taken;
+  for (int i = 0; i < 3; ++i) ahead.push(i, [&](const int& v) { taken.push_back(v); });
+  EXPECT_THROW(ahead.drain([&](const int& v) {
+    if (v == 1) throw std::runtime_error("bad");
+    taken.push_back(v);
+  }),
+               std::runtime_error);
+  ahead.drain([&](const int& v) { taken.push_back(v); });
+  EXPECT_EQ(taken, (std::vector<int>{0, 2}));
 }
 
 }  // namespace

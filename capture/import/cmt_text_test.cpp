@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <random>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "capture/format/event.h"
+#include "capture/format/look_ahead.h"
 #include "capture/format/trace_reader.h"
 #include "capture/format/trace_writer.h"
 #include "capture/format/trace_testutil.h"
@@ -223,6 +225,55 @@ TEST(CmtSamples, Hmmer456ImportsEveryCall) {
   EXPECT_EQ(got.events[1].id, 2u);
 
   expect_matches_text(got.events, parse_sample(path));
+}
+
+// More blocks live than the importer's table holds before it reads calls
+// ahead of the one it takes (look_ahead.h's kLookAheadFrom): 70,000 blocks
+// made, then reallocated or freed in a shuffled order, with frees of
+// blocks never made (counted, the first one's line named): each event
+// matches its line, every consumed object the one last made at its address.
+TEST(CmtImport, MoreCallsThanTheLookAheadMatchTheirLines) {
+  static_assert(kLookAheadFrom < 70000);
+  std::string text;
+  std::vector<TextCall> calls;
+  std::vector<uint64_t> addrs;
+  uint64_t line = 0, first_unknown = 0, unknown = 0;
+  char buf[96];
+  for (uint64_t i = 0; i < 70000; ++i) {
+    addrs.push_back(0x10000 + 32 * i);
+    std::snprintf(buf, sizeof buf, "malloc(%" PRIu64 ") = %#" PRIx64 "\n", i + 1, addrs.back());
+    text += buf;
+    ++line;
+    calls.push_back({"malloc", i + 1, 0, addrs.back()});
+  }
+  std::mt19937_64 rng(5);
+  std::shuffle(addrs.begin(), addrs.end(), rng);
+  for (size_t k = 0; k < addrs.size(); ++k) {
+    if (k % 7 == 0) {
+      const uint64_t to = 0x900000 + 32 * k;
+      std::snprintf(buf, sizeof buf, "realloc(%#" PRIx64 ", %zu) = %#" PRIx64 "\n", addrs[k], 100 + k, to);
+      text += buf;
+      ++line;
+      calls.push_back({"realloc", 100 + k, addrs[k], to});
+      addrs[k] = to;
+    }
+    if (k % 50 == 10) {
+      std::snprintf(buf, sizeof buf, "free(%#" PRIx64 ")\n", 0xdead000 + 16 * k);  // never made
+      text += buf;
+      if (unknown++ == 0) first_unknown = line + 1;
+      ++line;
+    }
+    std::snprintf(buf, sizeof buf, "free(%#" PRIx64 ")\n", addrs[k]);
+    text += buf;
+    ++line;
+    calls.push_back({"free", 0, addrs[k], 0});
+  }
+  const Imported got = import_text(text);
+  EXPECT_EQ(got.rep.lines, line);
+  EXPECT_EQ(got.rep.unknown_frees, unknown);
+  EXPECT_EQ(unknown, 1400u);
+  EXPECT_EQ(got.rep.first_unknown_free_line, first_unknown);
+  expect_matches_text(got.events, calls);
 }
 
 TEST(CmtSamples, Bzip2401KeepsSizesAbove2To28) {
