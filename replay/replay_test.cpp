@@ -929,6 +929,20 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
   refused(r2, "0.0 GiB free, and 0.0 GiB in kept plans, which are left");
 }
 
+// A kept plan of 60 MiB (its summary beside it) in `dir`, last used `age_s`
+// seconds ago.
+fs::path kept_plan_of_60_mib(const fs::path& dir, const std::string& name, int age_s) {
+  const fs::path plan = dir / (name + ".plan");
+  {
+    const std::string chunk(size_t{1} << 20, 'p');
+    std::ofstream out(plan, std::ios::binary);
+    for (int i = 0; i < 60; ++i) out << chunk;
+  }
+  std::ofstream(dir / (name + ".json")) << "{}\n";
+  fs::last_write_time(plan, fs::file_time_type::clock::now() - std::chrono::seconds(age_s));
+  return plan;
+}
+
 // Kept plans make room on the disk for a build, least recently used first,
 // and no more of them than it takes: a 600 MiB tmpfs holding two kept plans
 // of 60 MiB, a build that needs its plan and 512 MiB free. The older goes,
@@ -938,18 +952,8 @@ TEST_F(ReplayTest, KeptPlansMakeRoomOnTheDiskLeastRecentlyUsedFirst) {
   fs::create_directories(small);
   if (mount("heaplab-test", small.c_str(), "tmpfs", 0, "size=600m") != 0)
     GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  const std::string chunk(size_t{1} << 20, 'p');
-  auto keep = [&](const std::string& name, int age_s) {
-    const fs::path plan = small / (name + ".plan");
-    {
-      std::ofstream out(plan, std::ios::binary);
-      for (int i = 0; i < 60; ++i) out << chunk;
-    }
-    std::ofstream(small / (name + ".json")) << "{}\n";
-    fs::last_write_time(plan, fs::file_time_type::clock::now() - std::chrono::seconds(age_s));
-    return plan;
-  };
-  const fs::path older = keep("older-t0-untimed-v8", 200), newer = keep("newer-t0-untimed-v8", 100);
+  const fs::path older = kept_plan_of_60_mib(small, "older-t0-untimed-v8", 200),
+                 newer = kept_plan_of_60_mib(small, "newer-t0-untimed-v8", 100);
   std::vector<Event> ev;
   for (uint64_t id = 1; id <= 1000; ++id) {
     ev.push_back(malloc_ev(16));
@@ -979,16 +983,9 @@ TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
   fs::create_directories(small);
   if (mount("heaplab-test", small.c_str(), "tmpfs", 0, "size=600m") != 0)
     GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  const std::string chunk(size_t{1} << 20, 'p');
   std::vector<int> held;
   auto keep = [&](const std::string& name, int age_s, bool in_use) {
-    const fs::path plan = small / (name + ".plan");
-    {
-      std::ofstream out(plan, std::ios::binary);
-      for (int i = 0; i < 60; ++i) out << chunk;
-    }
-    std::ofstream(small / (name + ".json")) << "{}\n";
-    fs::last_write_time(plan, fs::file_time_type::clock::now() - std::chrono::seconds(age_s));
+    const fs::path plan = kept_plan_of_60_mib(small, name, age_s);
     if (in_use) {
       held.push_back(open(plan.c_str(), O_RDONLY | O_CLOEXEC));
       EXPECT_EQ(flock(held.back(), LOCK_SH), 0);
