@@ -153,6 +153,8 @@ void PlanPager::check_all() {
     }
 }
 
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
+
 void PlanPager::run() {
   const uint32_t n = plan_.threads();
   while (!stop_.load(std::memory_order_relaxed)) {

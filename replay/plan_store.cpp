@@ -63,7 +63,7 @@ std::vector<Entry> entries(const std::string& dir) {
   const int64_t now = int64_t(time(nullptr));
   for (const auto& d : fs::directory_iterator(dir, ec)) {
     struct stat st {};
-    if (stat(d.path().c_str(), &st) != 0) continue;
+    if (lstat(d.path().c_str(), &st) != 0) continue;
     // Plans being written are named NAME.tmp.XXXXXX (and .json): not
     // entries yet; one nobody has written to for an hour was left by a
     // command that died, and goes.
@@ -72,6 +72,8 @@ std::vector<Entry> entries(const std::string& dir) {
       if (now - int64_t(st.st_mtim.tv_sec) > 3600) fs::remove(d.path(), gone);
       continue;
     }
+    // (Plans are files heaplab wrote: a symbolic link, a FIFO or anything
+    // else so named is not one, and is left alone.)
     if (d.path().extension() != ".plan" || !S_ISREG(st.st_mode)) continue;
     v.push_back({d.path(), uint64_t(st.st_blocks) * 512, int64_t(st.st_mtim.tv_sec)});
   }
@@ -87,6 +89,14 @@ void remove_entry(const fs::path& plan) {
   fs::remove(json, ec);
 }
 
+// Whether `fd` is the file named `path` now (not one renamed into its
+// place since it was opened, nor one removed).
+bool same_file(int fd, const fs::path& path) {
+  struct stat a {
+  }, b{};
+  return fstat(fd, &a) == 0 && lstat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 // A command that uses a kept plan holds a shared lock on it (flock, on the
 // open file: its replayers' inherited descriptors keep it) until it closes
 // the plan. Removing such a plan frees its disk space only then.
@@ -94,13 +104,16 @@ enum class Use { free, in_use, gone };
 // Whether `plan` is held so, asked with an exclusive lock (a few tries 1 ms
 // apart: another command's find() or its own look holds one a moment); with
 // `remove`, a free plan is removed while this holds the lock (a find()
-// waiting for it then sees it gone). Where locks cannot be had at all (an
-// NFS mount without them) or the plan cannot be opened (another user's),
-// it is not known to be in use: free, as before there were locks.
+// waiting for it then sees it gone). Opened for writing: an NFS client
+// takes flock as a byte-range lock, whose exclusive form needs that. Where
+// locks cannot be had at all, or the plan is not this user's to open, it
+// is not known to be in use: free, as before there were locks. Where it
+// cannot be opened for want of descriptors or memory: in use, to be safe.
 Use use_of(const fs::path& plan, bool remove) {
-  const int fd = open(plan.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  const int fd = open(plan.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return Use::gone;
+    if (errno != EACCES && errno != EPERM && errno != EROFS) return Use::in_use;
     if (remove) remove_entry(plan);
     return Use::free;
   }
@@ -113,8 +126,7 @@ Use use_of(const fs::path& plan, bool remove) {
     }
     usleep(1000);
   }
-  struct stat st {};
-  if (use == Use::free && fstat(fd, &st) == 0 && st.st_nlink == 0) use = Use::gone;  // removed meanwhile
+  if (use == Use::free && !same_file(fd, plan)) use = Use::gone;  // removed or replaced meanwhile
   if (use == Use::free && remove) remove_entry(plan);
   close(fd);  // (and the lock with it)
   return use;
@@ -164,7 +176,7 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
     }
     usleep(1000);
   }
-  if (fstat(fd, &st) != 0 || st.st_nlink == 0) {
+  if (fstat(fd, &st) != 0 || !same_file(fd, base + ".plan")) {  // removed (or replaced) meanwhile
     close(fd);
     return -1;
   }
@@ -175,8 +187,10 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
     const MappedPlan check(fd);  // its header and thread table (the pager checks the steps)
     if (check.total_steps() != summary.steps || check.slots() != summary.slots) throw std::runtime_error("damaged");
   } catch (const std::exception&) {
+    // Half written or damaged: built again (and removed, unless another
+    // command has put a new one in its place since it was opened).
+    if (same_file(fd, base + ".plan")) remove_entry(base + ".plan");
     close(fd);
-    remove_entry(base + ".plan");  // half written or damaged: built again
     return -1;
   }
   utimensat(AT_FDCWD, (base + ".plan").c_str(), nullptr, 0);  // used now
@@ -243,12 +257,18 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   }
   if (free_bytes + kept_bytes - open_bytes >= need + kMargin)
     for (size_t i = 0; i < kept_plans.size() && free_bytes < need + kMargin; ++i) {
-      if (use[i] == Use::gone || use_of(kept_plans[i].plan, true) != Use::free) continue;
-      // (The sums of the plans left; one in use a moment ago may have
-      // been closed since.)
-      kept_bytes -= kept_plans[i].bytes;
-      if (use[i] == Use::in_use) open_bytes -= kept_plans[i].bytes;
-      free_bytes = free_bytes_of(dir_);
+      if (use[i] == Use::gone) continue;
+      // (The sums follow what this second look finds: a plan in use a
+      // moment ago may have been closed since, or one free then opened.)
+      const Use now = use_of(kept_plans[i].plan, true);
+      if (now == Use::in_use) {
+        if (use[i] != Use::in_use) open_bytes += kept_plans[i].bytes;
+      } else {  // removed now, or by another command
+        kept_bytes -= kept_plans[i].bytes;
+        if (use[i] == Use::in_use) open_bytes -= kept_plans[i].bytes;
+        free_bytes = free_bytes_of(dir_);
+      }
+      use[i] = now == Use::in_use ? now : Use::gone;
     }
   if (free_bytes < need + kMargin) {
     std::string left;

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -1588,7 +1589,8 @@ TEST(PlanLive, TheWritersPeakIsThePlans) {
 // A kept plan is held with a shared flock by the command that built or
 // found it, until that command closes it: another command's look
 // (LOCK_EX|LOCK_NB) finds it in use meanwhile, and free once it is closed.
-// A plan removed by another command after find() opened it is not found.
+// find() waits out another command's look at the plan, and does not take
+// one that command removed meanwhile.
 TEST(PlanStore, AKeptPlanIsLockedWhileItIsUsed) {
   TempDir dir;
   std::vector<Event> evs;
@@ -1630,10 +1632,25 @@ TEST(PlanStore, AKeptPlanIsLockedWhileItIsUsed) {
   EXPECT_TRUE(held(plan)) << "while a copy of the descriptor is open";
   close(dup);
   EXPECT_FALSE(held(plan));
-  // Removed by another command while this one holds it open, unlocked:
-  // found no more (the name is gone, so find() fails at its open).
-  std::filesystem::remove(plan);
-  EXPECT_EQ(store.find("0123456789abcdef", PlanOptions{}, found), -1);
+  // Another command's look at it (an exclusive lock for a moment) is
+  // waited out, and the plan found; one that removes it meanwhile leaves
+  // find() with a file no longer named: not found. (find() has opened the
+  // plan by the time the lock is let go: its wait is 100 tries 1 ms apart.)
+  for (const bool removed : {false, true}) {
+    SCOPED_TRACE(removed);
+    const int other = open(plan.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_EQ(flock(other, LOCK_EX | LOCK_NB), 0);
+    std::thread look([&] {
+      usleep(5000);
+      if (removed) std::filesystem::remove(plan);
+      close(other);
+    });
+    const int again = store.find("0123456789abcdef", PlanOptions{}, found);
+    look.join();
+    EXPECT_EQ(again >= 0, !removed);
+    if (again >= 0) close(again);
+  }
+  EXPECT_EQ(store.find("0123456789abcdef", PlanOptions{}, found), -1);  // (gone)
 }
 
 }  // namespace

@@ -929,14 +929,14 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
   refused(r2, "0.0 GiB free, and 0.0 GiB in kept plans, which are left");
 }
 
-// A kept plan of 60 MiB (its summary beside it) in `dir`, last used `age_s`
-// seconds ago.
-fs::path kept_plan_of_60_mib(const fs::path& dir, const std::string& name, int age_s) {
+// A kept plan of `mib` MiB (its summary beside it) in `dir`, last used
+// `age_s` seconds ago.
+fs::path kept_plan(const fs::path& dir, const std::string& name, int age_s, int mib = 60) {
   const fs::path plan = dir / (name + ".plan");
   {
     const std::string chunk(size_t{1} << 20, 'p');
     std::ofstream out(plan, std::ios::binary);
-    for (int i = 0; i < 60; ++i) out << chunk;
+    for (int i = 0; i < mib; ++i) out << chunk;
   }
   std::ofstream(dir / (name + ".json")) << "{}\n";
   fs::last_write_time(plan, fs::file_time_type::clock::now() - std::chrono::seconds(age_s));
@@ -952,8 +952,8 @@ TEST_F(ReplayTest, KeptPlansMakeRoomOnTheDiskLeastRecentlyUsedFirst) {
   fs::create_directories(small);
   if (mount("heaplab-test", small.c_str(), "tmpfs", 0, "size=600m") != 0)
     GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  const fs::path older = kept_plan_of_60_mib(small, "older-t0-untimed-v8", 200),
-                 newer = kept_plan_of_60_mib(small, "newer-t0-untimed-v8", 100);
+  const fs::path older = kept_plan(small, "older-t0-untimed-v8", 200),
+                 newer = kept_plan(small, "newer-t0-untimed-v8", 100);
   std::vector<Event> ev;
   for (uint64_t id = 1; id <= 1000; ++id) {
     ev.push_back(malloc_ev(16));
@@ -976,8 +976,10 @@ TEST_F(ReplayTest, KeptPlansMakeRoomOnTheDiskLeastRecentlyUsedFirst) {
 // A kept plan another command has open (it holds a shared flock on it, as
 // `heaplab replay` does on the plan it uses) frees no space when removed, so
 // it is neither evicted nor counted as room: the same 600 MiB tmpfs, the
-// older plan open here, and the newer goes instead. Then with every kept
-// plan open, the build is refused in one line, and none is evicted.
+// older plan open here, and the newer goes instead. Then, with 40 MiB of
+// other files, the two plans left open and a third of 5 MiB free: the free
+// space and the third are too little, so the build is refused in one line
+// and the third is left (counting the plans in use as room, it went).
 TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
   const fs::path small = dir() / "small-open";
   fs::create_directories(small);
@@ -985,7 +987,7 @@ TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
     GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
   std::vector<int> held;
   auto keep = [&](const std::string& name, int age_s, bool in_use) {
-    const fs::path plan = kept_plan_of_60_mib(small, name, age_s);
+    const fs::path plan = kept_plan(small, name, age_s);
     if (in_use) {
       held.push_back(open(plan.c_str(), O_RDONLY | O_CLOEXEC));
       EXPECT_EQ(flock(held.back(), LOCK_SH), 0);
@@ -1003,23 +1005,31 @@ TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
   const Outcome r =
       run({kHeaplab, "replay", t, "-q", "--allocator", "glibc", "-o", (dir() / "open.json").string()}, env);
   const bool older_left = fs::exists(older), newer_gone = !fs::exists(newer);
-  // Now the plan just built and the older one are kept; a third of 60 MiB,
-  // all three open, and another trace to build for.
-  const fs::path third = keep("third-t0-untimed-v8", 50, true);
+  // Now the plan just built and the older one are kept, both open; 40 MiB
+  // of other files, a third plan of 5 MiB not open, and another trace to
+  // build for.
   for (const auto& e : fs::directory_iterator(small))
-    if (e.path().extension() == ".plan" && e.path() != older && e.path() != third) {
+    if (e.path().extension() == ".plan" && e.path() != older) {
       held.push_back(open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
       EXPECT_EQ(flock(held.back(), LOCK_SH), 0);
     }
+  {
+    std::ofstream filler(small / "filler.bin", std::ios::binary);
+    const std::string chunk(size_t{1} << 20, 'f');
+    for (int i = 0; i < 40; ++i) filler << chunk;
+  }
+  const fs::path third = kept_plan(small, "third-t0-untimed-v8", 50, 5);
   ev.push_back(malloc_ev(32));
   const std::string t2 = write_trace("room_open_2", ev, false);
   const Outcome r2 = run({kHeaplab, "replay", t2, "-q", "--allocator", "glibc"}, env);
   int plans = 0;
   for (const auto& e : fs::directory_iterator(small)) plans += e.path().extension() == ".plan";
+  const bool third_left = fs::exists(third);
   for (const int fd : held) close(fd);
   umount(small.c_str());
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(older_left) << "a plan in use was evicted, which freed nothing";
+  EXPECT_TRUE(third_left) << "a plan was evicted for a build refused all the same";
   EXPECT_TRUE(newer_gone);
   EXPECT_EQ(r2.code, 2);
   EXPECT_EQ(std::count(r2.err.begin(), r2.err.end(), '\n'), 1) << r2.err;

@@ -30,12 +30,18 @@ class LookAhead {
       take(now);
       return;
     }
-    if (waiting_ == kAhead)
-      take(items_[next_]);
-    else
+    if (waiting_ < kAhead) {
       ++waiting_;
+      items_[next_] = item;
+      next_ = (next_ + 1) % kAhead;
+      return;
+    }
+    // (The oldest leaves the ring before it is taken: one whose take
+    // throws is not taken again.)
+    T oldest = items_[next_];
     items_[next_] = item;
     next_ = (next_ + 1) % kAhead;
+    take(oldest);
   }
   // Processes every item still waiting, oldest first.
   template <typename F>

@@ -75,8 +75,8 @@ TEST(LookAhead, NotAheadTakesTheWaitingFirstThenAtOnce) {
   EXPECT_FALSE(a.far(small));
 }
 
-// A take that throws during drain is not taken again by the next drain;
-// the items after it are.
+// A take that throws, in a drain or in a push into a full ring, is not
+// taken again; the items after it are.
 TEST(LookAhead, AnItemWhoseTakeThrowsIsNotTakenAgain) {
   LookAhead<int, 4> ahead;
   std::vector<int> taken;
@@ -88,6 +88,12 @@ TEST(LookAhead, AnItemWhoseTakeThrowsIsNotTakenAgain) {
                std::runtime_error);
   ahead.drain([&](const int& v) { taken.push_back(v); });
   EXPECT_EQ(taken, (std::vector<int>{0, 2}));
+  // The same for the oldest taken by a push into a full ring.
+  taken.clear();
+  for (int i = 0; i < 4; ++i) ahead.push(i, [&](const int& v) { taken.push_back(v); });
+  EXPECT_THROW(ahead.push(4, [](const int&) { throw std::runtime_error("bad"); }), std::runtime_error);
+  ahead.drain([&](const int& v) { taken.push_back(v); });
+  EXPECT_EQ(taken, (std::vector<int>{1, 2, 3, 4}));
 }
 
 }  // namespace
