@@ -92,8 +92,8 @@ void remove_entry(const fs::path& plan) {
 // Whether `fd` is the file named `path` now (not one renamed into its
 // place since it was opened, nor one removed).
 bool same_file(int fd, const fs::path& path) {
-  struct stat a {
-  }, b{};
+  struct stat a {};
+  struct stat b {};
   return fstat(fd, &a) == 0 && lstat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
