@@ -557,21 +557,17 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
       source = "this command";
     }
   }
-  const PlanStore::TraceId id =
-      reused ? PlanStore::TraceId{plan_cache().trace_id, "", ""} : PlanStore().trace_id(opt.trace);
-  const std::string& trace_id = id.id;
+  const std::string trace_id = reused ? plan_cache().trace_id : file_id(opt.trace);
   if (!reused && !opt.addresses) {
     const PlanStore store;
     where = store.dir();
     plan_fd = store.find(trace_id, popt, plan);
     if (plan_fd >= 0) {
-      store.remember(id);
       reused = true;
       source = "kept";
     } else {
       try {
         plan_fd = store.build(*reader, popt, trace_id, plan, kept, where);
-        if (kept) store.remember(id);
       } catch (const trace::TraceError& e) {
         throw ReplayError(e.what());
       } catch (const PlanLiveLimit& e) {

@@ -4,7 +4,6 @@
 #include "common/json.h"
 #include "capture/format/memory_available.h"
 #include "common/text.h"
-#include "replay/launch.h"
 
 #include <fcntl.h>
 #include <time.h>
@@ -196,68 +195,6 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
   }
   utimensat(AT_FDCWD, (base + ".plan").c_str(), nullptr, 0);  // used now
   return fd;
-}
-
-namespace {
-
-// What a remembered id is kept for: the file's identity and the state it
-// was hashed in.
-std::string id_key(const struct stat& st) {
-  return fmt::format("{} {} {}.{:09} {}.{:09}", uint64_t(st.st_ino), uint64_t(st.st_size), int64_t(st.st_mtim.tv_sec),
-                     st.st_mtim.tv_nsec, int64_t(st.st_ctim.tv_sec), st.st_ctim.tv_nsec);
-}
-
-// Remembered ids at most; past it, the older half goes.
-constexpr size_t kMaxIds = 4096;
-
-}  // namespace
-
-PlanStore::TraceId PlanStore::trace_id(const std::string& path) const {
-  struct stat before {};
-  if (stat(path.c_str(), &before) != 0 || !S_ISREG(before.st_mode)) return {file_id(path), "", ""};
-  const std::string entry = fmt::format("{}/ids/{:x}-{:x}", dir_, uint64_t(before.st_dev), uint64_t(before.st_ino));
-  const std::string key = "heaplab-trace-id 1 " + id_key(before) + " ";
-  {
-    std::ifstream in(entry);
-    std::string line;
-    // (A 16-hex-digit id after the key, or nothing is taken from it.)
-    if (in && std::getline(in, line) && line.size() == key.size() + 16 && line.compare(0, key.size(), key) == 0 &&
-        line.find_first_not_of("0123456789abcdef", key.size()) == std::string::npos) {
-      utimensat(AT_FDCWD, entry.c_str(), nullptr, 0);  // used now
-      return {line.substr(key.size()), "", ""};
-    }
-  }
-  TraceId t{file_id(path), "", ""};
-  struct stat after {};
-  // Remembered only for a file that did not change while it was read.
-  if (!t.id.empty() && stat(path.c_str(), &after) == 0 && id_key(after) == id_key(before)) {
-    t.entry = entry;
-    t.line = key + t.id + "\n";
-  }
-  return t;
-}
-
-void PlanStore::remember(const TraceId& t) const {
-  if (t.entry.empty()) return;
-  const std::string ids = dir_ + "/ids";
-  std::error_code ec;
-  fs::create_directories(ids, ec);
-  if (ec) return;
-  std::vector<std::pair<int64_t, fs::path>> kept;
-  for (const auto& d : fs::directory_iterator(ids, ec)) {
-    struct stat st {};
-    if (lstat(d.path().c_str(), &st) == 0) kept.emplace_back(int64_t(st.st_mtim.tv_sec), d.path());
-  }
-  if (kept.size() >= kMaxIds) {
-    std::sort(kept.begin(), kept.end());
-    for (size_t i = 0; i < kept.size() / 2; ++i) fs::remove(kept[i].second, ec);
-  }
-  std::string tmp = t.entry + ".tmp.XXXXXX";
-  const int fd = mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return;
-  const bool written = write(fd, t.line.data(), t.line.size()) == ssize_t(t.line.size());
-  close(fd);
-  if (!written || rename(tmp.c_str(), t.entry.c_str()) != 0) unlink(tmp.c_str());
 }
 
 uint64_t PlanStore::cache_limit() const {

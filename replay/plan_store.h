@@ -10,8 +10,6 @@
 //              64 GiB and half of what the cache and the free space add up to
 //   entry:     TRACEID-tTHREADS-OPTIONS-vVERSION.plan and .json (the plan's
 //              summary); the .plan is renamed into place last
-//   ids:       ids/DEV-INODE, a trace's content id and the file's size and
-//              times when it was computed (trace_id())
 //   in use:    a command holds a shared flock on a plan it found or kept
 //              until it closes it; a plan in use is not removed to make
 //              room on the disk (that frees nothing until it is closed)
@@ -43,23 +41,6 @@ class PlanStore {
             bool& kept, std::string& where) const;
 
   const std::string& dir() const { return dir_; }
-
-  // The trace's content id (file_id: the XXH3-64 of its bytes), as
-  // remembered in DIR/ids by the file's device, inode, size, and
-  // modification and change times, so that a later command on the same
-  // unchanged file does not read all of it again (a billion-call trace is
-  // 2-3 GB: seconds from the page cache, minutes from a slow disk). Any
-  // write to a file moves its change time, which no user can set back, so
-  // a remembered id is never given for a changed file. Computed otherwise
-  // ("" if the file cannot be read), and then remembered by remember():
-  // only once a plan for it is kept or found, so a command that keeps
-  // nothing writes nothing.
-  struct TraceId {
-    std::string id;
-    std::string entry, line;  // what remember() writes ("": nothing)
-  };
-  TraceId trace_id(const std::string& path) const;
-  void remember(const TraceId& t) const;
 
  private:
   std::string name(const std::string& id, const PlanOptions& opt) const;

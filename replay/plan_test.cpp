@@ -3,7 +3,6 @@
 // thread folding, timestamps, and the errors for inconsistent traces and for
 // files that are not plans.
 #include "replay/plan.h"
-#include "replay/launch.h"
 #include "replay/plan_store.h"
 #include "replay/plan_testutil.h"
 
@@ -21,7 +20,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1586,63 +1584,6 @@ TEST(PlanLive, TheWritersPeakIsThePlans) {
     unsaturated += s.live_bytes_peak < UINT64_MAX;
   }
   EXPECT_EQ(unsaturated, 6);
-}
-
-// A trace's content id is remembered by the file's identity, size and
-// times (once remember() is told: a command that keeps no plan writes
-// nothing): the same as the whole file's hash, taken from DIR/ids on the
-// next ask without reading the file (a remembered id written by hand is
-// what comes back), and computed again once the file changes, even with
-// its modification time set back (its change time moves).
-TEST(PlanStore, ATracesIdIsRememberedUntilItChanges) {
-  TempDir dir;
-  std::vector<Event> evs;
-  for (uint64_t id = 1; id <= 100; ++id) {
-    evs.push_back(alloc(16));
-    evs.push_back(release(id));
-  }
-  const std::string path = dir.file("t.hlt");
-  trace::testutil::write_trace(path, evs, WriterOptions{});
-  const PlanStore store(dir.file("plans"));
-  const PlanStore::TraceId t = store.trace_id(path);
-  const std::string id = t.id;
-  EXPECT_EQ(id, file_id(path));
-  EXPECT_EQ(id.size(), 16u);
-  EXPECT_FALSE(std::filesystem::exists(dir.file("plans"))) << "nothing written until remember()";
-  store.remember(t);
-  std::string entry;
-  for (const auto& e : std::filesystem::directory_iterator(dir.file("plans") + "/ids")) entry = e.path().string();
-  ASSERT_FALSE(entry.empty());
-  std::string line;
-  std::getline(std::ifstream(entry), line);
-  ASSERT_EQ(line.substr(line.size() - 16), id);
-  EXPECT_EQ(line.rfind("heaplab-trace-id 1 ", 0), 0u) << line;
-  // Remembered: an id put there by hand comes back.
-  std::ofstream(entry) << line.substr(0, line.size() - 16) << "feedfacefeedface\n";
-  EXPECT_EQ(store.trace_id(path).id, "feedfacefeedface");
-  EXPECT_TRUE(store.trace_id(path).entry.empty()) << "nothing to remember";
-  // A damaged entry is not taken: computed again.
-  std::ofstream(entry) << line.substr(0, line.size() - 16) << "feedface\n";
-  EXPECT_EQ(store.trace_id(path).id, id);
-  std::ofstream(entry) << line.substr(0, line.size() - 16) << "feedfacefeedface\n";
-  // One byte of the file changed, its size and modification time kept.
-  struct stat st {};
-  ASSERT_EQ(stat(path.c_str(), &st), 0);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(40);
-    f.put('\x5a');
-  }
-  const timespec times[2] = {st.st_atim, st.st_mtim};
-  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
-  const std::string changed = store.trace_id(path).id;
-  EXPECT_EQ(changed, file_id(path));
-  EXPECT_NE(changed, id);
-  EXPECT_NE(changed, "feedfacefeedface");
-  // A directory that cannot be written: computed each time.
-  const PlanStore nowhere("/proc/heaplab-no-such-dir");
-  nowhere.remember(nowhere.trace_id(path));
-  EXPECT_EQ(nowhere.trace_id(path).id, changed);
 }
 
 // A kept plan is held with a shared flock by the command that built or

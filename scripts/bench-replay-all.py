@@ -9,10 +9,7 @@ replays' own wall times (the replayer's measurement, calls only), with the
 time spent building the plan and the replayer's bookkeeping. A third run
 of each repetition ("unkept") is cold with HEAPLAB_PLAN_CACHE_MIB=0: the
 plan is built for that command only, never synced to disk (what keeping
-the plan for later commands costs the first one is the difference). A
-fourth ("disk") is warm with the trace's pages dropped from the page cache
-first (posix_fadvise DONTNEED; the kept plan's stay): a trace not read
-lately, or bigger than the memory, as a production one is.
+the plan for later commands costs the first one is the difference).
 
 With --compare BUILD_DIR, that build runs the same commands on the same
 trace, the two builds' repetitions interleaved (a noisy machine moves both
@@ -65,16 +62,6 @@ def run_all(build, trace, out, plans, extra=None):
     }
 
 
-def drop_from_page_cache(path):
-    """The file's pages out of the page cache (dirty ones written first)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -98,15 +85,13 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             os.sync()  # the capture's writeback is not the first replay's
         out = os.path.join(work, "all.json")
-        rows = {b: {"cold": [], "warm": [], "disk": [], "unkept": []} for b in builds}
+        rows = {b: {"cold": [], "warm": [], "unkept": []} for b in builds}
         for rep in range(a.reps):
             for b in builds if rep % 2 == 0 else builds[::-1]:  # (each build first in turn)
                 plans = os.path.join(work, "plans")
                 shutil.rmtree(plans, ignore_errors=True)
                 rows[b]["cold"].append(run_all(b, trace, out, plans))
                 rows[b]["warm"].append(run_all(b, trace, out, plans))
-                drop_from_page_cache(trace)
-                rows[b]["disk"].append(run_all(b, trace, out, plans))
                 shutil.rmtree(plans, ignore_errors=True)
                 rows[b]["unkept"].append(run_all(b, trace, out, plans, {"HEAPLAB_PLAN_CACHE_MIB": "0"}))
             shutil.rmtree(os.path.join(work, "plans"), ignore_errors=True)
@@ -118,14 +103,13 @@ def main():
                   f"plan {first['plan_total'] / 2**30:.2f} GiB, replayer bookkeeping at most "
                   f"{first['bookkeeping'] / 2**20:.1f} MiB")
             print(f"  {'':6} {'whole command':>14} {'replays':>9} {'ratio':>7} {'plan building':>14}  plans")
-            for kind in ("cold", "warm", "disk", "unkept"):
+            for kind in ("cold", "warm", "unkept"):
                 r = rows[b][kind]
                 wall = statistics.median(x["wall"] for x in r)
                 replays = statistics.median(x["replays"] for x in r)
                 build = statistics.median(x["build"] for x in r)
                 print(f"  {kind:6} {wall:12.2f} s {replays:7.2f} s {wall / replays:6.2f}x {build:12.2f} s  "
                       f"{', '.join(r[0]['sources'])}")
-        print("  (disk: warm, with the trace's pages dropped from the page cache first)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
