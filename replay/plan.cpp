@@ -1248,7 +1248,7 @@ MappedPlan::MappedPlan(int fd) {
   map_ = mmap(nullptr, len_, PROT_READ, MAP_SHARED, fd, 0);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    throw PlanError(std::string("plan: mmap: ") + std::strerror(errno));
+    throw PlanMapError(std::string("plan: mmap: ") + std::strerror(errno));
   }
   try {
     load();

@@ -281,6 +281,12 @@ class PlanError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// A plan that could not be mapped (an address-space limit, no memory): the
+// process's trouble, not the plan's.
+class PlanMapError : public PlanError {
+ public:
+  using PlanError::PlanError;
+};
 
 // The build stopped at PlanOptions::live_limit (`limit`): the live
 // requested bytes were `live_bytes` at the `event`th event read (of

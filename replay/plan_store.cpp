@@ -186,6 +186,9 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
     summary = j.at("summary").get<PlanSummary>();
     const MappedPlan check(fd);  // its header and thread table (the pager checks the steps)
     if (check.total_steps() != summary.steps || check.slots() != summary.slots) throw std::runtime_error("damaged");
+  } catch (const PlanMapError&) {  // (this process could not map it: left for a command that can)
+    close(fd);
+    return -1;
   } catch (const std::exception&) {
     // Half written or damaged: built again (and removed, unless another
     // command has put a new one in its place since it was opened).

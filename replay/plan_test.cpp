@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1584,6 +1587,60 @@ TEST(PlanLive, TheWritersPeakIsThePlans) {
     unsaturated += s.live_bytes_peak < UINT64_MAX;
   }
   EXPECT_EQ(unsaturated, 6);
+}
+
+// A kept plan this process cannot map (an address-space limit) is not found,
+// and left in place: the limit is the process's trouble, not the plan's
+// (before, it was taken as damaged and removed). In a child process with
+// RLIMIT_AS at what it uses now; not under the sanitizers, whose shadow
+// memory such a limit breaks.
+TEST(PlanStore, APlanThatCannotBeMappedHereIsLeft) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "RLIMIT_AS and the sanitizers' shadow memory do not mix";
+#else
+  TempDir dir;
+  std::vector<Event> evs;
+  for (uint64_t id = 1; id <= 200000; ++id) {
+    evs.push_back(alloc(16));
+    evs.push_back(release(id));
+  }
+  const std::string path = dir.file("t.hlt");
+  trace::testutil::write_trace(path, evs, WriterOptions{});
+  auto r = TraceReader::open(path);
+  const PlanStore store(dir.file("plans"));
+  PlanSummary s;
+  bool kept = false;
+  std::string where;
+  close(store.build(*r, PlanOptions{}, "00000000000000aa", s, kept, where));
+  ASSERT_TRUE(kept);
+  std::string plan;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("plans")))
+    if (e.path().extension() == ".plan") plan = e.path().string();
+  ASSERT_GT(std::filesystem::file_size(plan), size_t{4} << 20);  // (more than the child may map)
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // What the process maps now, and 1 MiB more.
+    uint64_t vm_kib = 0;
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmSize:", 0) == 0) vm_kib = std::strtoull(line.c_str() + 7, nullptr, 10);
+    const rlimit lim{(vm_kib + 1024) << 10, (vm_kib + 1024) << 10};
+    if (vm_kib == 0 || setrlimit(RLIMIT_AS, &lim) != 0) _exit(3);
+    PlanSummary found;
+    const int fd = store.find("00000000000000aa", PlanOptions{}, found);
+    _exit(fd == -1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "found, though it could not be mapped";
+  EXPECT_TRUE(std::filesystem::exists(plan)) << "a plan this process could not map was removed";
+  PlanSummary found;
+  const int fd = store.find("00000000000000aa", PlanOptions{}, found);  // (here it maps)
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+#endif
 }
 
 // A kept plan is held with a shared flock by the command that built or
