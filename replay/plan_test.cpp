@@ -1589,6 +1589,32 @@ TEST(PlanLive, TheWritersPeakIsThePlans) {
   EXPECT_EQ(unsaturated, 6);
 }
 
+// A trace of `pairs` malloc and free pairs in `dir`, its plan built by
+// `store` and kept under `id`: the plan's path and the build's descriptor
+// (still open; -1 and no path if it was not kept).
+std::pair<std::string, int> kept_plan_of_pairs(const TempDir& dir, const PlanStore& store, const std::string& id,
+                                               uint64_t pairs, PlanSummary& s) {
+  std::vector<Event> evs;
+  for (uint64_t i = 1; i <= pairs; ++i) {
+    evs.push_back(alloc(16));
+    evs.push_back(release(i));
+  }
+  const std::string path = dir.file("t.hlt");
+  trace::testutil::write_trace(path, evs, WriterOptions{});
+  auto r = TraceReader::open(path);
+  bool kept = false;
+  std::string where;
+  const int fd = store.build(*r, PlanOptions{}, id, s, kept, where);
+  std::string plan;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("plans")))
+    if (e.path().extension() == ".plan") plan = e.path().string();
+  if (!kept || plan.empty()) {
+    close(fd);
+    return {"", -1};
+  }
+  return {plan, fd};
+}
+
 // A kept plan this process cannot map (an address-space limit) is not found,
 // and left in place: the limit is the process's trouble, not the plan's
 // (before, it was taken as damaged and removed). In a child process with
@@ -1599,23 +1625,11 @@ TEST(PlanStore, APlanThatCannotBeMappedHereIsLeft) {
   GTEST_SKIP() << "RLIMIT_AS and the sanitizers' shadow memory do not mix";
 #else
   TempDir dir;
-  std::vector<Event> evs;
-  for (uint64_t id = 1; id <= 200000; ++id) {
-    evs.push_back(alloc(16));
-    evs.push_back(release(id));
-  }
-  const std::string path = dir.file("t.hlt");
-  trace::testutil::write_trace(path, evs, WriterOptions{});
-  auto r = TraceReader::open(path);
   const PlanStore store(dir.file("plans"));
   PlanSummary s;
-  bool kept = false;
-  std::string where;
-  close(store.build(*r, PlanOptions{}, "00000000000000aa", s, kept, where));
-  ASSERT_TRUE(kept);
-  std::string plan;
-  for (const auto& e : std::filesystem::directory_iterator(dir.file("plans")))
-    if (e.path().extension() == ".plan") plan = e.path().string();
+  const auto [plan, built] = kept_plan_of_pairs(dir, store, "00000000000000aa", 200000, s);
+  ASSERT_GE(built, 0) << "not kept";
+  close(built);
   ASSERT_GT(std::filesystem::file_size(plan), size_t{4} << 20);  // (more than the child may map)
   const pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -1650,18 +1664,8 @@ TEST(PlanStore, APlanThatCannotBeMappedHereIsLeft) {
 // one that command removed meanwhile.
 TEST(PlanStore, AKeptPlanIsLockedWhileItIsUsed) {
   TempDir dir;
-  std::vector<Event> evs;
-  for (uint64_t id = 1; id <= 100; ++id) {
-    evs.push_back(alloc(16));
-    evs.push_back(release(id));
-  }
-  const std::string path = dir.file("t.hlt");
-  trace::testutil::write_trace(path, evs, WriterOptions{});
-  auto r = TraceReader::open(path);
   const PlanStore store(dir.file("plans"));
   PlanSummary s;
-  bool kept = false;
-  std::string where;
   const auto held = [&](const std::string& plan) {
     const int fd = open(plan.c_str(), O_RDONLY | O_CLOEXEC);
     EXPECT_GE(fd, 0) << plan;
@@ -1669,13 +1673,8 @@ TEST(PlanStore, AKeptPlanIsLockedWhileItIsUsed) {
     close(fd);
     return locked;
   };
-  const int built = store.build(*r, PlanOptions{}, "0123456789abcdef", s, kept, where);
-  ASSERT_GE(built, 0);
-  ASSERT_TRUE(kept);
-  std::string plan;
-  for (const auto& e : std::filesystem::directory_iterator(dir.file("plans")))
-    if (e.path().extension() == ".plan") plan = e.path().string();
-  ASSERT_FALSE(plan.empty());
+  const auto [plan, built] = kept_plan_of_pairs(dir, store, "0123456789abcdef", 100, s);
+  ASSERT_GE(built, 0) << "not kept";
   EXPECT_TRUE(held(plan)) << "the plan just built and kept";
   close(built);
   EXPECT_FALSE(held(plan));
