@@ -43,6 +43,18 @@ class LookAhead {
     next_ = (next_ + 1) % kAhead;
     take(oldest);
   }
+  // push(), with the entries of `key` and `other` (where non-zero and not
+  // `key`) in `table` fetched first where it is far() from the caches:
+  // the importers' calls, each with its address and the one it came from.
+  template <typename Table, typename F>
+  void push_fetching(const T& item, F&& take, const Table& table, uint64_t key, uint64_t other) {
+    const bool ahead = far(table);
+    if (ahead) {
+      table.prefetch(key);
+      if (other != 0 && other != key) table.prefetch(other);
+    }
+    push(item, take, ahead);
+  }
   // Processes every item still waiting, oldest first.
   template <typename F>
   void drain(F&& take) {

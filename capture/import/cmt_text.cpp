@@ -203,12 +203,7 @@ CmtImportReport import_cmt_text(InputStream& in, trace::TraceWriter& w) {
       }
       if (!p.at_end()) fail("unexpected text after the call");
 
-      const bool far = ahead.far(live);
-      if (far) {
-        live.prefetch(addr_in);
-        if (result != 0 && result != addr_in) live.prefetch(result);
-      }
-      ahead.push({e, addr_in, result, lines.line_number(), syn->has_result}, take, far);
+      ahead.push_fetching({e, addr_in, result, lines.line_number(), syn->has_result}, take, live, addr_in, result);
     }
   } catch (const InputError&) {
     ahead.drain(take);  // (the calls before a bad line are in the trace, as they were read)

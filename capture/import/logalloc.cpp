@@ -193,12 +193,7 @@ LogallocImportReport import_logalloc(InputStream& in, trace::TraceWriter& w) {
       if (addr_in == 0 && e.op == Op::free) continue;  // free(NULL): nothing
       if (result != 0 && e.op == Op::calloc && e.count != 0 && e.size > UINT64_MAX / e.count)
         fail("a calloc whose count times size overflows cannot have succeeded");
-      const bool far = ahead.far(live);
-      if (far) {
-        live.prefetch(addr_in);
-        if (result != 0 && result != addr_in) live.prefetch(result);
-      }
-      ahead.push({e, addr_in, result, lines.line_number(), tid, syn->result}, take, far);
+      ahead.push_fetching({e, addr_in, result, lines.line_number(), tid, syn->result}, take, live, addr_in, result);
     }
   } catch (const InputError&) {
     ahead.drain(take);  // (the calls before a bad line are in the trace, as they were read)

@@ -164,12 +164,7 @@ MtraceImportReport import_mtrace(InputStream& in, trace::TraceWriter& w) {
   Call c{};
   try {
     while (next_call(lines, rep, pending, pending_addr, c)) {
-      const bool far = ahead.far(live);
-      if (far) {
-        live.prefetch(c.addr);
-        if (c.old_addr != 0 && c.old_addr != c.addr) live.prefetch(c.old_addr);
-      }
-      ahead.push(c, take, far);
+      ahead.push_fetching(c, take, live, c.addr, c.old_addr);
     }
   } catch (const InputError&) {
     ahead.drain(take);  // (the calls before a bad line are in the trace, as they were read)
