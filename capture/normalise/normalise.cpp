@@ -384,7 +384,13 @@ class Normaliser {
   // not every thread the program ever ran.
   std::vector<uint32_t> open_;
   double closed_cost_ticks_ = 0;  // the largest shim cost of a freed stream, ticks (for finish())
-  LiveTable live_;                // address -> live object
+  // process(): the largest shim cost of a thread at a record processed, and
+  // the correction taken off every record (catching up with it), ticks; the
+  // clock at the latest record processed.
+  static constexpr double kCatchUp = 0.9;
+  double cost_target_ = 0, cost_ticks_ = 0;
+  uint64_t cost_at_ = 0;
+  LiveTable live_;  // address -> live object
   KeyHeap heap_;
   uint64_t first_time_ = 0, last_time_ = 0;
   bool any_ = false;
@@ -648,7 +654,25 @@ void Normaliser::process(size_t s, bool queue_next) {
   const uint32_t rop = record_op(st.rec->head);
   const bool quiet = rop == kRawOverhead || rop == kRawLatency;
   if (rop == kRawOverhead) st.overhead = std::max(st.overhead, st.rec->a);
-  const uint64_t cost = shim_cost_ns(st);
+  // One correction for every thread: the largest shim cost of any thread
+  // so far. Each thread's own cost would put the threads on timelines that
+  // drift apart (a busy thread's cost grows, an idle one's hardly), and the
+  // clamp below then held the busier thread's times still whenever the
+  // other wrote: a server's main thread sat at one time for 98% of its calls.
+  // The busiest thread is the program's critical path: the wall time it
+  // added is what the program's native run would not have taken, for its
+  // threads that wait on it too (the report's corrected wall is the same).
+  // The correction catches up with that cost by at most 9/10 of the clock's
+  // advance: a thread's timed stall (a wait for the reader) learnt at its
+  // end is spread over the records after it, which would otherwise all sit
+  // at one time until the clock had passed it.
+  cost_target_ = std::max(cost_target_, shim_cost_ticks(st));
+  if (cost_ticks_ < cost_target_) {
+    const double room = double(st.ticks - std::min(st.ticks, cost_at_)) * kCatchUp;
+    cost_ticks_ = std::min(cost_target_, cost_ticks_ + room);
+  }
+  cost_at_ = std::max(cost_at_, st.ticks);
+  const uint64_t cost = saturated(cost_ticks_ * ns_per_tick_);
   uint64_t raw = ns(st.ticks);
   uint64_t time = std::max(raw - std::min(raw, cost), last_time_);  // rounding never reorders
   if (!quiet) {

@@ -506,6 +506,70 @@ TEST(Normalise, ShimCostIsTakenOffTheTimeline) {
   EXPECT_EQ(r.rep.corrected_wall_ns, 1000u - 115u);
 }
 
+// Every thread takes one correction: the largest shim cost of any thread so
+// far. With each thread's own (before), the busy thread 0 fell behind the
+// sparse thread 1 (25 ns behind by the end here), and every record thread 1
+// wrote held thread 0's next ones at its time (its free of B at 65, not 60);
+// a server's main thread sat at one time for 98% of its calls.
+TEST(Normalise, EveryThreadTakesTheLargestShimCost) {
+  TempDir dir;
+  const uint64_t A = 0xA000, B = 0xB000, C = 0xC000, D = 0xD000, E = 0xE000;
+  Capture c;
+  c.event_cost_x1024 = 5 * 1024;
+  c.thread(0, {rec(Op::malloc, 1000, A, 1), rec(Op::malloc, 1020, B, 2), rec(Op::free, 1040, A),
+               rec(Op::malloc, 1060, D, 4), rec(Op::free, 1080, B), rec(Op::free, 1100, D)});
+  c.thread(1, {rec(Op::malloc, 1010, C, 3), rec(Op::free, 1070, C), rec(Op::malloc, 1110, E, 5)});
+  Result r = run(c, dir);
+  // Thread 0's cost: 5 ns for each of its records before; thread 1's is
+  // never the larger.
+  expect_events(r.events, {
+                              X(Op::thread_start, 0, 0),
+                              X(Op::malloc, 0, 0).id(1).size(1),
+                              X(Op::thread_start, 10, 1),
+                              X(Op::malloc, 10, 1).id(2).size(3),
+                              X(Op::malloc, 15, 0).id(3).size(2),  // 20 - 5
+                              X(Op::free, 30, 0).old(1),           // 40 - 10
+                              X(Op::malloc, 45, 0).id(4).size(4),  // 60 - 15
+                              X(Op::free, 55, 1).old(2),           // 70 - 15 (its own cost: 5)
+                              X(Op::free, 60, 0).old(3),           // 80 - 20
+                              X(Op::free, 75, 0).old(4),           // 100 - 25
+                              X(Op::thread_end, 75, 0),
+                              X(Op::malloc, 85, 1).id(5).size(5),  // 110 - 25 (its own: 10)
+                              X(Op::thread_end, 85, 1),
+                          });
+  expect_anomalies(r.rep, {});
+  EXPECT_EQ(r.rep.duration_ns, 85u);
+  EXPECT_EQ(r.rep.shim_cost_ns, 30u);  // thread 0's 6 records x 5
+}
+
+// A thread's timed stall (thread 0's 200 ns, reported once it is over) is
+// taken off by at most 9/10 of the clock's advance at a time: the records
+// after it move on, where a correction taken whole at once held them all at
+// the time of the last record before it (290).
+TEST(Normalise, AStallIsTakenOffTheRecordsAfterItGradually) {
+  TempDir dir;
+  const uint64_t A = 0xA000, B = 0xB000, C = 0xC000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1000, A, 1), rec(uint32_t(raw::kRawOverhead), 1300, 200), rec(Op::free, 1310, A)});
+  c.thread(1, {rec(Op::malloc, 1100, B, 2), rec(Op::malloc, 1290, C, 3), rec(Op::free, 1320, B), rec(Op::free, 1340, C),
+               rec(Op::free, 1700, 0)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 0, 0),
+                              X(Op::malloc, 0, 0).id(1).size(1),
+                              X(Op::thread_start, 100, 1),
+                              X(Op::malloc, 100, 1).id(2).size(2),
+                              X(Op::malloc, 290, 1).id(3).size(3),
+                              X(Op::free, 292, 0).old(1),  // 310 - (9 + 9)
+                              X(Op::thread_end, 292, 0),
+                              X(Op::free, 293, 1).old(2),  // 320 - 27
+                              X(Op::free, 295, 1).old(3),  // 340 - 45
+                              X(Op::free, 500, 1),         // 700 - 200: caught up
+                              X(Op::thread_end, 500, 1),
+                          });
+  EXPECT_EQ(r.rep.shim_cost_ns, 200u);
+}
+
 // The program's own memory: addresses become regions and offsets; a partial
 // munmap leaves the rest of its region; a MAP_FIXED mapping replaces what
 // was there; a release of memory never mapped while captured is counted and
