@@ -655,18 +655,24 @@ void Normaliser::process(size_t s, bool queue_next) {
   const bool quiet = rop == kRawOverhead || rop == kRawLatency;
   if (rop == kRawOverhead) st.overhead = std::max(st.overhead, st.rec->a);
   // One correction for every thread: the largest shim cost of any thread
-  // so far. Each thread's own cost would put the threads on timelines that
-  // drift apart (a busy thread's cost grows, an idle one's hardly), and the
-  // clamp below then held the busier thread's times still whenever the
-  // other wrote: a server's main thread sat at one time for 98% of its calls.
-  // The busiest thread is the program's critical path: the wall time it
-  // added is what the program's native run would not have taken, for its
-  // threads that wait on it too (the report's corrected wall is the same).
-  // The correction catches up with that cost by at most 9/10 of the clock's
-  // advance: a thread's timed stall (a wait for the reader) learnt at its
-  // end is spread over the records after it, which would otherwise all sit
-  // at one time until the clock had passed it.
-  cost_target_ = std::max(cost_target_, shim_cost_ticks(st));
+  // so far, so that the times keep the order the clock gave the records.
+  // Each thread's own cost put the threads on timelines that drifted apart
+  // (a busy thread's cost grows, an idle one's hardly), and the clamp below
+  // then held the busier thread's times still whenever the other wrote: a
+  // server's main thread sat at one time for 98% of its calls. The busiest
+  // thread's cost is what the program's critical path paid where its other
+  // threads wait on it (a server's I/O thread on its main thread); threads
+  // that never wait on it are moved on too little by as much (the model's
+  // limit: which thread waits on which is not recorded). Its cost is at most
+  // the clock's time since the start (a damaged kRawOverhead could say
+  // more), and the correction catches up with it by at most 9/10 of the
+  // clock's advance: a thread's timed stall (a wait for the reader), learnt
+  // at its end, is spread over the records after it, which would otherwise
+  // all sit at one time until the clock had passed it. (cost_at_ starts at
+  // 0: the cost the first record processed reports, such as a wait before
+  // the reader opened, is taken whole.)
+  const double since_start = double(st.ticks - std::min(st.ticks, start_ticks_));
+  cost_target_ = std::max(cost_target_, std::min(shim_cost_ticks(st), since_start));
   if (cost_ticks_ < cost_target_) {
     const double room = double(st.ticks - std::min(st.ticks, cost_at_)) * kCatchUp;
     cost_ticks_ = std::min(cost_target_, cost_ticks_ + room);

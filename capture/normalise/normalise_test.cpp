@@ -507,10 +507,11 @@ TEST(Normalise, ShimCostIsTakenOffTheTimeline) {
 }
 
 // Every thread takes one correction: the largest shim cost of any thread so
-// far. With each thread's own (before), the busy thread 0 fell behind the
-// sparse thread 1 (25 ns behind by the end here), and every record thread 1
-// wrote held thread 0's next ones at its time (its free of B at 65, not 60);
-// a server's main thread sat at one time for 98% of its calls.
+// far. With each thread's own (before), the two threads' timelines drifted
+// apart (15 ns by the end here: thread 1 paid 10, thread 0 25), and every
+// record thread 1 wrote held thread 0's next ones at its time (its free of B
+// at 65, not 60); a server's main thread sat at one time for 98% of its
+// calls. At 2 ns a tick every time doubles (costs are in ticks).
 TEST(Normalise, EveryThreadTakesTheLargestShimCost) {
   TempDir dir;
   const uint64_t A = 0xA000, B = 0xB000, C = 0xC000, D = 0xD000, E = 0xE000;
@@ -540,6 +541,41 @@ TEST(Normalise, EveryThreadTakesTheLargestShimCost) {
   expect_anomalies(r.rep, {});
   EXPECT_EQ(r.rep.duration_ns, 85u);
   EXPECT_EQ(r.rep.shim_cost_ns, 30u);  // thread 0's 6 records x 5
+
+  TempDir dir2;
+  NormaliseOptions two;
+  two.ns_per_tick = 2;
+  Result r2 = run(c, dir2, two);
+  ASSERT_EQ(r2.events.size(), r.events.size());
+  for (size_t i = 0; i < r.events.size(); ++i) EXPECT_EQ(r2.events[i].time, 2 * r.events[i].time) << i;
+  EXPECT_EQ(r2.rep.shim_cost_ns, 60u);
+}
+
+// A shim cost beyond the clock's time since the start (a damaged
+// kRawOverhead: 10^15 ticks, 100 ticks in) counts as that time: the other
+// thread's records then take their own clock's advance again (thread 1's
+// last at 200, 1400 less the 200 ticks since the start at thread 0's last
+// record). Taken whole, every thread's times would have moved on at a tenth
+// of the clock for the rest of the capture.
+TEST(Normalise, AShimCostBeyondTheClockCountsAsTheClock) {
+  TempDir dir;
+  const uint64_t A = 0xA000, B = 0xB000, C = 0xC000;
+  Capture c;
+  c.thread(0, {rec(Op::malloc, 1000, A, 1), rec(uint32_t(raw::kRawOverhead), 1100, uint64_t{1} << 50),
+               rec(Op::free, 1200, A)});
+  c.thread(1, {rec(Op::malloc, 1150, B, 2), rec(Op::malloc, 1300, C, 3), rec(Op::free, 1400, C)});
+  Result r = run(c, dir);
+  expect_events(r.events, {
+                              X(Op::thread_start, 0, 0),
+                              X(Op::malloc, 0, 0).id(1).size(1),
+                              X(Op::thread_start, 50, 1),
+                              X(Op::malloc, 50, 1).id(2).size(2),  // 150 - (90 + 10)
+                              X(Op::free, 55, 0).old(1),           // 200 - (100 + 45)
+                              X(Op::thread_end, 55, 0),
+                              X(Op::malloc, 100, 1).id(3).size(3),  // 300 - 200
+                              X(Op::free, 200, 1).old(3),
+                              X(Op::thread_end, 200, 1),
+                          });
 }
 
 // A thread's timed stall (thread 0's 200 ns, reported once it is over) is
