@@ -615,11 +615,12 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                          {"objects_with_resident_pages", plan.recorded_touches},
                          {"unknown_regions_skipped", plan.unknown_regions}};
   // What share of the captured program's anonymous memory the trace explains.
-  std::string coverage_warning, metadata_why;
-  if (nlohmann::json meta = common::parse_bounded_json(reader->metadata(), &metadata_why);
-      meta.is_object() && meta.contains("capture") && meta["capture"].is_object() &&
-      meta["capture"].contains("coverage") && meta["capture"]["coverage"].is_number()) {
-    const nlohmann::json& c = meta["capture"];
+  std::string coverage_warning, metadata_why, times_warning;
+  const nlohmann::json meta = common::parse_bounded_json(reader->metadata(), &metadata_why);
+  const nlohmann::json* capture =
+      meta.is_object() && meta.contains("capture") && meta["capture"].is_object() ? &meta["capture"] : nullptr;
+  if (capture && capture->contains("coverage") && (*capture)["coverage"].is_number()) {
+    const nlohmann::json& c = *capture;
     const double share = c["coverage"].get<double>();
     trace_j["coverage"] = {{"share", share},
                            {"program_anon_peak_kib", c.value("anon_rss_peak_kib", uint64_t{0})},
@@ -630,6 +631,17 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                                                c.value("anon_rss_peak_kib", uint64_t{0}))
                              .substr(std::string_view("warning: ").size());
   }
+  // A capture of several threads whose shim cost was taken off each
+  // thread's own times (normalised by heaplab before capture.time_correction
+  // was written): a busy thread's times sat still whenever a less busy one
+  // wrote, so its calls would run here in bursts.
+  if (opt.settings.timing == Timing::recorded && capture && plan.recorded_threads > 1 &&
+      capture->contains("shim_cost_ns") && (*capture)["shim_cost_ns"].is_number() &&
+      (*capture)["shim_cost_ns"].get<double>() > 0 && !capture->contains("time_correction"))
+    times_warning =
+        "the trace's times had the shim's cost taken off thread by thread (normalised by a heaplab from before "
+        "capture.time_correction): a busy thread's times could sit still while another thread wrote, and "
+        "--timing recorded then runs its calls in bursts; capture the program again for its pace";
   if (!plan.program_latency.empty()) {
     // The calls the program timed inside its allocator (heaplab capture
     // --latency), per op; `--latency-of program` times the same calls here.
@@ -734,6 +746,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["format_version"] = 1;
   r["trace"] = trace_j;
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
+  if (!times_warning.empty()) r["warnings"].push_back(times_warning);
   // A replay of what a damaged or cut trace kept is not the program's: said
   // where the summary says "as recorded".
   if (trace_j.contains("warning"))

@@ -176,6 +176,36 @@ std::vector<Event> thread_chain(uint32_t threads, bool end_each) {
   return ev;
 }
 
+// A capture of several threads normalised before every thread took one
+// shim-cost correction (no capture.time_correction) is said to replay in
+// bursts at the recorded pace; one normalised since (the producer-consumer
+// capture), a trace of one thread, a trace no shim cost was taken off, and
+// a replay at full speed are not.
+TEST_F(ReplayTest, OldPerThreadTimesAreSaidAtTheRecordedPace) {
+  const auto said = [](const json& r) {
+    if (!r.contains("warnings")) return false;
+    for (const auto& w : r["warnings"])
+      if (w.get<std::string>().find("shim's cost taken off thread by thread") != std::string::npos) return true;
+    return false;
+  };
+  const std::string old = write_trace("old_times", thread_chain(2, true), true, R"({"capture":{"shim_cost_ns":500}})");
+  const json r = replay(old, {"--timing", "recorded", "--no-memory"});
+  EXPECT_TRUE(said(r)) << r.dump();
+  EXPECT_FALSE(said(replay(old, {"--no-memory"})));
+  EXPECT_FALSE(
+      said(replay(write_trace("old_times_one", thread_chain(1, true), true, R"({"capture":{"shim_cost_ns":500}})"),
+                  {"--timing", "recorded", "--no-memory"})));
+  EXPECT_FALSE(said(replay(write_trace("imported_times", thread_chain(2, true), true, "{}"),
+                           {"--timing", "recorded", "--no-memory"})));
+  EXPECT_FALSE(said(replay(producer_consumer(), {"--timing", "recorded", "--no-memory"})));
+  // The summary prints it.
+  const Outcome text = run({kHeaplab, "replay", old, "--timing", "recorded", "--no-memory"});
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("warning: the trace's times had the shim's cost taken off thread by thread"),
+            std::string::npos)
+      << text.out;
+}
+
 // --- Faithfulness on every allocator, both load modes, folded or not -------
 
 struct Case {

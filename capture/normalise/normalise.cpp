@@ -1181,6 +1181,9 @@ nlohmann::json report_to_json(const NormaliseReport& r) {
                       {"explained_peak_bytes", r.explained_peak},
                       {"clean_exit", r.clean_exit},
                       {"thread_ends", r.thread_ends_found_gone ? "found_gone" : "last_record"},
+                      // Every thread's times take one correction, the largest
+                      // shim cost any thread has paid (Normaliser::process).
+                      {"time_correction", "largest_thread_cost"},
                       {"dropped_calls", r.dropped_calls}};
   if (r.stop_error) j["stop_error"] = r.stop_error > 0 ? std::strerror(int(r.stop_error)) : "stopped";
   if (r.coverage >= 0) j["coverage"] = r.coverage;
