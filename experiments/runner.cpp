@@ -369,6 +369,10 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     }
   } handlers;
   const auto t0 = std::chrono::steady_clock::now();
+  // What the replays warn of (the trace's times, its coverage, threads on
+  // too few CPUs, another allocator answering), each once per trace: stored
+  // with every run's result, and said here, where the user is looking.
+  std::set<std::pair<std::string, std::string>> warned;
   for (size_t i = 0; i < todo.size(); ++i) {
     if (g_interrupted) break;
     const Cell& c = *todo[i];
@@ -418,6 +422,12 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     }
     // A run cut short by the interrupt is not a result: it runs again on resume.
     if (g_interrupted) break;
+    if (!opt.quiet && o.result.contains("warnings") && o.result["warnings"].is_array())
+      for (const auto& w : o.result["warnings"])
+        if (w.is_string() && warned.emplace(t.name, w.get<std::string>()).second) {
+          if (tty) fmt::print(stderr, "\r\033[K");
+          fmt::print(stderr, "heaplab: warning: trace '{}': {}\n", t.name, w.get<std::string>());
+        }
     const replay::ReplayResult rr = replay::result_from_json(o.result);
     row.trace_id = rr.trace_id;
     row.exit = rr.exit_status.empty() ? "error" : rr.exit_status;

@@ -197,13 +197,37 @@ TEST_F(ReplayTest, OldPerThreadTimesAreSaidAtTheRecordedPace) {
                   {"--timing", "recorded", "--no-memory"})));
   EXPECT_FALSE(said(replay(write_trace("imported_times", thread_chain(2, true), true, "{}"),
                            {"--timing", "recorded", "--no-memory"})));
-  EXPECT_FALSE(said(replay(producer_consumer(), {"--timing", "recorded", "--no-memory"})));
+  EXPECT_FALSE(said(replay(write_trace("new_times", thread_chain(2, true), true,
+                                       R"({"capture":{"shim_cost_ns":500,"time_correction":"largest_thread_cost"}})"),
+                           {"--timing", "recorded", "--no-memory"})));
+  EXPECT_FALSE(said(replay(write_trace("no_cost", thread_chain(2, true), true, R"({"capture":{"shim_cost_ns":0}})"),
+                           {"--timing", "recorded", "--no-memory"})));
+  // A capture made now: several threads, a shim cost, the field.
+  const std::string now = producer_consumer();
+  const json meta = json::parse(run({kHeaplab, "cat", "--meta", now}).out)["capture"];
+  ASSERT_GT(meta["threads"].get<int>(), 1);
+  ASSERT_GT(meta["shim_cost_ns"].get<uint64_t>(), 0u);
+  ASSERT_EQ(meta["time_correction"], "largest_thread_cost");
+  EXPECT_FALSE(said(replay(now, {"--timing", "recorded", "--no-memory"})));
   // The summary prints it.
   const Outcome text = run({kHeaplab, "replay", old, "--timing", "recorded", "--no-memory"});
   EXPECT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("warning: the trace's times had the shim's cost taken off thread by thread"),
             std::string::npos)
       << text.out;
+  // An experiment (recorded timing by default) says it once for the trace,
+  // not once a run.
+  const fs::path yaml = dir() / "old_times.yaml";
+  std::ofstream(yaml) << "traces: [{name: old, file: " << old
+                      << "}]\nallocators: [{name: glibc, label: a}, {name: glibc, label: b}]\n"
+                      << "repetitions: 2\n"
+                      << "warmup: 0\n";
+  const Outcome ran = run({kHeaplab, "run", yaml.string(), "--results", (dir() / "old_times_results").string()});
+  EXPECT_EQ(ran.code, 0) << ran.err;
+  const std::string line = "heaplab: warning: trace 'old': the trace's times had the shim's cost taken off";
+  const size_t at = ran.err.find(line);
+  EXPECT_NE(at, std::string::npos) << ran.err;
+  EXPECT_EQ(ran.err.find(line, at + 1), std::string::npos) << ran.err;
 }
 
 // --- Faithfulness on every allocator, both load modes, folded or not -------
