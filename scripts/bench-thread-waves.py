@@ -19,7 +19,9 @@ recorded, --touch recorded, --sample-ms 1): the replay's heap peak.
 Prints per allocator the medians of real, replay and at once, the ratios to
 real, the replay threads each used, and their wall times; then the program's
 peak anonymous RSS under capture (capture.anon_rss_peak_kib) against the
-glibc replay's heap peak: the replay follows the run that was captured.
+glibc replay's heap peak: the replay follows the run that was captured; and
+the glibc arenas the program made, natively and under capture (a preload
+compiled with the system's C compiler writes malloc_info's count at exit).
 
 With --trace T.hlt, a trace captured before (by another build, say) is
 replayed --reps times as it replays by default, on glibc, --no-memory, no
@@ -33,6 +35,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +51,62 @@ CHURN = os.path.join(BUILD, "capture", "testprogs", "churn")
 _spec = importlib.util.spec_from_file_location("bench_fidelity", os.path.join(REPO, "scripts", "bench-fidelity.py"))
 fidelity = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fidelity)
+
+
+# A preload that writes, as its process exits, its name and the glibc arenas
+# it made (malloc_info's heaps): how many of a program's threads were alive
+# at once, natively and under capture (arenas are made for threads that
+# find every arena taken, up to 8 a core, and never freed).
+ARENAS_C = r"""
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+__attribute__((destructor)) static void report(void) {
+  char *buf = NULL, name[64] = "?";
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n), *c = fopen("/proc/self/comm", "r");
+  if (!f) return;
+  malloc_info(0, f);
+  fclose(f);
+  int heaps = 0;
+  for (char *p = buf; (p = strstr(p, "<heap nr=")) != NULL; ++p) ++heaps;
+  if (c) {
+    if (fgets(name, sizeof name, c)) name[strcspn(name, "\n")] = 0;
+    fclose(c);
+  }
+  FILE *o = fopen(getenv("HEAPLAB_ARENAS_OUT"), "a");
+  if (o) {
+    fprintf(o, "%s %d\n", name, heaps);
+    fclose(o);
+  }
+  free(buf);
+}
+"""
+
+
+def arenas(work, cmd, reps):
+    """Medians of glibc's arenas at exit (main included): the program run
+    natively, and under capture (None where no C compiler is found)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    src, lib = os.path.join(work, "arenas.c"), os.path.join(work, "arenas.so")
+    with open(src, "w") as f:
+        f.write(ARENAS_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", lib, src], check=True)
+    out = {}
+    for kind in ("native", "captured"):
+        counts = []
+        for i in range(reps):
+            path = os.path.join(work, f"arenas-{kind}-{i}.txt")
+            env = dict(os.environ, LD_PRELOAD=lib, HEAPLAB_ARENAS_OUT=path)
+            run = cmd if kind == "native" else [HEAPLAB, "capture", "-q", "-o", os.path.join(work, "arenas.hlt"), "--"] + cmd
+            subprocess.run(run, env=env, check=True, stdout=subprocess.DEVNULL)
+            with open(path) as f:
+                counts += [int(n) for name, n in (line.split() for line in f) if name == os.path.basename(cmd[0])]
+        out[kind] = statistics.median(counts)
+    return out
 
 
 def replay(trace, allocator, out, extra):
@@ -138,6 +197,10 @@ def main():
             print(f"the program under capture (glibc, one run): peak anonymous RSS {captured_kib / 1024:.1f} MiB "
                   f"(the trace's heap and the shim's own); the glibc replay's heap peak {rep:.1f} MiB, "
                   f"**{rep / (captured_kib / 1024):.2f}x** the captured run's")
+        counted = arenas(work, cmd, a.reps)
+        if counted is not None:
+            print(f"glibc arenas at exit (main included), medians of {a.reps}: {counted['native']:g} natively, "
+                  f"{counted['captured']:g} under capture")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ shim's cost off the times. A real server (redis-server under
 redis-benchmark, scripts/redis-workload.sh; skipped where it is not
 installed) and `churn THREADS OPS` are measured two ways:
 
-  kept raw  captured once each with their raw files kept (no live reader:
-            the shim never waits for one), then each raw file normalised
+  kept raw  captured once each with their raw files kept (the live
+            normaliser reads them during the run but gives no block back,
+            so threads never wait for it), then each raw file normalised
             (`heaplab import --from heaplab-raw`) by this build and, with
             --compare, by the other: the same records, two normalisers;
   live      captured as `heaplab capture` captures by default (normalised

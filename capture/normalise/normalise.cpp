@@ -967,7 +967,9 @@ NormaliseReport Normaliser::finish(const nlohmann::json& capture_metadata) {
   rep_.captured_duration_ns = any_ ? last_raw_ - std::min(last_raw_, first_raw_) : 0;
   double cost_ticks = closed_cost_ticks_;
   for (const uint32_t s : open_) cost_ticks = std::max(cost_ticks, shim_cost_ticks(*streams_[s]));
-  rep_.shim_cost_ns = saturated(cost_ticks * ns_per_tick_);
+  // (At most the time from the start to the last record, as process() takes
+  // it: a damaged kRawOverhead could say more.)
+  rep_.shim_cost_ns = std::min(saturated(cost_ticks * ns_per_tick_), last_raw_);
   rep_.event_cost_ns = double(in_.header().event_cost_x1024) / 1024.0 * ns_per_tick_;
   if (opt_.capture_metadata.contains("wall_ns")) {
     const uint64_t wall = opt_.capture_metadata["wall_ns"].get<uint64_t>();

@@ -576,6 +576,7 @@ TEST(Normalise, AShimCostBeyondTheClockCountsAsTheClock) {
                               X(Op::free, 200, 1).old(3),
                               X(Op::thread_end, 200, 1),
                           });
+  EXPECT_EQ(r.rep.shim_cost_ns, 400u);  // the time to the last record, not 2^50
 }
 
 // A thread's timed stall (thread 0's 200 ns, reported once it is over) is
