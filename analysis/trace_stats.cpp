@@ -105,6 +105,11 @@ TraceStats compute_stats(const trace::TraceReader& r) {
       s.program_anon_peak_kib = c.value("anon_rss_peak_kib", uint64_t{0});
       s.explained_peak_bytes = c.value("explained_peak_bytes", uint64_t{0});
       if (c.contains("coverage") && c["coverage"].is_number()) s.coverage = c["coverage"].get<double>();
+      s.times_per_thread =
+          s.has_time &&
+          common::times_per_thread(
+              c.contains("shim_cost_ns") && c["shim_cost_ns"].is_number() ? c["shim_cost_ns"].get<double>() : 0.0,
+              c.contains("time_correction"), s.threads);
     }
   }
 
@@ -258,6 +263,7 @@ nlohmann::json stats_to_json(const TraceStats& s) {
                      {"share", s.coverage},
                      {"warning", common::coverage_warns(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib)}};
   if (!s.metadata_not_read.empty()) j["metadata_not_read"] = s.metadata_not_read;
+  if (s.times_per_thread) j["times_per_thread"] = true;
   return j;
 }
 
@@ -334,6 +340,10 @@ std::string stats_to_text(const TraceStats& s) {
   if (s.coverage >= 0) out += common::coverage_text(s.coverage, s.explained_peak_bytes, s.program_anon_peak_kib) + "\n";
   if (!s.metadata_not_read.empty())
     out += "note: the metadata was not read (" + s.metadata_not_read + "): what it says of the capture is left out\n";
+  if (s.times_per_thread)
+    out += "warning: " +
+           common::times_per_thread_text("its lifetimes in ns read short (many at 0); capture the program again") +
+           "\n";
   hist_text(out, "request sizes in bytes", s.sizes);
   hist_text(out, "lifetimes in events", s.lifetime_events);
   hist_text(out, "lifetimes in ns", s.lifetime_ns);

@@ -82,6 +82,9 @@ struct TraceStats {
   uint64_t program_anon_peak_kib = 0;
   uint64_t explained_peak_bytes = 0;
   double coverage = -1;
+  // Its times had the shim's cost taken off thread by thread (an older
+  // heaplab's capture of several threads: common::times_per_thread).
+  bool times_per_thread = false;
   std::string metadata_not_read;  // why the metadata JSON was not parsed (common/json.h's bounds), or ""
 
   Log2Histogram sizes;            // requested bytes per produced object

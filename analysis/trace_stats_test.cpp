@@ -155,6 +155,41 @@ TEST(StatsCounts, MetadataNotReadIsSaid) {
   EXPECT_EQ(stats_to_json(s)["metadata_not_read"], "nested deeper than 64 levels");
 }
 
+// A capture of several threads whose shim cost was taken off thread by
+// thread (no capture.time_correction: an older heaplab's) is said to read
+// short in ns (text and JSON); one with the field, of one thread, without a
+// shim cost or without times is not.
+TEST(StatsCounts, OldPerThreadTimesAreSaid) {
+  TempDir dir;
+  const auto stats = [&](const std::string& meta, bool times, uint32_t threads) {
+    WriterOptions opt;
+    opt.metadata_json = meta;
+    opt.timestamps = times;
+    std::vector<Event> evs;
+    for (uint32_t t = 0; t < threads; ++t) evs.push_back(alloc(8, t, 10 * (t + 1)));
+    const std::string path = dir.file("t.hlt");
+    trace::testutil::write_trace(path, evs, opt);
+    return compute_stats(*TraceReader::open(path));
+  };
+  const std::string old = R"({"capture":{"shim_cost_ns":500}})";
+  const TraceStats s = stats(old, true, 2);
+  EXPECT_TRUE(s.times_per_thread);
+  EXPECT_NE(stats_to_text(s).find("warning: the trace's times had the shim's cost taken off thread by thread "
+                                  "(normalised by a heaplab from before capture.time_correction): a busy thread's "
+                                  "times could sit still while another thread wrote, and its lifetimes in ns read "
+                                  "short (many at 0); capture the program again\n"),
+            std::string::npos)
+      << stats_to_text(s);
+  EXPECT_EQ(stats_to_json(s)["times_per_thread"], true);
+  EXPECT_FALSE(
+      stats(R"({"capture":{"shim_cost_ns":500,"time_correction":"largest_thread_cost"}})", true, 2).times_per_thread);
+  EXPECT_FALSE(stats(old, true, 1).times_per_thread);
+  EXPECT_FALSE(stats(old, false, 2).times_per_thread);
+  EXPECT_FALSE(stats(R"({"capture":{"shim_cost_ns":0}})", true, 2).times_per_thread);
+  EXPECT_FALSE(stats(R"({"capture":{"shim_cost_ns":"500"}})", true, 2).times_per_thread);
+  EXPECT_FALSE(stats_to_json(stats("{}", true, 2)).contains("times_per_thread"));
+}
+
 TEST(StatsCounts, CrossThreadFrees) {
   std::vector<Event> evs;
   for (int i = 0; i < 10; ++i) evs.push_back(alloc(64, 0));            // producer: ids 1..10

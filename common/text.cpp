@@ -54,6 +54,16 @@ bool coverage_warns(double coverage, uint64_t explained_bytes, uint64_t program_
          program - explained_bytes > kCoverageSlackBytes;
 }
 
+bool times_per_thread(double shim_cost_ns, bool has_time_correction, uint64_t threads) {
+  return shim_cost_ns > 0 && !has_time_correction && threads > 1;
+}
+
+std::string times_per_thread_text(const std::string& consequence) {
+  return "the trace's times had the shim's cost taken off thread by thread (normalised by a heaplab from before "
+         "capture.time_correction): a busy thread's times could sit still while another thread wrote, and " +
+         consequence;
+}
+
 std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t program_kib) {
   char buf[512];
   const double mib = double(explained_bytes) / 1048576.0, prog = double(program_kib) / 1024.0;

@@ -39,4 +39,15 @@ bool coverage_warns(double coverage, uint64_t explained_bytes, uint64_t program_
 // 251.2 MiB)", or a warning (coverage_warns).
 std::string coverage_text(double coverage, uint64_t explained_bytes, uint64_t program_kib);
 
+// Whether a capture's times had the shim's cost taken off thread by thread
+// (normalised by a heaplab from before capture.time_correction): with more
+// than one thread, a busy thread's times could sit still while another
+// thread wrote. From its metadata: capture.shim_cost_ns (0 if absent or not
+// a number), whether capture.time_correction is present, and its threads.
+bool times_per_thread(double shim_cost_ns, bool has_time_correction, uint64_t threads);
+// "the trace's times had the shim's cost taken off thread by thread (...):
+// a busy thread's times could sit still while another thread wrote, and "
+// followed by `consequence`.
+std::string times_per_thread_text(const std::string& consequence);
+
 }  // namespace heaplab::common

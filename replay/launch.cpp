@@ -635,13 +635,13 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   // thread's own times (normalised by heaplab before capture.time_correction
   // was written): a busy thread's times sat still whenever a less busy one
   // wrote, so its calls would run here in bursts.
-  if (opt.settings.timing == Timing::recorded && capture && plan.recorded_threads > 1 &&
-      capture->contains("shim_cost_ns") && (*capture)["shim_cost_ns"].is_number() &&
-      (*capture)["shim_cost_ns"].get<double>() > 0 && !capture->contains("time_correction"))
-    times_warning =
-        "the trace's times had the shim's cost taken off thread by thread (normalised by a heaplab from before "
-        "capture.time_correction): a busy thread's times could sit still while another thread wrote, and "
-        "--timing recorded then runs its calls in bursts; capture the program again for its pace";
+  if (opt.settings.timing == Timing::recorded && capture &&
+      common::times_per_thread(capture->contains("shim_cost_ns") && (*capture)["shim_cost_ns"].is_number()
+                                   ? (*capture)["shim_cost_ns"].get<double>()
+                                   : 0.0,
+                               capture->contains("time_correction"), plan.recorded_threads))
+    times_warning = common::times_per_thread_text(
+        "--timing recorded then runs its calls in bursts; capture the program again for its pace");
   if (!plan.program_latency.empty()) {
     // The calls the program timed inside its allocator (heaplab capture
     // --latency), per op; `--latency-of program` times the same calls here.
