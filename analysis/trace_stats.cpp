@@ -342,7 +342,9 @@ std::string stats_to_text(const TraceStats& s) {
     out += "note: the metadata was not read (" + s.metadata_not_read + "): what it says of the capture is left out\n";
   if (s.times_per_thread)
     out += "warning: " +
-           common::times_per_thread_text("its lifetimes in ns read short (many at 0); capture the program again") +
+           common::times_per_thread_text(
+               "its lifetimes in ns read short (many at 0); capture the program again, or "
+               "normalise its kept raw files again (heaplab import --from heaplab-raw)") +
            "\n";
   hist_text(out, "request sizes in bytes", s.sizes);
   hist_text(out, "lifetimes in events", s.lifetime_events);

@@ -174,10 +174,12 @@ TEST(StatsCounts, OldPerThreadTimesAreSaid) {
   const std::string old = R"({"capture":{"shim_cost_ns":500}})";
   const TraceStats s = stats(old, true, 2);
   EXPECT_TRUE(s.times_per_thread);
-  EXPECT_NE(stats_to_text(s).find("warning: the trace's times had the shim's cost taken off thread by thread "
-                                  "(normalised by a heaplab from before capture.time_correction): a busy thread's "
-                                  "times could sit still while another thread wrote, and its lifetimes in ns read "
-                                  "short (many at 0); capture the program again\n"),
+  EXPECT_NE(stats_to_text(s).find(
+                "warning: the trace's times had the shim's cost taken off thread by thread "
+                "(normalised by a heaplab from before capture.time_correction): a busy thread's "
+                "times could sit still while another thread wrote, and its lifetimes in ns read "
+                "short (many at 0); capture the program again, or normalise its kept raw files again (heaplab "
+                "import --from heaplab-raw)\n"),
             std::string::npos)
       << stats_to_text(s);
   EXPECT_EQ(stats_to_json(s)["times_per_thread"], true);

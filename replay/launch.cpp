@@ -641,7 +641,8 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
                                    : 0.0,
                                capture->contains("time_correction"), plan.recorded_threads))
     times_warning = common::times_per_thread_text(
-        "--timing recorded then runs its calls in bursts; capture the program again for its pace");
+        "--timing recorded then runs its calls in bursts; capture the program again, or normalise its kept raw "
+        "files again (heaplab import --from heaplab-raw), for its pace");
   if (!plan.program_latency.empty()) {
     // The calls the program timed inside its allocator (heaplab capture
     // --latency), per op; `--latency-of program` times the same calls here.
