@@ -399,9 +399,11 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
   gate->add_option("--allocator", gatea.opt.allocator, "Judge only this allocator of the session");
   gate->add_option("--baseline-allocator", gatea.opt.baseline_allocator,
                    "Against this allocator of the baseline (default: the allocator of the same label)");
-  gate->add_option("--budget", gatea.budgets,
-                   "METRIC=+N% or METRIC=+N (in the metric's unit): the worsening allowed, repeatable "
-                   "(default: every default metric at +5%, calls per second at -5%)");
+  gate->add_option(
+      "--budget", gatea.budgets,
+      "METRIC=+N% or METRIC=+N (in the metric's unit): the worsening allowed, repeatable "
+      "(default: peak RSS +5%, heap peaks +10%, wall time and fragmentation +15%, above what each moves between "
+      "sessions of one build; latency percentiles, which move more, only with a budget)");
   gate->add_option("--alpha", gatea.opt.alpha, "Significance level")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();

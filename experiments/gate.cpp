@@ -90,6 +90,13 @@ std::string budgets_text(const GateOptions& opt) {
   const std::vector<Budget> budgets = opt.budgets.empty() ? default_budgets() : opt.budgets;
   std::string s;
   for (const Budget& b : budgets) s += (s.empty() ? "" : ", ") + b.metric + " " + b.text;
+  if (opt.budgets.empty()) {
+    std::string unjudged;
+    for (const std::string& m : default_metrics())
+      if (find_metric(m)->default_budget_pct == 0) unjudged += (unjudged.empty() ? "" : ", ") + m;
+    if (!unjudged.empty())
+      s += " (not " + unjudged + ": they move too much between sessions to judge without a --budget)";
+  }
   return s;
 }
 
@@ -137,7 +144,8 @@ Budget parse_budget(const std::string& spec) {
 std::vector<Budget> default_budgets() {
   std::vector<Budget> v;
   for (const std::string& m : default_metrics())
-    v.push_back(parse_budget(m + "=" + (find_metric(m)->lower_is_better ? "+5%" : "-5%")));
+    if (const Metric* d = find_metric(m); d->default_budget_pct > 0)
+      v.push_back(parse_budget(fmt::format("{}={}{}%", m, d->lower_is_better ? '+' : '-', d->default_budget_pct)));
   return v;
 }
 

@@ -40,8 +40,9 @@ struct Budget {
 // std::invalid_argument naming what is wrong.
 Budget parse_budget(const std::string& spec);
 
-// The budgets used when none is given: every default metric at +5%
-// (calls per second at -5%).
+// The budgets used when none is given: every default metric at its
+// Metric::default_budget_pct the worse way (peak RSS +5%, heap peaks +10%,
+// wall time and fragmentation +15%; the latency percentiles not judged).
 std::vector<Budget> default_budgets();
 
 struct GateOptions {

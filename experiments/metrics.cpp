@@ -12,21 +12,21 @@ using nlohmann::json;
 
 const std::vector<Metric>& all_metrics() {
   static const std::vector<Metric> m = {
-      {"wall_s", "wall time", "s", true},
-      {"mcalls_per_s", "calls per second", "M/s", false},
-      {"cpu_s", "CPU time", "s", true},
-      {"heap_peak_mib", "heap peak", "MiB", true},
-      {"heap_at_live_peak_mib", "heap at the live peak", "MiB", true},
-      {"frag_at_live_peak", "fragmentation at the live peak", "", true},
-      {"frag_time_weighted", "fragmentation, time-weighted", "", true},
-      {"heap_final_mib", "heap at the end", "MiB", true},
-      {"peak_rss_mib", "peak RSS (VmHWM)", "MiB", true},
-      {"minor_faults", "minor page faults", "", true},
-      {"malloc_p50_ns", "malloc p50", "ns", true},
-      {"malloc_p99_ns", "malloc p99", "ns", true},
-      {"malloc_p999_ns", "malloc p99.9", "ns", true},
-      {"free_p50_ns", "free p50", "ns", true},
-      {"free_p99_ns", "free p99", "ns", true},
+      {"wall_s", "wall time", "s", true, 15},
+      {"mcalls_per_s", "calls per second", "M/s", false, 15},
+      {"cpu_s", "CPU time", "s", true, 15},
+      {"heap_peak_mib", "heap peak", "MiB", true, 10},
+      {"heap_at_live_peak_mib", "heap at the live peak", "MiB", true, 10},
+      {"frag_at_live_peak", "fragmentation at the live peak", "", true, 15},
+      {"frag_time_weighted", "fragmentation, time-weighted", "", true, 15},
+      {"heap_final_mib", "heap at the end", "MiB", true, 10},
+      {"peak_rss_mib", "peak RSS (VmHWM)", "MiB", true, 5},
+      {"minor_faults", "minor page faults", "", true, 15},
+      {"malloc_p50_ns", "malloc p50", "ns", true, 0},
+      {"malloc_p99_ns", "malloc p99", "ns", true, 0},
+      {"malloc_p999_ns", "malloc p99.9", "ns", true, 0},
+      {"free_p50_ns", "free p50", "ns", true, 0},
+      {"free_p99_ns", "free p99", "ns", true, 0},
   };
   return m;
 }

@@ -15,6 +15,12 @@ struct Metric {
   std::string label;  // for people, e.g. "heap peak"
   std::string unit;   // "s", "MiB", "ns", "" ...
   bool lower_is_better = true;
+  // heaplab gate's budget for it when none is given, in percent the worse
+  // way: above what it moves between sessions of one build on one machine
+  // (scripts/bench-gate-noise.py, 20-40 ms replays: peak RSS under 1%, heap
+  // peaks under 5%, wall time and fragmentation under 10%). 0: not judged
+  // without a budget (the latency percentiles moved by up to 254%).
+  int default_budget_pct = 5;
 };
 
 // Every metric, in report order.
