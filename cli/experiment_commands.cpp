@@ -201,8 +201,13 @@ int run_gate_cmd(GateArgs a) {
   }
   ids.push_back(s.id);
   history.push_back(store.records(s.id));
-  for (const experiments::Budget& budget : a.opt.budgets.empty() ? experiments::default_budgets() : a.opt.budgets)
-    metrics.push_back(budget.metric);
+  // The history's steps: of what was gated, or without budgets of every
+  // default metric (the latency percentiles too: a step across sessions is
+  // worth showing where one session against another is too noisy to judge).
+  if (a.opt.budgets.empty())
+    metrics = experiments::default_metrics();
+  else
+    for (const experiments::Budget& budget : a.opt.budgets) metrics.push_back(budget.metric);
   const std::string steps = experiments::history_text(
       experiments::history_steps(ids, history, metrics, a.opt.allocator), s.experiment, ids.size());
   if (!a.junit.empty()) write_or_print(a.junit, experiments::gate_junit(r, a.opt, info));
@@ -402,8 +407,9 @@ void add_experiment_commands(CLI::App& app, Commands& commands) {
   gate->add_option(
       "--budget", gatea.budgets,
       "METRIC=+N% or METRIC=+N (in the metric's unit): the worsening allowed, repeatable "
-      "(default: peak RSS +5%, heap peaks +10%, wall time and fragmentation +15%, above what each moves between "
-      "sessions of one build; latency percentiles, which move more, only with a budget)");
+      "(default: peak RSS +5%, heap peak +10%, wall time and fragmentation +15%, above what each moved between "
+      "sessions of one build in scripts/bench-gate-noise.py; latency percentiles, which moved more, only with a "
+      "budget)");
   gate->add_option("--alpha", gatea.opt.alpha, "Significance level")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();

@@ -41,7 +41,7 @@ struct Budget {
 Budget parse_budget(const std::string& spec);
 
 // The budgets used when none is given: every default metric at its
-// Metric::default_budget_pct the worse way (peak RSS +5%, heap peaks +10%,
+// Metric::default_budget_pct the worse way (peak RSS +5%, heap peak +10%,
 // wall time and fragmentation +15%; the latency percentiles not judged).
 std::vector<Budget> default_budgets();
 

@@ -26,8 +26,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("HEAPLAB_BUILD_DIR", os.path.join(REPO, "build"))
 HEAPLAB = os.path.join(BUILD, "cli", "heaplab")
-# "ok  pass   sqlite3  glibc  wall_s  0.0393 s  0.0393 s  -0.1%  +5%  0.310"
-CHECK = re.compile(r"^\S+\s+(pass|regression|improvement|\S+)\s+\S+\s+(\S+)\s+(\S+)\s+.*?([+-]\d+(?:\.\d+)?)%\s")
+# A check's line: columns apart by two spaces or more (a figure and its unit
+# by one): "ok  pass  sqlite3  glibc  wall_s  0.0393 s  0.0393 s  -0.1%  +5%  0.310"
+COLUMNS = re.compile(r"\s{2,}")
 
 
 def fail(msg):
@@ -64,6 +65,7 @@ def main():
                 fail(f"session s{k}: heaplab run failed (exit {r.returncode}): {r.stderr.strip()[-400:]}")
         checks = collections.Counter()
         failures = collections.Counter()
+        not_run = collections.Counter()  # a run failed, or its figure is missing (not a false alarm)
         changes = collections.defaultdict(list)
         budgets = {}
         gates_failed = 0
@@ -81,23 +83,28 @@ def main():
                     for part in judged.split(", "):
                         name, _, budget = part.partition(" ")
                         budgets[name] = budget
-                m = CHECK.match(line)
-                if not m or m.group(3) not in budgets:
+                f = COLUMNS.split(line.strip())
+                if len(f) < 9 or f[0] not in ("ok", "FAIL") or f[4] not in budgets:
                     continue
-                state, metric, change = m.group(1), m.group(3), float(m.group(4))
+                state, metric, change = f[1], f[4], f[7]
                 checks[metric] += 1
                 failures[metric] += state == "regression"
-                changes[metric].append(abs(change))
+                not_run[metric] += state in ("failed", "missing")
+                if change.endswith("%"):
+                    changes[metric].append(abs(float(change[:-1])))
         print(f"{os.path.basename(a.trace)}: {a.sessions} sessions of {a.allocators.count(',') + 1} allocators x "
               f"{a.reps} repetitions ({a.timing} timing), sessions 2..{a.sessions} gated against the first: "
               f"{gates_failed} of {a.sessions - 1} gates failed with nothing changed")
-        print("| metric | budget | checks | false failures | largest change | median change |")
-        print("|---|---|---|---|---|---|")
+        print("| metric | budget | checks | false failures | failed or missing | largest change | median change |")
+        print("|---|---|---|---|---|---|---|")
         for metric in budgets:
             if not checks[metric]:
                 continue
-            print(f"| {metric} | {budgets[metric]} | {checks[metric]} | {failures[metric]} | "
-                  f"{max(changes[metric]):.1f}% | {statistics.median(changes[metric]):.1f}% |")
+            c = changes[metric]
+            largest = f"{max(c):.1f}%" if c else "-"
+            median = f"{statistics.median(c):.1f}%" if c else "-"
+            print(f"| {metric} | {budgets[metric]} | {checks[metric]} | {failures[metric]} | {not_run[metric]} | "
+                  f"{largest} | {median} |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
