@@ -8,7 +8,11 @@ after the first is gated against the first with the default budgets (or
 allocators and comparisons: the checks, the false failures, and the
 largest and the median absolute change between sessions.
 
-Usage: scripts/bench-gate-noise.py --trace T.hlt [--sessions 6] [--reps 5]
+With --within, each session replays two labels of one allocator, and
+each session's second is gated against its first (as the README's CI job
+gates a pull request's build against the target branch's).
+
+Usage: scripts/bench-gate-noise.py --trace T.hlt [--sessions 6] [--reps 5] [--within]
            [--allocators glibc,jemalloc,mimalloc,tcmalloc] [--timing recorded|fast]
            [--budget METRIC=+N% ...]
 HEAPLAB_BUILD_DIR picks the build (default: build/).
@@ -43,6 +47,9 @@ def main():
     ap.add_argument("--allocators", default="glibc,jemalloc,mimalloc,tcmalloc")
     ap.add_argument("--timing", default="recorded", choices=["recorded", "fast"])
     ap.add_argument("--budget", action="append", default=[], help="as heaplab gate's (default: its defaults)")
+    ap.add_argument("--within", action="store_true",
+                    help="two labels of the first allocator in each session, one gated against the other "
+                         "(as the README's CI job gates two builds interleaved in one session)")
     a = ap.parse_args()
     if a.sessions < 2:
         fail("--sessions: at least 2 (the first is the baseline)")
@@ -54,8 +61,11 @@ def main():
     try:
         yaml = os.path.join(work, "aa.yaml")
         with open(yaml, "w") as f:
+            first = a.allocators.split(",")[0]
+            allocators = f"[{{name: {first}, label: a}}, {{name: {first}, label: b}}]" if a.within else \
+                f"[{a.allocators}]"
             f.write(f"name: aa\ntraces:\n  - name: t\n    file: {os.path.abspath(a.trace)}\n"
-                    f"allocators: [{a.allocators}]\nreplay: {{latency: 16, timing: {a.timing}}}\n"
+                    f"allocators: {allocators}\nreplay: {{latency: 16, timing: {a.timing}}}\n"
                     f"repetitions: {a.reps}\nwarmup: 1\n")
         results = os.path.join(work, "results")
         for k in range(a.sessions):
@@ -69,8 +79,9 @@ def main():
         changes = collections.defaultdict(list)
         budgets = {}
         gates_failed = 0
-        for k in range(1, a.sessions):
-            cmd = [HEAPLAB, "gate", "--results", results, "--session", f"s{k}", "--baseline", "s0"]
+        for k in range(0 if a.within else 1, a.sessions):
+            cmd = [HEAPLAB, "gate", "--results", results, "--session", f"s{k}"] + \
+                (["--allocator", "b", "--baseline-allocator", "a"] if a.within else ["--baseline", "s0"])
             for b in a.budget:
                 cmd += ["--budget", b]
             r = subprocess.run(cmd, capture_output=True, text=True)
@@ -92,9 +103,12 @@ def main():
                 not_run[metric] += state in ("failed", "missing")
                 if change.endswith("%"):
                     changes[metric].append(abs(float(change[:-1])))
-        print(f"{os.path.basename(a.trace)}: {a.sessions} sessions of {a.allocators.count(',') + 1} allocators x "
-              f"{a.reps} repetitions ({a.timing} timing), sessions 2..{a.sessions} gated against the first: "
-              f"{gates_failed} of {a.sessions - 1} gates failed with nothing changed")
+        gates = a.sessions if a.within else a.sessions - 1
+        what = (f"in each, one label of {a.allocators.split(',')[0]} gated against the other" if a.within else
+                f"sessions 2..{a.sessions} gated against the first")
+        print(f"{os.path.basename(a.trace)}: {a.sessions} sessions of "
+              f"{2 if a.within else a.allocators.count(',') + 1} allocators x {a.reps} repetitions ({a.timing} "
+              f"timing), {what}: {gates_failed} of {gates} gates failed with nothing changed")
         print("| metric | budget | checks | false failures | failed or missing | largest change | median change |")
         print("|---|---|---|---|---|---|---|")
         for metric in budgets:
