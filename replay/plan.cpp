@@ -26,6 +26,7 @@
 #include <variant>
 
 #include "capture/format/id_map.h"
+#include "capture/format/mapping_guard.h"
 #include "common/json.h"
 #include "common/progress.h"
 #include "replay/histogram.h"
@@ -1250,9 +1251,15 @@ MappedPlan::MappedPlan(int fd) {
     map_ = nullptr;
     throw PlanMapError(std::string("plan: mmap: ") + std::strerror(errno));
   }
+  // A kept plan cut short under the mapping (by another program) ends the
+  // replayer with a line naming it, not "Bus error".
+  char path[4096];
+  const ssize_t n = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), path, sizeof path - 1);
+  trace::guard_mapping(map_, len_, n > 0 ? "the replay plan " + std::string(path, size_t(n)) : "the replay plan");
   try {
     load();
   } catch (...) {
+    trace::unguard_mapping(map_);
     munmap(map_, len_);
     map_ = nullptr;
     throw;
@@ -1304,7 +1311,10 @@ void MappedPlan::load() {
 }
 
 MappedPlan::~MappedPlan() {
-  if (map_) munmap(map_, len_);
+  if (map_) {
+    trace::unguard_mapping(map_);
+    munmap(map_, len_);
+  }
 }
 
 }  // namespace heaplab::replay

@@ -1219,5 +1219,32 @@ TEST(BadInput, MissingFile) {
   }
 }
 
+// Another program cutting a trace short while it is read (a capture writing
+// one of the same name): one line naming the file and exit status 2, where
+// the pages past the new end killed the reader with SIGBUS ("Bus error").
+TEST(ReaderDeathTest, AFileCutShortWhileReadIsOneLine) {
+  TempDir dir;
+  const std::string path = dir.file("cut.hlt");
+  testutil::GenOptions g;
+  g.all_ops = false;
+  WriterOptions wo;
+  wo.chunk_events = 4096;
+  std::vector<Event> events = generate(7, 200000, g);
+  write_trace(path, events, wo);
+  EXPECT_EXIT(
+      {
+        auto r = TraceReader::open(path);
+        if (truncate(path.c_str(), 0) != 0) _exit(3);
+        MergedCursor c(*r);
+        std::vector<Event> buf(256);
+        uint64_t n = 0;
+        while (const size_t k = c.next(buf.data(), buf.size())) n += k;
+        _exit(n == 0 ? 4 : 5);  // (not reached: the first chunk's pages are gone)
+      },
+      ::testing::ExitedWithCode(2),
+      "heaplab: error: .*cut.hlt: the file shrank while it was read \\(rewritten or "
+      "truncated by another program\\?\\)\n$");
+}
+
 }  // namespace
 }  // namespace heaplab::trace

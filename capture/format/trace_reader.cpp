@@ -17,6 +17,7 @@
 #include "capture/format/address_block.h"
 #include "capture/format/bytes.h"
 #include "capture/format/heap_top.h"
+#include "capture/format/mapping_guard.h"
 #include "capture/format/memory_available.h"
 
 namespace heaplab::trace {
@@ -60,6 +61,7 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
     }
     r->map_ = m;
     r->map_len_ = len;
+    guard_mapping(m, len, path);  // (a file cut short under the mapping: one line, not "Bus error")
     r->data_ = std::string_view(static_cast<const char*>(m), len);
   }
   ::close(fd);
@@ -76,7 +78,10 @@ std::unique_ptr<TraceReader> TraceReader::from_memory(std::string_view data, std
 }
 
 TraceReader::~TraceReader() {
-  if (map_) ::munmap(map_, map_len_);
+  if (map_) {
+    unguard_mapping(map_);
+    ::munmap(map_, map_len_);
+  }
 }
 
 void TraceReader::fail(uint64_t offset, const std::string& what) const {

@@ -1,0 +1,25 @@
+// Files read through a mapping, and what happens when one shrinks while it
+// is read. Another program that rewrites or truncates a mapped file (a
+// capture writing a trace of the same name, `cp` over it) leaves pages of
+// the mapping past the file's new end: touching one raises SIGBUS, which
+// killed the reader with "Bus error" and no word of which file. A guarded
+// mapping turns that into a one-line error naming the file and exit status
+// 2, as for any other bad input. (What the reader did with the pages before
+// they went is lost: the process ends at once, from the signal handler.)
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace heaplab::trace {
+
+// Registers [base, base + len) as a mapping of `path` (a SIGBUS handler is
+// installed at the first). Up to 64 at once; beyond that a mapping is not
+// guarded (a SIGBUS in it ends the process as before). The message is made
+// here, not in the handler: "heaplab: error: PATH: the file shrank while it
+// was read (rewritten or truncated by another program?)".
+void guard_mapping(const void* base, size_t len, const std::string& path);
+// Before the mapping goes (munmap). Does nothing for one not guarded.
+void unguard_mapping(const void* base);
+
+}  // namespace heaplab::trace
