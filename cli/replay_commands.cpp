@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "analysis/layout.h"
+#include "common/files.h"
 #include "common/text.h"
 #include "replay/addresses.h"
 #include "replay/compare.h"
@@ -80,6 +81,12 @@ int run_replay(ReplayArgs& a) {
   }
   if (!a.emit_trace.empty() && (allocs.size() * loads.size() > 1 || all))
     throw Failure{"replay: --emit-trace takes one allocator and one load mode (a trace holds one replay's addresses)"};
+  // Where the results go, checked before the replays (a full disk or a
+  // mistyped directory found after them loses them).
+  for (const std::string* out : {&a.out, &a.emit_trace})
+    if (!out->empty())
+      if (std::string why = common::output_problem(*out); !why.empty())
+        throw Failure{std::string("replay: ") + (out == &a.emit_trace ? "--emit-trace: " : "") + why};
   if (allocs.size() * loads.size() > 1 || all) return run_replays(a, allocs, loads, all);
   replay::ReplayOutcome o;
   std::vector<uint64_t> addresses;

@@ -136,9 +136,22 @@ void write_then_rename(const std::string& output, const std::function<void(const
 void write_text(const std::string& output, const std::string& text) {
   write_then_rename(output, [&](const std::string& tmp) {
     FILE* f = std::fopen(tmp.c_str(), "w");
-    const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if ((f && std::fclose(f) != 0) || !ok) throw std::runtime_error("cannot write '" + output + "'");
+    if (!f) throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno));
+    int err = std::fwrite(text.data(), 1, text.size(), f) == text.size() ? 0 : errno;
+    if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;
+    if (err != 0) throw std::runtime_error("cannot write '" + output + "': " + std::strerror(err));
   });
+}
+
+std::string output_problem(const std::string& output) {
+  struct stat st {};
+  if (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "cannot write '" + output + "': is a directory";
+  const std::string probe = output + ".heaplab-probe-" + std::to_string(getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot write '" + output + "': " + std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
 }
 
 std::string read_input_file(const std::string& path, const std::string& what, uint64_t max_bytes) {

@@ -26,6 +26,10 @@ void write_then_rename(const std::string& output, const std::function<void(const
 // Writes `text` to `output` through write_then_rename; errors as above, or
 // "OUTPUT: cannot write: REASON".
 void write_text(const std::string& output, const std::string& text);
+// Whether `output` can be written (a file made beside it, then removed),
+// before the work that makes it: "" if so, else why not, in one line
+// ("cannot write 'PATH': No such file or directory", "...: is a directory").
+std::string output_problem(const std::string& output);
 
 // Reads a small input file the user named (an experiment's YAML, a replay
 // result) whole, in one line of error (std::runtime_error) otherwise:

@@ -143,24 +143,52 @@ std::vector<std::string> load_list(const std::string& spec) {
 
 Comparison replay_each(const ReplayOptions& base, const std::vector<std::string>& allocs,
                        const std::vector<std::string>& loads, bool all, const ComparisonObserver& observe) {
-  if (!all)  // a name that cannot run stops everything before anything runs
+  // Names given by hand that cannot run (with the load modes asked for)
+  // stop everything before anything runs.
+  if (!all)
     for (const std::string& alloc : allocs) {
       std::string err;
       if (!allocators::resolve_allocator(alloc, err)) throw ReplayError(err);
     }
+  if (!all)
+    for (const std::string& alloc : allocs)
+      for (const std::string& load : loads) {
+        ReplayOptions opt = base;
+        opt.allocator = alloc;
+        opt.load = load;
+        try {
+          check_launchable(opt);
+        } catch (const ReplayError& e) {
+          throw ReplayError(alloc + " (" + load + "): " + e.what());
+        }
+      }
   Comparison c;
   for (const std::string& alloc : allocs) {
     for (const std::string& load : loads) {
       ReplayOptions opt = base;
       opt.allocator = alloc;
       opt.load = load;
-      if (observe.starting) observe.starting(alloc, load);
       ReplayOutcome o;
       try {
+        check_launchable(opt);  // (one not on this machine is skipped, never "replaying on" first)
+        if (observe.starting) observe.starting(alloc, load);
         o = run_replay(opt);
       } catch (const NotAvailable& e) {
         if (!all) throw ReplayError(alloc + " (" + load + "): " + e.what());
         c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}}, {"skipped", e.what()}});
+        continue;
+      } catch (const TraceRefused& e) {
+        // The same for every allocator: said once, before any has run (one
+        // that ran before it, the machine having changed since, keeps its
+        // row, and this one is a failure).
+        if (c.results.empty() || std::all_of(c.results.begin(), c.results.end(),
+                                             [](const nlohmann::json& j) { return j.contains("skipped"); }))
+          throw ReplayError(e.what());
+        c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}},
+                             {"exit", {{"status", "error"}, {"code", 2}}},
+                             {"error", e.what()}});
+        if (observe.failed) observe.failed(alloc, load, e.what());
+        c.worst_exit = std::max(c.worst_exit, 2);
         continue;
       } catch (const ReplayError& e) {
         // Asked for and could not start (a bad trace, a setting it cannot

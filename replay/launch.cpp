@@ -443,7 +443,14 @@ void read_addresses(int fd, const std::vector<uint64_t>& event_refs, std::vector
 
 }  // namespace
 
-ReplayOutcome run_replay(const ReplayOptions& opt) {
+void check_launchable(const ReplayOptions& opt) { (void)resolve(opt); }
+
+namespace {
+
+// run_replay; `any_allocator` says whether what it throws now would be
+// thrown for any allocator (set around the allocator's own checks).
+ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
+  any_allocator = true;
   // Settings made by hand (not through the table's parser) are checked too.
   for (const char* key : {"speed", "pin", "membind"}) {
     const SettingInfo& info = *find_setting(key);
@@ -452,7 +459,9 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
       throw ReplayError(std::string(info.option) + ": " + why);
   }
   if (std::string why = check_settings(opt.settings); !why.empty()) throw ReplayError(why);
+  any_allocator = false;
   const Launch l = resolve(opt);
+  any_allocator = true;
   // Sizing the plan beyond the file-size limit must fail with EFBIG (and a
   // message), not kill heaplab.
   signal(SIGXFSZ, SIG_IGN);
@@ -659,6 +668,7 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   if (!reader->complete()) trace_j["warning"] = reader->warning();
   reader.reset();
 
+  any_allocator = false;  // (from here on, this replay's own)
   std::vector<std::string> argv = {l.exe, "--plan-fd", "3", "--result-fd", "4", "--load", opt.load};
   // The object table comes back in a memfd (fd 5) when addresses are asked for.
   int table_fd = -1;
@@ -859,6 +869,22 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
   r["exit"] = exit_j;
   o.exit_code = o.error.empty() ? 0 : 1;
   return o;
+}
+
+}  // namespace
+
+ReplayOutcome run_replay(const ReplayOptions& opt) {
+  bool any_allocator = false;
+  try {
+    return replay_once(opt, any_allocator);
+  } catch (const TraceRefused&) {
+    throw;
+  } catch (const NotAvailable&) {
+    throw;
+  } catch (const ReplayError& e) {
+    if (any_allocator) throw TraceRefused(e.what());
+    throw;
+  }
 }
 
 std::string result_summary(const nlohmann::json& document) {

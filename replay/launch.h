@@ -54,6 +54,18 @@ class NotAvailable : public ReplayError {
   using ReplayError::ReplayError;
 };
 
+// A replay refused for what is the same on every allocator and load mode:
+// the options, the trace (unreadable, too many threads, a heap or plan this
+// machine cannot hold, ...). `--allocator all` says it once and stops.
+class TraceRefused : public ReplayError {
+ public:
+  using ReplayError::ReplayError;
+};
+
+// Throws what run_replay would for the allocator and load mode alone (the
+// library, the replayer): NotAvailable, or ReplayError.
+void check_launchable(const ReplayOptions& opt);
+
 struct ReplayOutcome {
   nlohmann::json result;
   // 0: replayed exactly as recorded; 1: the replayer failed or crashed, or
@@ -65,7 +77,8 @@ struct ReplayOutcome {
   bool addresses_read = false;
 };
 
-// Throws ReplayError when it cannot start.
+// Throws ReplayError when it cannot start (TraceRefused for what any
+// allocator would be refused).
 ReplayOutcome run_replay(const ReplayOptions& opt);
 
 // The console summary of a result.

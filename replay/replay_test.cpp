@@ -740,19 +740,70 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
 // The plan lives in a memfd, which counts against the file-size limit: past
 // it, one line (not SIGXFSZ killing heaplab).
 // `--allocator all` where no replay can start (the trace has no times for
-// --timing recorded): each is a failure, and the exit status says so;
-// "skipped" is only for allocators that are not installed.
+// --timing recorded): an error, and the exit status says so; "skipped" is
+// only for allocators that are not installed. What any allocator would be
+// refused for is said once (it was said for each, with a table of failures).
 TEST_F(ReplayTest, AllAllocatorsFailingIsNotSuccess) {
   const std::string untimed = write_trace("untimed_all", big_and_small(), false);
-  const Outcome r = run({kHeaplab, "replay", untimed, "--allocator", "all", "--timing", "recorded", "-q"});
+  for (const char* load : {"preload", "both"}) {
+    const Outcome r =
+        run({kHeaplab, "replay", untimed, "--allocator", "all", "--load", load, "--timing", "recorded", "-q"});
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "heaplab: error: replay: " + untimed + ": --timing recorded: the trace has no timestamps\n");
+  }
+}
+
+// Allocators named by hand must all run, in every load mode asked for,
+// before any replay starts; with `all`, one whose replayer was not built is
+// skipped without a "replaying on" line first.
+TEST_F(ReplayTest, NamedAllocatorsAreCheckedInEveryLoadModeFirst) {
+  const fs::path only = dir() / "only_base_replayer";
+  fs::create_directories(only);
+  fs::create_symlink(kBin + "/cli/heaplab-replay", only / "heaplab-replay");
+  const std::string env = "HEAPLAB_REPLAYER_DIR=" + quote(only.string());
+  const std::string out = (dir() / "named_both.json").string();
+  Outcome r =
+      run({kHeaplab, "replay", producer_consumer(), "--allocator", "glibc,jemalloc", "--load", "both", "-o", out}, env);
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(r.err.find("skipped"), std::string::npos) << r.err;
-  for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"})
-    EXPECT_NE(r.err.find(std::string("heaplab: error: replay on ") + a + " (preload): " + untimed +
-                         ": --timing recorded: the trace has no timestamps"),
-              std::string::npos)
+  EXPECT_EQ(r.err,
+            "heaplab: error: replay: jemalloc (direct): allocator 'jemalloc': direct load is not available: "
+            "heaplab-replay-jemalloc was not built (install libjemalloc-dev and rebuild heaplab)\n");
+  EXPECT_FALSE(fs::exists(out));
+  r = run({kHeaplab, "replay", producer_consumer(), "--allocator", "all", "--load", "both", "-o", out}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* a : {"glibc", "jemalloc", "mimalloc", "tcmalloc"}) {
+    EXPECT_NE(r.err.find(std::string("heaplab: replaying on ") + a + " (preload)\n"), std::string::npos) << r.err;
+    const bool direct = std::string(a) == "glibc";
+    EXPECT_EQ(r.err.find(std::string("heaplab: replaying on ") + a + " (direct)\n") != std::string::npos, direct)
         << a << "\n"
         << r.err;
+    EXPECT_EQ(
+        r.out.find(std::string("skipped: ") + a + "/direct: allocator '" + a +
+                   "': direct load is not available: heaplab-replay-" + a + " was not built") != std::string::npos,
+        !direct)
+        << a << "\n"
+        << r.out;
+  }
+}
+
+// Where the results go is checked before anything is built or replayed.
+TEST_F(ReplayTest, AnUnwritableOutputIsRefusedFirst) {
+  const std::string plans = (dir() / "plans_never_made").string();
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"-o", "/nonexistent-dir/r.json"},
+                                                {"--emit-trace", "/nonexistent-dir/e.hlt"},
+                                                {"-o", dir().string()},
+                                                {"--allocator", "all", "-o", "/nonexistent-dir/r.json"}}) {
+    std::vector<std::string> argv = {kHeaplab, "replay", producer_consumer(), "-q"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const Outcome r = run(argv, "HEAPLAB_PLAN_DIR=" + quote(plans));
+    EXPECT_EQ(r.code, 2) << r.err;
+    const std::string& path = extra.back();
+    EXPECT_EQ(r.err, "heaplab: error: replay: " + std::string(extra[0] == "--emit-trace" ? "--emit-trace: " : "") +
+                         "cannot write '" + path +
+                         "': " + (path == dir().string() ? "is a directory" : "No such file or directory") + "\n");
+    EXPECT_FALSE(fs::exists(plans)) << "a plan was built first";
+  }
 }
 
 // `--allocator all` where every replay outlives its --timeout: each is

@@ -221,13 +221,8 @@ bool statically_linked(const std::string& path) {
 
 void check_writable_output(const std::string& out) {
   if (out.empty()) fail("no output file given (-o FILE.hlt)");
-  struct stat st;
-  if (stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("cannot write output '" + out + "': is a directory");
-  std::string probe = out + ".heaplab-probe-" + std::to_string(getpid());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot write output '" + out + "': " + errstr(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (std::string why = common::output_problem(out); !why.empty())
+    fail("cannot write output " + why.substr(std::string("cannot write ").size()));
 }
 
 // Samples a process's anonymous RSS (/proc/PID/status, RssAnon) every 2 ms
