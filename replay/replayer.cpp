@@ -28,6 +28,22 @@ namespace heaplab::replay {
 
 namespace {
 
+// The allocator a progress line names: the one that answers malloc (a
+// preloaded library's replay runs on the "system" backend), by its version's
+// first word ("jemalloc 5.3.0-..."), else its library's file name.
+std::string progress_label(const BackendHooks& backend) {
+  const nlohmann::json who = backend.describe();
+  if (const auto v = who.find("version"); v != who.end() && v->is_string() && !v->get<std::string>().empty()) {
+    const std::string s = v->get<std::string>();
+    return s.substr(0, s.find(' '));
+  }
+  if (const auto l = who.find("library"); l != who.end() && l->is_string() && !l->get<std::string>().empty()) {
+    const std::string s = l->get<std::string>();
+    return s.substr(s.rfind('/') + 1);
+  }
+  return backend.name;
+}
+
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
 uint64_t parse_u64(const std::string& opt, const char* v) {
@@ -333,7 +349,7 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
         report_error(result_fd, "heaplab-replay", why);
         _exit(2);
       },
-      std::string("replaying on ") + backend.name);
+      "replaying on " + progress_label(backend));
   pager.prime();
   // Memory over time (needs the plan's live-bytes sums). The bookkeeping
   // above is all anonymous and populated: a constant to subtract.
