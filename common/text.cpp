@@ -37,6 +37,13 @@ std::string gib_text(uint64_t bytes) {
   return buf;
 }
 
+std::string size_text(uint64_t bytes) {
+  if (bytes >= uint64_t{1} << 30) return gib_text(bytes);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(uint64_t{1} << 20));
+  return buf;
+}
+
 std::string group_digits(uint64_t v) {
   const std::string digits = std::to_string(v);
   std::string s;

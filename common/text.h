@@ -25,6 +25,9 @@ std::string align_columns(const std::vector<std::vector<std::string>>& rows, std
 
 // Bytes in GiB with one decimal: "37.6 GiB".
 std::string gib_text(uint64_t bytes);
+// The same from 1 GiB on; below it, in MiB: "9.0 MiB" (where "0.0 GiB"
+// would say nothing).
+std::string size_text(uint64_t bytes);
 
 // Below this share of the program's peak anonymous memory, and with more
 // than kCoverageSlackBytes unexplained, a trace does not explain the

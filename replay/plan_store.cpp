@@ -201,7 +201,16 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
 }
 
 uint64_t PlanStore::cache_limit() const {
-  if (const char* l = std::getenv("HEAPLAB_PLAN_CACHE_MIB"); l && *l) return std::strtoull(l, nullptr, 10) * kMiB;
+  if (const char* l = std::getenv("HEAPLAB_PLAN_CACHE_MIB"); l && *l) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long mib = std::strtoull(l, &end, 10);
+    if (*l < '0' || *l > '9' || *end != '\0' || errno != 0 || mib > (UINT64_MAX >> 20))
+      throw PlanError(std::string("HEAPLAB_PLAN_CACHE_MIB: expected the MiB of kept plans as a whole number (0: keep "
+                                  "none), not '") +
+                      l + "'");
+    return uint64_t(mib) * kMiB;
+  }
   uint64_t kept = 0;
   for (const Entry& e : entries(dir_)) kept += e.bytes;
   return std::min<uint64_t>(64 * kGiB, (free_bytes_of(dir_) + kept) / 2);
@@ -274,13 +283,24 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
       use[i] = now == Use::in_use ? now : Use::gone;
     }
   if (free_bytes < need + kMargin) {
+    // Too little room on the disk: in memory, for this command only, as
+    // where the directory cannot be written, if the plan takes at most half
+    // of the memory available (the replay's heap needs the rest).
     std::string left;
-    if (kept_bytes != 0) left = ", and " + common::gib_text(kept_bytes) + " in kept plans, which are left";
-    if (open_bytes != 0) left += " (" + common::gib_text(open_bytes) + " of them in use)";
-    throw PlanError(
-        fmt::format("the replay plan needs {} on disk and {} has {} free{} (set HEAPLAB_PLAN_DIR to a "
-                    "file system with more room, or replay a shorter trace)",
-                    common::gib_text(need + kMargin), dir_, common::gib_text(free_bytes), left));
+    if (kept_bytes != 0) left = ", and " + common::size_text(kept_bytes) + " in kept plans, which are left";
+    if (open_bytes != 0) left += " (" + common::size_text(open_bytes) + " of them in use)";
+    const uint64_t available = trace::memory_available();
+    if (available != 0 && need <= available / 2) {
+      where = fmt::format("memory ({} has {} free{}; the plan needs {} and {} left free beside it)", dir_,
+                          common::size_text(free_bytes), left, common::size_text(need), common::size_text(kMargin));
+      return build_plan(r, opt, summary);
+    }
+    throw PlanError(fmt::format(
+        "the replay plan needs {} on disk and {} left free beside it, and {} has {} free{}; held in memory instead "
+        "it would take more than half of the {} available (set HEAPLAB_PLAN_DIR to a file system with more room, "
+        "or replay a shorter trace)",
+        common::size_text(need), common::size_text(kMargin), dir_, common::size_text(free_bytes), left,
+        common::size_text(available)));
   }
   const std::string base = name(id, opt);
   std::string tmp = base + ".tmp.XXXXXX";
@@ -305,7 +325,10 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     throw;
   }
   where = dir_;
-  if (keep && !make_room(need, limit)) {
+  // (Its room on the disk as built, not the estimate that chose to keep it.)
+  struct stat built {};
+  const uint64_t bytes = fstat(fd, &built) == 0 ? uint64_t(built.st_blocks) * 512 : need;
+  if (keep && (bytes > limit || !make_room(bytes, limit))) {
     fs::remove(tmp, ec);
     keep = false;
   }

@@ -33,10 +33,12 @@ class PlanStore {
   int find(const std::string& id, const PlanOptions& opt, PlanSummary& summary) const;
 
   // Builds `r`'s plan here and returns its descriptor; `kept` says whether
-  // it stays for later commands. Throws PlanError, in one line, when the
-  // directory's file system cannot hold the plan (naming both sizes), or
-  // for an inconsistent trace. Where the directory cannot be used at all,
-  // the plan goes into memory (a memfd), as `where` then says.
+  // it stays for later commands. Where the directory cannot be written,
+  // or its file system cannot hold the plan with 512 MiB left free beside
+  // it, the plan goes into memory (a memfd), as `where` then says; throws
+  // PlanError, in one line naming the sizes, when the plan would take more
+  // than that memory (half the memory available, on a disk too small), for
+  // a bad HEAPLAB_PLAN_CACHE_MIB, or for an inconsistent trace.
   int build(const trace::TraceReader& r, const PlanOptions& opt, const std::string& id, PlanSummary& summary,
             bool& kept, std::string& where) const;
 

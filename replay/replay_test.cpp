@@ -787,6 +787,26 @@ TEST_F(ReplayTest, NamedAllocatorsAreCheckedInEveryLoadModeFirst) {
   }
 }
 
+// A cache limit that is not a whole number of MiB is an error, not a limit
+// read as far as it goes ("1e3" was 1, "5MiB" 5, "abc" 0 and "-1" none).
+TEST_F(ReplayTest, APlanCacheLimitThatIsNotANumberIsOneLine) {
+  const std::string t = write_trace("cache_limit", big_and_small(), false);
+  const std::string plans = (dir() / "cache_limit_plans").string();
+  for (const char* v : {"abc", "-1", "1e3", "5MiB", " 5", "99999999999999999999"}) {
+    const Outcome r =
+        run({kHeaplab, "replay", t, "-q"}, "HEAPLAB_PLAN_DIR=" + quote(plans) + " HEAPLAB_PLAN_CACHE_MIB=" + quote(v));
+    EXPECT_EQ(r.code, 2) << v;
+    EXPECT_EQ(r.err, "heaplab: error: replay: " + t +
+                         ": HEAPLAB_PLAN_CACHE_MIB: expected the MiB of kept plans as a whole number (0: keep none), "
+                         "not '" +
+                         v + "'\n");
+  }
+  const Outcome r =
+      run({kHeaplab, "replay", t, "-q"}, "HEAPLAB_PLAN_DIR=" + quote(plans) + " HEAPLAB_PLAN_CACHE_MIB=0");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_empty(plans));
+}
+
 // Where the results go is checked before anything is built or replayed.
 TEST_F(ReplayTest, AnUnwritableOutputIsRefusedFirst) {
   const std::string plans = (dir() / "plans_never_made").string();
@@ -992,13 +1012,15 @@ TEST_F(ReplayTest, PlanIsKeptForTheNextCommand) {
   EXPECT_TRUE(fs::is_empty(none));
 }
 
-// A plan its file system cannot hold: one line naming both sizes and what
-// to do, at once (from the trace's index, before anything is built), exit 2.
-// "At once" is checked by what was done, not by a clock (a loaded CI
-// machine's ASan build took 1.2 s to start and stop): not a byte was
-// written to the small file system. Needs one: a 4 MiB tmpfs, mounted
-// where that is allowed. Then with a kept plan of 1 MiB there: evicting it
-// could not make the room, so it stays, and the line says so.
+// A plan its file system cannot hold: built in memory for this command
+// (as where the directory cannot be written), not a byte written there; and
+// where it would take more than half the memory available too, one line
+// naming the sizes and what to do, at once (from the trace's index, before
+// anything is built), exit 2. "At once" is checked by what was done, not by
+// a clock (a loaded CI machine's ASan build took 1.2 s to start and stop).
+// Needs a 4 MiB tmpfs, mounted where that is allowed. Then with a kept plan
+// of 1 MiB there: evicting it could not make the room, so it stays, and the
+// line says so.
 TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
   const fs::path tiny = dir() / "tiny";
   fs::create_directories(tiny);
@@ -1006,8 +1028,19 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
     GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
   struct statvfs before {};
   ASSERT_EQ(statvfs(tiny.c_str(), &before), 0);
-  const std::string t = write_trace("no_room", big_and_small(), false);
-  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, "HEAPLAB_PLAN_DIR=" + tiny.string());
+  const std::string small = write_trace("no_room_small", big_and_small(), false);
+  // 2,000,000 calls: a plan of about 46 MiB, more than half of 80 MiB.
+  std::vector<Event> ev;
+  for (uint64_t id = 1; id <= 1000000; ++id) {
+    ev.push_back(malloc_ev(16));
+    ev.push_back(free_ev(id));
+  }
+  const std::string t = write_trace("no_room", ev, false);
+  const std::string env = "HEAPLAB_PLAN_DIR=" + tiny.string();
+  const std::string out = (dir() / "no_room_memory.json").string();
+  const Outcome m = run({kHeaplab, "replay", small, "-q", "--allocator", "glibc", "-o", out}, env);
+  const std::string lean = env + " HEAPLAB_MEMORY_AVAILABLE=83886080";
+  const Outcome r = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, lean);
   struct statvfs after {};
   ASSERT_EQ(statvfs(tiny.c_str(), &after), 0);
   const bool empty = fs::is_empty(tiny);
@@ -1015,23 +1048,30 @@ TEST_F(ReplayTest, NoRoomForThePlanIsOneLineAtOnce) {
   const fs::path kept = tiny / "older-t0-untimed-v8.plan", kept_json = tiny / "older-t0-untimed-v8.json";
   std::ofstream(kept, std::ios::binary) << std::string(size_t{1} << 20, 'p');
   std::ofstream(kept_json) << "{}\n";
-  const Outcome r2 = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, "HEAPLAB_PLAN_DIR=" + tiny.string());
+  const Outcome r2 = run({kHeaplab, "replay", t, "-q", "--allocator", "glibc"}, lean);
   const bool kept_left = fs::exists(kept) && fs::exists(kept_json);
   umount(tiny.c_str());
   EXPECT_TRUE(empty);
   EXPECT_EQ(after.f_bfree, before.f_bfree);
   EXPECT_TRUE(kept_left) << "a kept plan was evicted for a build refused all the same";
+  // In memory: the replay ran, and its result says where the plan was.
+  EXPECT_EQ(m.code, 0) << m.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(j["plan_dir"].get<std::string>().rfind("memory (" + tiny.string() + " has ", 0), 0u) << j["plan_dir"];
+  EXPECT_NE(j["plan_dir"].get<std::string>().find(" MiB free; the plan needs "), std::string::npos) << j["plan_dir"];
   // Exit 2 and one line: the room needed, and what the file system has.
   const auto refused = [&](const Outcome& o, const std::string& has) {
     EXPECT_EQ(o.code, 2);
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
-    EXPECT_NE(o.err.find(t + ": the replay plan needs 0.5 GiB on disk and " + tiny.string() + " has " + has +
-                         " (set HEAPLAB_PLAN_DIR to a file system with more room, or replay a shorter trace)"),
+    EXPECT_NE(o.err.find(t + ": the replay plan needs "), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find(" MiB on disk and 512.0 MiB left free beside it, and " + tiny.string() + " has " + has +
+                         "; held in memory instead it would take more than half of the 80.0 MiB available (set "
+                         "HEAPLAB_PLAN_DIR to a file system with more room, or replay a shorter trace)\n"),
               std::string::npos)
         << o.err;
   };
-  refused(r, "0.0 GiB free");
-  refused(r2, "0.0 GiB free, and 0.0 GiB in kept plans, which are left");
+  refused(r, "4.0 MiB free");
+  refused(r2, "3.0 MiB free, and 1.0 MiB in kept plans, which are left");
 }
 
 // A kept plan of `mib` MiB (its summary beside it) in `dir`, last used
@@ -1083,8 +1123,8 @@ TEST_F(ReplayTest, KeptPlansMakeRoomOnTheDiskLeastRecentlyUsedFirst) {
 // it is neither evicted nor counted as room: the same 600 MiB tmpfs, the
 // older plan open here, and the newer goes instead. Then, with 40 MiB of
 // other files, the two plans left open and a third of 5 MiB free: the free
-// space and the third are too little, so the build is refused in one line
-// and the third is left (counting the plans in use as room, it went).
+// space and the third are too little, so the third is left (counting the
+// plans in use as room, it went) and the plan is held in memory instead.
 TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
   const fs::path small = dir() / "small-open";
   fs::create_directories(small);
@@ -1126,7 +1166,8 @@ TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
   const fs::path third = kept_plan(small, "third-t0-untimed-v8", 50, 5);
   ev.push_back(malloc_ev(32));
   const std::string t2 = write_trace("room_open_2", ev, false);
-  const Outcome r2 = run({kHeaplab, "replay", t2, "-q", "--allocator", "glibc"}, env);
+  const std::string out2 = (dir() / "open_2.json").string();
+  const Outcome r2 = run({kHeaplab, "replay", t2, "-q", "--allocator", "glibc", "-o", out2}, env);
   int plans = 0;
   for (const auto& e : fs::directory_iterator(small)) plans += e.path().extension() == ".plan";
   const bool third_left = fs::exists(third);
@@ -1136,16 +1177,15 @@ TEST_F(ReplayTest, KeptPlansOpenInAnotherCommandAreNotRoom) {
   EXPECT_TRUE(older_left) << "a plan in use was evicted, which freed nothing";
   EXPECT_TRUE(third_left) << "a plan was evicted for a build refused all the same";
   EXPECT_TRUE(newer_gone);
-  EXPECT_EQ(r2.code, 2);
-  EXPECT_EQ(std::count(r2.err.begin(), r2.err.end(), '\n'), 1) << r2.err;
-  EXPECT_NE(r2.err.find(t2 + ": the replay plan needs 0.5 GiB on disk and " + small.string() + " has "),
+  // No room on the disk, even with the plan not in use gone: the plan is
+  // held in memory for this command, and the line where it went says why.
+  EXPECT_EQ(r2.code, 0) << r2.err;
+  const std::string where = nlohmann::json::parse(slurp(out2))["plan_dir"].get<std::string>();
+  EXPECT_EQ(where.rfind("memory (" + small.string() + " has ", 0), 0u) << where;
+  EXPECT_NE(where.find(" free, and 65.1 MiB in kept plans, which are left (60.1 MiB of them in use); the plan needs "),
             std::string::npos)
-      << r2.err;
-  EXPECT_NE(r2.err.find(" free, and 0.1 GiB in kept plans, which are left (0.1 GiB of them in use) "
-                        "(set HEAPLAB_PLAN_DIR to a file system with more room, or replay a shorter trace)"),
-            std::string::npos)
-      << r2.err;
-  EXPECT_EQ(plans, 3) << "none evicted for a build refused all the same";
+      << where;
+  EXPECT_EQ(plans, 3) << "none evicted for a build that could not be kept";
 }
 
 // A trace whose heap is bigger than this machine's memory (a 1 TiB block
