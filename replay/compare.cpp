@@ -104,6 +104,29 @@ std::string comparison_table(const std::vector<json>& documents) {
        "faults: minor page faults during the replay";
   s += latency ? "; p50/p99: ns per call, timer cost subtracted (<N: below the timer's resolution)\n" : "\n";
   for (const std::string& f : failures) s += f + "\n";
+  // The replays' warnings, each once: with the names of the replays that
+  // gave it, unless every replay that ran did.
+  std::vector<std::pair<std::string, std::vector<std::string>>> warnings;  // text, names (in order)
+  size_t ran = 0;
+  for (const ReplayResult& r : results) {
+    if (!r.ran) continue;
+    ++ran;
+    const auto w = r.document.find("warnings");
+    if (w == r.document.end() || !w->is_array()) continue;
+    for (const json& text : *w) {
+      if (!text.is_string()) continue;
+      auto it = std::find_if(warnings.begin(), warnings.end(), [&](const auto& e) { return e.first == text; });
+      if (it == warnings.end()) it = warnings.insert(warnings.end(), {text.get<std::string>(), {}});
+      const std::string name = r.label();
+      if (std::find(it->second.begin(), it->second.end(), name) == it->second.end()) it->second.push_back(name);
+    }
+  }
+  for (const auto& [text, names] : warnings) {
+    std::string who;
+    if (names.size() != ran)
+      for (const std::string& n : names) who += (who.empty() ? "" : ", ") + n;
+    s += "warning: " + (who.empty() ? "" : who + ": ") + text + "\n";
+  }
   return s;
 }
 

@@ -77,5 +77,21 @@ TEST(Comparison, LatencyFailuresAndMissedPeaks) {
       "skipped: tcmalloc/direct: heaplab-replay-tcmalloc not built\n");
 }
 
+// The replays' warnings follow the table, each once: bare where every
+// replay that ran gave it, else with the names of those that did.
+TEST(Comparison, WarningsOnceEach) {
+  json a = record("glibc", "preload", 0.5, 10240, 1.1), b = record("jemalloc", "preload", 0.25, 8192, 1.0);
+  const json skipped = {{"allocator", {{"name", "tcmalloc"}, {"load", "direct"}}},
+                        {"skipped", "heaplab-replay-tcmalloc not built"}};
+  a["warnings"] = {"3 replay threads on 2 CPUs",
+                   "the kept replay plan was damaged (plan: x): removed, and built again"};
+  b["warnings"] = {"3 replay threads on 2 CPUs"};
+  const std::string t = comparison_table({a, b, skipped});
+  EXPECT_EQ(t.substr(t.find("skipped: ")),
+            "skipped: tcmalloc/direct: heaplab-replay-tcmalloc not built\n"
+            "warning: 3 replay threads on 2 CPUs\n"
+            "warning: glibc/preload: the kept replay plan was damaged (plan: x): removed, and built again\n");
+}
+
 }  // namespace
 }  // namespace heaplab::replay

@@ -802,6 +802,13 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
     r["exit"] = {{"status", "error"}, {"code", code}};
     o.error = replay["error"].is_string() ? replay["error"].get<std::string>() : replay["error"].dump();
     o.exit_code = code == 2 ? 2 : 1;
+    // A plan kept on disk (found now, or by an earlier replay of this
+    // command) whose steps the replayer refused: damaged since it was kept.
+    if (code == 2 && (source == "kept" || source == "this command") && o.error.rfind("plan: ", 0) == 0) {
+      PlanStore().remove(trace_id, popt);
+      plan_cache().keep("", -1, PlanSummary{}, "");
+      o.damaged_kept_plan = true;
+    }
     return o;
   }
   if (replay.is_object()) {
@@ -876,7 +883,14 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
 ReplayOutcome run_replay(const ReplayOptions& opt) {
   bool any_allocator = false;
   try {
-    return replay_once(opt, any_allocator);
+    ReplayOutcome o = replay_once(opt, any_allocator);
+    if (o.damaged_kept_plan) {  // built again, once
+      const std::string why = o.error;
+      o = replay_once(opt, any_allocator);
+      if (o.result.is_object())
+        o.result["warnings"].push_back("the kept replay plan was damaged (" + why + "): removed, and built again");
+    }
+    return o;
   } catch (const TraceRefused&) {
     throw;
   } catch (const NotAvailable&) {

@@ -75,6 +75,9 @@ struct ReplayOutcome {
   std::string error;  // one line when exit_code != 0
   // ReplayOptions::addresses was filled (the replay ran to its end).
   bool addresses_read = false;
+  // The replayer found the kept plan it was given damaged: removed (run
+  // again, it is built anew).
+  bool damaged_kept_plan = false;
 };
 
 // Throws ReplayError when it cannot start (TraceRefused for what any

@@ -1,5 +1,7 @@
 #include "replay/plan.h"
 
+#include <xxhash.h>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -1237,6 +1239,21 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   plan.write(0, &h, sizeof h);
   plan.write(sizeof h, table.data(), table.size() * sizeof(PlanThread));
   return plan.release();
+}
+
+uint64_t plan_head_hash(int fd) {
+  PlanHeader h{};
+  if (pread(fd, &h, sizeof h, 0) != ssize_t(sizeof h) || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
+    throw PlanError("plan: not a replay plan");
+  std::string head(sizeof h + uint64_t(h.threads) * sizeof(PlanThread), '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    const ssize_t n = pread(fd, head.data() + got, head.size() - got, off_t(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw PlanError("plan: its thread table is cut short");
+    got += size_t(n);
+  }
+  return XXH3_64bits(head.data(), head.size());
 }
 
 MappedPlan::MappedPlan(int fd) {

@@ -302,6 +302,12 @@ class PlanLiveLimit : public PlanError {
   uint64_t live_bytes, event, events, limit;
 };
 
+// XXH3-64 of a plan's header and thread table (what says what its steps
+// are, and where): kept beside a kept plan, checked when it is found, so
+// that damage there is a plan built again, not a replay that counts other
+// calls. Throws PlanError if `fd` is not a plan.
+uint64_t plan_head_hash(int fd);
+
 // A plan mapped read-only (by the replayer).
 class MappedPlan {
  public:

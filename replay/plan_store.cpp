@@ -181,7 +181,8 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
     return -1;
   }
   try {
-    if (!j.is_object() || j.value("plan_bytes", uint64_t{0}) != uint64_t(st.st_size))
+    if (!j.is_object() || j.value("plan_bytes", uint64_t{0}) != uint64_t(st.st_size) || !j.contains("head_xxh3") ||
+        j["head_xxh3"] != fmt::format("{:016x}", plan_head_hash(fd)))
       throw std::runtime_error("damaged");
     summary = j.at("summary").get<PlanSummary>();
     const MappedPlan check(fd);  // its header and thread table (the pager checks the steps)
@@ -198,6 +199,10 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
   }
   utimensat(AT_FDCWD, (base + ".plan").c_str(), nullptr, 0);  // used now
   return fd;
+}
+
+void PlanStore::remove(const std::string& id, const PlanOptions& opt) const {
+  if (!id.empty()) remove_entry(name(id, opt) + ".plan");
 }
 
 uint64_t PlanStore::cache_limit() const {
@@ -335,7 +340,10 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   if (!keep) return fd;
   struct stat st {};
   fstat(fd, &st);
-  const nlohmann::json j = {{"trace_id", id}, {"plan_bytes", uint64_t(st.st_size)}, {"summary", summary}};
+  const nlohmann::json j = {{"trace_id", id},
+                            {"plan_bytes", uint64_t(st.st_size)},
+                            {"head_xxh3", fmt::format("{:016x}", plan_head_hash(fd))},
+                            {"summary", summary}};
   {
     std::ofstream out(tmp + ".json");
     out << j.dump() << "\n";

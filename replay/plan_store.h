@@ -42,6 +42,10 @@ class PlanStore {
   int build(const trace::TraceReader& r, const PlanOptions& opt, const std::string& id, PlanSummary& summary,
             bool& kept, std::string& where) const;
 
+  // Removes the plan kept for `id` and `opt`, if any (found damaged only
+  // once replayed: the replayer checks the steps).
+  void remove(const std::string& id, const PlanOptions& opt) const;
+
   const std::string& dir() const { return dir_; }
 
  private:

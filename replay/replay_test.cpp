@@ -1572,7 +1572,7 @@ TEST_F(ReplayTest, UnwritablePlanDirectoryFallsBackToMemory) {
 }
 
 // A kept plan that was damaged (here: its header zeroed, its size kept) is
-// noticed when it is found, deleted and built again.
+// noticed when it is found (or by the replayer), deleted and built again.
 TEST_F(ReplayTest, DamagedKeptPlanIsBuiltAgain) {
   const std::string plans = (dir() / "damaged-plans").string();
   const std::string t = write_trace("damaged_kept", big_and_small(), false);
@@ -1593,6 +1593,35 @@ TEST_F(ReplayTest, DamagedKeptPlanIsBuiltAgain) {
   EXPECT_TRUE(b["replay"]["faithful"].get<bool>());
   const json c = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
   EXPECT_EQ(c["plan_source"], "kept");
+  // Four bytes of a call count in the header (the replay counted its calls
+  // against them, and said the replay failed): the header's hash, kept
+  // beside the plan, tells, and it is built again.
+  const auto damage = [&](std::streamoff at) {
+    std::fstream f(plan, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(at);
+    f.write("\xff\xff\xff\xff", 4);
+  };
+  damage(128);
+  const json d = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+  EXPECT_EQ(d["plan_source"], "built");
+  EXPECT_TRUE(d["replay"]["faithful"].get<bool>());
+  // A step the replayer refuses (the first, on the page after the header):
+  // the plan is removed and built again, with a warning, where it was an
+  // error for this and every later command; in `--allocator all` too.
+  for (const char* alloc : {"glibc", "all"}) {
+    damage(4096);
+    const Outcome r = run({kHeaplab, "replay", t, "--allocator", alloc}, "HEAPLAB_PLAN_DIR=" + plans);
+    EXPECT_EQ(r.code, 0) << alloc << "\n" << r.err;
+    EXPECT_NE(r.out.find(std::string(alloc == std::string("all") ? "warning: glibc/preload: " : "  warning: ") +
+                         "the kept replay plan was damaged (plan: thread 0 step 0 is not a valid call): removed, and "
+                         "built again\n"),
+              std::string::npos)
+        << alloc << "\n"
+        << r.out;
+    const json e = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+    EXPECT_EQ(e["plan_source"], "kept");
+    EXPECT_EQ(e.value("warnings", json::array()).dump().find("damaged"), std::string::npos) << e["warnings"];
+  }
 }
 
 TEST_F(ReplayTest, FileSizeLimitIsAnErrorNotASignal) {
