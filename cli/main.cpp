@@ -1,5 +1,7 @@
 // The heaplab command: parses arguments and dispatches to the subcommands
 // (cli/*_commands.cpp), each a few lines over library calls.
+#include <sys/resource.h>
+
 #include <csignal>
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -64,7 +66,15 @@ int main(int argc, char** argv) {
   } catch (const Failure& f) {
     fmt::print(stderr, "heaplab: error: {}\n", f.message);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "heaplab: error: out of memory\n");
+    // (Often a limit of this shell's, not the machine's: say which.)
+    rlimit as{};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+      fmt::print(stderr,
+                 "heaplab: error: out of memory: this process may map at most {} MiB (ulimit -v {}); raise the "
+                 "limit, or see --help for options that need less\n",
+                 as.rlim_cur >> 20, as.rlim_cur >> 10);
+    else
+      fmt::print(stderr, "heaplab: error: out of memory (the machine has too little available for this command)\n");
   } catch (const std::exception& e) {
     fmt::print(stderr, "heaplab: error: {}\n", e.what());
   }

@@ -1,5 +1,7 @@
 // heaplab replay: a trace on one allocator, or several side by side.
 #include <fmt/core.h>
+
+#include <algorithm>
 #include <memory>
 #include <cstdlib>
 #include <string>
@@ -35,6 +37,21 @@ struct ReplayArgs {
   bool json = false;
 };
 
+// With --quiet (no summary, no table), what the replays warn of still goes
+// to standard error, each once: a replay of a trace cut short, for one.
+void print_warnings(const std::vector<nlohmann::json>& results) {
+  std::vector<std::string> said;
+  for (const nlohmann::json& r : results) {
+    const auto w = r.find("warnings");
+    if (w == r.end() || !w->is_array()) continue;
+    for (const nlohmann::json& text : *w)
+      if (text.is_string() && std::find(said.begin(), said.end(), text.get<std::string>()) == said.end()) {
+        said.push_back(text.get<std::string>());
+        fmt::print(stderr, "heaplab: warning: replay: {}\n", said.back());
+      }
+  }
+}
+
 // Several allocators (or load modes): one replay each, in turn, then one
 // table side by side (replay::replay_each).
 int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs, const std::vector<std::string>& loads,
@@ -58,6 +75,8 @@ int run_replays(const ReplayArgs& a, const std::vector<std::string>& allocs, con
     fmt::print("{}", text);
   else if (!a.quiet)
     fmt::print("{}", replay::comparison_table(c.results));
+  else
+    print_warnings(c.results);
   return c.worst_exit;
 }
 
@@ -70,6 +89,12 @@ int run_replay(ReplayArgs& a) {
     fmt::print("{}", replay::list_allocators());
     return 0;
   }
+  for (const ReplayArgs::Given& g : a.settings)
+    if (g.option->count() > 0 && g.info->key == std::string("speed") &&
+        a.opt.settings.timing != replay::Timing::recorded)
+      throw Failure{
+          "replay: --speed paces a replay at the recorded pace: give --timing recorded too (a replay at "
+          "--timing fast runs as fast as it can)"};
   if (a.opt.trace.empty()) throw Failure{"replay: no trace given (heaplab replay TRACE --allocator NAME)"};
   const bool all = a.opt.allocator == "all";
   std::vector<std::string> allocs, loads;
@@ -133,6 +158,8 @@ int run_replay(ReplayArgs& a) {
     fmt::print("{}", text);
   else if (!a.quiet && o.exit_code != 2)
     fmt::print("{}", replay::result_summary(o.result));
+  else if (a.quiet)
+    print_warnings({o.result});
   if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
   return o.exit_code;
 }
@@ -304,7 +331,7 @@ void add_replay_commands(CLI::App& app, Commands& commands) {
                  "Also write the trace again with the address each call returned or freed on this allocator "
                  "(format 1.2; heaplab cat shows them, heaplab layout measures them)");
   rp->add_flag("--json", ra.json, "Print the result JSON instead of the summary");
-  rp->add_flag("-q,--quiet", ra.quiet, "No summary");
+  rp->add_flag("-q,--quiet", ra.quiet, "No summary or table (warnings still go to standard error)");
   rp->add_flag("--list-allocators", ra.list, "List the allocators and load modes available, and why not");
 
   commands.push_back({rp, [ra_] { return run_replay(*ra_); }});

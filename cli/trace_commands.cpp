@@ -57,9 +57,9 @@ normalise::NormaliseOptions normalise_options(const ImportArgs& a) {
 // another machine) -> trace.
 int run_import_raw(const ImportArgs& a) {
   const normalise::NormaliseReport rep = normalise::normalise_file(a.input, a.output, normalise_options(a));
-  fmt::print(stderr, "normalised {} calls in {} threads from {} into {} ({} bytes, {:.3f} bytes/event)\n",
-             group_digits(rep.calls), rep.threads, a.input, a.output, group_digits(rep.bytes),
-             rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
+  fmt::print(stderr, "normalised {} calls in {} thread{} from {} into {} ({} bytes, {:.3f} bytes/event)\n",
+             group_digits(rep.calls), group_digits(rep.threads), rep.threads == 1 ? "" : "s", a.input, a.output,
+             group_digits(rep.bytes), rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
   if (rep.unknown_frees)
     fmt::print(stderr, "heaplab: note: {} frees of memory allocated before capture were skipped\n",
                group_digits(rep.unknown_frees));
@@ -84,8 +84,8 @@ int run_import_perf_pt(const ImportArgs& a) {
              "decoded {} events ({} ptwrite payloads) of process {}{} in {} thread{} with the {} decoder in {:.3f} s; "
              "wrote {} ({} bytes, {:.3f} bytes/event)\n",
              group_digits(pr.events), group_digits(pr.ptw_words), pr.pid, pr.comm.empty() ? "" : " (" + pr.comm + ")",
-             pr.threads, pr.threads == 1 ? "" : "s", pt::decoder_name(pr.decoder), pr.decode_seconds, a.output,
-             group_digits(rep.bytes), rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
+             group_digits(pr.threads), pr.threads == 1 ? "" : "s", pt::decoder_name(pr.decoder), pr.decode_seconds,
+             a.output, group_digits(rep.bytes), rep.events ? double(rep.bytes) / double(rep.events) : 0.0);
   if (pr.lost || pr.stream.overflows || pr.aux_truncated || pr.aux_gaps || pr.file_truncated_at)
     fmt::print(
         stderr,
@@ -166,9 +166,10 @@ int run_import_heaptrack(const ImportArgs& a, const std::vector<std::string>& ar
 int run_import_logalloc(const ImportArgs& a, const std::vector<std::string>& argv, const trace::WriterOptions& opt) {
   const import::LogallocFileImport im = import::import_logalloc_file(a.input, a.output, opt, argv);
   const import::LogallocImportReport& rep = im.report;
-  print_imported(im, rep.events,
-                 fmt::format(" in {} thread{} of process {}", rep.threads, rep.threads == 1 ? "" : "s", rep.pid),
-                 rep.lines, "", a.output);
+  print_imported(
+      im, rep.events,
+      fmt::format(" in {} thread{} of process {}", group_digits(rep.threads), rep.threads == 1 ? "" : "s", rep.pid),
+      rep.lines, "", a.output);
   fmt::print(stderr, "heaplab: note: logalloc records no times; arenas are replayed as one heap\n");
   note(rep.other_process_lines, "lines of other processes (fork children) were not imported");
   note(rep.unknown_frees, fmt::format("frees of blocks never allocated in the log were skipped (first at line {})",
@@ -254,8 +255,8 @@ int run_check(const std::string& path, size_t max_listed) {
     fmt::print(stderr, "heaplab check: {}: {} events lost in capture\n", path, group_digits(rep.lost_events));
     return kExitProblems;
   }
-  fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events), r->active_threads().size(),
-             group_digits(rep.objects));
+  fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events),
+             group_digits(r->active_threads().size()), group_digits(rep.objects));
   return 0;
 }
 

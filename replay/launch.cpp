@@ -904,9 +904,10 @@ ReplayOutcome run_replay(const ReplayOptions& opt) {
 std::string result_summary(const nlohmann::json& document) {
   const ReplayResult r = result_from_json(document);
   std::string s;
-  s += fmt::format("replay of {} ({} calls, {} recorded threads on {}) on {} ({}{}{})\n", r.trace_path,
-                   group_digits(r.trace_calls), r.recorded_threads, r.replay_threads, r.allocator, r.load,
-                   r.version.empty() ? "" : ", " + r.version, r.library.empty() ? "" : ", " + r.library);
+  s += fmt::format("replay of {} ({} calls, {} recorded thread{} on {}) on {} ({}{}{})\n", r.trace_path,
+                   group_digits(r.trace_calls), r.recorded_threads, r.recorded_threads == 1 ? "" : "s",
+                   r.replay_threads, r.allocator, r.load, r.version.empty() ? "" : ", " + r.version,
+                   r.library.empty() ? "" : ", " + r.library);
   for (const std::string& w : r.warnings) s += "  warning: " + w + "\n";
   if (!r.ran) return s;
   const double book_mib = double(r.bookkeeping_plan_bytes + r.bookkeeping_table_bytes) / 1048576.0;
@@ -921,7 +922,8 @@ std::string result_summary(const nlohmann::json& document) {
     nulls += o.null_results;
     unexpected += o.unexpected_results;
   }
-  s += fmt::format("  calls {}: {}\n", r.calls_match ? "exactly as recorded" : "DIFFER from the trace", ops);
+  s += fmt::format("  calls {}: {}\n", r.calls_match ? "exactly as recorded" : "DIFFER from the trace",
+                   ops.empty() ? "none" : ops);
   if (!r.results_match)
     s += fmt::format(
         "  results differ from the trace: {} NULL where it had a result, {} results where it had NULL, "

@@ -698,6 +698,9 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
       {{untimed, "--timing", "recorded"},
        "heaplab: error: replay: " + untimed + ": --timing recorded: the trace has no timestamps"},
       {{t, "--load", "sideways"}, "heaplab: error: replay: --load: expected preload, direct or both, not 'sideways'"},
+      {{t, "--speed", "2"},
+       "heaplab: error: replay: --speed paces a replay at the recorded pace: give --timing recorded too (a replay at "
+       "--timing fast runs as fast as it can)"},
       {{t, "--membind", "near"},
        "heaplab: error: replay: --membind: expected none, local, interleave or a list of NUMA nodes such as 0,1, not "
        "'near'"},
@@ -2115,6 +2118,16 @@ TEST_F(ReplayTest, TruncatedTraceReplaysWhatIsLeft) {
     said = said || (w.get<std::string>().rfind("trace is truncated", 0) == 0 &&
                     w.get<std::string>().find("only the calls the trace kept are replayed") != std::string::npos);
   EXPECT_TRUE(said) << r["warnings"].dump();
+  // -q leaves out the summary, not the warnings: on standard error, each
+  // once (a CI job's replay of a cut trace passed without a word), for one
+  // allocator and for several.
+  for (const char* alloc : {"glibc", "glibc,jemalloc"}) {
+    const Outcome q = run({kHeaplab, "replay", cut, "-q", "--threads", "1", "--allocator", alloc});
+    EXPECT_EQ(q.code, 0) << q.err;
+    EXPECT_EQ(q.out, "");
+    EXPECT_EQ(q.err.rfind("heaplab: warning: replay: trace is truncated", 0), 0u) << q.err;
+    EXPECT_EQ(std::count(q.err.begin(), q.err.end(), '\n'), 1) << q.err;
+  }
 }
 
 }  // namespace

@@ -553,8 +553,8 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     double bpe = rep.events ? double(rep.bytes) / double(rep.events) : 0;
     line(fmt::format(
         "{}: {} calls in {} thread{}, {} objects ({} live at end), {} bytes = {:.2f} bytes/event{}", t.path,
-        common::group_digits(rep.calls), rep.threads, rep.threads == 1 ? "" : "s", common::group_digits(rep.objects),
-        common::group_digits(rep.live_at_end), common::group_digits(rep.bytes), bpe,
+        common::group_digits(rep.calls), common::group_digits(rep.threads), rep.threads == 1 ? "" : "s",
+        common::group_digits(rep.objects), common::group_digits(rep.live_at_end), common::group_digits(rep.bytes), bpe,
         &t == &r.traces.front() && t.exec_generation == 0
             ? ""
             : fmt::format(" ({}pid {}{})",
