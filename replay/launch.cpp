@@ -390,12 +390,21 @@ RefusedBuild& refused_build() {
 
 }  // namespace
 
-std::string file_id(const std::string& path) {
+std::string file_id(const std::string& path, const trace::TraceReader::FileStamp* expect) {
   // XXH3-64 of the whole file, read 4 MiB at a time (a mapping of a
   // multi-GiB trace would count in heaplab's RSS); the same value as the
   // one-shot hash.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
+  const auto stamp = [&]() -> std::optional<trace::TraceReader::FileStamp> {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) return std::nullopt;
+    return trace::file_stamp_of(st);
+  };
+  if (expect && stamp() != *expect) {
+    close(fd);
+    return "";
+  }
   XXH3_state_t* state = XXH3_createState();
   std::string id;
   if (state && XXH3_64bits_reset(state) == XXH_OK) {
@@ -412,6 +421,7 @@ std::string file_id(const std::string& path) {
     if (ok) id = fmt::format("{:016x}", XXH3_64bits_digest(state));
   }
   XXH3_freeState(state);
+  if (expect && stamp() != *expect) id.clear();  // written while it was hashed
   close(fd);
   return id;
 }
@@ -566,7 +576,9 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
       source = "this command";
     }
   }
-  const std::string trace_id = reused ? plan_cache().trace_id : file_id(opt.trace);
+  const std::string trace_id = reused ? plan_cache().trace_id : file_id(opt.trace, &reader->file_stamp());
+  // (Without an id the plan is neither looked up nor kept: said below.)
+  const bool unidentified = !reused && !opt.addresses && trace_id.empty();
   if (!reused && !opt.addresses) {
     const PlanStore store;
     where = store.dir();
@@ -758,6 +770,10 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   r["trace"] = trace_j;
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
   if (!times_warning.empty()) r["warnings"].push_back(times_warning);
+  if (unidentified)
+    r["warnings"].push_back(opt.trace +
+                            " could not be read again by its name to identify it (replaced or rewritten since it was "
+                            "opened?): its replay plan was built for this command alone, not looked up or kept");
   // A replay of what a damaged or cut trace kept is not the program's: said
   // where the summary says "as recorded".
   if (trace_j.contains("warning"))

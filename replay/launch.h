@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "capture/format/trace_reader.h"
 #include "replay/settings.h"
 
 namespace heaplab::replay {
@@ -91,7 +92,10 @@ std::string result_summary(const nlohmann::json& result);
 // is available, and why not.
 std::string list_allocators(const std::string& replayer_dir = "");
 
-// The XXH3-64 of a file's bytes, as 16 hex digits: the trace id.
-std::string file_id(const std::string& path);
+// The XXH3-64 of a file's bytes, as 16 hex digits: the trace id. "" if it
+// cannot be read, or (given `expect`, the file as a reader opened it) if
+// the file by that name is not that one, before or after it was hashed: a
+// trace replaced or rewritten meanwhile must not name the plan of another.
+std::string file_id(const std::string& path, const trace::TraceReader::FileStamp* expect = nullptr);
 
 }  // namespace heaplab::replay

@@ -790,6 +790,28 @@ TEST_F(ReplayTest, NamedAllocatorsAreCheckedInEveryLoadModeFirst) {
   }
 }
 
+// The trace id names a kept plan: it is the hash of the file the replay
+// read, or none (then no plan is looked up or kept). A trace replaced (mv)
+// or rewritten in place between the reader's open and the hash by name
+// gave the other file's id to this file's plan.
+TEST_F(ReplayTest, ATraceReplacedWhileReadNamesNoPlan) {
+  const std::string t = write_trace("replaced", big_and_small(), false);
+  const auto reader = heaplab::trace::TraceReader::open(t);
+  const std::string id = heaplab::replay::file_id(t);
+  ASSERT_EQ(id.size(), 16u);
+  EXPECT_EQ(heaplab::replay::file_id(t, &reader->file_stamp()), id);
+  std::vector<Event> other = big_and_small();
+  other.push_back(malloc_ev(64));
+  const std::string o = write_trace("replacement", other, false);
+  fs::rename(o, t);
+  EXPECT_EQ(heaplab::replay::file_id(t, &reader->file_stamp()), "");
+  EXPECT_NE(heaplab::replay::file_id(t), "");
+  // Rewritten in place: the same inode, its time and size changed.
+  const auto again = heaplab::trace::TraceReader::open(t);
+  std::ofstream(t, std::ios::binary | std::ios::app) << "x";
+  EXPECT_EQ(heaplab::replay::file_id(t, &again->file_stamp()), "");
+}
+
 // A cache limit that is not a whole number of MiB is an error, not a limit
 // read as far as it goes ("1e3" was 1, "5MiB" 5, "abc" 0 and "-1" none).
 TEST_F(ReplayTest, APlanCacheLimitThatIsNotANumberIsOneLine) {

@@ -34,6 +34,11 @@ std::string gib(uint64_t bytes);
 
 // ---------------------------------------------------------------- opening
 
+TraceReader::FileStamp file_stamp_of(const struct stat& st) {
+  return {uint64_t(st.st_dev), uint64_t(st.st_ino), uint64_t(st.st_size),
+          uint64_t(st.st_mtim.tv_sec) * 1000000000u + uint64_t(st.st_mtim.tv_nsec)};
+}
+
 std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
   // O_NONBLOCK: a FIFO (or a device) is refused below instead of waiting in
   // open() for a writer that may never come; a regular file reads as ever.
@@ -51,6 +56,7 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
   }
   std::unique_ptr<TraceReader> r(new TraceReader());
   r->name_ = path;
+  r->stamp_ = file_stamp_of(st);
   const size_t len = static_cast<size_t>(st.st_size);
   if (len > 0) {
     void* m = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -3,6 +3,8 @@
 // scanning), and decodes events per thread or merged into global order.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,6 +45,15 @@ class TraceReader {
   ~TraceReader();
 
   const std::string& name() const { return name_; }
+  // The file as it was opened (device, inode, size, modification time in
+  // ns); all 0 for a reader over memory. Another command that hashes the
+  // file by its name compares it, so that a file replaced or rewritten
+  // meanwhile is not taken for the one read.
+  struct FileStamp {
+    uint64_t dev = 0, ino = 0, size = 0, mtime_ns = 0;
+    bool operator==(const FileStamp&) const = default;
+  };
+  const FileStamp& file_stamp() const { return stamp_; }
   uint16_t major_version() const { return major_; }
   uint16_t minor_version() const { return minor_; }
   bool has_time() const { return has_time_; }
@@ -118,6 +129,7 @@ class TraceReader {
   friend class MemoryCursor;
 
   std::string name_;
+  FileStamp stamp_;
   std::string_view data_;
   void* map_ = nullptr;
   size_t map_len_ = 0;
@@ -196,6 +208,9 @@ class ChunkDecoder {
 // The address of events by seq, one ADDR block decoded at a time (cheap
 // when seqs come in order). 0 for an event without one. Throws TraceError
 // for a damaged block.
+// A stat(2) result as TraceReader::file_stamp() gives it.
+TraceReader::FileStamp file_stamp_of(const struct stat& st);
+
 class AddressCursor {
  public:
   explicit AddressCursor(const TraceReader& r) : r_(r) {}
