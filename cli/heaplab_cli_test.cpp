@@ -264,7 +264,7 @@ TEST_F(Cli, CheckGolden) {
   import_small();
   Result r = run({"check", "small.hlt"}, dir_);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "small.hlt: ok: 11 events, 1 threads, 6 objects\n");
+  EXPECT_EQ(r.out, "small.hlt: ok: 11 events, 1 thread, 6 objects\n");
 }
 
 TEST_F(Cli, RealTraceImportsWithExactCounts) {

@@ -158,8 +158,8 @@ int run_replay(ReplayArgs& a) {
     fmt::print("{}", text);
   else if (!a.quiet && o.exit_code != 2)
     fmt::print("{}", replay::result_summary(o.result));
-  else if (a.quiet)
-    print_warnings({o.result});
+  else
+    print_warnings({o.result});  // (-q, or no summary of a replay refused)
   if (o.exit_code != 0) fmt::print(stderr, "heaplab: error: replay: {}\n", o.error);
   return o.exit_code;
 }

@@ -255,8 +255,9 @@ int run_check(const std::string& path, size_t max_listed) {
     fmt::print(stderr, "heaplab check: {}: {} events lost in capture\n", path, group_digits(rep.lost_events));
     return kExitProblems;
   }
-  fmt::print("{}: ok: {} events, {} threads, {} objects\n", path, group_digits(rep.events),
-             group_digits(r->active_threads().size()), group_digits(rep.objects));
+  const size_t threads = r->active_threads().size();
+  fmt::print("{}: ok: {} events, {} thread{}, {} objects\n", path, group_digits(rep.events), group_digits(threads),
+             threads == 1 ? "" : "s", group_digits(rep.objects));
   return 0;
 }
 

@@ -81,18 +81,24 @@ void copy_into(const std::string& tmp, const std::string& target, const std::str
   if (error) throw std::runtime_error(output + ": cannot write: " + errstr(error));
 }
 
-}  // namespace
-
-void write_then_rename(const std::string& output, const std::function<void(const std::string& tmp)>& write) {
-  // Where the bytes really go: through a symbolic link to what it names
-  // (the link stays a link).
+// Where the bytes written to `output` really go: through a symbolic link to
+// what it names (the link stays a link; a dangling one's target is made).
+std::string output_target(const std::string& output) {
   std::string target = output;
   std::error_code ec;
-  for (int hops = 0; hops < 40 && fs::is_symlink(target, ec); ++hops) {  // a dangling one too: its target is made
+  for (int hops = 0; hops < 40 && fs::is_symlink(target, ec); ++hops) {
     const fs::path to = fs::read_symlink(target, ec);
     if (ec) break;
     target = (to.is_absolute() ? to : fs::path(target).parent_path() / to).lexically_normal().string();
   }
+  return target;
+}
+
+}  // namespace
+
+void write_then_rename(const std::string& output, const std::function<void(const std::string& tmp)>& write) {
+  const std::string target = output_target(output);
+  std::error_code ec;
   struct stat st {};
   const bool exists = ::stat(target.c_str(), &st) == 0;
   // A regular file with no other hard link is replaced whole (rename); any
@@ -144,9 +150,17 @@ void write_text(const std::string& output, const std::string& text) {
 }
 
 std::string output_problem(const std::string& output) {
+  // As write_then_rename writes it: through links; a device, FIFO or file
+  // of several links in place (nothing made beside it); else a new file
+  // beside the target.
+  const std::string target = output_target(output);
   struct stat st {};
-  if (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "cannot write '" + output + "': is a directory";
-  const std::string probe = output + ".heaplab-probe-" + std::to_string(getpid());
+  if (::stat(target.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return "cannot write '" + output + "': is a directory";
+    if (!S_ISREG(st.st_mode) || st.st_nlink > 1)
+      return ::access(target.c_str(), W_OK) == 0 ? "" : "cannot write '" + output + "': " + std::strerror(errno);
+  }
+  const std::string probe = target + ".heaplab-probe-" + std::to_string(getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return "cannot write '" + output + "': " + std::strerror(errno);
   ::close(fd);

@@ -146,5 +146,29 @@ TEST(Files, ADirectoryIsRefused) {
   }
 }
 
+// Whether an output can be written is asked as write_text writes it:
+// through a link to its target, in place for a device, beside the target
+// otherwise; with nothing left behind.
+TEST(Files, OutputProblemAsTheWriteWouldMeetIt) {
+  Dir d;
+  EXPECT_EQ(output_problem(d.file("new")), "");
+  EXPECT_EQ(output_problem("/dev/null"), "");  // (written in place: nothing made in /dev)
+  EXPECT_EQ(output_problem(d.path.string()), "cannot write '" + d.path.string() + "': is a directory");
+  EXPECT_EQ(output_problem(d.file("no/such/dir")),
+            "cannot write '" + d.file("no/such/dir") + "': No such file or directory");
+  // A link in a directory that cannot be written, to a place that can: the
+  // target is what is written. (Root writes anywhere: the read-only
+  // directory is a missing one instead.)
+  fs::create_directory(d.path / "out");
+  fs::create_symlink(d.file("out/result.json"), d.file("link"));
+  EXPECT_EQ(output_problem(d.file("link")), "");
+  fs::create_symlink(d.file("gone/result.json"), d.file("dangling"));
+  EXPECT_EQ(output_problem(d.file("dangling")), "cannot write '" + d.file("dangling") + "': No such file or directory");
+  size_t left = 0;
+  for (const auto& e : fs::recursive_directory_iterator(d.path))
+    left += e.path().filename() != "out" && e.path().filename() != "link" && e.path().filename() != "dangling";
+  EXPECT_EQ(left, 0u);
+}
+
 }  // namespace
 }  // namespace heaplab::common

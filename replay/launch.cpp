@@ -469,6 +469,11 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
       throw ReplayError(std::string(info.option) + ": " + why);
   }
   if (std::string why = check_settings(opt.settings); !why.empty()) throw ReplayError(why);
+  try {
+    (void)PlanStore::limit_set();
+  } catch (const PlanError& e) {
+    throw ReplayError(e.what());
+  }
   any_allocator = false;
   const Launch l = resolve(opt);
   any_allocator = true;
@@ -532,6 +537,7 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   // else built now (and kept if there is room).
   bool reused = false, kept = false;
   std::string source = "built", where;
+  std::pair<uint64_t, uint64_t> kept_file{0, 0};  // the kept plan found (device, inode)
   std::vector<uint64_t> event_refs;
   if (opt.addresses) {
     // 8 bytes a call for the refs and 8 for the addresses here, and up to
@@ -586,6 +592,8 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
     if (plan_fd >= 0) {
       reused = true;
       source = "kept";
+      struct stat st {};
+      if (fstat(plan_fd, &st) == 0) kept_file = {uint64_t(st.st_dev), uint64_t(st.st_ino)};
     } else {
       try {
         plan_fd = store.build(*reader, popt, trace_id, plan, kept, where);
@@ -700,6 +708,7 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   } close_table{table_fd};
   for (std::string& a : to_args(opt.settings)) argv.push_back(std::move(a));
   argv.insert(argv.end(), l.args.begin(), l.args.end());
+  argv.insert(argv.end(), {"--label", opt.allocator});
 
   // The replayer: fds 3 and 4 are the plan and the result pipe; it dies with
   // heaplab (a replay nobody reads is wasted CPU).
@@ -818,10 +827,11 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
     r["exit"] = {{"status", "error"}, {"code", code}};
     o.error = replay["error"].is_string() ? replay["error"].get<std::string>() : replay["error"].dump();
     o.exit_code = code == 2 ? 2 : 1;
-    // A plan kept on disk (found now, or by an earlier replay of this
-    // command) whose steps the replayer refused: damaged since it was kept.
-    if (code == 2 && (source == "kept" || source == "this command") && o.error.rfind("plan: ", 0) == 0) {
-      PlanStore().remove(trace_id, popt);
+    // A plan kept on disk, found by this replay, whose steps the replayer
+    // refused (or that another program cut short): damaged since it was
+    // kept. Removed, if it is still the file by that name.
+    if (code == 2 && source == "kept" && replay.value("plan_damaged", false)) {
+      PlanStore().remove(trace_id, popt, kept_file);
       plan_cache().keep("", -1, PlanSummary{}, "");
       o.damaged_kept_plan = true;
     }
@@ -921,7 +931,7 @@ std::string result_summary(const nlohmann::json& document) {
   const ReplayResult r = result_from_json(document);
   std::string s;
   s += fmt::format("replay of {} ({} calls, {} recorded thread{} on {}) on {} ({}{}{})\n", r.trace_path,
-                   group_digits(r.trace_calls), r.recorded_threads, r.recorded_threads == 1 ? "" : "s",
+                   group_digits(r.trace_calls), group_digits(r.recorded_threads), r.recorded_threads == 1 ? "" : "s",
                    r.replay_threads, r.allocator, r.load, r.version.empty() ? "" : ", " + r.version,
                    r.library.empty() ? "" : ", " + r.library);
   for (const std::string& w : r.warnings) s += "  warning: " + w + "\n";

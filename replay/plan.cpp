@@ -1243,8 +1243,12 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
 
 uint64_t plan_head_hash(int fd) {
   PlanHeader h{};
-  if (pread(fd, &h, sizeof h, 0) != ssize_t(sizeof h) || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof h, 0) != ssize_t(sizeof h) ||
+      std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
     throw PlanError("plan: not a replay plan");
+  if (sizeof h + uint64_t(h.threads) * sizeof(PlanThread) > uint64_t(st.st_size))
+    throw PlanError("plan: its thread table is cut short");
   std::string head(sizeof h + uint64_t(h.threads) * sizeof(PlanThread), '\0');
   size_t got = 0;
   while (got < head.size()) {

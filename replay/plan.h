@@ -317,6 +317,7 @@ class MappedPlan {
   MappedPlan(const MappedPlan&) = delete;
   MappedPlan& operator=(const MappedPlan&) = delete;
 
+  const void* base() const { return map_; }  // the mapping (trace::guard_mapping_report)
   uint32_t threads() const { return threads_; }
   uint64_t max_id() const { return max_id_; }  // replay ids given
   uint64_t slots() const { return slots_; }    // the object table's largest slot

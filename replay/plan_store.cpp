@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 #include <fmt/format.h>
 
@@ -201,21 +202,29 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
   return fd;
 }
 
-void PlanStore::remove(const std::string& id, const PlanOptions& opt) const {
-  if (!id.empty()) remove_entry(name(id, opt) + ".plan");
+void PlanStore::remove(const std::string& id, const PlanOptions& opt, std::pair<uint64_t, uint64_t> file) const {
+  if (id.empty()) return;
+  const std::string plan = name(id, opt) + ".plan";
+  struct stat st {};
+  if (stat(plan.c_str(), &st) == 0 && uint64_t(st.st_dev) == file.first && uint64_t(st.st_ino) == file.second)
+    remove_entry(plan);
+}
+
+std::optional<uint64_t> PlanStore::limit_set() {
+  const char* l = std::getenv("HEAPLAB_PLAN_CACHE_MIB");
+  if (!l || !*l) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mib = std::strtoull(l, &end, 10);
+  if (*l < '0' || *l > '9' || *end != '\0' || errno != 0 || mib > (UINT64_MAX >> 20))
+    throw PlanError(std::string("HEAPLAB_PLAN_CACHE_MIB: expected the MiB of kept plans as a whole number (0: keep "
+                                "none), not '") +
+                    l + "'");
+  return uint64_t(mib) * kMiB;
 }
 
 uint64_t PlanStore::cache_limit() const {
-  if (const char* l = std::getenv("HEAPLAB_PLAN_CACHE_MIB"); l && *l) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long mib = std::strtoull(l, &end, 10);
-    if (*l < '0' || *l > '9' || *end != '\0' || errno != 0 || mib > (UINT64_MAX >> 20))
-      throw PlanError(std::string("HEAPLAB_PLAN_CACHE_MIB: expected the MiB of kept plans as a whole number (0: keep "
-                                  "none), not '") +
-                      l + "'");
-    return uint64_t(mib) * kMiB;
-  }
+  if (const std::optional<uint64_t> set = limit_set()) return *set;
   uint64_t kept = 0;
   for (const Entry& e : entries(dir_)) kept += e.bytes;
   return std::min<uint64_t>(64 * kGiB, (free_bytes_of(dir_) + kept) / 2);

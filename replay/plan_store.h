@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "capture/format/trace_reader.h"
 #include "replay/plan.h"
@@ -26,6 +28,9 @@ namespace heaplab::replay {
 class PlanStore {
  public:
   static std::string default_dir();
+  // HEAPLAB_PLAN_CACHE_MIB in bytes, if set; throws PlanError, in one line,
+  // if it is not a whole number of MiB (checked before a replay starts).
+  static std::optional<uint64_t> limit_set();
   explicit PlanStore(std::string dir = default_dir());
 
   // The plan kept for the trace whose content id is `id`, built with `opt`:
@@ -42,9 +47,11 @@ class PlanStore {
   int build(const trace::TraceReader& r, const PlanOptions& opt, const std::string& id, PlanSummary& summary,
             bool& kept, std::string& where) const;
 
-  // Removes the plan kept for `id` and `opt`, if any (found damaged only
-  // once replayed: the replayer checks the steps).
-  void remove(const std::string& id, const PlanOptions& opt) const;
+  // Removes the plan kept for `id` and `opt` if it is still the file
+  // `file` (device, inode) that was found (damaged, as only the replayer,
+  // which checks the steps, can tell); not one another command has put in
+  // its place since.
+  void remove(const std::string& id, const PlanOptions& opt, std::pair<uint64_t, uint64_t> file) const;
 
   const std::string& dir() const { return dir_; }
 

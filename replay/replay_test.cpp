@@ -812,8 +812,9 @@ TEST_F(ReplayTest, ATraceReplacedWhileReadNamesNoPlan) {
   EXPECT_EQ(heaplab::replay::file_id(t, &again->file_stamp()), "");
 }
 
-// A cache limit that is not a whole number of MiB is an error, not a limit
-// read as far as it goes ("1e3" was 1, "5MiB" 5, "abc" 0 and "-1" none).
+// A cache limit that is not a whole number of MiB is an error, before
+// anything is built or found, not a limit read as far as it goes ("1e3"
+// was 1, "5MiB" 5, "abc" 0 and "-1" none).
 TEST_F(ReplayTest, APlanCacheLimitThatIsNotANumberIsOneLine) {
   const std::string t = write_trace("cache_limit", big_and_small(), false);
   const std::string plans = (dir() / "cache_limit_plans").string();
@@ -821,15 +822,21 @@ TEST_F(ReplayTest, APlanCacheLimitThatIsNotANumberIsOneLine) {
     const Outcome r =
         run({kHeaplab, "replay", t, "-q"}, "HEAPLAB_PLAN_DIR=" + quote(plans) + " HEAPLAB_PLAN_CACHE_MIB=" + quote(v));
     EXPECT_EQ(r.code, 2) << v;
-    EXPECT_EQ(r.err, "heaplab: error: replay: " + t +
-                         ": HEAPLAB_PLAN_CACHE_MIB: expected the MiB of kept plans as a whole number (0: keep none), "
-                         "not '" +
-                         v + "'\n");
+    EXPECT_EQ(r.err,
+              "heaplab: error: replay: HEAPLAB_PLAN_CACHE_MIB: expected the MiB of kept plans as a whole number (0: "
+              "keep none), not '" +
+                  std::string(v) + "'\n");
   }
   const Outcome r =
       run({kHeaplab, "replay", t, "-q"}, "HEAPLAB_PLAN_DIR=" + quote(plans) + " HEAPLAB_PLAN_CACHE_MIB=0");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fs::is_empty(plans));
+  // With a plan kept, to be found rather than built: refused all the same.
+  EXPECT_EQ(run({kHeaplab, "replay", t, "-q"}, "HEAPLAB_PLAN_DIR=" + quote(plans)).code, 0);
+  ASSERT_FALSE(fs::is_empty(plans));
+  const Outcome found =
+      run({kHeaplab, "replay", t, "-q"}, "HEAPLAB_PLAN_DIR=" + quote(plans) + " HEAPLAB_PLAN_CACHE_MIB=lots");
+  EXPECT_EQ(found.code, 2) << found.err;
 }
 
 // Where the results go is checked before anything is built or replayed.
@@ -1647,6 +1654,40 @@ TEST_F(ReplayTest, DamagedKeptPlanIsBuiltAgain) {
     EXPECT_EQ(e["plan_source"], "kept");
     EXPECT_EQ(e.value("warnings", json::array()).dump().find("damaged"), std::string::npos) << e["warnings"];
   }
+}
+
+// A kept plan that another program cuts short while a replay reads it: the
+// replayer says so on its result pipe (not "Bus error", nor a failed replay
+// without a cause), and heaplab removes the plan, builds it again and
+// replays once more, with a warning. (A replay at the recorded pace of 3 s,
+// the plan emptied 0.5 s in.)
+TEST_F(ReplayTest, AKeptPlanCutShortDuringTheReplayIsBuiltAgain) {
+  const std::string plans = (dir() / "cut-plans").string();
+  std::vector<Event> ev;
+  for (uint64_t id = 1; id <= 3000; ++id) {
+    ev.push_back(malloc_ev(32, id * 1000000));
+    ev.push_back(free_ev(id, id * 1000000 + 500));
+  }
+  const std::string t = write_trace("cut_kept", ev);
+  const std::string env = "HEAPLAB_PLAN_DIR=" + quote(plans);
+  const Outcome first = run({kHeaplab, "replay", t, "-q", "--timing", "recorded", "--speed", "100"}, env);
+  ASSERT_EQ(first.code, 0) << first.err;
+  std::string plan;
+  for (const auto& e : fs::directory_iterator(plans))
+    if (e.path().extension() == ".plan") plan = e.path().string();
+  ASSERT_FALSE(plan.empty());
+  const std::string out = (dir() / "cut_kept.json").string();
+  const Outcome r =
+      run({kHeaplab, "replay", t, "--timing", "recorded", "-o", out}, "(sleep 0.5; : > " + quote(plan) + ") & " + env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("Bus error"), std::string::npos) << r.err;
+  const json j = json::parse(slurp(out));
+  EXPECT_EQ(j["plan_source"], "built");
+  EXPECT_NE(j["warnings"].dump().find("the kept replay plan was damaged (plan: the file shrank while it was read "
+                                      "(rewritten or truncated by another program?)): removed, and built again"),
+            std::string::npos)
+      << j["warnings"];
+  EXPECT_TRUE(j["replay"]["faithful"].get<bool>());
 }
 
 TEST_F(ReplayTest, FileSizeLimitIsAnErrorNotASignal) {

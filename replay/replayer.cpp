@@ -1,5 +1,6 @@
 #include "replay/replayer.h"
 
+#include "capture/format/mapping_guard.h"
 #include "replay/environment.h"
 #include "replay/pinning.h"
 #include "replay/plan_pager.h"
@@ -27,22 +28,6 @@
 namespace heaplab::replay {
 
 namespace {
-
-// The allocator a progress line names: the one that answers malloc (a
-// preloaded library's replay runs on the "system" backend), by its version's
-// first word ("jemalloc 5.3.0-..."), else its library's file name.
-std::string progress_label(const BackendHooks& backend) {
-  const nlohmann::json who = backend.describe();
-  if (const auto v = who.find("version"); v != who.end() && v->is_string() && !v->get<std::string>().empty()) {
-    const std::string s = v->get<std::string>();
-    return s.substr(0, s.find(' '));
-  }
-  if (const auto l = who.find("library"); l != who.end() && l->is_string() && !l->get<std::string>().empty()) {
-    const std::string s = l->get<std::string>();
-    return s.substr(s.rfind('/') + 1);
-  }
-  return backend.name;
-}
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
@@ -159,11 +144,14 @@ void* worker_main(void* arg) {
 }
 
 // A replay that cannot go on: {"error": WHAT} on the result pipe (heaplab
-// reports it), or where there is none (or it cannot be written) a line on
-// stderr.
-void report_error(int result_fd, const char* prog, const std::string& what) {
+// reports it; `plan_damaged`: the plan's steps were refused, so heaplab
+// builds a kept one again), or where there is none (or it cannot be
+// written) a line on stderr.
+void report_error(int result_fd, const char* prog, const std::string& what, bool plan_damaged = false) {
   if (result_fd != 1) {
-    const std::string out = nlohmann::json{{"error", what}}.dump() + "\n";
+    nlohmann::json j{{"error", what}};
+    if (plan_damaged) j["plan_damaged"] = true;  // (heaplab builds a kept plan again)
+    const std::string out = j.dump() + "\n";
     if (write(result_fd, out.data(), out.size()) == ssize_t(out.size())) return;
   }
   std::fprintf(stderr, "%s: %s\n", prog, what.c_str());
@@ -284,6 +272,8 @@ ReplayerArgs parse_replayer_args(int argc, char** argv) {
       if (a.load != "preload" && a.load != "direct") bad("--load: expected preload or direct, not '" + a.load + "'");
     } else if (opt == "--direct-library") {
       a.direct_library = value();
+    } else if (opt == "--label") {
+      a.label = value();
     } else if (!opt.empty() && opt[0] == '-') {
       bad("unknown option '" + opt + "'");
     } else if (a.trace.empty()) {
@@ -310,6 +300,16 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   }
   MappedPlan plan(plan_fd);
   if (!args.trace.empty()) close(plan_fd);
+  // Cut short under the mapping by another program: said on the result pipe
+  // too, as damage (heaplab builds a kept plan again).
+  if (args.result_fd != 1)
+    trace::guard_mapping_report(plan.base(), args.result_fd,
+                                nlohmann::json{{"error",
+                                                "plan: the file shrank while it was read (rewritten or "
+                                                "truncated by another program?)"},
+                                               {"plan_damaged", true}}
+                                        .dump() +
+                                    "\n");
   if (paced && !plan.has_times())
     throw PlanError("--timing recorded: the plan has no timestamps (the trace has no clock)");
 
@@ -346,10 +346,10 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   PlanPager pager(
       plan, results, PlanPager::window_steps(plan),
       [result_fd](const std::string& why) {
-        report_error(result_fd, "heaplab-replay", why);
+        report_error(result_fd, "heaplab-replay", why, true);
         _exit(2);
       },
-      "replaying on " + progress_label(backend));
+      "replaying on " + (args.label.empty() ? std::string(backend.name) : args.label));
   pager.prime();
   // Memory over time (needs the plan's live-bytes sums). The bookkeeping
   // above is all anonymous and populated: a constant to subtract.

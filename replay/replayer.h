@@ -60,6 +60,7 @@ struct ReplayerArgs {
   int table_fd = -1;
   std::string load = "preload";
   std::string direct_library;  // heaplab-replay only: a custom .so loaded directly
+  std::string label;           // the allocator a progress line names (--label; else the backend's name)
 };
 
 // Parses the replayer's arguments; throws std::invalid_argument with a

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <mutex>
 
 namespace heaplab::trace {
@@ -14,46 +13,64 @@ namespace heaplab::trace {
 namespace {
 
 constexpr size_t kSlots = 64;
-constexpr size_t kMessage = 480;
+constexpr size_t kMessage = 512;
 
 struct Slot {
   std::atomic<uintptr_t> base{0};  // 0: free
   std::atomic<size_t> len{0};
   char message[kMessage];
   std::atomic<size_t> message_len{0};
+  char report[kMessage];  // also written to report_fd (guard_mapping_report)
+  std::atomic<size_t> report_len{0};
+  std::atomic<int> report_fd{-1};
 };
 
 Slot g_slots[kSlots];
 std::mutex g_mu;  // registrations (the handler only reads)
 struct sigaction g_previous;
 bool g_installed = false;
+std::atomic<bool> g_said{false};  // one thread says it (several can fault at once)
 
-void on_sigbus(int sig, siginfo_t* info, void* ctx) {
+void write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return;
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void on_sigbus(int, siginfo_t* info, void*) {
+  // A fault at an address of a guarded mapping past its file's end (the
+  // kernel's BUS_ADRERR; not a SIGBUS another process sent, nor a memory
+  // or I/O error, which mean something else).
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
-  for (Slot& s : g_slots) {
-    const uintptr_t base = s.base.load(std::memory_order_acquire);
-    if (base == 0 || addr - base >= s.len.load(std::memory_order_relaxed)) continue;
-    const size_t n = s.message_len.load(std::memory_order_acquire);
-    if (n != 0) {
-      const ssize_t w = ::write(STDERR_FILENO, s.message, n);
-      (void)w;
+  if (info->si_code == BUS_ADRERR)
+    for (Slot& s : g_slots) {
+      const uintptr_t base = s.base.load(std::memory_order_acquire);
+      if (base == 0 || addr - base >= s.len.load(std::memory_order_relaxed)) continue;
+      if (!g_said.exchange(true)) {
+        const int fd = s.report_fd.load(std::memory_order_acquire);
+        if (fd >= 0) write_all(fd, s.report, s.report_len.load(std::memory_order_acquire));
+        write_all(STDERR_FILENO, s.message, s.message_len.load(std::memory_order_acquire));
+        ::_exit(2);
+      }
+      for (;;) pause();  // (another thread is saying it and ending the process)
     }
-    ::_exit(2);
-  }
-  // Not a guarded mapping's: as before this handler (the fault repeats once
-  // the instruction runs again, under the previous disposition).
-  if ((g_previous.sa_flags & SA_SIGINFO) && g_previous.sa_sigaction) {
-    g_previous.sa_sigaction(sig, info, ctx);
-    return;
-  }
-  if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN && g_previous.sa_handler) {
-    g_previous.sa_handler(sig);
-    return;
-  }
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(SIGBUS, &dfl, nullptr);
+  // Not one of ours: as before this handler. A fault repeats once its
+  // instruction runs again; a signal sent is raised again (blocked until
+  // this handler returns).
+  sigaction(SIGBUS, &g_previous, nullptr);
+  if (info->si_code <= 0) raise(SIGBUS);
+}
+
+// Up to kMessage bytes of `text` into `to` (not a C string: written by
+// length); one cut short still ends its line.
+size_t copy_text(char* to, const std::string& text) {
+  const size_t n = std::min(text.size(), kMessage);
+  std::copy_n(text.data(), n, to);
+  if (n == kMessage) to[n - 1] = '\n';
+  return n;
 }
 
 }  // namespace
@@ -64,23 +81,31 @@ void guard_mapping(const void* base, size_t len, const std::string& path) {
   if (!g_installed) {
     struct sigaction sa {};
     sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGBUS, &sa, &g_previous) != 0) return;
     g_installed = true;
   }
   for (Slot& s : g_slots) {
     if (s.base.load(std::memory_order_relaxed) != 0) continue;
-    const std::string m = "heaplab: error: " + path +
+    // (On a terminal, over whatever progress line was being drawn.)
+    const std::string m = std::string(isatty(STDERR_FILENO) ? "\r\033[K" : "") + "heaplab: error: " + path +
                           ": the file shrank while it was read (rewritten or truncated by another program?)\n";
-    const size_t n = std::min(m.size(), kMessage);
-    std::memcpy(s.message, m.data(), n);
-    if (n == kMessage) s.message[n - 1] = '\n';
-    s.message_len.store(n, std::memory_order_release);
+    s.message_len.store(copy_text(s.message, m), std::memory_order_release);
+    s.report_fd.store(-1, std::memory_order_release);
     s.len.store(len, std::memory_order_relaxed);
     s.base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
     return;
   }
+}
+
+void guard_mapping_report(const void* base, int fd, const std::string& text) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (Slot& s : g_slots)
+    if (s.base.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(base)) {
+      s.report_len.store(copy_text(s.report, text), std::memory_order_release);
+      s.report_fd.store(fd, std::memory_order_release);
+    }
 }
 
 void unguard_mapping(const void* base) {
@@ -89,6 +114,7 @@ void unguard_mapping(const void* base) {
   for (Slot& s : g_slots)
     if (s.base.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(base)) {
       s.base.store(0, std::memory_order_release);
+      s.report_fd.store(-1, std::memory_order_release);
       s.message_len.store(0, std::memory_order_release);
       s.len.store(0, std::memory_order_relaxed);
     }

@@ -17,8 +17,14 @@ namespace heaplab::trace {
 // installed at the first). Up to 64 at once; beyond that a mapping is not
 // guarded (a SIGBUS in it ends the process as before). The message is made
 // here, not in the handler: "heaplab: error: PATH: the file shrank while it
-// was read (rewritten or truncated by another program?)".
+// was read (rewritten or truncated by another program?)", said once however
+// many threads fault. Only the kernel's BUS_ADRERR in a guarded range is
+// taken; any other SIGBUS goes to the disposition before (and the guard is
+// off from then on).
 void guard_mapping(const void* base, size_t len, const std::string& path);
+// A guarded mapping's fault also writes `text` (at most 512 bytes) to `fd`
+// first: the replayer's result pipe, whose reader then knows why it ended.
+void guard_mapping_report(const void* base, int fd, const std::string& text);
 // Before the mapping goes (munmap). Does nothing for one not guarded.
 void unguard_mapping(const void* base);
 
