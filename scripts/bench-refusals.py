@@ -12,7 +12,9 @@ whether stderr was one line.
     N pairs of small calls) captured, then replayed with --touch pages
   - the same with --touch all
   - the same trace, no room for its plan: HEAPLAB_PLAN_DIR on a 4 MiB
-    tmpfs (root only; left out where it cannot be mounted)
+    tmpfs (root only; left out where it cannot be mounted); with --touch
+    none it runs, its plan held in memory, where the plan takes at most
+    half the memory available (before: refused)
   - more threads than a process can start here: a trace of
     vm.max_map_count / 2 + 100 threads of one call each
   - a heap bigger than memory that the trace does not state (a trace
