@@ -355,8 +355,12 @@ std::string stats_to_text(const TraceStats& s) {
   for (const Log2Histogram& h : s.lifetime_events_by_size) any = any || h.samples;
   if (any) {
     out += "lifetimes by size class (log2 buckets of the median and the 90th percentile):\n";
-    char row[256];
-    std::snprintf(row, sizeof row, "  %-22s %12s  %-24s %-24s%s\n", "size (bytes)", "freed", "median (events)",
+    // (The size column as wide as its widest label: 22, or more from 2^36 on.)
+    int size_w = 22;
+    for (unsigned k = 0; k < s.lifetime_events_by_size.size(); ++k)
+      if (s.lifetime_events_by_size[k].samples) size_w = std::max(size_w, int(Log2Histogram::label(k).size()));
+    char row[320];
+    std::snprintf(row, sizeof row, "  %-*s %12s  %-24s %-24s%s\n", size_w, "size (bytes)", "freed", "median (events)",
                   "p90 (events)", s.has_time ? " median (ns)                    p90 (ns)" : "");
     std::string head = row;
     while (head.size() > 1 && head[head.size() - 2] == ' ') head.erase(head.size() - 2, 1);
@@ -372,7 +376,7 @@ std::string stats_to_text(const TraceStats& s) {
                       Log2Histogram::label(t.quantile_bucket(0.9)).c_str());
         ns = cols;
       }
-      std::snprintf(row, sizeof row, "  %-22s %12s  %-24s %-24s%s\n", Log2Histogram::label(k).c_str(),
+      std::snprintf(row, sizeof row, "  %-*s %12s  %-24s %-24s%s\n", size_w, Log2Histogram::label(k).c_str(),
                     group_digits(h.samples).c_str(), Log2Histogram::label(h.quantile_bucket(0.5)).c_str(),
                     Log2Histogram::label(h.quantile_bucket(0.9)).c_str(), ns.c_str());
       std::string r = row;

@@ -579,6 +579,19 @@ TEST(StatsOutput, TextSingleThreadNoTimestamps) {
   EXPECT_EQ(stats_to_text(stats_of(evs)), expected);
 }
 
+// A size class from 2^36 bytes on is wider than the column was: the column
+// widens, and the counts stay under their head.
+TEST(StatsOutput, WideSizeClassesStayInTheirColumns) {
+  std::vector<Event> evs = {alloc(20), alloc(uint64_t{100} << 30), release(1), release(2)};
+  const std::string text = stats_to_text(stats_of(evs));
+  const std::string table = text.substr(text.find("lifetimes by size class"));
+  EXPECT_EQ(table,
+            "lifetimes by size class (log2 buckets of the median and the 90th percentile):\n"
+            "  size (bytes)                           freed  median (events)          p90 (events)\n"
+            "  16..31                                     1  2..3                     2..3\n"
+            "  68,719,476,736..137,438,953,471            1  2..3                     2..3\n");
+}
+
 // ------------------------------------------------------------ properties
 
 // A reference model of the live set, with an exact (128-bit) byte sum.
