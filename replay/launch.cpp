@@ -538,6 +538,7 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   bool reused = false, kept = false;
   std::string source = "built", where;
   std::pair<uint64_t, uint64_t> kept_file{0, 0};  // the kept plan found (device, inode)
+  std::string not_kept;                           // a warning: the plan was meant to be kept, and was not
   std::vector<uint64_t> event_refs;
   if (opt.addresses) {
     // 8 bytes a call for the refs and 8 for the addresses here, and up to
@@ -597,6 +598,8 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
     } else {
       try {
         plan_fd = store.build(*reader, popt, trace_id, plan, kept, where);
+        if (!store.not_kept().empty())
+          not_kept = "the replay plan was built for this command alone, not kept for later ones: " + store.not_kept();
       } catch (const trace::TraceError& e) {
         throw ReplayError(e.what());
       } catch (const PlanLiveLimit& e) {
@@ -779,6 +782,7 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   r["trace"] = trace_j;
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
   if (!times_warning.empty()) r["warnings"].push_back(times_warning);
+  if (!not_kept.empty()) r["warnings"].push_back(not_kept);
   if (unidentified)
     r["warnings"].push_back(opt.trace +
                             " could not be read again by its name to identify it (replaced or rewritten since it was "

@@ -318,7 +318,9 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   }
   const std::string base = name(id, opt);
   std::string tmp = base + ".tmp.XXXXXX";
+  not_kept_.clear();
   int fd = keep ? mkostemp(tmp.data(), O_CLOEXEC) : -1;
+  if (keep && fd < 0) not_kept_ = std::string("cannot create a file in ") + dir_ + ": " + std::strerror(errno);
   if (fd >= 0) flock(fd, LOCK_SH | LOCK_NB);  // in use by this command once named (find())
   if (fd < 0) {
     keep = false;
@@ -349,17 +351,26 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   if (!keep) return fd;
   struct stat st {};
   fstat(fd, &st);
-  const nlohmann::json j = {{"trace_id", id},
-                            {"plan_bytes", uint64_t(st.st_size)},
-                            {"head_xxh3", fmt::format("{:016x}", plan_head_hash(fd))},
-                            {"summary", summary}};
+  nlohmann::json j;
+  try {
+    j = {{"trace_id", id},
+         {"plan_bytes", uint64_t(st.st_size)},
+         {"head_xxh3", fmt::format("{:016x}", plan_head_hash(fd))},
+         {"summary", summary}};
+  } catch (const PlanError& e) {
+    not_kept_ = e.what();
+    fs::remove(tmp, ec);
+    return fd;
+  }
   {
     std::ofstream out(tmp + ".json");
     out << j.dump() << "\n";
     out.flush();
     // On disk before it is named: a plan found after a crash of the
     // machine is whole, never a file of the right size full of zeros.
+    errno = 0;
     if (!out || fdatasync(fd) != 0) {
+      not_kept_ = "cannot write it to " + dir_ + (errno != 0 ? std::string(": ") + std::strerror(errno) : "");
       fs::remove(tmp + ".json", ec);
       fs::remove(tmp, ec);
       return fd;  // not kept; this command still has it
@@ -368,9 +379,11 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
   // Renamed into place, summary first, so that a plan found always has
   // its summary.
   fs::rename(tmp + ".json", base + ".json", ec);
+  const bool summary_named = !ec;
   if (!ec) fs::rename(tmp, base + ".plan", ec);
   if (ec) {
-    fs::remove(tmp + ".json", ec);
+    not_kept_ = "cannot name it in " + dir_ + ": " + ec.message();
+    fs::remove(summary_named ? base + ".json" : tmp + ".json", ec);  // (no summary without its plan)
     fs::remove(tmp, ec);
     return fd;
   }

@@ -54,6 +54,9 @@ class PlanStore {
   void remove(const std::string& id, const PlanOptions& opt, std::pair<uint64_t, uint64_t> file) const;
 
   const std::string& dir() const { return dir_; }
+  // Why the last build() did not keep a plan it meant to keep (a file it
+  // could not make, write or name: a full disk, for one); "" otherwise.
+  const std::string& not_kept() const { return not_kept_; }
 
  private:
   std::string name(const std::string& id, const PlanOptions& opt) const;
@@ -64,6 +67,7 @@ class PlanStore {
   // fit under `limit`; returns whether they do.
   bool make_room(uint64_t need, uint64_t limit) const;
   std::string dir_;
+  mutable std::string not_kept_;
 };
 
 }  // namespace heaplab::replay

@@ -1690,6 +1690,27 @@ TEST_F(ReplayTest, AKeptPlanCutShortDuringTheReplayIsBuiltAgain) {
   EXPECT_TRUE(j["replay"]["faithful"].get<bool>());
 }
 
+// A plan that was to be kept and could not be (here: its name is taken by
+// a directory, so it cannot be renamed into place) is said, not dropped in
+// silence; the replay runs on it all the same, and no summary is left
+// without its plan.
+TEST_F(ReplayTest, APlanThatCouldNotBeKeptIsSaid) {
+  const fs::path plans = dir() / "unkeepable-plans";
+  const std::string t = write_trace("unkeepable", big_and_small(), false);
+  const std::string base = heaplab::replay::file_id(t) + "-t0-untimed-live-v8";
+  fs::create_directories(plans / (base + ".plan"));
+  std::ofstream(plans / (base + ".plan") / "taken") << "x";
+  const json j = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + quote(plans.string()));
+  EXPECT_EQ(j["plan_kept"], false);
+  EXPECT_TRUE(j["replay"]["faithful"].get<bool>());
+  EXPECT_NE(j["warnings"].dump().find("the replay plan was built for this command alone, not kept for later ones: "
+                                      "cannot name it in " +
+                                      plans.string() + ": "),
+            std::string::npos)
+      << j["warnings"];
+  EXPECT_FALSE(fs::exists(plans / (base + ".json")));
+}
+
 TEST_F(ReplayTest, FileSizeLimitIsAnErrorNotASignal) {
   const std::string t = producer_consumer();
   const Outcome r = run({kHeaplab, "replay", t}, "ulimit -f 100; HEAPLAB_PLAN_DIR=" + (dir() / "fsize").string());
