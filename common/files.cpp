@@ -48,12 +48,24 @@ std::string errstr(int e) { return std::strerror(e); }
 
 // Copies the finished `tmp` into the existing `target` in place (a device,
 // a FIFO, a file with other hard links): its inode, links and mode stay.
+// A name for an open descriptor (/dev/stdout, /dev/fd/N, /proc/PID/fd/N):
+// its link's text is the kernel's name of what is open ("pipe:[N]", a path
+// that may be gone), not a path to follow. Written through the name itself.
+bool names_a_descriptor(const std::string& p) {
+  return p == "/dev/stdout" || p == "/dev/stderr" || p.rfind("/dev/fd/", 0) == 0 || p.rfind("/proc/", 0) == 0;
+}
+
 void copy_into(const std::string& tmp, const std::string& target, const std::string& output) {
   const int in = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) throw std::runtime_error(output + ": cannot write: " + errstr(errno));
   struct stat st {};
   const bool regular = ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  const int out = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | (regular ? O_TRUNC : 0));
+  // (What a descriptor's name names is appended to, as its descriptor is
+  // by a shell's `>>`: `>` emptied it already.)
+  const int out = ::open(target.c_str(), O_WRONLY | O_CLOEXEC |
+                                             (names_a_descriptor(target) ? O_APPEND
+                                              : regular                  ? O_TRUNC
+                                                                         : 0));
   if (out < 0) {
     const int e = errno;
     ::close(in);
@@ -82,16 +94,31 @@ void copy_into(const std::string& tmp, const std::string& target, const std::str
 }
 
 // Where the bytes written to `output` really go: through a symbolic link to
-// what it names (the link stays a link; a dangling one's target is made).
+// what it names (the link stays a link; a dangling one's target is made),
+// the kernel left to resolve ".." (a link may name a directory); stopped at
+// a descriptor's name. A loop (40 links) is an error.
 std::string output_target(const std::string& output) {
   std::string target = output;
   std::error_code ec;
-  for (int hops = 0; hops < 40 && fs::is_symlink(target, ec); ++hops) {
+  for (int hops = 0; !names_a_descriptor(target) && fs::is_symlink(target, ec); ++hops) {
+    if (hops == 40) throw std::runtime_error("cannot write '" + output + "': " + std::strerror(ELOOP));
     const fs::path to = fs::read_symlink(target, ec);
     if (ec) break;
-    target = (to.is_absolute() ? to : fs::path(target).parent_path() / to).lexically_normal().string();
+    target = (to.is_absolute() ? to : fs::path(target).parent_path() / to).string();
   }
   return target;
+}
+
+// The temporary file for `target` (stat `st`, if `exists`): beside it,
+// except for a device, FIFO or descriptor's name (nothing is made in /dev):
+// then in the temporary directory.
+std::string temporary_for(const std::string& target, bool exists, const struct stat& st) {
+  static std::atomic<unsigned> serial{0};  // outputs written at once by threads of this process
+  if ((exists && !S_ISREG(st.st_mode)) || names_a_descriptor(target))
+    return (fs::temp_directory_path() /
+            ("heaplab-" + std::to_string(::getpid()) + "-" + std::to_string(serial++) + ".part"))
+        .string();
+  return target + ".heaplab-" + std::to_string(::getpid()) + ".part";
 }
 
 }  // namespace
@@ -101,19 +128,14 @@ void write_then_rename(const std::string& output, const std::function<void(const
   std::error_code ec;
   struct stat st {};
   const bool exists = ::stat(target.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) throw std::runtime_error(output + ": cannot create: " + std::strerror(errno));
   // A regular file with no other hard link is replaced whole (rename); any
-  // other existing thing (device, FIFO, socket, hard-linked file) is written
-  // in place once the output is complete.
-  const bool replace = !exists || (S_ISREG(st.st_mode) && st.st_nlink <= 1);
+  // other existing thing (device, FIFO, socket, hard-linked file, what a
+  // descriptor's name names) is written in place once the output is
+  // complete.
+  const bool replace = !names_a_descriptor(target) && (!exists || (S_ISREG(st.st_mode) && st.st_nlink <= 1));
   if (exists && S_ISDIR(st.st_mode)) throw std::runtime_error(output + ": cannot create: Is a directory");
-  // The temporary file beside the target, except for a device or FIFO
-  // (nothing is created in /dev): then in the temporary directory.
-  static std::atomic<unsigned> serial{0};  // outputs written at once by threads of this process
-  const std::string tmp = exists && !S_ISREG(st.st_mode)
-                              ? (fs::temp_directory_path() /
-                                 ("heaplab-" + std::to_string(::getpid()) + "-" + std::to_string(serial++) + ".part"))
-                                    .string()
-                              : target + ".heaplab-" + std::to_string(::getpid()) + ".part";
+  const std::string tmp = temporary_for(target, exists, st);
   remove_stale_parts(target);
   try {
     write(tmp);
@@ -150,15 +172,32 @@ void write_text(const std::string& output, const std::string& text) {
 }
 
 std::string output_problem(const std::string& output) {
-  // As write_then_rename writes it: through links; a device, FIFO or file
-  // of several links in place (nothing made beside it); else a new file
-  // beside the target.
-  const std::string target = output_target(output);
+  // As write_then_rename writes it: through links; a device, FIFO, file of
+  // several links or descriptor's name in place, after a temporary file
+  // (in the temporary directory, or beside a file); else a new file beside
+  // the target.
+  std::string target;
+  try {
+    target = output_target(output);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
   struct stat st {};
-  if (::stat(target.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return "cannot write '" + output + "': is a directory";
-    if (!S_ISREG(st.st_mode) || st.st_nlink > 1)
-      return ::access(target.c_str(), W_OK) == 0 ? "" : "cannot write '" + output + "': " + std::strerror(errno);
+  const bool exists = ::stat(target.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) return "cannot write '" + output + "': " + std::strerror(errno);
+  if (exists && S_ISDIR(st.st_mode)) return "cannot write '" + output + "': is a directory";
+  if ((exists && (!S_ISREG(st.st_mode) || st.st_nlink > 1)) || names_a_descriptor(target)) {
+    if (::access(target.c_str(), W_OK) != 0) return "cannot write '" + output + "': " + std::strerror(errno);
+    if (exists && S_ISREG(st.st_mode) && !names_a_descriptor(target)) {
+      // (A file of several links: its temporary file goes beside it, probed below.)
+    } else {
+      std::error_code ec;
+      const fs::path tmp = fs::temp_directory_path(ec);
+      if (ec) return "cannot write '" + output + "': no temporary directory for it (" + ec.message() + ")";
+      if (::access(tmp.c_str(), W_OK | X_OK) != 0)
+        return "cannot write '" + output + "': the temporary directory " + tmp.string() + ": " + std::strerror(errno);
+      return "";
+    }
   }
   const std::string probe = target + ".heaplab-probe-" + std::to_string(getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

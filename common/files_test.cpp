@@ -164,10 +164,45 @@ TEST(Files, OutputProblemAsTheWriteWouldMeetIt) {
   EXPECT_EQ(output_problem(d.file("link")), "");
   fs::create_symlink(d.file("gone/result.json"), d.file("dangling"));
   EXPECT_EQ(output_problem(d.file("dangling")), "cannot write '" + d.file("dangling") + "': No such file or directory");
+  // A loop of links: an error, and the links stay links.
+  fs::create_symlink(d.file("loop_b"), d.file("loop_a"));
+  fs::create_symlink(d.file("loop_a"), d.file("loop_b"));
+  EXPECT_EQ(output_problem(d.file("loop_a")),
+            "cannot write '" + d.file("loop_a") + "': Too many levels of symbolic links");
+  EXPECT_THROW(write_text(d.file("loop_a"), "x\n"), std::runtime_error);
+  EXPECT_TRUE(fs::is_symlink(d.file("loop_a")));
   size_t left = 0;
-  for (const auto& e : fs::recursive_directory_iterator(d.path))
-    left += e.path().filename() != "out" && e.path().filename() != "link" && e.path().filename() != "dangling";
+  for (const auto& e : fs::recursive_directory_iterator(d.path)) {
+    const std::string n = e.path().filename().string();
+    left += n != "out" && n != "link" && n != "dangling" && n != "loop_a" && n != "loop_b";
+  }
   EXPECT_EQ(left, 0u);
+}
+
+// A relative link in a directory reached through a link resolves from where
+// the link really is (as the kernel does), not from the name's text.
+TEST(Files, ARelativeLinkBehindADirectoryLinkGoesWhereTheKernelSays) {
+  Dir d;
+  fs::create_directories(d.path / "real" / "sub");
+  fs::create_directory_symlink(d.path / "real" / "sub", d.path / "dirlink");
+  fs::create_symlink("../x.json", d.path / "real" / "sub" / "out.json");
+  write_text(d.file("dirlink/out.json"), "here\n");
+  EXPECT_EQ(slurp((d.path / "real" / "x.json").string()), "here\n");
+  EXPECT_FALSE(fs::exists(d.path / "x.json"));
+}
+
+// The name of a descriptor (/dev/stdout, /dev/fd/N) is written through, and
+// appended to (a shell's `>>` kept what was there), never replaced.
+TEST(Files, ADescriptorsNameIsAppendedTo) {
+  Dir d;
+  write_text(d.file("log"), "before\n");
+  const int fd = ::open(d.file("log").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const std::string name = "/dev/fd/" + std::to_string(fd);
+  EXPECT_EQ(output_problem(name), "");
+  write_text(name, "after\n");
+  ::close(fd);
+  EXPECT_EQ(slurp(d.file("log")), "before\nafter\n");
 }
 
 }  // namespace

@@ -206,7 +206,7 @@ void PlanStore::remove(const std::string& id, const PlanOptions& opt, std::pair<
   if (id.empty()) return;
   const std::string plan = name(id, opt) + ".plan";
   struct stat st {};
-  if (stat(plan.c_str(), &st) == 0 && uint64_t(st.st_dev) == file.first && uint64_t(st.st_ino) == file.second)
+  if (lstat(plan.c_str(), &st) == 0 && uint64_t(st.st_dev) == file.first && uint64_t(st.st_ino) == file.second)
     remove_entry(plan);
 }
 

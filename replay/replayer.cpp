@@ -298,7 +298,18 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
     plan_fd = build_plan(*reader, popt, summary);
     plan_info = {{"trace", args.trace}, {"live_bytes_peak", summary.live_bytes_peak}};
   }
-  MappedPlan plan(plan_fd);
+  // A plan whose header or thread table is refused is damaged (heaplab
+  // builds a kept one again); one this process cannot map is not.
+  std::unique_ptr<MappedPlan> mapped;
+  try {
+    mapped = std::make_unique<MappedPlan>(plan_fd);
+  } catch (const PlanMapError&) {
+    throw;
+  } catch (const PlanError& e) {
+    report_error(args.result_fd, "heaplab-replay", e.what(), true);
+    _exit(2);
+  }
+  MappedPlan& plan = *mapped;
   if (!args.trace.empty()) close(plan_fd);
   // Cut short under the mapping by another program: said on the result pipe
   // too, as damage (heaplab builds a kept plan again).

@@ -31,28 +31,32 @@ struct sigaction g_previous;
 bool g_installed = false;
 std::atomic<bool> g_said{false};  // one thread says it (several can fault at once)
 
-void write_all(int fd, const char* p, size_t n) {
+bool write_all(int fd, const char* p, size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
-    if (w <= 0) return;
+    if (w <= 0) return false;
     p += w;
     n -= size_t(w);
   }
+  return true;
 }
 
 void on_sigbus(int, siginfo_t* info, void*) {
   // A fault at an address of a guarded mapping past its file's end (the
   // kernel's BUS_ADRERR; not a SIGBUS another process sent, nor a memory
-  // or I/O error, which mean something else).
+  // error. A read error of the file's pages comes as BUS_ADRERR too, and is
+  // said as the file cut short.)
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
   if (info->si_code == BUS_ADRERR)
     for (Slot& s : g_slots) {
       const uintptr_t base = s.base.load(std::memory_order_acquire);
       if (base == 0 || addr - base >= s.len.load(std::memory_order_relaxed)) continue;
       if (!g_said.exchange(true)) {
+        // Said once: on the report's descriptor where there is one (whose
+        // reader says it), else on stderr.
         const int fd = s.report_fd.load(std::memory_order_acquire);
-        if (fd >= 0) write_all(fd, s.report, s.report_len.load(std::memory_order_acquire));
-        write_all(STDERR_FILENO, s.message, s.message_len.load(std::memory_order_acquire));
+        if (fd < 0 || !write_all(fd, s.report, s.report_len.load(std::memory_order_acquire)))
+          write_all(STDERR_FILENO, s.message, s.message_len.load(std::memory_order_acquire));
         ::_exit(2);
       }
       for (;;) pause();  // (another thread is saying it and ending the process)
@@ -61,7 +65,9 @@ void on_sigbus(int, siginfo_t* info, void*) {
   // instruction runs again; a signal sent is raised again (blocked until
   // this handler returns).
   sigaction(SIGBUS, &g_previous, nullptr);
-  if (info->si_code <= 0) raise(SIGBUS);
+  // (Not from the faulting instruction: sent, the kernel's own, or an
+  // asynchronous memory error.)
+  if (info->si_code <= 0 || info->si_code == SI_KERNEL || info->si_code == BUS_MCEERR_AO) raise(SIGBUS);
 }
 
 // Up to kMessage bytes of `text` into `to` (not a C string: written by
