@@ -186,6 +186,14 @@ Comparison replay_each(const ReplayOptions& base, const std::vector<std::string>
         }
       }
   Comparison c;
+  // A replay asked for that could not start: its row, a failure (exit 2).
+  const auto could_not_start = [&](const std::string& alloc, const std::string& load, const std::string& why) {
+    c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}},
+                         {"exit", {{"status", "error"}, {"code", 2}}},
+                         {"error", why}});
+    if (observe.failed) observe.failed(alloc, load, why);
+    c.worst_exit = std::max(c.worst_exit, 2);
+  };
   for (const std::string& alloc : allocs) {
     for (const std::string& load : loads) {
       ReplayOptions opt = base;
@@ -207,21 +215,13 @@ Comparison replay_each(const ReplayOptions& base, const std::vector<std::string>
         if (c.results.empty() || std::all_of(c.results.begin(), c.results.end(),
                                              [](const nlohmann::json& j) { return j.contains("skipped"); }))
           throw ReplayError(e.what());
-        c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}},
-                             {"exit", {{"status", "error"}, {"code", 2}}},
-                             {"error", e.what()}});
-        if (observe.failed) observe.failed(alloc, load, e.what());
-        c.worst_exit = std::max(c.worst_exit, 2);
+        could_not_start(alloc, load, e.what());
         continue;
       } catch (const ReplayError& e) {
         // Asked for and could not start (a bad trace, a setting it cannot
         // take): a failure, never "skipped".
         if (!all) throw ReplayError(alloc + " (" + load + "): " + e.what());
-        c.results.push_back({{"allocator", {{"name", alloc}, {"load", load}}},
-                             {"exit", {{"status", "error"}, {"code", 2}}},
-                             {"error", e.what()}});
-        if (observe.failed) observe.failed(alloc, load, e.what());
-        c.worst_exit = std::max(c.worst_exit, 2);
+        could_not_start(alloc, load, e.what());
         continue;
       }
       if (o.exit_code != 0) {
