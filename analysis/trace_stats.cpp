@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "capture/format/id_map.h"
+#include "common/capture_meta.h"
 #include "common/text.h"
 #include "common/json.h"
 
@@ -105,11 +106,7 @@ TraceStats compute_stats(const trace::TraceReader& r) {
       s.program_anon_peak_kib = c.value("anon_rss_peak_kib", uint64_t{0});
       s.explained_peak_bytes = c.value("explained_peak_bytes", uint64_t{0});
       if (c.contains("coverage") && c["coverage"].is_number()) s.coverage = c["coverage"].get<double>();
-      s.times_per_thread =
-          s.has_time &&
-          common::times_per_thread(
-              c.contains("shim_cost_ns") && c["shim_cost_ns"].is_number() ? c["shim_cost_ns"].get<double>() : 0.0,
-              c.contains("time_correction"), s.threads);
+      s.times_per_thread = s.has_time && common::times_per_thread(c, s.threads);
     }
   }
 

@@ -26,6 +26,7 @@
 #include "common/files.h"
 #include "capture/format/memory_available.h"
 #include "common/process.h"
+#include "common/capture_meta.h"
 #include "common/text.h"
 #include "replay/engine.h"
 #include "replay/histogram.h"
@@ -667,11 +668,7 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   // thread's own times (normalised by heaplab before capture.time_correction
   // was written): a busy thread's times sat still whenever a less busy one
   // wrote, so its calls would run here in bursts.
-  if (opt.settings.timing == Timing::recorded && capture &&
-      common::times_per_thread(capture->contains("shim_cost_ns") && (*capture)["shim_cost_ns"].is_number()
-                                   ? (*capture)["shim_cost_ns"].get<double>()
-                                   : 0.0,
-                               capture->contains("time_correction"), plan.recorded_threads))
+  if (opt.settings.timing == Timing::recorded && capture && common::times_per_thread(*capture, plan.recorded_threads))
     times_warning = common::times_per_thread_text(
         "--timing recorded then runs its calls in bursts; capture the program again, or normalise its kept raw "
         "files again (heaplab import --from heaplab-raw), for its pace");

@@ -349,12 +349,10 @@ int PlanStore::build(const trace::TraceReader& r, const PlanOptions& opt, const 
     keep = false;
   }
   if (!keep) return fd;
-  struct stat st {};
-  fstat(fd, &st);
   nlohmann::json j;
   try {
     j = {{"trace_id", id},
-         {"plan_bytes", uint64_t(st.st_size)},
+         {"plan_bytes", uint64_t(built.st_size)},
          {"head_xxh3", fmt::format("{:016x}", plan_head_hash(fd))},
          {"summary", summary}};
   } catch (const PlanError& e) {

@@ -314,13 +314,9 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
   // Cut short under the mapping by another program: said on the result pipe
   // too, as damage (heaplab builds a kept plan again).
   if (args.result_fd != 1)
-    trace::guard_mapping_report(plan.base(), args.result_fd,
-                                nlohmann::json{{"error",
-                                                "plan: the file shrank while it was read (rewritten or "
-                                                "truncated by another program?)"},
-                                               {"plan_damaged", true}}
-                                        .dump() +
-                                    "\n");
+    trace::guard_mapping_report(
+        plan.base(), args.result_fd,
+        nlohmann::json{{"error", std::string("plan: ") + trace::kShrankText}, {"plan_damaged", true}}.dump() + "\n");
   if (paced && !plan.has_times())
     throw PlanError("--timing recorded: the plan has no timestamps (the trace has no clock)");
 

@@ -95,8 +95,8 @@ void guard_mapping(const void* base, size_t len, const std::string& path) {
   for (Slot& s : g_slots) {
     if (s.base.load(std::memory_order_relaxed) != 0) continue;
     // (On a terminal, over whatever progress line was being drawn.)
-    const std::string m = std::string(isatty(STDERR_FILENO) ? "\r\033[K" : "") + "heaplab: error: " + path +
-                          ": the file shrank while it was read (rewritten or truncated by another program?)\n";
+    const std::string m =
+        std::string(isatty(STDERR_FILENO) ? "\r\033[K" : "") + "heaplab: error: " + path + ": " + kShrankText + "\n";
     s.message_len.store(copy_text(s.message, m), std::memory_order_release);
     s.report_fd.store(-1, std::memory_order_release);
     s.len.store(len, std::memory_order_relaxed);

@@ -13,6 +13,10 @@
 
 namespace heaplab::trace {
 
+// What a guarded mapping's fault says of its file (after "PATH: ").
+inline constexpr const char* kShrankText =
+    "the file shrank while it was read (rewritten or truncated by another program?)";
+
 // Registers [base, base + len) as a mapping of `path` (a SIGBUS handler is
 // installed at the first). Up to 64 at once; beyond that a mapping is not
 // guarded (a SIGBUS in it ends the process as before). The message is made
