@@ -574,7 +574,9 @@ std::string summary(const CaptureResult& r, const CaptureOptions& opt) {
     note(rep.late,
          "records read after later ones were written (the live reader missed them: their order with "
          "other threads' calls may be wrong)");
-    note(rep.latency_samples_dropped, "timed calls beyond the 16 Mi kept (use a larger --latency N)");
+    note(rep.latency_samples_dropped,
+         "timed calls thinned out (at most 16 Mi are kept, evenly over the run: a larger --latency N keeps more of "
+         "them)");
     if (!notes.empty()) line("  " + notes);
     const std::string why = rep.stop_error > 0 ? fmt::format(" ({})", std::strerror(int(rep.stop_error))) : "";
     const bool never_started = rep.dropped_calls && rep.calls == 0 && rep.records == 0;

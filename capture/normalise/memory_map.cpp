@@ -1,6 +1,7 @@
 #include "capture/normalise/memory_map.h"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 #include <numeric>
 #include <stdexcept>
@@ -249,21 +250,42 @@ void MemoryMap::object(uint64_t id, uint64_t len, uint64_t pages) {
   push(e, 0);
 }
 
+unsigned MemoryMap::latency_level(uint64_t seq) {
+  // splitmix64's finaliser: the seqs of a run of calls spread evenly.
+  uint64_t z = seq + 0x9e3779b97f4a7c15;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+  return unsigned(std::countl_zero(z ^ (z >> 31)));
+}
+
 void MemoryMap::latency(uint64_t seq, uint32_t thread, uint64_t ns) {
-  // At most 16 Mi are kept (a bound on the trace: its memory block holds
-  // at most 1 GiB); the rest are counted, not kept.
-  constexpr uint64_t kMaxLatencies = uint64_t{16} << 20;
-  if (counts_.latencies >= kMaxLatencies) {
+  const unsigned level = latency_level(seq);
+  if (level < latency_level_) {
     ++counts_.latencies_dropped;
     return;
   }
-  ++counts_.latencies;
   MemoryEvent e;
   e.op = MemOp::latency;
   e.after = seq;
   e.thread = thread;
   e.length = ns;
   push(e);
+  ++latencies_at_level_[level];
+  ++counts_.latencies;
+  // Past the limit, the lowest level kept goes: its calls held are dropped
+  // when read back.
+  while (counts_.latencies > max_latencies_ && latency_level_ < 64) {
+    const uint64_t n = latencies_at_level_[latency_level_++];
+    counts_.latencies -= n;
+    counts_.latencies_dropped += n;
+    latencies_thinned_ += n;
+  }
+}
+
+bool MemoryMap::next(MemoryEvent& e) {
+  while (sorter_.next(e))
+    if (latencies_thinned_ == 0 || e.op != MemOp::latency || latency_level(e.after) >= latency_level_) return true;
+  return false;
 }
 
 }  // namespace heaplab::normalise

@@ -27,16 +27,26 @@ struct MemoryCounts {
   uint64_t regions = 0;            // regions mapped
   uint64_t unknown_releases = 0;   // unmaps/advice on memory the program did not map while captured
   uint64_t measured = 0;           // resident-page counts taken
-  uint64_t latencies = 0;          // calls timed in the program
-  uint64_t latencies_dropped = 0;  // beyond the 16 Mi kept
+  uint64_t latencies = 0;          // calls timed in the program, kept
+  uint64_t latencies_dropped = 0;  // timed, and thinned out (MemoryMap::kMaxLatencies)
 };
 
 class MemoryMap {
  public:
   // `scratch_dir`: where the records go once more than a run of them
   // (MemorySorter) has been made: beside the trace.
-  explicit MemoryMap(std::string scratch_dir = ".", size_t run = MemorySorter::kDefaultRun)
-      : sorter_(std::move(scratch_dir), run) {}
+  // At most this many timed calls are kept (a bound on the trace: its
+  // memory block holds at most 1 GiB). Past it, the calls kept are thinned
+  // evenly over the whole run, not the first ones kept: a call is kept at
+  // level L if a hash of its seq has at least L leading zero bits (one call
+  // in 2^L, whichever its place in the run), and L rises by one whenever
+  // the calls kept at it pass the limit (from then on between half the
+  // limit and the limit). Those already held below L are dropped as the
+  // records are read back (next()).
+  static constexpr uint64_t kMaxLatencies = uint64_t{16} << 20;
+  explicit MemoryMap(std::string scratch_dir = ".", size_t run = MemorySorter::kDefaultRun,
+                     uint64_t max_latencies = kMaxLatencies)
+      : sorter_(std::move(scratch_dir), run), max_latencies_(max_latencies) {}
   // What a region costs while any of it is mapped (its place behind which a
   // later resident count goes; a region wholly unmapped is dropped); from
   // 2^20 mapped at once on, each doubling is checked against the memory
@@ -63,8 +73,8 @@ class MemoryMap {
   // The records made, and then (after the last call) the records in trace
   // order, one at a time (a touch right after the event it is placed
   // behind, the objects' counts last by id); false at the end.
-  uint64_t records() const { return sorter_.size(); }
-  bool next(trace::MemoryEvent& e) { return sorter_.next(e); }
+  uint64_t records() const { return sorter_.size() - latencies_thinned_; }
+  bool next(trace::MemoryEvent& e);
   // Runs of records written to the scratch file (0: all were held).
   uint64_t runs_written() const { return sorter_.runs_written(); }
   // Their scratch file's disk at its largest (0: all were held).
@@ -112,6 +122,13 @@ class MemoryMap {
   MemorySorter sorter_;        // the records, by (after, tie-break), the objects' last by id
   MemoryCounts counts_;
   uint64_t mapped_ = 0;
+  // Timed calls held, by level (the leading zero bits of their seq's
+  // hash); those below latency_level_ are dropped by next().
+  static unsigned latency_level(uint64_t seq);
+  uint64_t max_latencies_;
+  unsigned latency_level_ = 0;
+  uint64_t latencies_at_level_[65] = {};
+  uint64_t latencies_thinned_ = 0;  // held, below latency_level_
 };
 
 }  // namespace heaplab::normalise

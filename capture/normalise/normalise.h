@@ -79,7 +79,7 @@ struct NormaliseReport {
   uint64_t unknown_memory_releases = 0;  // releases of memory it did not map while captured
   uint64_t resident_counts = 0;          // resident-page counts of large blocks and mappings
   uint64_t latency_samples = 0;          // calls timed inside the allocator in the program
-  uint64_t latency_samples_dropped = 0;  // beyond the 16 Mi kept (capture --latency with a small N)
+  uint64_t latency_samples_dropped = 0;  // thinned out past 16 Mi, evenly over the run (MemoryMap::kMaxLatencies)
   uint64_t memory_scratch_peak = 0;      // the memory records' sort file beside the trace at its
                                          // largest (bytes on disk; 0: they were held, under 262,144)
   uint64_t heap_peak = 0;                // peak of the live requested bytes

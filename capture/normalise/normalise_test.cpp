@@ -730,6 +730,63 @@ TEST(Normalise, ProgramsOwnMemoryRecordsSpillInRunsInTheSameOrder) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));  // (unlinked once made)
 }
 
+// capture --latency past the calls kept: they are thinned evenly over the
+// whole run (one in 2^L by a hash of their seq), not the first ones kept;
+// what is read back is exactly what is counted kept, in trace order, with
+// the other records all there, through the scratch runs too.
+TEST(Normalise, TimedCallsPastTheLimitAreThinnedEvenlyOverTheRun) {
+  using heaplab::normalise::MemoryMap;
+  TempDir dir;
+  constexpr uint64_t kCalls = 100000, kMax = 4000;
+  MemoryMap held(dir.path(), size_t{1} << 20, kMax), runs(dir.path(), 300, kMax), all(dir.path(), 300, kCalls);
+  for (MemoryMap* m : {&held, &runs, &all}) {
+    for (uint64_t seq = 0; seq < kCalls; ++seq) {
+      m->latency(seq, uint32_t(seq % 3), 100 + seq);
+      if (seq % 1000 == 0) m->object(seq + 1, 4096, 1);
+    }
+  }
+  const auto& c = held.counts();
+  EXPECT_LE(c.latencies, kMax);
+  EXPECT_GT(c.latencies, kMax / 2);
+  EXPECT_EQ(c.latencies + c.latencies_dropped, kCalls);
+  EXPECT_EQ(all.counts().latencies, kCalls);
+  EXPECT_EQ(all.counts().latencies_dropped, 0u);
+  EXPECT_EQ(runs.counts().latencies, c.latencies);
+  EXPECT_EQ(runs.records(), held.records());
+  EXPECT_EQ(held.records(), c.latencies + 100);  // and the 100 objects' counts
+  // Read back: the same from both; in trace order; each tenth of the run
+  // holds about a tenth of the calls kept (the first ones kept would all be
+  // in the first tenth).
+  std::array<uint64_t, 10> tenths{};
+  uint64_t latencies = 0, objects = 0, last = 0;
+  trace::MemoryEvent a, b;
+  while (held.next(a)) {
+    ASSERT_TRUE(runs.next(b));
+    ASSERT_EQ(a, b);
+    if (a.op == trace::MemOp::object) {
+      ++objects;
+      continue;
+    }
+    ASSERT_EQ(a.op, trace::MemOp::latency);
+    ASSERT_GE(a.after, last);
+    last = a.after;
+    EXPECT_EQ(a.length, 100 + a.after);
+    EXPECT_EQ(a.thread, a.after % 3);
+    ++tenths[a.after / (kCalls / 10)];
+    ++latencies;
+  }
+  EXPECT_FALSE(runs.next(b));
+  EXPECT_EQ(latencies, c.latencies);
+  EXPECT_EQ(objects, 100u);
+  for (uint64_t n : tenths) {
+    EXPECT_GT(n, latencies / 10 * 7 / 10);
+    EXPECT_LT(n, latencies / 10 * 13 / 10);
+  }
+  uint64_t n = 0;
+  while (all.next(a)) n += a.op == trace::MemOp::latency;
+  EXPECT_EQ(n, kCalls);
+}
+
 // The sorter alone: records in key order, ties in the order pushed, across
 // runs of 7 and the merges of 16 of them at a time.
 TEST(Normalise, MemorySorterMergesRunsByKeyThenByPush) {
