@@ -540,6 +540,7 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   std::string source = "built", where;
   std::pair<uint64_t, uint64_t> kept_file{0, 0};  // the kept plan found (device, inode)
   std::string not_kept;                           // a warning: the plan was meant to be kept, and was not
+  std::string damaged_kept;                       // a warning: the kept plan found was damaged
   std::vector<uint64_t> event_refs;
   if (opt.addresses) {
     // 8 bytes a call for the refs and 8 for the addresses here, and up to
@@ -590,7 +591,9 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   if (!reused && !opt.addresses) {
     const PlanStore store;
     where = store.dir();
-    plan_fd = store.find(trace_id, popt, plan);
+    std::string damaged;
+    plan_fd = store.find(trace_id, popt, plan, &damaged);
+    if (!damaged.empty()) damaged_kept = "the kept replay plan was damaged (" + damaged + "): removed, and built again";
     if (plan_fd >= 0) {
       reused = true;
       source = "kept";
@@ -780,6 +783,7 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
   if (!times_warning.empty()) r["warnings"].push_back(times_warning);
   if (!not_kept.empty()) r["warnings"].push_back(not_kept);
+  if (!damaged_kept.empty()) r["warnings"].push_back(damaged_kept);
   if (unidentified)
     r["warnings"].push_back(opt.trace +
                             " could not be read again by its name to identify it (replaced or rewritten since it was "

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <condition_variable>
@@ -42,9 +43,11 @@ namespace {
 
 // File layout: a header page (PlanHeader, then one PlanThread per replay
 // thread; more pages if there are many threads), then per thread its steps,
-// then per thread its times (if any). Arrays start on page boundaries.
+// then per thread its times (if any), then per thread its live sums (if
+// any), then per thread the checksums of its arrays (plan.h,
+// plan_chunk_sum). Arrays start on page boundaries.
 constexpr char kMagic[8] = {'H', 'L', 'P', 'L', 'A', 'N', 0, 1};
-constexpr uint32_t kPlanVersion = 8;
+constexpr uint32_t kPlanVersion = 9;
 constexpr uint64_t kPage = 4096;
 
 struct PlanHeader {
@@ -69,6 +72,20 @@ struct PlanThread {
   uint64_t steps;
   uint64_t times_offset;  // 0 = none
   uint64_t live_offset;   // 0 = none
+  // A checksum per kPlanSumEntries entries of each array (plan_chunk_sum):
+  // the steps' at sums_offset, the times' (if any) sums_stride checksums
+  // on, the live sums' (if any) as far again.
+  uint64_t sums_offset;
+  uint64_t sums_stride;
+};
+
+// Where an array's checksums go: the file offset of its chunk `chunk`'s,
+// and what seeds them.
+struct SumsAt {
+  uint64_t offset = 0;
+  uint32_t thread = 0;
+  uint64_t chunk = 0;
+  PlanArray array = PlanArray::steps;
 };
 
 uint64_t page_up(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
@@ -134,6 +151,23 @@ struct PlanFile {
     if (writeback && end > first)
       (void)sync_file_range(fd, static_cast<off_t>(first), static_cast<off_t>(end - first), SYNC_FILE_RANGE_WRITE);
   }
+  // Writes `entries` entries of `width` bytes at `off`, the start of chunk
+  // `at.chunk` of its array, and their checksums at `at.offset`.
+  void write_summed(uint64_t off, const void* data, size_t entries, size_t width, const SumsAt& at) {
+    write(off, data, entries * width);
+    const uint64_t chunks = plan_sum_count(entries);
+    if (chunks == 0) return;
+    uint64_t sums[64];
+    const char* p = static_cast<const char*>(data);
+    for (uint64_t c = 0, done = 0; c < chunks; done += 64) {
+      const uint64_t n = std::min<uint64_t>(64, chunks - c);
+      for (uint64_t i = 0; i < n; ++i, ++c) {
+        const size_t first = size_t(c * kPlanSumEntries), n_in = std::min<size_t>(kPlanSumEntries, entries - first);
+        sums[i] = plan_chunk_sum(p + first * width, n_in * width, at.thread, at.chunk + c, at.array);
+      }
+      write(at.offset + done * 8, sums, n * 8);
+    }
+  }
   int release() {
     const int f = fd;
     fd = -1;
@@ -188,10 +222,10 @@ class PlanWriter {
   // Queues `buf` to be written at `off`, and swaps in an empty buffer (one
   // already written, if any) of at least `reserve` entries.
   template <class T>
-  void write(uint64_t off, std::vector<T>& buf, size_t reserve) {
+  void write(uint64_t off, std::vector<T>& buf, size_t reserve, const SumsAt& sums) {
     const size_t bytes = buf.size() * sizeof(T);
     if (!thread_.joinable()) {
-      file_.write(off, buf.data(), bytes);
+      file_.write_summed(off, buf.data(), buf.size(), sizeof(T), sums);
       buf.clear();
       return;
     }
@@ -206,7 +240,7 @@ class PlanWriter {
         pool.pop_back();
       }
       queued_ += bytes;
-      jobs_.push_back(Job{off, std::move(buf)});
+      jobs_.push_back(Job{off, sums, std::move(buf)});
     }
     cv_.notify_all();
     empty.clear();
@@ -225,6 +259,7 @@ class PlanWriter {
   using Buffer = std::variant<std::vector<PlanStep>, std::vector<uint64_t>, std::vector<int64_t>>;
   struct Job {
     uint64_t off;
+    SumsAt sums;
     Buffer buf;
   };
   void run() {
@@ -243,7 +278,7 @@ class PlanWriter {
           [&](auto& v) {
             bytes = v.size() * sizeof(v[0]);
             try {
-              if (!failed) file_.write(j.off, v.data(), bytes);
+              if (!failed) file_.write_summed(j.off, v.data(), v.size(), sizeof(v[0]), j.sums);
             } catch (...) {
               err = std::current_exception();
             }
@@ -277,16 +312,22 @@ class PlanWriter {
 
 // One array of a replay thread's (steps, times or live sums), appended
 // through a buffer of `cap` entries.
+// Every flush but the last starts a whole chunk of checksums on.
 template <class T>
 struct ArrayOut {
   uint64_t offset = 0;   // where the array starts in the file
   uint64_t flushed = 0;  // entries written out
+  SumsAt sums;           // its checksums' place (chunk 0's)
   std::vector<T> buf;
   void flush(PlanWriter& w, size_t next_cap) {
     if (buf.empty()) return;
+    if (flushed % kPlanSumEntries != 0) throw PlanError("plan: an array written out of its chunks");
     const uint64_t at = offset + flushed * sizeof(T);
+    SumsAt here = sums;
+    here.chunk = flushed / kPlanSumEntries;
+    here.offset = sums.offset + here.chunk * 8;
     flushed += buf.size();
-    w.write(at, buf, next_cap);
+    w.write(at, buf, next_cap, here);
   }
 };
 
@@ -705,6 +746,15 @@ Layout layout_of(const trace::TraceReader& r, const std::vector<std::vector<uint
       l.reserve.emplace_back(off, least[k] * sizeof(int64_t));
       off = page_up(off + l.cap[k] * sizeof(int64_t));
     }
+  // (The checksums' room is reserved whole: 1/512 of the arrays' at most.)
+  const uint64_t arrays = 1 + (times ? 1 : 0) + (live ? 1 : 0), sums_from = off;
+  for (size_t k = 0; k < nthreads; ++k) {
+    l.table[k].sums_offset = off;
+    l.table[k].sums_stride = plan_sum_count(l.cap[k]);
+    off += arrays * l.table[k].sums_stride * 8;
+  }
+  l.reserve.emplace_back(sums_from, off - sums_from);
+  off = page_up(off);
   l.total = std::max(off, kPage);
   for (const auto& [at, n] : l.reserve) l.reserved += page_up(n);
   return l;
@@ -805,8 +855,10 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   std::vector<PlanThread>& table = layout.table;
   const std::vector<uint64_t>& cap = layout.cap;
   PlanFile plan(layout.total, layout.reserve, std::exchange(given.fd, -1), opt.writeback);
-  // Buffers of about 16 MiB in all (1,024 to 32,768 entries an array).
-  const size_t per = std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 32), 1024, 32768);
+  // Buffers of about 16 MiB in all (1,024 to 32,768 entries an array: a
+  // power of two, so whole chunks of checksums).
+  const size_t per =
+      std::bit_floor(std::clamp<size_t>((size_t{16} << 20) / (std::max<size_t>(1, nthreads) * 32), 1024, 32768));
   std::vector<ArrayOut<PlanStep>> steps(nthreads);
   std::vector<ArrayOut<uint64_t>> times(nthreads);
   std::vector<ArrayOut<int64_t>> lives(nthreads);
@@ -814,6 +866,10 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
     steps[k].offset = table[k].steps_offset;
     times[k].offset = table[k].times_offset;
     lives[k].offset = table[k].live_offset;
+    const uint64_t stride = table[k].sums_stride * 8;
+    steps[k].sums = SumsAt{table[k].sums_offset, uint32_t(k), 0, PlanArray::steps};
+    times[k].sums = SumsAt{table[k].sums_offset + stride, uint32_t(k), 0, PlanArray::times};
+    lives[k].sums = SumsAt{table[k].sums_offset + (s.has_times ? 2 : 1) * stride, uint32_t(k), 0, PlanArray::live};
   }
   PlanWriter writer(plan, opt.helpers);
   // Writes replay thread k's buffered steps, times and live sums (and
@@ -1241,6 +1297,76 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   return plan.release();
 }
 
+uint64_t plan_chunk_sum(const void* data, size_t bytes, uint32_t t, uint64_t chunk, PlanArray a) {
+  return XXH3_64bits_withSeed(data, bytes, uint64_t{t} << 40 ^ chunk << 2 ^ uint64_t(a));
+}
+
+std::string plan_sums_damage(const MappedPlan& plan, unsigned threads) {
+  // Work in pieces of 8,192 chunks of one array (4 MiB of steps), taken in
+  // turn by each thread; each piece's pages are let go once read (a kept
+  // plan may be far larger than this process's memory).
+  constexpr uint64_t kPiece = 8192;
+  struct Piece {
+    uint32_t thread;
+    PlanArray array;
+    uint64_t first, last;  // chunks
+  };
+  std::vector<Piece> pieces;
+  for (uint32_t t = 0; t < plan.threads(); ++t)
+    for (PlanArray a : {PlanArray::steps, PlanArray::times, PlanArray::live}) {
+      if (!plan.sums(t, a)) continue;
+      const uint64_t chunks = plan_sum_count(plan.step_count(t));
+      for (uint64_t c = 0; c < chunks; c += kPiece) pieces.push_back(Piece{t, a, c, std::min(chunks, c + kPiece)});
+    }
+  std::atomic<size_t> next{0};
+  std::mutex m;
+  std::pair<size_t, std::string> first{SIZE_MAX, ""};  // the damaged piece that comes first, and its chunk named
+  const auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < pieces.size();) {
+      const Piece& p = pieces[i];
+      const size_t width = p.array == PlanArray::steps ? sizeof(PlanStep) : 8;
+      const char* data = p.array == PlanArray::steps   ? reinterpret_cast<const char*>(plan.steps(p.thread))
+                         : p.array == PlanArray::times ? reinterpret_cast<const char*>(plan.times(p.thread))
+                                                       : reinterpret_cast<const char*>(plan.live(p.thread));
+      const uint64_t* sums = plan.sums(p.thread, p.array);
+      const uint64_t entries = plan.step_count(p.thread);
+      std::string damage;
+      for (uint64_t c = p.first; c < p.last && damage.empty(); ++c) {
+        const uint64_t lo = c * kPlanSumEntries, hi = std::min(entries, lo + kPlanSumEntries);
+        if (plan_chunk_sum(data + lo * width, (hi - lo) * width, p.thread, c, p.array) != sums[c])
+          damage = "plan: thread " + std::to_string(p.thread) + " steps " + std::to_string(lo) + " to " +
+                   std::to_string(hi - 1) + " do not match their checksum (" +
+                   (p.array == PlanArray::steps   ? "the steps"
+                    : p.array == PlanArray::times ? "their recorded times"
+                                                  : "their live bytes") +
+                   ": the plan's file was changed after it was built)";
+      }
+      // (Whole pages only: the pages at a piece's ends hold its neighbours'.)
+      const auto let_go = [](const void* from, const void* to) {
+        const uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(from)),
+                        hi = reinterpret_cast<uintptr_t>(to) & ~(kPage - 1);
+        if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+      };
+      let_go(data + p.first * kPlanSumEntries * width, data + std::min(entries, p.last * kPlanSumEntries) * width);
+      if (!damage.empty()) {
+        std::lock_guard l(m);
+        if (i < first.first) first = {i, std::move(damage)};
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned k = 1; k < threads && k < pieces.size(); ++k) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // (no thread to be had: this one does it all)
+    }
+  }
+  work();
+  for (std::thread& h : helpers) h.join();
+  return first.second;
+}
+
 uint64_t plan_head_hash(int fd) {
   PlanHeader h{};
   struct stat st {};
@@ -1305,22 +1431,28 @@ void MappedPlan::load() {
   live_ = h.has_live;
   std::copy(h.ops, h.ops + trace::kOpCount, ops_.begin());
   std::copy(h.memory_ops, h.memory_ops + kMemorySteps, memory_ops_.begin());
-  uint64_t sum = 0;
+  uint64_t sum = 0, sum_bytes = 0;
   for (uint32_t k = 0; k < threads_; ++k) {
     PlanThread t;
     std::memcpy(&t, base + sizeof h + k * sizeof t, sizeof t);
     const auto fits = [&](uint64_t off, uint64_t n, uint64_t width) {
       return off % 8 == 0 && off <= len_ && n <= (len_ - off) / width;
     };
+    const uint64_t arrays = 1 + (times_ ? 1 : 0) + (live_ ? 1 : 0);
     if (!fits(t.steps_offset, t.steps, sizeof(PlanStep)) ||
         (times_ && !fits(t.times_offset, t.steps, sizeof(uint64_t))) ||
-        (live_ && !fits(t.live_offset, t.steps, sizeof(int64_t))))
+        (live_ && !fits(t.live_offset, t.steps, sizeof(int64_t))) || t.sums_stride < plan_sum_count(t.steps) ||
+        t.sums_stride > UINT64_MAX / 8 / arrays || !fits(t.sums_offset, arrays * t.sums_stride, 8))
       throw PlanError("plan: thread " + std::to_string(k) + "'s arrays lie past the end");
     steps_.push_back(reinterpret_cast<const PlanStep*>(base + t.steps_offset));
     time_.push_back(times_ ? reinterpret_cast<const uint64_t*>(base + t.times_offset) : nullptr);
     livearr_.push_back(live_ ? reinterpret_cast<const int64_t*>(base + t.live_offset) : nullptr);
+    const auto* sums = reinterpret_cast<const uint64_t*>(base + t.sums_offset);
+    sums_.push_back(
+        {sums, times_ ? sums + t.sums_stride : nullptr, live_ ? sums + (times_ ? 2 : 1) * t.sums_stride : nullptr});
     counts_.push_back(t.steps);
     sum += t.steps;
+    sum_bytes += arrays * plan_sum_count(t.steps) * 8;
   }
   if (sum != total_steps_) throw PlanError("plan: thread step counts do not add up");
   if (h.peak_step != kNoPeak && (h.peak_thread >= threads_ || h.peak_step >= counts_[h.peak_thread]))
@@ -1328,7 +1460,7 @@ void MappedPlan::load() {
   peak_thread_ = h.peak_thread;
   peak_step_ = h.peak_step;
   live_peak_ = h.live_peak;
-  stored_ = sizeof h + uint64_t{threads_} * sizeof(PlanThread) + total_steps_ * step_bytes();
+  stored_ = sizeof h + uint64_t{threads_} * sizeof(PlanThread) + total_steps_ * step_bytes() + sum_bytes;
 }
 
 MappedPlan::~MappedPlan() {

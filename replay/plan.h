@@ -166,6 +166,26 @@ inline constexpr uint64_t kMaxObjectId = (uint64_t{1} << 48) - 1;
 inline constexpr uint64_t kPlanWindowBudget = uint64_t{64} << 20;
 inline constexpr uint64_t kNoPeak = ~uint64_t{0};
 
+// Checksums of a plan's arrays, so that a kept plan changed on disk after
+// its build is found, even where every step is still one the engine could
+// run: one XXH3-64 per kPlanSumEntries entries of each replay thread's
+// steps, times and live sums (the last chunk of an array as long as what
+// is left), seeded with the thread, the chunk and the array. Written as
+// the plan is built; compared (plan_sums_damage) when a kept plan is found,
+// before any replay runs on it, so that the replays' own times do not pay
+// for it.
+inline constexpr uint64_t kPlanSumEntries = 512;
+enum class PlanArray : unsigned { steps = 0, times = 1, live = 2 };
+inline constexpr uint64_t plan_sum_count(uint64_t entries) { return (entries + kPlanSumEntries - 1) / kPlanSumEntries; }
+// The checksum of chunk `chunk` of replay thread t's array `a`: `bytes` at `data`.
+uint64_t plan_chunk_sum(const void* data, size_t bytes, uint32_t t, uint64_t chunk, PlanArray a);
+class MappedPlan;
+// Every chunk of `plan` against its checksum, on up to `threads` threads,
+// a few MiB of the plan mapped at a time: "" if all match, else the first
+// that does not, named ("plan: thread 0 steps 512 to 1023 do not match their
+// checksum (their live bytes: ...)").
+std::string plan_sums_damage(const MappedPlan& plan, unsigned threads = 2);
+
 struct PlanOptions {
   // Replay threads; 0 = one per recorded thread. Fewer than the recorded
   // threads folds them: each replay thread runs the calls of its recorded
@@ -332,10 +352,13 @@ class MappedPlan {
   const uint64_t* times(uint32_t t) const { return time_[t]; }
   // Thread t's running live-bytes delta after each step, or nullptr.
   const int64_t* live(uint32_t t) const { return livearr_[t]; }
+  // The checksums of thread t's array `a` (plan_chunk_sum), or nullptr
+  // where it has no such array.
+  const uint64_t* sums(uint32_t t, PlanArray a) const { return sums_[t][unsigned(a)]; }
   const std::array<uint64_t, trace::kOpCount>& expected_ops() const { return ops_; }
   const std::array<uint64_t, kMemorySteps>& expected_memory_ops() const { return memory_ops_; }
   size_t mapped_bytes() const { return len_; }
-  // The plan's bytes: its header, steps, times and live sums. (The file's
+  // The plan's bytes: its header, steps, times, live sums and checksums. (The file's
   // size leaves room for a kStepExt before every call, which few plans use.)
   uint64_t stored_bytes() const { return stored_; }
   // The step after which the trace's live bytes first reach their peak:
@@ -356,6 +379,7 @@ class MappedPlan {
   std::vector<const uint64_t*> time_;
   bool live_ = false;
   std::vector<const int64_t*> livearr_;
+  std::vector<std::array<const uint64_t*, 3>> sums_;
   std::vector<uint64_t> counts_;
   std::array<uint64_t, trace::kOpCount> ops_{};
   std::array<uint64_t, kMemorySteps> memory_ops_{};

@@ -43,8 +43,9 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 constexpr uint64_t kMargin = 512 * kMiB;
 // The plan file's layout version, in the names of kept plans (changed with
 // plan.cpp's kPlanVersion, and with the summary kept beside it: plan
-// version 8 with per-op program latency summaries is named v8).
-constexpr int kLayout = 8;
+// version 8 with per-op program latency summaries is named v8; version 9
+// added the arrays' checksums).
+constexpr int kLayout = 9;
 
 uint64_t free_bytes_of(const std::string& dir) {
   struct statvfs v {};
@@ -148,7 +149,7 @@ std::string PlanStore::name(const std::string& id, const PlanOptions& opt) const
                      opt.live ? "-live" : "", opt.reuse_slots ? "" : "-noreuse", kLayout);
 }
 
-int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& summary) const {
+int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& summary, std::string* damaged) const {
   if (id.empty()) return -1;
   const std::string base = name(id, opt);
   // The summary, bounded (a damaged or foreign file in the cache costs no
@@ -188,6 +189,12 @@ int PlanStore::find(const std::string& id, const PlanOptions& opt, PlanSummary& 
     summary = j.at("summary").get<PlanSummary>();
     const MappedPlan check(fd);  // its header and thread table (the pager checks the steps)
     if (check.total_steps() != summary.steps || check.slots() != summary.slots) throw std::runtime_error("damaged");
+    // (Read here, before the replays: on the replayer's side it would slow
+    // the first replay of the command alone.)
+    if (std::string why = plan_sums_damage(check); !why.empty()) {
+      if (damaged) *damaged = why;
+      throw std::runtime_error("damaged");
+    }
   } catch (const PlanMapError&) {  // (this process could not map it: left for a command that can)
     close(fd);
     return -1;

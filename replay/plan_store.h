@@ -34,8 +34,12 @@ class PlanStore {
   explicit PlanStore(std::string dir = default_dir());
 
   // The plan kept for the trace whose content id is `id`, built with `opt`:
-  // its descriptor (read-only) and summary; -1 if there is none.
-  int find(const std::string& id, const PlanOptions& opt, PlanSummary& summary) const;
+  // its descriptor (read-only) and summary; -1 if there is none. Its
+  // header is checked against the hash kept beside it, and every step,
+  // time and live sum against their checksums (plan.h, plan_sums_damage);
+  // one that fails is removed, and -1 returned, with *damaged saying how
+  // its arrays failed (left alone where only the header did).
+  int find(const std::string& id, const PlanOptions& opt, PlanSummary& summary, std::string* damaged = nullptr) const;
 
   // Builds `r`'s plan here and returns its descriptor; `kept` says whether
   // it stays for later commands. Where the directory cannot be written,

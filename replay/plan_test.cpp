@@ -1411,7 +1411,8 @@ TEST(PlanSlots, ASlotIsRetiredAtItsLastGeneration) {
 // call): a file system without room for that is refused before anything is
 // built. The calls that need a kStepExt take the rest as they are written:
 // a file system that fills then gives a one-line error too. (A 16 MiB
-// tmpfs; realloc(p, n) chains: 24 bytes a call reserved, 48 written.)
+// tmpfs; realloc(p, n) chains: 24 bytes a call reserved, 48 written; and
+// the checksums, 1/512 of the arrays at most.)
 TEST(PlanDisk, TooSmallForTheReservationOrForTheWholePlan) {
   const auto plan_error = [](uint64_t reallocs) {
     TempDir dir;
@@ -1441,7 +1442,7 @@ TEST(PlanDisk, TooSmallForTheReservationOrForTheWholePlan) {
   EXPECT_EQ(plan_error(400000),  // 9.6 MB, 19.2 MB
             "writing the replay plan: No space left on device (its reallocs, callocs and aligned calls took more "
             "than the room reserved for it first: set HEAPLAB_PLAN_DIR to a file system with more room)");
-  EXPECT_EQ(plan_error(800000), "reserving disk space for the replay plan (19204120 bytes): No space left on device");
+  EXPECT_EQ(plan_error(800000), "reserving disk space for the replay plan (19254184 bytes): No space left on device");
 }
 
 // ------------------------------------------------------------ not a plan
@@ -1471,7 +1472,7 @@ std::string mapped_plan_error(const std::string& bytes) {
 
 // MappedPlan refuses files that are not plans, with a message saying why.
 TEST(PlanMapped, RejectsWhatIsNotAPlan) {
-  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 8");
+  EXPECT_EQ(mapped_plan_error(std::string(4096, '\xab')), "plan: not a heaplab replay plan of version 9");
   EXPECT_EQ(mapped_plan_error(std::string(100, '\xab')), "plan: too short to be a replay plan");
   EXPECT_EQ(mapped_plan_error(""), "plan: too short to be a replay plan");
 }
@@ -1486,7 +1487,7 @@ TEST(PlanMapped, RejectsDamagedPlan) {
 
   std::string bad_version = img;
   bad_version[8] = 1;  // version, after the 8-byte magic: an older layout
-  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 8");
+  EXPECT_EQ(mapped_plan_error(bad_version), "plan: not a heaplab replay plan of version 9");
 
   std::string bad_peak = img;  // the live peak's step (after the ops and the peak value) past the thread's end
   const uint64_t step = 4;     // (after magic, version, threads, max_id, slots, steps, times, live: 56 bytes)
@@ -1495,6 +1496,79 @@ TEST(PlanMapped, RejectsDamagedPlan) {
 
   std::string cut = img.substr(0, 4096);  // the header page only: steps lie past the end
   EXPECT_EQ(mapped_plan_error(cut), "plan: thread 0's arrays lie past the end");
+}
+
+// The checksums (plan.h, plan_chunk_sum): every chunk of 512 entries of each
+// array, the last one part full, is compared when a kept plan is found
+// (plan_sums_damage, on one thread or two alike); a change in any array
+// that leaves every step valid is found, and named by its steps.
+TEST(PlanSums, EveryArraysChunksAreChecked) {
+  std::vector<Event> evs;
+  for (uint64_t i = 1; i <= 700; ++i) {
+    evs.push_back(alloc(16 + i, 0, 1000 + 2 * i));
+    evs.push_back(release(i, 0, 1001 + 2 * i));
+  }
+  auto b = build(evs, PlanOptions{0, true, true}, true);
+  ASSERT_EQ(b->plan->step_count(0), 1400u);  // chunks 0, 1 and 2 (376 steps)
+  ASSERT_TRUE(b->plan->has_times() && b->plan->has_live());
+  const auto array_of = [&](const MappedPlan& p, PlanArray a) {
+    return a == PlanArray::steps   ? reinterpret_cast<const char*>(p.steps(0))
+           : a == PlanArray::times ? reinterpret_cast<const char*>(p.times(0))
+                                   : reinterpret_cast<const char*>(p.live(0));
+  };
+  for (PlanArray a : {PlanArray::steps, PlanArray::times, PlanArray::live}) {
+    const uint64_t* sums = b->plan->sums(0, a);
+    ASSERT_NE(sums, nullptr);
+    const size_t width = a == PlanArray::steps ? 16 : 8;
+    EXPECT_EQ(sums[2], plan_chunk_sum(array_of(*b->plan, a) + 1024 * width, 376 * width, 0, 2, a));
+  }
+  std::string img(b->plan->mapped_bytes(), '\0');
+  ASSERT_EQ(pread(b->fd, img.data(), img.size(), 0), ssize_t(img.size()));
+  // What the check says of the plan `bytes`, on one thread and on two (the same).
+  const auto damage_of = [](const std::string& bytes) {
+    const int fd = memfd_with(bytes);
+    std::string one, two;
+    {
+      MappedPlan p(fd);
+      one = plan_sums_damage(p, 1);
+      two = plan_sums_damage(p, 2);
+    }
+    close(fd);
+    EXPECT_EQ(one, two);
+    return one;
+  };
+  EXPECT_EQ(damage_of(img), "");
+  const auto offset_of = [&](PlanArray a, uint64_t entry) {
+    const size_t width = a == PlanArray::steps ? 16 : 8;
+    return size_t(array_of(*b->plan, a) + entry * width + (a == PlanArray::steps ? 8 : 0) -
+                  static_cast<const char*>(b->plan->base()));
+  };
+  const struct {
+    PlanArray array;
+    uint64_t entry;
+    std::string said;
+  } cases[] = {
+      {PlanArray::steps, 0, "steps 0 to 511 do not match their checksum (the steps"},
+      {PlanArray::steps, 1399, "steps 1024 to 1399 do not match their checksum (the steps"},
+      {PlanArray::times, 600, "steps 512 to 1023 do not match their checksum (their recorded times"},
+      {PlanArray::live, 1100, "steps 1024 to 1399 do not match their checksum (their live bytes"},
+  };
+  const std::string changed = ": the plan's file was changed after it was built)";
+  for (const auto& c : cases) {
+    std::string bad = img;
+    bad[offset_of(c.array, c.entry)] ^= 1;  // a size, a time, a live sum one off: still a valid step
+    EXPECT_EQ(damage_of(bad), "plan: thread 0 " + c.said + changed);
+  }
+  // Two places: the first named (the steps before the times).
+  std::string two = img;
+  two[offset_of(PlanArray::times, 0)] ^= 1;
+  two[offset_of(PlanArray::steps, 1399)] ^= 1;
+  EXPECT_EQ(damage_of(two), "plan: thread 0 steps 1024 to 1399 do not match their checksum (the steps" + changed);
+  // A checksum itself changed.
+  std::string bad = img;
+  bad[size_t(reinterpret_cast<const char*>(b->plan->sums(0, PlanArray::live) + 1) -
+             static_cast<const char*>(b->plan->base()))] ^= 1;
+  EXPECT_EQ(damage_of(bad), "plan: thread 0 steps 512 to 1023 do not match their checksum (their live bytes" + changed);
 }
 
 }  // namespace

@@ -1637,21 +1637,50 @@ TEST_F(ReplayTest, DamagedKeptPlanIsBuiltAgain) {
   const json d = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
   EXPECT_EQ(d["plan_source"], "built");
   EXPECT_TRUE(d["replay"]["faithful"].get<bool>());
-  // A step the replayer refuses (the first, on the page after the header):
-  // the plan is removed and built again, with a warning, where it was an
-  // error for this and every later command; in `--allocator all` too.
+  // A step the replayer would refuse (the first, on the page after the
+  // header): the plan is removed and built again, with a warning, where it
+  // was an error for this and every later command; in `--allocator all`
+  // too. (Its checksum tells first, before any replay.)
   for (const char* alloc : {"glibc", "all"}) {
     damage(4096);
     const Outcome r = run({kHeaplab, "replay", t, "--allocator", alloc}, "HEAPLAB_PLAN_DIR=" + plans);
     EXPECT_EQ(r.code, 0) << alloc << "\n" << r.err;
     EXPECT_NE(r.out.find(std::string(alloc == std::string("all") ? "warning: glibc/preload: " : "  warning: ") +
-                         "the kept replay plan was damaged (plan: thread 0 step 0 is not a valid call): removed, and "
-                         "built again\n"),
+                         "the kept replay plan was damaged (plan: thread 0 steps 0 to 199 do not match their checksum "
+                         "(the steps: the plan's file was changed after it was built)): removed, and built again\n"),
               std::string::npos)
         << alloc << "\n"
         << r.out;
     const json e = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
     EXPECT_EQ(e["plan_source"], "kept");
+    EXPECT_EQ(e.value("warnings", json::array()).dump().find("damaged"), std::string::npos) << e["warnings"];
+  }
+  // Damage that leaves every step one the engine could run: the first
+  // call's size, then the first live sum (thread 0's live array, from the
+  // plan's thread table after its header). The checksums tell; before them
+  // the replay ran other sizes and reported other live bytes, in silence.
+  constexpr size_t kHeader = 56 + 8 * heaplab::trace::kOpCount + 24 + 8 * heaplab::replay::kMemorySteps;
+  uint64_t live_at = 0;
+  {
+    std::ifstream f(plan, std::ios::binary);
+    f.seekg(std::streamoff(kHeader + 24));
+    f.read(reinterpret_cast<char*>(&live_at), 8);
+  }
+  ASSERT_GT(live_at, 4096u);
+  for (const auto& [at, what] :
+       {std::pair<std::streamoff, std::string>{4096 + 8, "the steps"}, {std::streamoff(live_at), "their live bytes"}}) {
+    damage(at);
+    const Outcome r = run({kHeaplab, "replay", t, "--allocator", "glibc"}, "HEAPLAB_PLAN_DIR=" + plans);
+    EXPECT_EQ(r.code, 0) << what << "\n" << r.err;
+    EXPECT_NE(r.out.find("  warning: the kept replay plan was damaged (plan: thread 0 steps 0 to "), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(" do not match their checksum (" + what +
+                         ": the plan's file was changed after it was built)): removed, and built again\n"),
+              std::string::npos)
+        << r.out;
+    const json e = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + plans);
+    EXPECT_EQ(e["plan_source"], "kept");
+    EXPECT_TRUE(e["replay"]["faithful"].get<bool>());
     EXPECT_EQ(e.value("warnings", json::array()).dump().find("damaged"), std::string::npos) << e["warnings"];
   }
 }
@@ -1702,7 +1731,7 @@ TEST_F(ReplayTest, AKeptPlanCutShortDuringTheReplayIsBuiltAgain) {
 TEST_F(ReplayTest, APlanThatCouldNotBeKeptIsSaid) {
   const fs::path plans = dir() / "unkeepable-plans";
   const std::string t = write_trace("unkeepable", big_and_small(), false);
-  const std::string base = heaplab::replay::file_id(t) + "-t0-untimed-live-v8";
+  const std::string base = heaplab::replay::file_id(t) + "-t0-untimed-live-v9";
   fs::create_directories(plans / (base + ".plan"));
   std::ofstream(plans / (base + ".plan") / "taken") << "x";
   const json j = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + quote(plans.string()));
