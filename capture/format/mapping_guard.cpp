@@ -15,7 +15,12 @@ namespace {
 constexpr size_t kSlots = 64;
 constexpr size_t kMessage = 512;
 
+// A slot is changed only under g_mu, between two steps of its seq (odd
+// while it changes); the handler reads it whole between two equal even
+// seqs (a seqlock), so that a slot taken over for another mapping while a
+// fault reads it gives neither the other's length nor half its message.
 struct Slot {
+  std::atomic<uint64_t> seq{0};
   std::atomic<uintptr_t> base{0};  // 0: free
   std::atomic<size_t> len{0};
   char message[kMessage];
@@ -41,22 +46,50 @@ bool write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
+// What the handler read of a slot that guards the faulting address.
+struct Found {
+  char message[kMessage];
+  size_t message_len;
+  char report[kMessage];
+  size_t report_len;
+  int report_fd;
+};
+
+// Whether slot `s` guards `addr`, read whole (into *f if so).
+bool guards(const Slot& s, uintptr_t addr, Found* f) {
+  for (;;) {
+    const uint64_t before = s.seq.load(std::memory_order_acquire);
+    if (before & 1) continue;  // (being changed by a thread that holds g_mu: not this one, which faulted)
+    const uintptr_t base = s.base.load(std::memory_order_relaxed);
+    const size_t len = s.len.load(std::memory_order_relaxed);
+    const bool ours = base != 0 && addr - base < len;
+    if (ours) {
+      f->message_len = std::min(s.message_len.load(std::memory_order_relaxed), kMessage);
+      f->report_len = std::min(s.report_len.load(std::memory_order_relaxed), kMessage);
+      f->report_fd = s.report_fd.load(std::memory_order_relaxed);
+      std::copy_n(s.message, f->message_len, f->message);
+      std::copy_n(s.report, f->report_len, f->report);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.seq.load(std::memory_order_relaxed) == before) return ours;
+  }
+}
+
 void on_sigbus(int, siginfo_t* info, void*) {
   // A fault at an address of a guarded mapping past its file's end (the
   // kernel's BUS_ADRERR; not a SIGBUS another process sent, nor a memory
   // error. A read error of the file's pages comes as BUS_ADRERR too, and is
   // said as the file cut short.)
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  Found f;  // (on the signal's stack: about 1 KiB)
   if (info->si_code == BUS_ADRERR)
-    for (Slot& s : g_slots) {
-      const uintptr_t base = s.base.load(std::memory_order_acquire);
-      if (base == 0 || addr - base >= s.len.load(std::memory_order_relaxed)) continue;
+    for (const Slot& s : g_slots) {
+      if (!guards(s, addr, &f)) continue;
       if (!g_said.exchange(true)) {
         // Said once: on the report's descriptor where there is one (whose
         // reader says it), else on stderr.
-        const int fd = s.report_fd.load(std::memory_order_acquire);
-        if (fd < 0 || !write_all(fd, s.report, s.report_len.load(std::memory_order_acquire)))
-          write_all(STDERR_FILENO, s.message, s.message_len.load(std::memory_order_acquire));
+        if (f.report_fd < 0 || !write_all(f.report_fd, f.report, f.report_len))
+          write_all(STDERR_FILENO, f.message, f.message_len);
         ::_exit(2);
       }
       for (;;) pause();  // (another thread is saying it and ending the process)
@@ -69,6 +102,18 @@ void on_sigbus(int, siginfo_t* info, void*) {
   // asynchronous memory error.)
   if (info->si_code <= 0 || info->si_code == SI_KERNEL || info->si_code == BUS_MCEERR_AO) raise(SIGBUS);
 }
+
+// A slot's seq odd for the change in its scope (g_mu held).
+struct Changing {
+  Slot& s;
+  explicit Changing(Slot& slot) : s(slot) {
+    s.seq.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~Changing() { s.seq.fetch_add(1, std::memory_order_release); }
+  Changing(const Changing&) = delete;
+  Changing& operator=(const Changing&) = delete;
+};
 
 // Up to kMessage bytes of `text` into `to` (not a C string: written by
 // length); one cut short still ends its line.
@@ -97,10 +142,12 @@ void guard_mapping(const void* base, size_t len, const std::string& path) {
     // (On a terminal, over whatever progress line was being drawn.)
     const std::string m =
         std::string(isatty(STDERR_FILENO) ? "\r\033[K" : "") + "heaplab: error: " + path + ": " + kShrankText + "\n";
-    s.message_len.store(copy_text(s.message, m), std::memory_order_release);
-    s.report_fd.store(-1, std::memory_order_release);
+    Changing c(s);
+    s.message_len.store(copy_text(s.message, m), std::memory_order_relaxed);
+    s.report_len.store(0, std::memory_order_relaxed);
+    s.report_fd.store(-1, std::memory_order_relaxed);
     s.len.store(len, std::memory_order_relaxed);
-    s.base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
+    s.base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
     return;
   }
 }
@@ -109,8 +156,9 @@ void guard_mapping_report(const void* base, int fd, const std::string& text) {
   std::lock_guard<std::mutex> lock(g_mu);
   for (Slot& s : g_slots)
     if (s.base.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(base)) {
-      s.report_len.store(copy_text(s.report, text), std::memory_order_release);
-      s.report_fd.store(fd, std::memory_order_release);
+      Changing c(s);
+      s.report_len.store(copy_text(s.report, text), std::memory_order_relaxed);
+      s.report_fd.store(fd, std::memory_order_relaxed);
     }
 }
 
@@ -119,9 +167,11 @@ void unguard_mapping(const void* base) {
   std::lock_guard<std::mutex> lock(g_mu);
   for (Slot& s : g_slots)
     if (s.base.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(base)) {
-      s.base.store(0, std::memory_order_release);
-      s.report_fd.store(-1, std::memory_order_release);
-      s.message_len.store(0, std::memory_order_release);
+      Changing c(s);
+      s.base.store(0, std::memory_order_relaxed);
+      s.report_fd.store(-1, std::memory_order_relaxed);
+      s.message_len.store(0, std::memory_order_relaxed);
+      s.report_len.store(0, std::memory_order_relaxed);
       s.len.store(0, std::memory_order_relaxed);
     }
 }
