@@ -629,6 +629,54 @@ TEST_F(Cli, CaptureRefusesBeforeRunning) {
   EXPECT_FALSE(fs::exists(dir_ + "/x.hlt"));
 }
 
+// An output that names a file the command reads (by its inode: through a
+// link too) is refused before anything is written; the input is left as it
+// was. Before, each of these replaced its input (a trace by a replay's
+// JSON, a source log by its trace, the program by its own capture).
+TEST_F(Cli, AnOutputThatIsAnInputIsRefused) {
+  ASSERT_EQ(run({"import", "--from", "cmt-text", kData + "/small.cmt", "-o", "t.hlt"}, dir_).status, 0);
+  fs::copy_file(kData + "/small.cmt", dir_ + "/s.cmt");
+  fs::create_symlink("t.hlt", dir_ + "/link.hlt");
+  const auto size = [&](const std::string& f) { return fs::file_size(dir_ + "/" + f); };
+  const uint64_t trace_bytes = size("t.hlt"), source_bytes = size("s.cmt");
+  const struct {
+    std::vector<std::string> args;
+    std::string err;
+  } cases[] = {
+      {{"replay", "t.hlt", "-q", "-o", "t.hlt"},
+       "replay: 't.hlt' is the input 't.hlt': it would be replaced (name another output)"},
+      {{"replay", "t.hlt", "-q", "-o", "link.hlt"},
+       "replay: 'link.hlt' is the input 't.hlt': it would be replaced (name another output)"},
+      {{"replay", "t.hlt", "-q", "--emit-trace", "t.hlt"},
+       "replay: --emit-trace: 't.hlt' is the input 't.hlt': it would be replaced (name another output)"},
+      {{"replay", "t.hlt", "-q", "--emit-trace", "e.hlt", "-o", "./e.hlt"},
+       "replay: -o and --emit-trace name the same file './e.hlt' (the trace would be replaced)"},
+      {{"export", "--perfetto", "t.hlt", "-o", "t.hlt"},
+       "export: 't.hlt' is the input 't.hlt': it would be replaced (name another output)"},
+      {{"import", "--from", "cmt-text", "s.cmt", "-o", "s.cmt"},
+       "import: 's.cmt' is the input 's.cmt': it would be replaced (name another output)"},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(c.args, dir_);
+    EXPECT_EQ(r.status, 2) << c.err;
+    EXPECT_EQ(r.err, "heaplab: error: " + c.err + "\n");
+  }
+  EXPECT_EQ(size("t.hlt"), trace_bytes);
+  EXPECT_EQ(size("s.cmt"), source_bytes);
+  EXPECT_FALSE(fs::exists(dir_ + "/e.hlt"));
+  EXPECT_EQ(run({"check", "t.hlt"}, dir_).status, 0);
+  // The program captured.
+  fs::copy_file("/bin/true", dir_ + "/prog");
+  fs::permissions(dir_ + "/prog", fs::perms::owner_all);
+  const uint64_t prog_bytes = size("prog");
+  const Result r = run({"capture", "-q", "-o", "prog", "--", "./prog"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: capture: output 'prog' is the input './prog' (the program): it would be replaced (name "
+            "another output)\n");
+  EXPECT_EQ(size("prog"), prog_bytes);
+}
+
 TEST_F(Cli, MissingInputsExit2) {
   Result r = run({"stats", "/nonexistent.hlt"});
   EXPECT_EQ(r.status, 2);

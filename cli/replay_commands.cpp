@@ -108,10 +108,20 @@ int run_replay(ReplayArgs& a) {
     throw Failure{"replay: --emit-trace takes one allocator and one load mode (a trace holds one replay's addresses)"};
   // Where the results go, checked before the replays (a full disk or a
   // mistyped directory found after them loses them).
+  // Nor the trace itself, nor one another.
   for (const std::string* out : {&a.out, &a.emit_trace})
-    if (!out->empty())
-      if (std::string why = common::output_problem(*out); !why.empty())
-        throw Failure{std::string("replay: ") + (out == &a.emit_trace ? "--emit-trace: " : "") + why};
+    if (!out->empty()) {
+      std::string why = common::output_problem(*out);
+      if (why.empty()) why = common::output_is_input(*out, {a.opt.trace});
+      if (!why.empty()) throw Failure{std::string("replay: ") + (out == &a.emit_trace ? "--emit-trace: " : "") + why};
+    }
+  if (!a.out.empty() && !a.emit_trace.empty()) {
+    std::error_code e1, e2;
+    if (std::filesystem::weakly_canonical(std::filesystem::absolute(a.out, e1), e1) ==
+            std::filesystem::weakly_canonical(std::filesystem::absolute(a.emit_trace, e2), e2) &&
+        !e1 && !e2)
+      throw Failure{"replay: -o and --emit-trace name the same file '" + a.out + "' (the trace would be replaced)"};
+  }
   if (allocs.size() * loads.size() > 1 || all) return run_replays(a, allocs, loads, all);
   replay::ReplayOutcome o;
   std::vector<uint64_t> addresses;

@@ -180,6 +180,8 @@ int run_import_logalloc(const ImportArgs& a, const std::vector<std::string>& arg
 }
 
 int run_import(const ImportArgs& a, const std::vector<std::string>& argv) {
+  if (std::string why = common::output_is_input(a.output, {a.input, a.input + ".blocks"}); !why.empty())
+    throw Failure{"import: " + why};
   if (a.from == "heaplab-raw") return run_import_raw(a);
   if (a.from == "perf-pt") return run_import_perf_pt(a);
   if (a.from != "cmt-text" && a.from != "mtrace" && a.from != "heaptrack" && a.from != "logalloc")
@@ -353,6 +355,9 @@ struct ExportArgs {
 // Perfetto UI opens.
 int run_export(const ExportArgs& a) {
   if (!a.perfetto) throw Failure{"export: say which format: --perfetto (the only one so far)"};
+  std::vector<std::string> inputs = a.results;
+  inputs.push_back(a.trace);
+  if (std::string why = common::output_is_input(a.out, inputs); !why.empty()) throw Failure{"export: " + why};
   auto r = open_trace(a.trace);
   std::vector<analysis::PerfettoResult> results;
   for (const std::string& path : a.results) {

@@ -207,6 +207,18 @@ std::string output_problem(const std::string& output) {
   return "";
 }
 
+std::string output_is_input(const std::string& output, const std::vector<std::string>& inputs) {
+  struct stat out {};
+  if (output.empty() || ::stat(output.c_str(), &out) != 0) return "";
+  for (const std::string& in : inputs) {
+    struct stat st {};
+    if (in.empty() || ::stat(in.c_str(), &st) != 0) continue;
+    if (st.st_dev == out.st_dev && st.st_ino == out.st_ino && S_ISREG(st.st_mode))
+      return "'" + output + "' is the input '" + in + "': it would be replaced (name another output)";
+  }
+  return "";
+}
+
 std::string read_input_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));

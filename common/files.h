@@ -5,6 +5,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace heaplab::common {
 
@@ -30,6 +31,12 @@ void write_text(const std::string& output, const std::string& text);
 // before the work that makes it: "" if so, else why not, in one line
 // ("cannot write 'PATH': No such file or directory", "...: is a directory").
 std::string output_problem(const std::string& output);
+// Whether `output` names a file the command reads (one of `inputs`, by
+// device and inode, through links and descriptor names): writing it would
+// replace (or append to) what is being read. "" if not (or if it does not
+// exist), else in one line: "'OUT' is the input 'IN': it would be
+// replaced (name another output)".
+std::string output_is_input(const std::string& output, const std::vector<std::string>& inputs);
 
 // Reads a small input file the user named (an experiment's YAML, a replay
 // result) whole, in one line of error (std::runtime_error) otherwise:

@@ -358,6 +358,9 @@ void validate(CaptureOptions& opt) {
     opt.glibc_forwarder = true;
   }
   check_writable_output(opt.output);
+  if (std::string why = common::output_is_input(opt.output, {prog}); !why.empty())
+    fail("output " + why.substr(0, why.find(": it would")) +
+         " (the program): it would be replaced (name another output)");
   if (opt.raw_dir.empty()) opt.raw_dir = opt.output + ".raw." + std::to_string(getpid());
   opt.raw_dir_created = mkdir(opt.raw_dir.c_str(), 0755) == 0;
   if (!opt.raw_dir_created) {
