@@ -102,9 +102,8 @@ int run_experiment_cmd(const RunArgs& a) {
     throw Failure{e.what()};
   } catch (const experiments::StoreOpenError& e) {  // a store that cannot be opened: exit 2
     throw Failure{e.what()};
-  } catch (const std::runtime_error& e) {  // RunError
-    fmt::print(stderr, "heaplab: error: {}\n", e.what());
-    return 1;
+  } catch (const std::runtime_error& e) {  // RunError: a trace, a session or a store that cannot go on (exit 2)
+    throw Failure{e.what()};
   }
   experiments::Store store(r.store);
   const auto s = store.session(r.session);

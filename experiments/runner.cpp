@@ -191,9 +191,23 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
                       "': --shard needs trace files (each shard would capture "
                       "its own run of the program); capture it once with heaplab capture and give 'file'");
   }
-  for (const TraceSpec& t : spec.traces)
-    if (!t.file.empty() && access(t.file.c_str(), R_OK) != 0)
+  // A trace file is a trace, with the times the replays need: found now,
+  // not after the matrix's first runs (a session then stuck at its error).
+  for (const TraceSpec& t : spec.traces) {
+    if (t.file.empty()) continue;
+    if (access(t.file.c_str(), R_OK) != 0)
       throw SpecError(spec.path + ": trace '" + t.name + "': " + t.file + ": " + std::strerror(errno));
+    std::unique_ptr<trace::TraceReader> r;
+    try {
+      r = trace::TraceReader::open(t.file);
+    } catch (const trace::TraceError& e) {
+      throw SpecError(spec.path + ": trace '" + t.name + "': " + e.what());
+    }
+    if (spec.replay.timing == replay::Timing::recorded && !r->has_time())
+      throw SpecError(spec.path + ": trace '" + t.name + "': " + t.file +
+                      " has no timestamps (imported from a log without times?), and the experiment replays at the "
+                      "recorded pace, its default: give it 'replay: {timing: fast}'");
+  }
 
   std::error_code ec;
   fs::create_directories(opt.results_dir, ec);
@@ -287,6 +301,28 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
     const std::string out = (trace_dir / (t.name + ".hlt")).string();
     if (!fs::exists(out)) capture(t, out, opt.quiet);
     trace_paths.push_back(out);
+  }
+
+  // Each trace's content, as this session's runs replayed it: a resume on
+  // a trace file changed since (or one changed while the session runs)
+  // would mix two traces' runs in one session, which reports and gates
+  // would take for one.
+  std::vector<std::string> trace_ids(spec.traces.size());
+  const auto changed = [&](size_t k, const std::string& was, const std::string& now) {
+    return RunError(fmt::format(
+        "trace '{}': {} is not the trace this session's runs replayed (its content id is {}, theirs {}): runs of the "
+        "two would be mixed in one session; run with --new for a session of its own, or put the trace back",
+        spec.traces[k].name, trace_paths[k], now, was));
+  };
+  if (!done.empty()) {
+    for (const RunRow& row : store.runs(s->id))
+      for (size_t k = 0; k < spec.traces.size(); ++k)
+        if (row.trace == spec.traces[k].name && !row.trace_id.empty() && trace_ids[k].empty())
+          trace_ids[k] = row.trace_id;
+    for (size_t k = 0; k < spec.traces.size(); ++k)
+      if (!trace_ids[k].empty())
+        if (const std::string now = replay::file_id(trace_paths[k]); !now.empty() && now != trace_ids[k])
+          throw changed(k, trace_ids[k], now);
   }
 
   std::vector<const Cell*> todo;
@@ -429,6 +465,14 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
           fmt::print(stderr, "heaplab: warning: trace '{}': {}\n", t.name, w.get<std::string>());
         }
     const replay::ReplayResult rr = replay::result_from_json(o.result);
+    if (!rr.trace_id.empty()) {
+      if (trace_ids[c.trace].empty())
+        trace_ids[c.trace] = rr.trace_id;
+      else if (rr.trace_id != trace_ids[c.trace]) {
+        if (tty) fmt::print(stderr, "\r\033[K");
+        throw changed(c.trace, trace_ids[c.trace], rr.trace_id);
+      }
+    }
     row.trace_id = rr.trace_id;
     row.exit = rr.exit_status.empty() ? "error" : rr.exit_status;
     row.faithful = rr.ran && rr.faithful;

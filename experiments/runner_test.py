@@ -88,7 +88,21 @@ def count(results):
 
 
 def bad_files():
+    # A file that is not a trace; a trace without times (an import).
+    with open(os.path.join(WORK, "notatrace.txt"), "w") as f:
+        f.write("malloc(16) = 0x1000\n")
+    heaplab("import", "--from", "cmt-text", os.path.join(WORK, "notatrace.txt"), "-o",
+            os.path.join(WORK, "untimed.hlt"))
     cases = [
+        ("traces: [{name: t, file: notatrace.txt}]\nallocators: [glibc]\n",
+         "bad.yaml: trace 't': notatrace.txt: offset 0: not a heaplab trace (bad magic)"),
+        ("traces: [{name: t, file: untimed.hlt}]\nallocators: [glibc]\n",
+         "bad.yaml: trace 't': untimed.hlt has no timestamps (imported from a log without times?), and the "
+         "experiment replays at the recorded pace, its default: give it 'replay: {timing: fast}'"),
+        ("traces: [{name: t, file: untimed.hlt}]\nallocators: [glibc]\nreplay: {timing: fast, speed: 2}\n",
+         "bad.yaml:3: 'speed' paces a replay at the recorded pace, and this one has 'timing: fast'"),
+        ("traces: [{name: t, file: untimed.hlt}]\nallocators: [{name: '{experiment_dir}/nosuch.so', label: x}]\n",
+         "bad.yaml: allocator 'x': allocator './nosuch.so': "),
         ("traces: [{name: t, file: x.hlt}]\nallocators: [glibc]\nrepetitons: 3\n",
          "bad.yaml:3: unknown key 'repetitons'"),
         ("traces: [{name: t, file: x.hlt}]\nallocators: [glibc]\nreplay: {touch: most}\n",
@@ -217,6 +231,29 @@ def killed_and_resumed():
     check(len({g[0] for g in got}) == 1, "one session")
 
 
+def changed_trace_on_resume():
+    """A resume on a trace file whose content changed since the session's
+    runs replayed it stops with one line (exit 2), where its runs were
+    mixed with the other trace's in one session; the trace put back, it
+    completes with one trace id."""
+    res = os.path.join(WORK, "changed")
+    a, b, t = (os.path.join(WORK, n) for n in ("a.hlt", "b.hlt", "t.hlt"))
+    heaplab("capture", "-q", "-o", a, "--", VICTIM, "threads", "2", "2", "3000")
+    heaplab("capture", "-q", "-o", b, "--", VICTIM, "threads", "2", "2", "2000")
+    shutil.copyfile(a, t)
+    path = experiment("changed", reps=7, trace_file=t)
+    before = run_and_kill(res, path)
+    shutil.copyfile(b, t)
+    r = heaplab("run", path, "--results", res, "-q", expect=2)
+    check(r.stderr.startswith(f"heaplab: error: trace 'threads': {t} is not the trace this session's runs replayed "
+                              "(its content id is ") and r.stderr.count("\n") == 1, r.stderr)
+    check(count(res) == before, f"{count(res)} runs after the refused resume, {before} before")
+    shutil.copyfile(a, t)
+    heaplab("run", path, "--results", res, "-q")
+    got = rows(res)
+    check(len(got) == 16 and len({g[4] for g in got}) == 1, f"{len(got)} runs, trace ids {set(g[4] for g in got)}")
+
+
 def interrupted_and_resumed():
     res = os.path.join(WORK, "interrupted")
     path = experiment("int", reps=7)
@@ -266,13 +303,13 @@ def sharded(one):
     trace = os.path.join(WORK, "threads.hlt")
     heaplab("capture", "-q", "-o", trace, "--", VICTIM, "threads", "2", "2", "3000")
     path = experiment("small", trace_file=trace)
-    r = heaplab("run", path, "--results", a, "--shard", "1/2", expect=1)
+    r = heaplab("run", path, "--results", a, "--shard", "1/2", expect=2)
     check("--shard needs --session ID" in r.stderr, r.stderr)
     heaplab("run", path, "--results", a, "--shard", "1/2", "--session", "nightly-1", "-q")
     heaplab("run", path, "--results", b, "--shard", "2/2", "--session", "nightly-1", "-q")
-    r = heaplab("run", path, "--results", b, "--shard", "1/2", "--session", "nightly-1", "-q", expect=1)
+    r = heaplab("run", path, "--results", b, "--shard", "1/2", "--session", "nightly-1", "-q", expect=2)
     check("session 'nightly-1' was run as shard 2/2, not as shard 1/2" in r.stderr, r.stderr)
-    r = heaplab("run", path, "--results", b, "--shard", "2/2", "--session", "nightly-1", "--new", "-q", expect=1)
+    r = heaplab("run", path, "--results", b, "--shard", "2/2", "--session", "nightly-1", "--new", "-q", expect=2)
     check("--new: session 'nightly-1' exists" in r.stderr, r.stderr)
     check(len(rows(a)) == 4 and len(rows(b)) == 4, "shard sizes")
     r = heaplab("results", "merge", os.path.join(a, "heaplab.db"), os.path.join(b, "heaplab.db"),
@@ -487,6 +524,7 @@ def main():
     concurrent()
     hung_allocator()
     died_and_resumed()
+    changed_trace_on_resume()
     print("PASS")
 
 

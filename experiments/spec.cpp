@@ -170,6 +170,17 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
   }
   if (s.traces.empty()) c.fail(root["traces"], "'traces': no trace given");
 
+  // {experiment_dir}: where the experiment file is (in trace files and
+  // programs, allocators' paths and their environment's values).
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const auto expand = [&](std::string& v) {
+    // Searched from after each replacement: a directory named with the
+    // placeholder itself is not expanded again (forever).
+    for (size_t at = 0; (at = v.find("{experiment_dir}", at)) != std::string::npos; at += dir.size())
+      v.replace(at, 16, dir);
+  };
+
   if (!root["allocators"]) c.fail_line(0, "no 'allocators' (a list of allocators to replay on)");
   for (const YAML::Node& a : need_list(c, root["allocators"], "allocators")) {
     AllocatorSpec as;
@@ -194,6 +205,8 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
       }
     }
     if (as.name.empty()) c.fail(a, "an allocator with an empty name");
+    expand(as.name);
+    for (auto& kv : as.env) expand(kv.second);
     if (as.label.empty()) {
       as.label = as.name.find('/') != std::string::npos ? as.name.substr(as.name.find_last_of('/') + 1) : as.name;
       if (as.load == "direct") as.label += "/direct";
@@ -206,15 +219,6 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
     s.allocators.push_back(as);
   }
   if (s.allocators.empty()) c.fail(root["allocators"], "'allocators': no allocator given");
-  // {experiment_dir}: where the experiment file is.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const auto expand = [&](std::string& v) {
-    // Searched from after each replacement: a directory named with the
-    // placeholder itself is not expanded again (forever).
-    for (size_t at = 0; (at = v.find("{experiment_dir}", at)) != std::string::npos; at += dir.size())
-      v.replace(at, 16, dir);
-  };
   for (TraceSpec& t : s.traces) {
     expand(t.file);
     for (std::string& a : t.capture) expand(a);
@@ -243,6 +247,10 @@ ExperimentSpec parse_experiment(const std::string& src, const std::string& path)
     }
     if (s.replay.membind == "local" && s.replay.pin == "none")
       c.fail(r["membind"], "'membind': local binds memory to the pinned CPUs' nodes; give 'pin' too");
+    if (r["speed"] && s.replay.timing != replay::Timing::recorded)
+      c.fail(r["speed"],
+             "'speed' paces a replay at the recorded pace, and this one has 'timing: fast' (which runs as fast as it "
+             "can)");
   }
   if (root["metrics"]) {
     for (const YAML::Node& m : need_list(c, root["metrics"], "metrics")) {
