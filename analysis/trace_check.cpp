@@ -128,7 +128,7 @@ CheckReport check_trace(const trace::TraceReader& r, size_t max_listed) {
           }
         }
       }
-      if (produces && trace::op_has(e.op, trace::kAlign) && !std::has_single_bit(e.align) &&
+      if (produces && trace::op_has(e.op, trace::kAlign) && !trace::alignment_taken(e.op, e.align) &&
           !(e.flags & trace::kFailed))
         ++rep.odd_alignments;
       if (produces && !(e.flags & trace::kNullResult)) {

@@ -237,8 +237,9 @@ int run_check(const std::string& path, size_t max_listed) {
                group_digits(rep.lost_events));
   if (rep.odd_alignments)
     fmt::print(
-        "{}: note: {} calls with an alignment that is not a power of two (glibc rounds it up; replays use "
-        "the next power of two)\n",
+        "{}: note: {} calls succeeded with an alignment their call does not take (not a power of two, or for "
+        "posix_memalign below a pointer's size: glibc's memalign and aligned_alloc round it up, its posix_memalign "
+        "fails; replays use the next one taken)\n",
         path, group_digits(rep.odd_alignments));
   if (rep.mismatches_after_loss)
     fmt::print(

@@ -806,8 +806,9 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   if (plan.sizes_corrected + plan.alignments_corrected != 0)
     r["warnings"].push_back(fmt::format(
         "the trace has calls that are undefined for allocators ({} sized deletes naming another size than their "
-        "object's, {} alignments not a power of two or not the object's): replayed with the object's own size and "
-        "alignment (heaplab check lists them)",
+        "object's, {} alignments their call does not take (not a power of two; below a pointer's size for "
+        "posix_memalign) or not the object's): replayed with the object's own size and alignment, or the next "
+        "alignment taken (heaplab check lists them)",
         plan.sizes_corrected, plan.alignments_corrected));
   r["allocator"] = {
       {"name", opt.allocator}, {"load", opt.load}, {"library", l.library}, {"settings", allocator_settings(opt.env)}};

@@ -1145,12 +1145,13 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
       Step st{};
       st.size = e.size;
       st.arg = trace::op_has(e.op, trace::kCount) ? e.count : e.align;
-      // An alignment allocators take: a power of two (aligned_alloc(3, n)
-      // crashes some). The program's own would have failed; replayed as the
-      // next power of two, and counted.
+      // An alignment the call takes (trace::alignment_taken: a power of
+      // two, aligned_alloc(3, n) crashes some; posix_memalign's also at
+      // least a pointer, else it fails). A call that succeeded with another
+      // (an imported log's) is replayed with the next one taken, and counted.
       const bool aligned = trace::op_has(e.op, trace::kAlign);
-      if (aligned && trace::op_produces(e.op) && !(e.flags & trace::kFailed) && !std::has_single_bit(st.arg)) {
-        st.arg = st.arg > (uint64_t{1} << 63) ? uint64_t{1} << 63 : std::bit_ceil(st.arg);
+      if (aligned && trace::op_produces(e.op) && !(e.flags & trace::kFailed) && !trace::alignment_taken(e.op, st.arg)) {
+        st.arg = trace::alignment_for_replay(e.op, st.arg);
         ++s.alignments_corrected;
       }
       uint64_t old = 0;

@@ -2,6 +2,7 @@
 // Depends on nothing but the C++ standard library.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -105,6 +106,20 @@ constexpr std::string_view op_name(Op op) { return op_info(op).name; }
 constexpr bool op_produces(Op op) { return op_info(op).fields & kProduces; }
 constexpr bool op_consumes(Op op) { return op_info(op).fields & kConsumes; }
 constexpr bool op_has(Op op, OpField f) { return op_info(op).fields & f; }
+// An alignment `op`'s call takes: a power of two, and for posix_memalign
+// also a multiple of sizeof(void*) (it fails with EINVAL otherwise; glibc's
+// memalign and aligned_alloc round other alignments up, some allocators
+// crash on them).
+constexpr bool alignment_taken(Op op, uint64_t align) {
+  return std::has_single_bit(align) && (op != Op::posix_memalign || align >= sizeof(void*));
+}
+// The alignment a replay gives a call whose own was not taken (its result
+// in the trace says the program's call succeeded): the next one taken.
+constexpr uint64_t alignment_for_replay(Op op, uint64_t align) {
+  if (alignment_taken(op, align)) return align;
+  const uint64_t a = align > (uint64_t{1} << 63) ? uint64_t{1} << 63 : std::bit_ceil(align);
+  return op == Op::posix_memalign && a < sizeof(void*) ? sizeof(void*) : a;
+}
 
 inline std::optional<Op> op_from_name(std::string_view name) {
   for (unsigned i = 0; i < kOpCount; ++i)
