@@ -136,7 +136,10 @@ inline std::vector<Event> generate(uint64_t seed, size_t n, const GenOptions& o 
     e.op = o.all_ops ? producers[rng() % std::size(producers)] : Op::malloc;
     e.size = pick_size();
     if (op_has(e.op, kCount)) e.count = rng() % 4 == 0 ? rng() : 1 + rng() % 64;
-    if (op_has(e.op, kAlign)) e.align = uint64_t{1} << (rng() % 64);
+    if (op_has(e.op, kAlign)) {
+      e.align = uint64_t{1} << (rng() % 64);
+      e.align = alignment_for_replay(e.op, e.align);  // (posix_memalign: at least 8)
+    }
     if (op_consumes(e.op) && !live.empty() && rng() % 4 != 0) {
       size_t k = rng() % live.size();
       e.old = live[k];
