@@ -141,12 +141,15 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
   for (const std::string& a : allocators)
     if (a != baseline) columns.push_back(a);
   for (const std::string& t : traces) {
-    size_t reps = 0;
+    size_t reps = 0, fewest = SIZE_MAX;
     for (const Summary& x : sums)
-      if (x.trace == t) reps = std::max(reps, x.n);
+      if (x.trace == t) {
+        reps = std::max(reps, x.n);
+        fewest = std::min(fewest, x.n);
+      }
     const std::string legend = fmt::format(
         "median of {} run(s), ±half the range as % of it, ratio to {}; * differs from {} (Mann-Whitney U, p < {})",
-        reps, baseline, baseline, opt.alpha);
+        fewest < reps ? fmt::format("{} to {}", fewest, reps) : std::to_string(reps), baseline, baseline, opt.alpha);
     s += md ? "\n## " + t + "\n\n" + legend + "\n\n" : "\ntrace " + t + ": " + legend + "\n";
     std::vector<std::vector<std::string>> rows;
     std::vector<std::string> heads = {"metric"};
@@ -186,6 +189,24 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
       s += common::align_columns(rows, "l" + std::string(heads.size() - 1, 'r'));
     }
   }
+  // Runs left out of the figures (failed, or not faithful): said, with the
+  // traces and allocators none of whose runs is in them.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::map<std::pair<std::string, std::string>, std::pair<size_t, size_t>> out_of;  // left out, of all
+  for (const RunRecord& r : runs) {
+    if (r.warmup) continue;
+    const auto key = std::make_pair(r.trace, r.allocator);
+    if (!out_of.count(key)) pairs.push_back(key);
+    auto& [left, all] = out_of[key];
+    ++all;
+    left += r.ok ? 0 : 1;
+  }
+  std::string left;
+  for (const auto& key : pairs)
+    if (const auto& [n, all] = out_of[key]; n != 0)
+      left += fmt::format("{}{} on {}: {} of {}", left.empty() ? "" : "; ", key.first, key.second, n, all);
+  if (!left.empty())
+    s += fmt::format("\nleft out, failed or not faithful (heaplab results export lists them): {}\n", left);
   return s;
 }
 

@@ -74,7 +74,28 @@ TEST(Report, Table) {
             "(Mann-Whitney U, p < 0.05)\n"
             "metric           glibc         jemalloc\n"
             "wall time (s)    1 ±2%  0.51 ±4% 0.51x*\n"
-            "heap peak (MiB)     10  12.2 ±2% 1.22x*\n");
+            "heap peak (MiB)     10  12.2 ±2% 1.22x*\n"
+            "\n"
+            "left out, failed or not faithful (heaplab results export lists them): app on jemalloc: 1 of 6\n");
+}
+
+// A trace none of whose runs went into the figures (each failed, or was not
+// faithful) is named, not left out in silence; allocators with different
+// counts of runs say both.
+TEST(Report, RunsLeftOutAreSaid) {
+  std::vector<RunRecord> v = {
+      {"app", "glibc", 0, false, true, {{"wall_s", 1.0}}},    {"app", "glibc", 1, false, true, {{"wall_s", 1.0}}},
+      {"app", "jemalloc", 0, false, true, {{"wall_s", 2.0}}}, {"app", "jemalloc", 1, false, false, {{"wall_s", 2.0}}},
+      {"odd", "glibc", 0, false, false, {{"wall_s", 3.0}}},   {"odd", "jemalloc", 0, false, false, {{"wall_s", 3.0}}}};
+  EXPECT_EQ(report(v, ReportOptions{}),
+            "\n"
+            "trace app: median of 1 to 2 run(s), ±half the range as % of it, ratio to glibc; * differs from glibc "
+            "(Mann-Whitney U, p < 0.05)\n"
+            "metric         glibc  jemalloc\n"
+            "wall time (s)      1   2 2.00x\n"
+            "\n"
+            "left out, failed or not faithful (heaplab results export lists them): app on jemalloc: 1 of 2; odd on "
+            "glibc: 1 of 1; odd on jemalloc: 1 of 1\n");
 }
 
 TEST(Report, Markdown) {
@@ -91,7 +112,9 @@ TEST(Report, Markdown) {
             "| metric | jemalloc | glibc |\n"
             "|---|---:|---:|\n"
             "| wall time (s) | 0.51 ±4% | 1 ±2% 1.96x* |\n"
-            "| heap peak (MiB) | 12.2 ±2% | 10 0.82x* |\n");
+            "| heap peak (MiB) | 12.2 ±2% | 10 0.82x* |\n"
+            "\n"
+            "left out, failed or not faithful (heaplab results export lists them): app on jemalloc: 1 of 6\n");
 }
 
 TEST(Report, Csv) {

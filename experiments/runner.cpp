@@ -487,13 +487,17 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
       throw;
     }
     ++res.ran;
+    // (A replay that ran, and was not faithful, is left out of the figures: said so.)
+    const std::string status = row.exit == "ok" && !row.faithful && !rr.unfaithful().empty()
+                                   ? "not faithful (" + rr.unfaithful() + "): left out of the figures"
+                                   : row.exit;
     if (!tty && !opt.quiet) {
       const auto m = row.metrics;
-      fmt::print(stderr, "heaplab: run {}/{}: {}: {}{}\n", i + 1, todo.size(), what, row.exit,
+      fmt::print(stderr, "heaplab: run {}/{}: {}: {}{}\n", i + 1, todo.size(), what, status,
                  m.count("wall_s") ? fmt::format(", {:.3f} s", m.at("wall_s")) : "",
                  m.count("heap_peak_mib") ? fmt::format(", heap peak {:.1f} MiB", m.at("heap_peak_mib")) : "");
-    } else if (tty && row.exit != "ok") {
-      fmt::print(stderr, "\r\033[Kheaplab: {}: {}{}\n", what, row.exit, o.error.empty() ? "" : ": " + o.error);
+    } else if (tty && status != "ok") {
+      fmt::print(stderr, "\r\033[Kheaplab: {}: {}{}\n", what, status, o.error.empty() ? "" : ": " + o.error);
     }
   }
   if (tty) fmt::print(stderr, "\r\033[K");

@@ -953,19 +953,11 @@ std::string result_summary(const nlohmann::json& document) {
   s += fmt::format("  max RSS {:.1f} MiB, of which {:.1f} MiB the replayer's plan and object table\n",
                    r.max_rss_kib.value_or(0) / 1024.0, book_mib);
   std::string ops;
-  uint64_t nulls = 0, unexpected = 0;
-  for (const auto& [name, o] : r.ops) {
+  for (const auto& [name, o] : r.ops)
     ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", name, group_digits(o.calls));
-    nulls += o.null_results;
-    unexpected += o.unexpected_results;
-  }
   s += fmt::format("  calls {}: {}\n", r.calls_match ? "exactly as recorded" : "DIFFER from the trace",
                    ops.empty() ? "none" : ops);
-  if (!r.results_match)
-    s += fmt::format(
-        "  results differ from the trace: {} NULL where it had a result, {} results where it had NULL, "
-        "{} failed reallocs that moved here\n",
-        group_digits(nulls), group_digits(unexpected), group_digits(r.moved_failed_reallocs));
+  if (r.calls_match && !r.results_match) s += "  " + r.unfaithful() + "\n";
   if (r.cross_thread_waits != 0)
     s += fmt::format("  cross-thread waits: {} ({:.3f} ms in all threads)\n", group_digits(r.cross_thread_waits),
                      double(r.cross_thread_wait_ns) / 1e6);

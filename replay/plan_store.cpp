@@ -44,8 +44,10 @@ constexpr uint64_t kMargin = 512 * kMiB;
 // The plan file's layout version, in the names of kept plans (changed with
 // plan.cpp's kPlanVersion, and with the summary kept beside it: plan
 // version 8 with per-op program latency summaries is named v8; version 9
-// added the arrays' checksums).
-constexpr int kLayout = 9;
+// added the arrays' checksums; v10: the same layout, with posix_memalign's
+// alignments below a pointer's size corrected: a plan kept by a heaplab
+// that built it otherwise is not found).
+constexpr int kLayout = 10;
 
 uint64_t free_bytes_of(const std::string& dir) {
   struct statvfs v {};

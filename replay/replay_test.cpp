@@ -1743,7 +1743,7 @@ TEST_F(ReplayTest, AKeptPlanCutShortDuringTheReplayIsBuiltAgain) {
 TEST_F(ReplayTest, APlanThatCouldNotBeKeptIsSaid) {
   const fs::path plans = dir() / "unkeepable-plans";
   const std::string t = write_trace("unkeepable", big_and_small(), false);
-  const std::string base = heaplab::replay::file_id(t) + "-t0-untimed-live-v9";
+  const std::string base = heaplab::replay::file_id(t) + "-t0-untimed-live-v10";
   fs::create_directories(plans / (base + ".plan"));
   std::ofstream(plans / (base + ".plan") / "taken") << "x";
   const json j = replay(t, {"--allocator", "glibc"}, 0, "HEAPLAB_PLAN_DIR=" + quote(plans.string()));

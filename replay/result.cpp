@@ -1,6 +1,10 @@
 #include "replay/result.h"
 
+#include <fmt/format.h>
+
 #include <string>
+
+#include "common/text.h"
 
 namespace heaplab::replay {
 namespace {
@@ -104,6 +108,20 @@ LatencyResult latency_of(const json& l) {
 
 std::string ReplayResult::label() const {
   return (allocator.empty() ? "?" : allocator) + "/" + (load.empty() ? "?" : load);
+}
+
+std::string ReplayResult::unfaithful() const {
+  if (!ran || faithful) return "";
+  if (!calls_match) return "calls DIFFER from the trace";
+  uint64_t nulls = 0, unexpected = 0;
+  for (const auto& [name, o] : ops) {
+    nulls += o.null_results;
+    unexpected += o.unexpected_results;
+  }
+  return fmt::format(
+      "results differ from the trace: {} NULL where it had a result, {} results where it had NULL, {} failed "
+      "reallocs that moved here",
+      common::group_digits(nulls), common::group_digits(unexpected), common::group_digits(moved_failed_reallocs));
 }
 
 ReplayResult result_from_json(const json& j) {

@@ -98,6 +98,11 @@ struct ReplayResult {
 
   // "name/load" as tables show it.
   std::string label() const;
+  // Why a replay that ran was not faithful, in a few words ("" if it was):
+  // "calls DIFFER from the trace", or "results differ from the trace: 0 NULL
+  // where it had a result, 1 results where it had NULL, 0 failed reallocs
+  // that moved here".
+  std::string unfaithful() const;
   // Whether the figures at the live peak mean anything (the samples saw at
   // least half of it).
   bool live_peak_measured() const { return memory && memory->live_peak_sampled_fraction >= 0.5; }
