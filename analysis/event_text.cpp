@@ -83,6 +83,43 @@ void LifetimeAnnotator::append(std::string& line, const Age& a, bool has_time) {
   if (a.known) append_note(line, text(a, has_time));
 }
 
+void memory_event_jsonl(const trace::MemoryEvent& e, bool has_time, std::string& line) {
+  using trace::MemOp;
+  line = "{\"op\":\"";
+  line += trace::mem_op_name(e.op);
+  line += '"';
+  auto field = [&](const char* name, uint64_t v) {
+    line += ",\"";
+    line += name;
+    line += "\":";
+    line += std::to_string(v);
+  };
+  if (e.op == MemOp::object) {  // (no place in the order: by object)
+    field("object", e.region);
+    field("length", e.length);
+    field("pages", e.pages);
+    line += "}\n";
+    return;
+  }
+  field(e.op == MemOp::latency ? "seq" : "after", e.after);
+  field("thread", e.thread);
+  if (e.op == MemOp::latency) {
+    field("ns", e.length);
+    line += "}\n";
+    return;
+  }
+  if (has_time) field("time", e.time);
+  field("region", e.region);
+  if (e.op != MemOp::map) field("offset", e.offset);
+  field("length", e.length);
+  if (e.pages != trace::kUnknownPages) field("pages", e.pages);
+  if (e.op == MemOp::remap) {
+    field("new_region", e.new_region);
+    field("new_length", e.new_length);
+  }
+  line += "}\n";
+}
+
 void memory_event_text(const trace::MemoryEvent& e, bool has_time, std::string& line) {
   using trace::MemOp;
   line.clear();

@@ -48,5 +48,9 @@ class LifetimeAnnotator {
 
 // A memory event (format 1.1): "after SEQ tTHREAD [@TIME ]op(region R, offset, length[, pages][ -> region N, length])".
 void memory_event_text(const trace::MemoryEvent& e, bool has_time, std::string& line);
+// The same as one JSON object a line: {"op":"unmap","after":12,"thread":0,
+// "time":...,"region":3,"offset":0,"length":4096,"pages":1}, with only the
+// fields its op has (cat --memory --format jsonl).
+void memory_event_jsonl(const trace::MemoryEvent& e, bool has_time, std::string& line);
 
 }  // namespace heaplab::analysis

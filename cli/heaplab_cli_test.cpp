@@ -677,6 +677,35 @@ TEST_F(Cli, AnOutputThatIsAnInputIsRefused) {
   EXPECT_EQ(size("prog"), prog_bytes);
 }
 
+// cat --memory takes --thread, --from, -n and --format as cat of events
+// does (they were ignored); --meta takes none of them (refused, not ignored).
+TEST_F(Cli, CatOfMemoryRecordsTakesTheSameOptions) {
+  const std::string victim = std::string(HEAPLAB_TEST_BINARY_DIR) + "/capture/testprogs/victim_c";
+  ASSERT_EQ(run({"capture", "-q", "--latency", "1", "-o", "m.hlt", "--", victim, "single"}, dir_).status, 0);
+  const auto lines = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n'); };
+  const Result all = run({"cat", "m.hlt", "--memory"}, dir_);
+  ASSERT_EQ(all.status, 0);
+  ASSERT_GT(lines(all.out), 3);
+  Result r = run({"cat", "m.hlt", "--memory", "-n", "2"}, dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, all.out.substr(0, all.out.find('\n', all.out.find('\n') + 1) + 1));
+  r = run({"cat", "m.hlt", "--memory", "--format", "jsonl", "-n", "1"}, dir_);
+  EXPECT_EQ(r.out.rfind("{\"op\":\"latency\",\"seq\":", 0), 0u) << r.out;
+  EXPECT_EQ(lines(r.out), 1);
+  EXPECT_TRUE(nlohmann::json::parse(r.out).contains("ns")) << r.out;
+  r = run({"cat", "m.hlt", "--memory", "--from", "1000000"}, dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "");
+  r = run({"cat", "m.hlt", "--memory", "--thread", "99"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err.rfind("heaplab: error: m.hlt: no thread 99 (the trace has ", 0), 0u) << r.err;
+  r = run({"cat", "m.hlt", "--meta", "-n", "3"}, dir_);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "heaplab: error: cat: --meta prints the metadata alone: none of --memory, --annotate, --thread, --from, "
+            "-n, --format with it\n");
+}
+
 TEST_F(Cli, MissingInputsExit2) {
   Result r = run({"stats", "/nonexistent.hlt"});
   EXPECT_EQ(r.status, 2);

@@ -278,15 +278,30 @@ struct CatArgs {
 int run_cat(const CatArgs& a) {
   auto r = open_trace(a.path);
   if (a.meta) {
+    if (a.memory || a.annotate || a.thread || a.from != 0 || a.limit != UINT64_MAX || a.format != "text")
+      throw Failure{
+          "cat: --meta prints the metadata alone: none of --memory, --annotate, --thread, --from, -n, "
+          "--format with it"};
     nlohmann::json m = common::parse_bounded_json(r->metadata());
     fmt::print("{}\n", m.is_discarded() ? r->metadata() : m.dump(2));
     return 0;
   }
   if (a.memory) {
+    // --thread, --from (records after that seq) and -n as for heap events;
+    // the objects' resident counts (no thread, no place) only without them.
+    if (a.annotate) throw Failure{"cat: --annotate is for heap events, not --memory"};
+    if (a.thread && (*a.thread < 0 || *a.thread >= int64_t(r->thread_count())))
+      throw Failure{fmt::format("{}: no thread {} (the trace has {})", a.path, *a.thread, r->thread_count())};
     std::string line, out;
+    uint64_t shown = 0;
     trace::MemoryCursor memory(*r);
-    for (const trace::MemoryEvent* e; (e = memory.next()) != nullptr;) {
-      analysis::memory_event_text(*e, r->has_time(), line);
+    for (const trace::MemoryEvent* e; shown < a.limit && (e = memory.next()) != nullptr;) {
+      if (e->op == trace::MemOp::object ? (a.thread || a.from != 0)
+                                        : ((a.thread && e->thread != uint64_t(*a.thread)) || e->after < a.from))
+        continue;
+      a.format == "jsonl" ? analysis::memory_event_jsonl(*e, r->has_time(), line)
+                          : analysis::memory_event_text(*e, r->has_time(), line);
+      ++shown;
       out += line;
       if (out.size() >= (size_t{1} << 16)) {
         if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) output_failed();
@@ -468,8 +483,9 @@ void add_trace_commands(CLI::App& app, Commands& commands, const CommandLine& li
                "Give each free, delete and realloc its object's size and age in events (and ns): "
                "# 16 bytes, allocated 1 lines ago");
   ct->add_flag("--memory", ca.memory,
-               "Print the program's own memory calls (mmap, munmap, mremap, madvise, brk) and the resident pages "
-               "measured, instead of heap events");
+               "Print the program's own memory calls (mmap, munmap, mremap, madvise, brk), the resident pages "
+               "measured and the calls the program timed (capture --latency), instead of heap events (--thread, "
+               "--from, -n and --format as for events)");
 
   commands.push_back({ct, [ca_] { return run_cat(*ca_); }});
 

@@ -787,6 +787,10 @@ ReplayOutcome replay_once(const ReplayOptions& opt, bool& any_allocator) {
   r["trace"] = trace_j;
   if (!coverage_warning.empty()) r["warnings"].push_back(coverage_warning);
   if (!times_warning.empty()) r["warnings"].push_back(times_warning);
+  if (opt.settings.latency_program && plan.program_latency.empty())
+    r["warnings"].push_back(
+        "--latency-of program: the trace has no calls the program timed (capture it with --latency N): no latency "
+        "was measured");
   if (!not_kept.empty()) r["warnings"].push_back(not_kept);
   if (!damaged_kept.empty()) r["warnings"].push_back(damaged_kept);
   if (unidentified)
@@ -999,7 +1003,7 @@ std::string result_summary(const nlohmann::json& document) {
                      group_digits(uint64_t(r.minor_faults.value_or(0))),
                      group_digits(uint64_t(r.major_faults.value_or(0))));
   }
-  if (r.latency) {
+  if (r.latency && !r.latency->ops.empty()) {
     const LatencyResult& l = *r.latency;
     s += fmt::format("  latency (ns; {}; timer cost {:.1f} ns subtracted):\n",
                      l.sample_every ? fmt::format("every {} call(s) timed", l.sample_every)

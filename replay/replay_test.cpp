@@ -1884,6 +1884,19 @@ TEST_F(ReplayTest, LatencyOfTheProgramsOwnTimedCalls) {
   // Without --latency-of program the replay says how to compare.
   const Outcome plain = run({kHeaplab, "replay", path});
   EXPECT_NE(plain.out.find("replay with --latency-of program to time the same calls"), std::string::npos) << plain.out;
+  // With --latency N too: the program's calls, and the summary says so (it
+  // said "every 16 call(s) timed").
+  const Outcome both = run({kHeaplab, "replay", path, "--latency-of", "program", "--latency", "16"});
+  EXPECT_NE(both.out.find("  latency (ns; the calls the program timed; "), std::string::npos) << both.out;
+  // A trace the program timed no call of: a warning, not an empty table.
+  const std::string untimed = write_trace("untimed_program", {malloc_ev(64), free_ev(1)});
+  const Outcome none = run({kHeaplab, "replay", untimed, "--latency-of", "program"});
+  EXPECT_EQ(none.code, 0);
+  EXPECT_NE(none.out.find("  warning: --latency-of program: the trace has no calls the program timed (capture it "
+                          "with --latency N): no latency was measured\n"),
+            std::string::npos)
+      << none.out;
+  EXPECT_EQ(none.out.find("  latency (ns;"), std::string::npos) << none.out;
 }
 
 // Calls on one region from two threads run in trace order: a large touch

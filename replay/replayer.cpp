@@ -557,7 +557,8 @@ int run_replayer(const ReplayerArgs& args, const BackendHooks& backend) {
                        {"waits", total.plan_waits},
                        {"wait_ns", total.plan_wait_ns}};
   if (hists) {
-    j["latency"] = latency_json(hists, nthreads, timer, args.settings.latency);
+    // (--latency-of program times the calls the program timed, whatever --latency says.)
+    j["latency"] = latency_json(hists, nthreads, timer, args.settings.latency_program ? 0 : args.settings.latency);
     if (args.settings.latency_program) j["latency"]["calls"] = "program";
   }
   if (sampler) j["memory"] = sampler->to_json();
