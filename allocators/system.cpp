@@ -23,18 +23,18 @@ void Custom::load(const std::string& path) {
   handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
   if (!handle) {
     const char* e = dlerror();
-    throw std::invalid_argument("--direct-library: cannot load it directly: " + std::string(e ? e : "dlopen failed") +
+    throw std::invalid_argument("--load direct: cannot load it directly: " + std::string(e ? e : "dlopen failed") +
                                 " (try --load preload)");
   }
   link_map* lm = nullptr;
   if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name)
-    throw std::invalid_argument("--direct-library: cannot find where '" + path + "' was loaded");
+    throw std::invalid_argument("--load direct: cannot find where '" + path + "' was loaded");
   const std::string name = lm->l_name;
   f_malloc = own<decltype(f_malloc)>("malloc", name);
   f_free = own<decltype(f_free)>("free", name);
   f_realloc = own<decltype(f_realloc)>("realloc", name);
   if (!f_malloc || !f_free || !f_realloc)
-    throw std::invalid_argument("--direct-library: '" + path + "' does not define malloc, free and realloc itself");
+    throw std::invalid_argument("--load direct: '" + path + "' does not define malloc, free and realloc itself");
   emulated.clear();
   f_calloc = own<decltype(f_calloc)>("calloc", name);
   f_reallocarray = own<decltype(f_reallocarray)>("reallocarray", name);

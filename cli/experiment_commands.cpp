@@ -141,6 +141,15 @@ int run_report_cmd(ReportArgs a) {
     } catch (const experiments::SpecError&) {
     }
   }
+  // The plots' directory checked before the report is printed (it was
+  // refused after).
+  if (!a.plots.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.plots, ec);
+    if (ec || !std::filesystem::is_directory(a.plots))
+      throw Failure{"report: --plots " + a.plots + ": cannot create the plot directory" +
+                    (ec ? ": " + ec.message() : std::string(": not a directory"))};
+  }
   write_or_print(a.out, session_report(store, s, a.opt));
   if (!a.plots.empty()) {
     std::vector<std::string> metrics = a.opt.metrics;
@@ -314,7 +323,9 @@ int run_results_cmd(const std::string& what, const ResultsArgs& a) {
   if (what == "merge") {
     std::filesystem::create_directories(a.results, ec);
     experiments::Store store(store_path(a.results));
-    for (const std::string& other : a.stores) {
+    for (std::string other : a.stores) {
+      // (A results directory, as --results takes everywhere: its store.)
+      if (std::filesystem::is_directory(other)) other = store_path(other);
       if (std::filesystem::equivalent(other, store_path(a.results), ec))
         throw Failure{"results merge: '" + other + "' is the store being merged into"};
       if (!std::filesystem::exists(other)) throw Failure{"results merge: " + other + ": no such file"};

@@ -114,6 +114,24 @@ void Child::kill(int sig) const {
 
 // ---- spawn ---------------------------------------------------------------
 
+std::string SpawnError::why_not_run(const std::string& prog, int err) {
+  if (err == ENOENT && prog.find('/') != std::string::npos && ::access(prog.c_str(), F_OK) == 0) {
+    char line[256] = {};
+    const int fd = ::open(prog.c_str(), O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? ::read(fd, line, sizeof line - 1) : -1;
+    if (fd >= 0) ::close(fd);
+    if (n > 2 && line[0] == '#' && line[1] == '!') {
+      std::string interp(line + 2, size_t(n - 2));
+      interp = interp.substr(0, interp.find('\n'));
+      const size_t b = interp.find_first_not_of(" \t");
+      interp = b == std::string::npos ? "" : interp.substr(b);
+      interp = interp.substr(0, interp.find_first_of(" \t"));
+      if (!interp.empty()) return "its interpreter '" + interp + "' (its #! line): " + errstr(err);
+    }
+  }
+  return errstr(err);
+}
+
 Child spawn(const Spec& spec) {
   if (spec.argv.empty()) throw SpawnError("spawn: no program given", EINVAL);
   const std::string& prog = spec.argv[0];
@@ -122,6 +140,9 @@ Child spawn(const Spec& spec) {
   std::vector<char*> argv;
   for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  static char sh[] = "/bin/sh";
+  std::vector<char*> sh_argv = {sh};
+  sh_argv.insert(sh_argv.end(), argv.begin(), argv.end());
   // The parent's environment, then each change in order (a later one wins).
   std::vector<std::string> env_strings;
   for (char** e = environ; e && *e; ++e) env_strings.emplace_back(*e);
@@ -232,6 +253,7 @@ Child spawn(const Spec& spec) {
       ::execvpe(argv[0], argv.data(), envp.data());
     else
       ::execve(argv[0], argv.data(), envp.data());
+    if (errno == ENOEXEC && spec.shell_fallback) ::execve(sh, sh_argv.data(), envp.data());
     write_failure(err_fd, 0, errno, 0);
     ::_exit(127);
   }
@@ -266,6 +288,7 @@ Child spawn(const Spec& spec) {
     } else if (f.stage == 2) {
       why = "cannot set up descriptor " + std::to_string(f.which) + ": " + why;
     }
+    if (f.stage == 0) why = SpawnError::why_not_run(prog, f.err);
     throw SpawnError("cannot run '" + prog + "': " + why, f.err, f.stage == 0);
   }
   return c;

@@ -32,6 +32,9 @@ enum class Stdio {
 struct Spec {
   std::vector<std::string> argv;  // argv[0]: the program (a path, or a name with search_path)
   bool search_path = false;       // look argv[0] up in PATH (execvp's rules)
+  // A file the kernel cannot execute (no #! line, ENOEXEC) is run by
+  // /bin/sh, as a shell and execvp run it.
+  bool shell_fallback = false;
   // On top of the parent's environment, in order (a later entry for the same
   // name wins): {name, value} sets, {name, nullopt} unsets.
   std::vector<std::pair<std::string, std::optional<std::string>>> env;
@@ -57,6 +60,11 @@ struct Spec {
 // executable), as opposed to heaplab failing to start a process at all.
 class SpawnError : public std::runtime_error {
  public:
+  // Why `prog` could not be run, for exec's `err`: its text, or for a file
+  // that is there with a #! line naming an interpreter that is not, that
+  // ("its interpreter '/usr/bin/pyhton' (its #! line): No such file or
+  // directory").
+  static std::string why_not_run(const std::string& prog, int err);
   SpawnError(const std::string& msg, int err, bool exec_failed = false)
       : std::runtime_error(msg), err_(err), exec_failed_(exec_failed) {}
   int err() const { return err_; }

@@ -29,6 +29,8 @@ std::string metric_head(const std::string& name) {
 }  // namespace
 
 std::vector<Summary> summarise(const std::vector<RunRecord>& runs, const ReportOptions& opt) {
+  if (!(opt.alpha > 0 && opt.alpha < 1))  // (as gate and diff)
+    throw std::invalid_argument(fmt::format("--alpha {}: a significance level between 0 and 1", opt.alpha));
   std::vector<std::string> traces, allocators, present;
   for (const RunRecord& r : runs) {
     add_unique(traces, r.trace);  // in the matrix order, warm-ups included

@@ -201,6 +201,17 @@ def complete_run():
     os.makedirs(empty)
     r = heaplab("report", "--results", empty, expect=2)
     check("no results store at" in r.stderr and not os.listdir(empty), r.stderr)
+    # --alpha as gate and diff take it; --plots checked before the report.
+    r = heaplab("report", "--results", res, "--alpha", "1", expect=2)
+    check(r.stderr == "heaplab: error: --alpha 1: a significance level between 0 and 1\n", r.stderr)
+    not_dir = os.path.join(WORK, "plots-file")
+    open(not_dir, "w").close()
+    r = heaplab("report", "--results", res, "--plots", not_dir, expect=2)
+    check(r.stdout == "" and r.stderr.startswith(f"heaplab: error: report: --plots {not_dir}: cannot create"),
+          f"{r.stdout[:200]!r} {r.stderr!r}")
+    # results merge takes a results directory, as --results does.
+    r = heaplab("results", "merge", "--results", os.path.join(WORK, "merged-dir"), res)
+    check(re.search(rf"heaplab: {re.escape(res)}/heaplab.db: [1-9][0-9]* runs added", r.stderr), r.stderr)
     first = rows(res)[0][0]
     return [g for g in rows(res) if g[0] == first]
 

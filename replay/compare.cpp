@@ -152,8 +152,11 @@ std::vector<std::string> allocator_list(const std::string& spec) {
     return names;
   }
   names = split_commas(spec);
-  for (const std::string& n : names)
-    if (n.empty()) throw ReplayError("--allocator: an empty name in '" + spec + "'");
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) throw ReplayError("--allocator: an empty name in '" + spec + "'");
+    if (std::find(names.begin(), names.begin() + ptrdiff_t(i), names[i]) != names.begin() + ptrdiff_t(i))
+      throw ReplayError("--allocator: '" + names[i] + "' named twice in '" + spec + "'");
+  }
   return names;
 }
 

@@ -969,15 +969,20 @@ std::string result_summary(const nlohmann::json& document) {
   if (r.memory && r.memory->frag_at_live_peak) {
     const MemoryResult& m = *r.memory;
     const auto mib = [](double kib) { return kib / 1024.0; };
-    s += fmt::format("  heap RSS: peak {:.1f} MiB, final {:.1f} MiB; {} samples every {} ms\n",
-                     mib(m.heap_peak_kib.value_or(0)), mib(m.heap_final_kib.value_or(0)), m.samples, m.interval_ms);
+    s += fmt::format("  heap RSS: peak {:.1f} MiB, final {:.1f} MiB; {} samples {}\n", mib(m.heap_peak_kib.value_or(0)),
+                     mib(m.heap_final_kib.value_or(0)), m.samples,
+                     m.interval_ms ? fmt::format("every {} ms", m.interval_ms)
+                                   : std::string("(at the start and the end only: --sample-ms 0)"));
     // At the end only where a good part of the peak is still live (else a
     // ratio of a few bytes).
     std::string final_frag;
     const auto& tl = m.timeline.live_bytes;
     if (!tl.empty() && 4 * tl.back() >= m.live_bytes_peak_sampled)
       final_frag = fmt::format(", at the end {:.2f}", m.frag_final.value_or(0));
-    if (r.live_peak_measured())
+    const bool untouched = document.contains("replay") && document["replay"].value("touch", "") == "none";
+    if (untouched)
+      s += "  fragmentation: not measured: --touch none writes none of the heap's pages\n";
+    else if (r.live_peak_measured())
       s += fmt::format(
           "  at the live peak ({:.1f} MiB live, {}) heap RSS {:.1f} MiB: fragmentation {:.2f} "
           "(time-weighted {:.2f}{})\n",
@@ -985,10 +990,12 @@ std::string result_summary(const nlohmann::json& document) {
           m.at_live_peak_source == "periodic sample" ? "sampled" : "snapshot", mib(m.heap_kib_at_live_peak.value_or(0)),
           m.frag_at_live_peak.value_or(0), m.frag_time_weighted.value_or(0), final_frag);
     else
-      s += fmt::format(
-          "  fragmentation: not measured: the samples saw {:.0f}% of the live peak (the replay is short "
-          "against --sample-ms; try --sample-ms 1 or --timing recorded)\n",
-          100.0 * m.live_peak_sampled_fraction);
+      s += fmt::format("  fragmentation: not measured: the samples saw {:.0f}% of the live peak ({})\n",
+                       100.0 * m.live_peak_sampled_fraction,
+                       r.live_bytes_peak == 0 ? std::string("nothing is ever live")
+                       : m.interval_ms > 1
+                           ? "the replay is short against --sample-ms; try --sample-ms 1 or --timing recorded"
+                           : std::string("the replay is too short for the samples; try --timing recorded"));
   }
   if (r.memory && r.memory->has_footprint) {
     const MemoryResult& m = *r.memory;

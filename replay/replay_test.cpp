@@ -689,6 +689,9 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
     std::string prefix;  // the one line starts with this
   };
   const std::vector<Bad> cases = {
+      {{t, "--allocator", "glibc,jemalloc,glibc"},
+       "heaplab: error: replay: --allocator: 'glibc' named twice in 'glibc,jemalloc,glibc'"},
+      {{t, "--latency", "99999999999999999999"}, "heaplab: error: replay: --latency: at most 1073741824"},
       {{t, "--allocator", "nosuch"},
        "heaplab: error: replay: allocator 'nosuch': unknown name (known: glibc, jemalloc, mimalloc, "
        "tcmalloc; or give the path of a .so)"},
@@ -696,12 +699,12 @@ TEST_F(ReplayTest, BadInputGivesOneLine) {
        "heaplab: error: replay: allocator '" + bad_so + "': object '" + bad_so +
            "' from LD_PRELOAD cannot be preloaded (file too short): ignored."},
       {{t, "--allocator", bad_so, "--load", "direct"},
-       "heaplab: error: replay: --direct-library: cannot load it directly: " + bad_so +
+       "heaplab: error: replay: --load direct: cannot load it directly: " + bad_so +
            ": file too short (try --load preload)"},
       {{t, "--allocator", TEST_ALLOC_NOMALLOC},
        std::string("heaplab: error: replay: allocator '") + TEST_ALLOC_NOMALLOC + "': does not define malloc"},
       {{t, "--allocator", TEST_ALLOC_NOMALLOC, "--load", "direct"},
-       std::string("heaplab: error: replay: --direct-library: '") + TEST_ALLOC_NOMALLOC +
+       std::string("heaplab: error: replay: --load direct: '") + TEST_ALLOC_NOMALLOC +
            "' does not define malloc, free and realloc itself"},
       {{(dir() / "missing.hlt").string()},
        "heaplab: error: replay: " + (dir() / "missing.hlt").string() + ": cannot open: No such file or directory"},

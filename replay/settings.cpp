@@ -97,8 +97,9 @@ std::string set_setting(ReplaySettings& s, const SettingInfo& info, const std::s
       char* end = nullptr;
       errno = 0;
       const unsigned long long x = std::strtoull(value.c_str(), &end, 10);
-      if (errno || end == value.c_str() || *end || value.empty() || value[0] == '-')
+      if (end == value.c_str() || *end || value.empty() || value[0] == '-' || (errno && errno != ERANGE))
         return "not a number: '" + value + "'";
+      if (errno == ERANGE) return "at most " + std::to_string(info.max);
       if (x < info.min) return "at least " + std::to_string(info.min);
       if (x > info.max) return "at most " + std::to_string(info.max);
       const auto v = uint32_t(x);

@@ -1883,6 +1883,33 @@ TEST(CaptureBadInput, MissingProgramPath) {
                false, dir);
 }
 
+// A script whose #! line names an interpreter that is not there: the error
+// names the interpreter (it said the script itself was not there). A script
+// without a #! line runs under /bin/sh, as a shell runs it (it was refused
+// with "Exec format error").
+TEST(CaptureBadInput, ScriptsAsAShellRunsThem) {
+  TempDir scripts, dir;
+  const std::string bad = scripts.file("bad.sh"), plain = scripts.file("plain.sh");
+  std::ofstream(bad) << "#!/nonexistent/interp -x\necho hi\n";
+  std::ofstream(plain) << "exit 0\n";
+  for (const std::string& f : {bad, plain}) std::filesystem::permissions(f, std::filesystem::perms::owner_all);
+  CaptureOptions o = options(dir, {bad});
+  try {
+    heaplab::launch::run_capture(o);
+    ADD_FAILURE() << "no LaunchError";
+  } catch (const LaunchError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot run '" + bad +
+                                         "': its interpreter '/nonexistent/interp' (its #! line): No such file or "
+                                         "directory");
+  }
+  EXPECT_TRUE(dir_empty(dir));
+  CaptureOptions p = options(dir, {plain});
+  const CaptureResult r = heaplab::launch::run_capture(p);
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.traces.size(), 1u);
+  EXPECT_GT(r.traces[0].report.events, 0u);  // /bin/sh's own calls
+}
+
 TEST(CaptureBadInput, MissingAllocatorLibrary) {
   TempDir dir;
   CaptureOptions opt = options(dir, {victim("victim_c"), "single"});

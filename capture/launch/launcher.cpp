@@ -516,7 +516,8 @@ CaptureResult run_capture(CaptureOptions opt) {
     if (following) prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
     remove_raw(opt);
     if (!e.exec_failed()) fail(e.what());
-    fail("cannot run '" + method->starts(opt, given) + "': " + errstr(e.err()));
+    const std::string prog = method->starts(opt, given);
+    fail("cannot run '" + prog + "': " + process::SpawnError::why_not_run(prog, e.err()));
   }
   res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.t0).count();
   if (following) {

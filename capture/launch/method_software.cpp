@@ -435,6 +435,7 @@ class SoftwareMethod : public CaptureMethod {
       spec.env.emplace_back("HEAPLAB_CAPTURE_LIVE", std::nullopt);
     spec.env_own_pid = "HEAPLAB_CAPTURE_ROOT";  // the shim knows the program's own process by it
     spec.argv = opt.argv;
+    spec.shell_fallback = true;  // (a script without a #! line: /bin/sh runs it, as a shell would)
     spare_.pass(spec);
   }
 
