@@ -126,6 +126,17 @@ TEST_F(Cli, ImportReportsWhatItDid) {
                              "heaplab: note: 1 frees of addresses never allocated were skipped (first at line 13)\n");
 }
 
+// An input with no heap calls imports as an empty trace, and says so.
+TEST_F(Cli, AnEmptyImportIsSaid) {
+  std::ofstream(dir_ + "/empty.txt").flush();
+  const Result r = run({"import", "--from", "cmt-text", "empty.txt", "-o", "e.hlt"}, dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.err.find("heaplab: note: empty.txt held no heap calls: the trace is empty (the wrong file, or a log cut "
+                       "before its first call?)\n"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(Cli, StatsTextGolden) {
   import_small();
   Result r = run({"stats", "small.hlt"}, dir_);

@@ -117,6 +117,11 @@ void print_imported(const import::ImportedFile& im, uint64_t events, const std::
              im.compression == "none" ? "" : fmt::format(" ({})", im.compression),
              extra.empty() ? "" : " (" + extra + ")", output, group_digits(im.bytes),
              events ? double(im.bytes) / double(events) : 0.0);
+  if (events == 0)
+    fmt::print(stderr,
+               "heaplab: note: {} held no heap calls: the trace is empty (the wrong file, or a log cut "
+               "before its first call?)\n",
+               im.source);
 }
 
 // "heaplab: note: N TEXT" when N is not 0.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "experiments/metrics.h"
@@ -76,14 +77,26 @@ std::string export_csv(Store& store, const std::string& session) {
 std::string export_gbench(Store& store, const std::string& session) {
   const SessionInfo s = pick_session(store, session, "");
   nlohmann::json benchmarks = nlohmann::json::array();
-  for (const RunRow& r : store.runs(session)) {
-    if (r.warmup || r.exit != "ok" || !r.faithful || !r.metrics.count("wall_s")) continue;
+  const std::vector<RunRow> rows = store.runs(session);
+  const auto counted = [](const RunRow& r) {
+    return !r.warmup && r.exit == "ok" && r.faithful && r.metrics.count("wall_s");
+  };
+  // Per trace and allocator: its runs exported (Google Benchmark's
+  // repetitions), and the replay threads each ran on.
+  std::map<std::string, int64_t> repetitions;
+  for (const RunRow& r : rows)
+    if (counted(r)) ++repetitions[r.trace + "/" + r.allocator];
+  for (const RunRow& r : rows) {
+    if (!counted(r)) continue;
+    int64_t threads = 1;
+    if (r.result.contains("replay_threads") && r.result["replay_threads"].is_number_unsigned())
+      threads = std::max<int64_t>(1, r.result["replay_threads"].get<int64_t>());
     nlohmann::json b = {{"name", r.trace + "/" + r.allocator},
                         {"run_name", r.trace + "/" + r.allocator},
                         {"run_type", "iteration"},
-                        {"repetitions", 0},
+                        {"repetitions", repetitions[r.trace + "/" + r.allocator]},
                         {"repetition_index", r.rep},
-                        {"threads", 1},
+                        {"threads", threads},
                         {"iterations", 1},
                         {"real_time", 1e3 * r.metrics.at("wall_s")},
                         {"cpu_time", 1e3 * (r.metrics.count("cpu_s") ? r.metrics.at("cpu_s") : r.metrics.at("wall_s"))},
