@@ -126,6 +126,9 @@ std::string SpawnError::why_not_run(const std::string& prog, int err) {
       const size_t b = interp.find_first_not_of(" \t");
       interp = b == std::string::npos ? "" : interp.substr(b);
       interp = interp.substr(0, interp.find_first_of(" \t"));
+      if (!interp.empty() && interp.back() == '\r')  // (a CRLF line: the kernel looks for "sh\r")
+        return "its interpreter '" + interp.substr(0, interp.size() - 1) +
+               "' (its #! line) ends in a carriage return: the script has CRLF line ends (dos2unix)";
       if (!interp.empty()) return "its interpreter '" + interp + "' (its #! line): " + errstr(err);
     }
   }
@@ -143,6 +146,20 @@ Child spawn(const Spec& spec) {
   static char sh[] = "/bin/sh";
   std::vector<char*> sh_argv = {sh};
   sh_argv.insert(sh_argv.end(), argv.begin(), argv.end());
+  // (Whether the program is a text file /bin/sh may run, found before fork.)
+  bool script = false;
+  if (spec.shell_fallback && !spec.search_path) {
+    char head[256];
+    const int fd = ::open(prog.c_str(), O_RDONLY | O_CLOEXEC);
+    const ssize_t n = fd >= 0 ? ::read(fd, head, sizeof head) : -1;
+    if (fd >= 0) ::close(fd);
+    script = n > 0 &&
+             !(n >= 4 && std::memcmp(head,
+                                     "\x7f"
+                                     "ELF",
+                                     4) == 0) &&
+             std::memchr(head, 0, size_t(n)) == nullptr;
+  }
   // The parent's environment, then each change in order (a later one wins).
   std::vector<std::string> env_strings;
   for (char** e = environ; e && *e; ++e) env_strings.emplace_back(*e);
@@ -253,8 +270,9 @@ Child spawn(const Spec& spec) {
       ::execvpe(argv[0], argv.data(), envp.data());
     else
       ::execve(argv[0], argv.data(), envp.data());
-    if (errno == ENOEXEC && spec.shell_fallback) ::execve(sh, sh_argv.data(), envp.data());
-    write_failure(err_fd, 0, errno, 0);
+    const int exec_err = errno;
+    if (exec_err == ENOEXEC && script) ::execve(sh, sh_argv.data(), envp.data());
+    write_failure(err_fd, 0, exec_err, 0);  // (the program's own error, not /bin/sh's)
     ::_exit(127);
   }
 

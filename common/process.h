@@ -32,8 +32,9 @@ enum class Stdio {
 struct Spec {
   std::vector<std::string> argv;  // argv[0]: the program (a path, or a name with search_path)
   bool search_path = false;       // look argv[0] up in PATH (execvp's rules)
-  // A file the kernel cannot execute (no #! line, ENOEXEC) is run by
-  // /bin/sh, as a shell and execvp run it.
+  // A text file the kernel cannot execute (no #! line: ENOEXEC, not ELF
+  // and no NUL in its first 256 bytes, as bash checks) is run by /bin/sh, as
+  // a shell runs it. (Only for a program given by its path.)
   bool shell_fallback = false;
   // On top of the parent's environment, in order (a later entry for the same
   // name wins): {name, value} sets, {name, nullopt} unsets.

@@ -143,12 +143,16 @@ std::string report(const std::vector<RunRecord>& runs, const ReportOptions& opt)
   for (const std::string& a : allocators)
     if (a != baseline) columns.push_back(a);
   for (const std::string& t : traces) {
+    // The runs counted per allocator (not per metric: a metric some runs
+    // lack does not make fewer runs).
     size_t reps = 0, fewest = SIZE_MAX;
-    for (const Summary& x : sums)
-      if (x.trace == t) {
-        reps = std::max(reps, x.n);
-        fewest = std::min(fewest, x.n);
-      }
+    for (const std::string& a : allocators) {
+      size_t n = 0;
+      for (const RunRecord& r : runs) n += !r.warmup && r.ok && r.trace == t && r.allocator == a ? 1 : 0;
+      if (n == 0) continue;
+      reps = std::max(reps, n);
+      fewest = std::min(fewest, n);
+    }
     const std::string legend = fmt::format(
         "median of {} run(s), ±half the range as % of it, ratio to {}; * differs from {} (Mann-Whitney U, p < {})",
         fewest < reps ? fmt::format("{} to {}", fewest, reps) : std::to_string(reps), baseline, baseline, opt.alpha);

@@ -315,10 +315,9 @@ RunnerResult run_experiment(const ExperimentSpec& spec, const RunnerOptions& opt
         spec.traces[k].name, trace_paths[k], now, was));
   };
   if (!done.empty()) {
-    for (const RunRow& row : store.runs(s->id))
-      for (size_t k = 0; k < spec.traces.size(); ++k)
-        if (row.trace == spec.traces[k].name && !row.trace_id.empty() && trace_ids[k].empty())
-          trace_ids[k] = row.trace_id;
+    const std::map<std::string, std::string> stored = store.trace_ids(s->id);
+    for (size_t k = 0; k < spec.traces.size(); ++k)
+      if (const auto it = stored.find(spec.traces[k].name); it != stored.end()) trace_ids[k] = it->second;
     for (size_t k = 0; k < spec.traces.size(); ++k)
       if (!trace_ids[k].empty())
         if (const std::string now = replay::file_id(trace_paths[k]); !now.empty() && now != trace_ids[k])

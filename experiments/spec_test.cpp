@@ -77,6 +77,15 @@ TEST(Spec, AValidExperiment) {
           .traces[0]
           .file,
       "/exp/dir/x.hlt");
+  // In allocators' paths and env values too (a label made from the path).
+  const ExperimentSpec al = parse_experiment(
+      "traces: [{name: t, file: x.hlt}]\nallocators: [{name: '{experiment_dir}/lib/my.so', env: {CONF: "
+      "'{experiment_dir}/conf'}}]\n",
+      "/exp/dir/e.yaml");
+  EXPECT_EQ(al.allocators[0].name, "/exp/dir/lib/my.so");
+  EXPECT_EQ(al.allocators[0].label, "my.so");
+  ASSERT_EQ(al.allocators[0].env.size(), 1u);
+  EXPECT_EQ(al.allocators[0].env[0].second, "/exp/dir/conf");
   EXPECT_EQ(d.name, "quick-start");
   EXPECT_EQ(d.baseline, "glibc");
   EXPECT_EQ(d.repetitions, 5u);

@@ -335,6 +335,14 @@ void Store::finish_session(const std::string& id) {
   q.step();
 }
 
+std::map<std::string, std::string> Store::trace_ids(const std::string& session) {
+  std::map<std::string, std::string> m;
+  Stmt q(db_, "SELECT trace, MIN(trace_id) FROM runs WHERE session = ? AND trace_id <> '' GROUP BY trace", path_);
+  q.bind(1, session);
+  while (q.step()) m[q.text(0)] = q.text(1);
+  return m;
+}
+
 std::set<std::string> Store::done_cells(const std::string& session) {
   std::set<std::string> s;
   Stmt q(db_, "SELECT cell FROM runs WHERE session = ?", path_);

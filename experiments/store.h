@@ -92,6 +92,9 @@ class Store {
   void finish_session(const std::string& id);
   // Cells already stored for a session.
   std::set<std::string> done_cells(const std::string& session);
+  // The content id of each trace the session's runs replayed (by trace
+  // name; one, where runs stored several), without reading their results.
+  std::map<std::string, std::string> trace_ids(const std::string& session);
   // Stores one run (replacing a row of the same cell).
   void add_run(const std::string& session, const RunRow& r);
   // Runs started and never stored: a run is noted before it starts (a

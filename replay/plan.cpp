@@ -1,9 +1,9 @@
 #include "replay/plan.h"
 
 #include <xxhash.h>
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(HEAPLAB_XXH_DISPATCH)
 // XXH3 on AVX2 where the CPU has it (chosen at run time; the same hashes):
-// twice SSE2's speed here.
+// twice SSE2's speed here. (CMakeLists.txt: where the library has it.)
 #include <xxh_x86dispatch.h>
 #endif
 
@@ -1307,11 +1307,12 @@ uint64_t plan_chunk_sum(const void* data, size_t bytes, uint32_t t, uint64_t chu
   return XXH3_64bits_withSeed(data, bytes, uint64_t{t} << 40 ^ chunk << 2 ^ uint64_t(a));
 }
 
-std::string plan_sums_damage(const MappedPlan& plan, unsigned threads) {
-  // Work in pieces of 8,192 chunks of one array (4 MiB of steps), taken in
-  // turn by each thread; each piece's pages are let go once read (a kept
-  // plan may be far larger than this process's memory).
-  constexpr uint64_t kPiece = 8192;
+std::string plan_sums_damage(int fd, const MappedPlan& plan, unsigned threads) {
+  // Read with pread, 512 chunks (4 MiB of steps) at a time into a buffer
+  // per thread, not through the mapping: a file cut short or a page that
+  // cannot be read is a plan to build again (not SIGBUS), and no plan pages
+  // stay in this process's memory.
+  constexpr uint64_t kPiece = 512;
   struct Piece {
     uint32_t thread;
     PlanArray array;
@@ -1324,36 +1325,56 @@ std::string plan_sums_damage(const MappedPlan& plan, unsigned threads) {
       const uint64_t chunks = plan_sum_count(plan.step_count(t));
       for (uint64_t c = 0; c < chunks; c += kPiece) pieces.push_back(Piece{t, a, c, std::min(chunks, c + kPiece)});
     }
+  const auto* base = static_cast<const char*>(plan.base());
+  const auto offset_of = [&](const void* p) { return uint64_t(static_cast<const char*>(p) - base); };
+  // All of [at, at + n) into `to`; "" or why not.
+  const auto read_at = [&](char* to, uint64_t n, uint64_t at) -> std::string {
+    while (n > 0) {
+      const ssize_t got = pread(fd, to, n, off_t(at));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return got < 0 ? std::strerror(errno) : "the file ends before it";
+      to += got;
+      at += uint64_t(got);
+      n -= uint64_t(got);
+    }
+    return "";
+  };
   std::atomic<size_t> next{0};
   std::mutex m;
-  std::pair<size_t, std::string> first{SIZE_MAX, ""};  // the damaged piece that comes first, and its chunk named
+  std::pair<size_t, std::string> first{SIZE_MAX, ""};  // the damaged piece that comes first, and its damage named
   const auto work = [&] {
+    std::vector<char> data(kPiece * kPlanSumEntries * sizeof(PlanStep));
+    std::vector<uint64_t> sums(kPiece);
     for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < pieces.size();) {
       const Piece& p = pieces[i];
       const size_t width = p.array == PlanArray::steps ? sizeof(PlanStep) : 8;
-      const char* data = p.array == PlanArray::steps   ? reinterpret_cast<const char*>(plan.steps(p.thread))
-                         : p.array == PlanArray::times ? reinterpret_cast<const char*>(plan.times(p.thread))
-                                                       : reinterpret_cast<const char*>(plan.live(p.thread));
-      const uint64_t* sums = plan.sums(p.thread, p.array);
+      const void* array = p.array == PlanArray::steps   ? static_cast<const void*>(plan.steps(p.thread))
+                          : p.array == PlanArray::times ? static_cast<const void*>(plan.times(p.thread))
+                                                        : static_cast<const void*>(plan.live(p.thread));
       const uint64_t entries = plan.step_count(p.thread);
-      std::string damage;
-      for (uint64_t c = p.first; c < p.last && damage.empty(); ++c) {
-        const uint64_t lo = c * kPlanSumEntries, hi = std::min(entries, lo + kPlanSumEntries);
-        if (plan_chunk_sum(data + lo * width, (hi - lo) * width, p.thread, c, p.array) != sums[c])
-          damage = "plan: thread " + std::to_string(p.thread) + " steps " + std::to_string(lo) + " to " +
-                   std::to_string(hi - 1) + " do not match their checksum (" +
+      const uint64_t lo = p.first * kPlanSumEntries, hi = std::min(entries, p.last * kPlanSumEntries);
+      std::string damage = read_at(data.data(), (hi - lo) * width, offset_of(array) + lo * width);
+      if (damage.empty())
+        damage = read_at(reinterpret_cast<char*>(sums.data()), (p.last - p.first) * 8,
+                         offset_of(plan.sums(p.thread, p.array) + p.first));
+      if (!damage.empty()) {
+        damage = "plan: thread " + std::to_string(p.thread) + " steps " + std::to_string(lo) + " to " +
+                 std::to_string(hi - 1) + " cannot be read: " + damage;
+      } else {
+        for (uint64_t c = p.first; c < p.last; ++c) {
+          const uint64_t from = c * kPlanSumEntries, to = std::min(entries, from + kPlanSumEntries);
+          if (plan_chunk_sum(data.data() + (from - lo) * width, (to - from) * width, p.thread, c, p.array) ==
+              sums[c - p.first])
+            continue;
+          damage = "plan: thread " + std::to_string(p.thread) + " steps " + std::to_string(from) + " to " +
+                   std::to_string(to - 1) + " do not match their checksum (" +
                    (p.array == PlanArray::steps   ? "the steps"
                     : p.array == PlanArray::times ? "their recorded times"
                                                   : "their live bytes") +
                    ": the plan's file was changed after it was built)";
+          break;
+        }
       }
-      // (Whole pages only: the pages at a piece's ends hold its neighbours'.)
-      const auto let_go = [](const void* from, const void* to) {
-        const uintptr_t lo = page_up(reinterpret_cast<uintptr_t>(from)),
-                        hi = reinterpret_cast<uintptr_t>(to) & ~(kPage - 1);
-        if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-      };
-      let_go(data + p.first * kPlanSumEntries * width, data + std::min(entries, p.last * kPlanSumEntries) * width);
       if (!damage.empty()) {
         std::lock_guard l(m);
         if (i < first.first) first = {i, std::move(damage)};

@@ -170,8 +170,9 @@ inline constexpr uint64_t kNoPeak = ~uint64_t{0};
 // its build is found, even where every step is still one the engine could
 // run: one XXH3-64 per kPlanSumEntries entries of each replay thread's
 // steps, times and live sums (the last chunk of an array as long as what
-// is left), seeded with the thread, the chunk and the array. Written as
-// the plan is built; compared (plan_sums_damage) when a kept plan is found,
+// is left), seeded with the thread, the chunk and the array: 1/1024 of the
+// steps, 1/512 of the times and live sums. Written as the plan is built;
+// compared (plan_sums_damage) when a kept plan is found,
 // before any replay runs on it, so that the replays' own times do not pay
 // for it.
 inline constexpr uint64_t kPlanSumEntries = 512;
@@ -180,11 +181,12 @@ inline constexpr uint64_t plan_sum_count(uint64_t entries) { return (entries + k
 // The checksum of chunk `chunk` of replay thread t's array `a`: `bytes` at `data`.
 uint64_t plan_chunk_sum(const void* data, size_t bytes, uint32_t t, uint64_t chunk, PlanArray a);
 class MappedPlan;
-// Every chunk of `plan` against its checksum, on up to `threads` threads,
-// a few MiB of the plan mapped at a time: "" if all match, else the first
-// that does not, named ("plan: thread 0 steps 512 to 1023 do not match their
-// checksum (their live bytes: ...)").
-std::string plan_sums_damage(const MappedPlan& plan, unsigned threads = 2);
+// Every chunk of `plan` (mapped from `fd`) against its checksum, on up to
+// `threads` threads, read with pread 4 MiB at a time: "" if all match, else
+// the first that does not, named ("plan: thread 0 steps 512 to 1023 do not
+// match their checksum (their live bytes: ...)"), or that cannot be read
+// ("plan: thread 0 steps 0 to 262143 cannot be read: ...").
+std::string plan_sums_damage(int fd, const MappedPlan& plan, unsigned threads = 2);
 
 struct PlanOptions {
   // Replay threads; 0 = one per recorded thread. Fewer than the recorded

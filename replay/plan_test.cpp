@@ -1530,8 +1530,8 @@ TEST(PlanSums, EveryArraysChunksAreChecked) {
     std::string one, two;
     {
       MappedPlan p(fd);
-      one = plan_sums_damage(p, 1);
-      two = plan_sums_damage(p, 2);
+      one = plan_sums_damage(fd, p, 1);
+      two = plan_sums_damage(fd, p, 2);
     }
     close(fd);
     EXPECT_EQ(one, two);
@@ -1569,6 +1569,47 @@ TEST(PlanSums, EveryArraysChunksAreChecked) {
   bad[size_t(reinterpret_cast<const char*>(b->plan->sums(0, PlanArray::live) + 1) -
              static_cast<const char*>(b->plan->base()))] ^= 1;
   EXPECT_EQ(damage_of(bad), "plan: thread 0 steps 512 to 1023 do not match their checksum (their live bytes" + changed);
+  // A plan cut short after it was mapped: the steps it lost cannot be read
+  // (a plan built again, not SIGBUS: it is read with pread).
+  const int fd = memfd_with(img);
+  {
+    MappedPlan p(fd);
+    ASSERT_EQ(ftruncate(fd, off_t(offset_of(PlanArray::steps, 1100))), 0);
+    EXPECT_EQ(plan_sums_damage(fd, p, 2), "plan: thread 0 steps 0 to 1399 cannot be read: the file ends before it");
+  }
+  close(fd);
+}
+
+// A plan written in many buffers (more than 32,768 steps a thread, three
+// threads: the builder's buffers of 32,768 entries, each a run of whole
+// chunks) and checked in many pieces (512 chunks each, on two threads):
+// intact, every chunk matches; a step changed past the first buffers and
+// pieces is found and named.
+TEST(PlanSums, ManyBuffersAndPieces) {
+  std::vector<Event> evs;
+  uint64_t id = 0, time = 1000;
+  for (int i = 0; i < 450000; ++i) {
+    const uint32_t t = uint32_t(i % 3);
+    evs.push_back(alloc(16 + i % 200, t, time++));
+    evs.push_back(release(++id, t, time++));
+  }
+  auto b = build(evs, PlanOptions{0, true, true}, true);
+  ASSERT_EQ(b->plan->threads(), 3u);
+  ASSERT_GT(b->plan->step_count(2), 512u * 512u);  // more than one piece
+  EXPECT_EQ(plan_sums_damage(b->fd, *b->plan, 2), "");
+  std::string img(b->plan->mapped_bytes(), '\0');
+  ASSERT_EQ(pread(b->fd, img.data(), img.size(), 0), ssize_t(img.size()));
+  const uint64_t step = 512 * 512 + 700;  // in the second piece, past seven buffers
+  img[size_t(reinterpret_cast<const char*>(b->plan->steps(2) + step) - static_cast<const char*>(b->plan->base()) +
+             8)] ^= 4;
+  const int fd = memfd_with(img);
+  {
+    MappedPlan p(fd);
+    EXPECT_EQ(plan_sums_damage(fd, p, 2),
+              "plan: thread 2 steps 262656 to 263167 do not match their checksum (the steps: the plan's file was "
+              "changed after it was built)");
+  }
+  close(fd);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include <unistd.h>
 #include <xxhash.h>
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(HEAPLAB_XXH_DISPATCH)
 // XXH3 on AVX2 where the CPU has it (chosen at run time; the same hashes):
-// twice SSE2's speed here.
+// twice SSE2's speed here. (CMakeLists.txt: where the library has it.)
 #include <xxh_x86dispatch.h>
 #endif
 

@@ -1903,6 +1903,25 @@ TEST(CaptureBadInput, ScriptsAsAShellRunsThem) {
                                          "directory");
   }
   EXPECT_TRUE(dir_empty(dir));
+  // A #! line with CRLF line ends (the kernel looks for "sh\r"); a binary
+  // the kernel cannot run (NUL bytes: not a script, not run by /bin/sh).
+  const std::string crlf = scripts.file("crlf.sh"), binary = scripts.file("binary");
+  std::ofstream(crlf) << "#!/bin/sh\r\necho hi\r\n";
+  std::ofstream(binary, std::ios::binary) << std::string("\x01\x02\x03\0\0\0binary", 12) << std::string(64, '\0');
+  for (const std::string& f : {crlf, binary}) std::filesystem::permissions(f, std::filesystem::perms::owner_all);
+  for (const auto& [f, why] :
+       {std::pair<std::string, std::string>{crlf,
+                                            "its interpreter '/bin/sh' (its #! line) ends in a carriage return: "
+                                            "the script has CRLF line ends (dos2unix)"},
+        {binary, "Exec format error"}}) {
+    CaptureOptions c = options(dir, {f});
+    try {
+      heaplab::launch::run_capture(c);
+      ADD_FAILURE() << "no LaunchError for " << f;
+    } catch (const LaunchError& e) {
+      EXPECT_EQ(std::string(e.what()), "cannot run '" + f + "': " + why);
+    }
+  }
   CaptureOptions p = options(dir, {plain});
   const CaptureResult r = heaplab::launch::run_capture(p);
   EXPECT_EQ(r.exit_code, 0);
