@@ -116,12 +116,12 @@ int run_replay(ReplayArgs& a) {
       if (!why.empty()) throw Failure{std::string("replay: ") + (out == &a.emit_trace ? "--emit-trace: " : "") + why};
     }
   if (!a.out.empty() && !a.emit_trace.empty()) {
-    if (!common::output_is_input(a.out, {a.emit_trace}).empty())  // (a hard link of it too)
-      throw Failure{"replay: -o and --emit-trace name the same file '" + a.out + "' (the trace would be replaced)"};
+    // By path (neither exists yet), or by inode (a hard link of the other).
     std::error_code e1, e2;
-    if (std::filesystem::weakly_canonical(std::filesystem::absolute(a.out, e1), e1) ==
-            std::filesystem::weakly_canonical(std::filesystem::absolute(a.emit_trace, e2), e2) &&
-        !e1 && !e2)
+    const bool same_path = std::filesystem::weakly_canonical(std::filesystem::absolute(a.out, e1), e1) ==
+                               std::filesystem::weakly_canonical(std::filesystem::absolute(a.emit_trace, e2), e2) &&
+                           !e1 && !e2;
+    if (same_path || !common::output_is_input(a.out, {a.emit_trace}).empty())
       throw Failure{"replay: -o and --emit-trace name the same file '" + a.out + "' (the trace would be replaced)"};
   }
   if (allocs.size() * loads.size() > 1 || all) return run_replays(a, allocs, loads, all);

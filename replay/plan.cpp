@@ -1303,6 +1303,23 @@ int build_plan(const trace::TraceReader& r, const PlanOptions& opt, PlanSummary&
   return plan.release();
 }
 
+namespace {
+
+// All of [at, at + n) of `fd` into `to`: "" or why not.
+std::string pread_all(int fd, char* to, uint64_t n, uint64_t at) {
+  while (n > 0) {
+    const ssize_t got = pread(fd, to, n, off_t(at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return got < 0 ? std::strerror(errno) : "the file ends before it";
+    to += got;
+    at += uint64_t(got);
+    n -= uint64_t(got);
+  }
+  return "";
+}
+
+}  // namespace
+
 uint64_t plan_chunk_sum(const void* data, size_t bytes, uint32_t t, uint64_t chunk, PlanArray a) {
   return XXH3_64bits_withSeed(data, bytes, uint64_t{t} << 40 ^ chunk << 2 ^ uint64_t(a));
 }
@@ -1327,18 +1344,7 @@ std::string plan_sums_damage(int fd, const MappedPlan& plan, unsigned threads) {
     }
   const auto* base = static_cast<const char*>(plan.base());
   const auto offset_of = [&](const void* p) { return uint64_t(static_cast<const char*>(p) - base); };
-  // All of [at, at + n) into `to`; "" or why not.
-  const auto read_at = [&](char* to, uint64_t n, uint64_t at) -> std::string {
-    while (n > 0) {
-      const ssize_t got = pread(fd, to, n, off_t(at));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return got < 0 ? std::strerror(errno) : "the file ends before it";
-      to += got;
-      at += uint64_t(got);
-      n -= uint64_t(got);
-    }
-    return "";
-  };
+  const auto read_at = [&](char* to, uint64_t n, uint64_t at) { return pread_all(fd, to, n, at); };
   std::atomic<size_t> next{0};
   std::mutex m;
   std::pair<size_t, std::string> first{SIZE_MAX, ""};  // the damaged piece that comes first, and its damage named
@@ -1403,13 +1409,7 @@ uint64_t plan_head_hash(int fd) {
   if (sizeof h + uint64_t(h.threads) * sizeof(PlanThread) > uint64_t(st.st_size))
     throw PlanError("plan: its thread table is cut short");
   std::string head(sizeof h + uint64_t(h.threads) * sizeof(PlanThread), '\0');
-  size_t got = 0;
-  while (got < head.size()) {
-    const ssize_t n = pread(fd, head.data() + got, head.size() - got, off_t(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw PlanError("plan: its thread table is cut short");
-    got += size_t(n);
-  }
+  if (!pread_all(fd, head.data(), head.size(), 0).empty()) throw PlanError("plan: its thread table is cut short");
   return XXH3_64bits(head.data(), head.size());
 }
 
